@@ -1,0 +1,1 @@
+"""The per-replica runtime: lifecycle, process groups, Ray, judges, liveness."""

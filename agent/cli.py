@@ -1,0 +1,93 @@
+"""`gym-agent --uuid UUID`: run one replica of a run.
+
+Exit codes: 0 the run succeeded; 1 the run failed (a failure record says why); 2 a usage or
+configuration problem found before this replica joined the run (the message says what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from . import clock
+
+STARTED = clock.mono()  # the single startup deadline counts from here
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gym-agent", description="Run one replica of a gym-agent run.")
+    ap.add_argument("--uuid", required=True, help="the run's unique id: its directory is OUTPUT/cluster/UUID")
+    ap.add_argument("--config", help="run spec (TOML, or the run directory's spec.json); default $GYM_RUN_SPEC")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=TOML_VALUE")
+    ap.add_argument("--output-root", help="default: [output] root of the spec")
+    ap.add_argument("--rank", type=int, help="this replica's rank (default: GYM_/BEAKER_/SLURM_ environment)")
+    ap.add_argument("--replicas", type=int, help="how many replicas (default: from the environment)")
+    ap.add_argument("--address", help="this node's address (default: BEAKER_NODE_HOSTNAME or the hostname)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    rank_tag = f"[rank {args.rank}]" if args.rank is not None else "[agent]"
+
+    def err(msg: str) -> int:
+        print(f"gym-agent: {rank_tag} error: {msg}", file=sys.stderr, flush=True)
+        return 2
+
+    from launch.errors import SpecError, UsageError
+    from schemas import RunDir, RunDirError, Writer, names, new_incarnation
+
+    from .identity import IdentityError, resolve
+
+    config_path = args.config or os.environ.get("GYM_RUN_SPEC")
+    if not config_path:
+        return err("no run spec: pass --config RUN.toml (or spec.json) or set GYM_RUN_SPEC")
+    try:
+        from launch.config import RunConfig
+        from launch.plan import plan as make_plan
+        from launch.spec import load_spec
+
+        resolved = load_spec(config_path, args.overrides)
+        config = RunConfig.from_spec(resolved)
+        plan = make_plan(config)
+    except (SpecError, UsageError) as exc:
+        return err(f"{config_path}: {exc}")
+    try:
+        ident = resolve(args.rank, args.replicas, args.address)
+    except IdentityError as exc:
+        return err(str(exc))
+    rank_tag = f"[rank {ident.rank}]"
+    try:
+        run = RunDir.create(args.output_root or config.output_root, args.uuid, mode=config.dir_mode)
+        log_fd = run.open_log(names.agent_log(ident.rank))
+    except (RunDirError, OSError) as exc:
+        return err(f"run directory: {exc}")
+
+    incarnation = new_incarnation()
+
+    def out(line: str) -> None:
+        text = f"{rank_tag} {line}"
+        print(text, flush=True)
+        try:
+            os.write(log_fd, f"{clock.wall():.3f} {text}\n".encode())
+        except OSError:
+            pass
+
+    writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
+    if ident.rank == 0 and run.read_json(names.SPEC) is None:
+        run.write_artifact(names.SPEC, "spec", writer, {"spec": resolved.data, "source": str(config_path)})
+
+    from .lifecycle import Agent
+
+    try:
+        agent = Agent(config, plan, ident, run, incarnation=incarnation, started_mono=STARTED, out=out)
+    except RunDirError as exc:
+        return err(str(exc))
+    result = agent.run_lifecycle()
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

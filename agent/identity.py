@@ -1,0 +1,113 @@
+"""Who this replica is: rank, replica count, address and visible GPUs, from flags or environment."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class IdentityError(Exception):
+    """A user-fixable problem with rank, count, address or GPUs; the message says what to set."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    rank: int
+    count: int
+    address: str  # numeric IPv4 or IPv6
+    address_explicit: bool
+    hostname: str
+    visible_devices: tuple[str, ...]
+
+
+RANK_SOURCES = (("GYM_REPLICA_RANK", "GYM_REPLICA_COUNT"), ("BEAKER_REPLICA_RANK", "BEAKER_REPLICA_COUNT"),
+                ("SLURM_PROCID", "SLURM_NTASKS"))
+
+
+def _int(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise IdentityError(f"{what} must be an integer, got {value!r}") from None
+
+
+def resolve_rank(rank: int | None, count: int | None, env: Mapping[str, str]) -> tuple[int, int]:
+    if rank is None or count is None:
+        for rvar, cvar in RANK_SOURCES:
+            if rvar in env and cvar in env:
+                rank = _int(env[rvar], rvar) if rank is None else rank
+                count = _int(env[cvar], cvar) if count is None else count
+                break
+    if rank is None or count is None:
+        raise IdentityError(
+            "replica rank/count unknown: pass --rank R --replicas N, or set GYM_REPLICA_RANK/GYM_REPLICA_COUNT "
+            "(Beaker: BEAKER_REPLICA_RANK/COUNT, Slurm: SLURM_PROCID/SLURM_NTASKS)"
+        )
+    if count < 1 or not 0 <= rank < count:
+        raise IdentityError(f"rank {rank} is outside 0..{count - 1} (replica count {count})")
+    return rank, count
+
+
+def _numeric(addr: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(addr.split("%")[0]))
+    except ValueError:
+        return None
+
+
+def resolve_address(explicit: str | None, env: Mapping[str, str]) -> tuple[str, bool]:
+    """The address peers and Ray use for this node; a loopback result is refused unless explicit."""
+    if explicit:
+        num = _numeric(explicit)
+        if num is None:
+            try:
+                num = socket.getaddrinfo(explicit, None)[0][4][0]
+            except OSError as exc:
+                raise IdentityError(f"--address {explicit!r} does not resolve: {exc}") from None
+        return num, True
+    host = env.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
+    try:
+        num = _numeric(host) or socket.getaddrinfo(host, None)[0][4][0]
+    except OSError as exc:
+        raise IdentityError(f"hostname {host!r} does not resolve ({exc}); pass --address") from None
+    if ipaddress.ip_address(num).is_loopback:
+        raise IdentityError(
+            f"hostname {host!r} resolves to loopback address {num}; peers on other nodes could not reach it. "
+            "Pass --address with this node's routable address (or a loopback address explicitly for local runs)"
+        )
+    return num, False
+
+
+def address_sort_key(addr: str) -> tuple[int, int]:
+    """Numeric order, IPv4 before IPv6 — never string order ("10.0.0.10" > "10.0.0.9")."""
+    ip = ipaddress.ip_address(addr)
+    return (ip.version, int(ip))
+
+
+def visible_devices(env: Mapping[str, str]) -> tuple[str, ...]:
+    """CUDA_VISIBLE_DEVICES when set, else what nvidia-smi lists, else none."""
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return tuple(d.strip() for d in cvd.split(",") if d.strip())
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU "))
+
+
+def resolve(
+    rank: int | None, count: int | None, address: str | None, env: Mapping[str, str] | None = None
+) -> Identity:
+    env = os.environ if env is None else env
+    r, n = resolve_rank(rank, count, env)
+    addr, explicit = resolve_address(address, env)
+    return Identity(r, n, addr, explicit, socket.gethostname(), visible_devices(env))

@@ -1,0 +1,44 @@
+"""Judges at run time: the reference judge server, rubric profiles, the judge client drivers
+import, engine health (probes, quarantine, epochs) and pre-training canaries.
+
+Exports resolve lazily so that ``python -m agent.judges.reference_server`` (a stdlib-only
+server) does not pay for importing httpx at startup.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BindingCanary": "canary",
+    "CanaryReport": "canary",
+    "CanarySample": "canary",
+    "run_canaries": "canary",
+    "ContextOverflow": "client",
+    "Grade": "client",
+    "InvalidGrade": "client",
+    "JudgeClient": "client",
+    "JudgeError": "client",
+    "JudgeRequestError": "client",
+    "JudgeUnavailable": "client",
+    "BoundJudge": "bindings",
+    "bindings_from_registry": "bindings",
+    "EngineHealthRegistry": "engine_health",
+    "EngineState": "engine_health",
+    "EngineStatus": "engine_health",
+    "PROFILES": "rubrics",
+    "Rubric": "rubrics",
+    "RubricProfile": "rubrics",
+    "get_profile": "rubrics",
+    "resolve_rubric": "rubrics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,63 @@
+"""Turn a ``registry.json`` body into ready-to-use graders, one per verifier (for drivers).
+
+Rubric digests in the registry are checked against this package's text, so a driver built from
+a different revision of the project cannot grade with different words than the launcher
+recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .client import DEFAULT_TIMEOUT_S, Grade, JudgeClient
+from .rubrics import Rubric, resolve_rubric
+
+
+@dataclass(frozen=True)
+class BoundJudge:
+    """One ``[judging.bindings."VERIFIER"]`` entry: the judge client and the rubric it grades with."""
+
+    verifier: str
+    judge: str
+    client: JudgeClient
+    rubric: Rubric
+
+    def grade_sample(self, sample: Mapping[str, Any], answer: str, *, reference: str | None = None) -> Grade:
+        return self.client.grade_sample(self.rubric, sample, answer, reference=reference)
+
+
+def clients_from_registry(registry: Mapping[str, Any], **client_options: Any) -> dict[str, JudgeClient]:
+    """One client (one connection pool) per judge service, shared by every binding that uses it."""
+    clients: dict[str, JudgeClient] = {}
+    for name, judge in registry.get("judges", {}).items():
+        concurrency = judge.get("max_concurrent_calls") or 16
+        clients[name] = JudgeClient(
+            str(judge["endpoint"]),
+            str(judge["model"]),
+            timeout=float(judge.get("timeout") or DEFAULT_TIMEOUT_S),
+            max_context_length=judge.get("max_context_length"),
+            max_connections=int(concurrency),
+            **client_options,
+        )
+    return clients
+
+
+def rubrics_from_registry(registry: Mapping[str, Any]) -> dict[str, Rubric]:
+    return {name: resolve_rubric(name, table) for name, table in registry.get("rubrics", {}).items()}
+
+
+def bindings_from_registry(registry: Mapping[str, Any], **client_options: Any) -> dict[str, BoundJudge]:
+    """verifier -> BoundJudge. Raises KeyError naming a binding whose judge or rubric is missing."""
+    clients = clients_from_registry(registry, **client_options)
+    rubrics = rubrics_from_registry(registry)
+    bound: dict[str, BoundJudge] = {}
+    for verifier, binding in registry.get("bindings", {}).items():
+        judge, rubric = binding["judge"], binding["rubric"]
+        if judge not in clients:
+            raise KeyError(f'binding "{verifier}" names judge {judge!r}, which the registry does not list')
+        if rubric not in rubrics:
+            raise KeyError(f'binding "{verifier}" names rubric {rubric!r}, which the registry does not list')
+        bound[verifier] = BoundJudge(verifier, judge, clients[judge], rubrics[rubric])
+    return bound

@@ -1,0 +1,272 @@
+"""The judge client drivers import to grade samples through a named judge (DESIGN §7).
+
+Contract:
+- the full grading request (rubric, question, optional reference, candidate, chat framing) is
+  tokenized by the judge's own ``/tokenize`` endpoint; with the rubric's output reservation it
+  must fit ``max_context_length`` or :class:`ContextOverflow` is raised. Nothing is truncated:
+  a truncated candidate would be graded on text the policy did not write.
+- every HTTP request has the judge's ``timeout`` (per request, not a total budget);
+- transport errors and retryable statuses (429/502/503/504) are retried with exponential
+  backoff, then :class:`JudgeUnavailable` is raised;
+- an incomplete reply (``finish_reason`` other than ``stop``) or one without a valid score
+  raises :class:`InvalidGrade`. There is no reward-zero fallback: callers fail the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .framing import GradingPrompt, build_messages
+from .rubrics import SCORE_MAX, ReplyFormatError, Rubric, parse_reply
+
+DEFAULT_TIMEOUT_S = 600.0
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+REPLY_EXCERPT_CHARS = 300
+
+
+class JudgeError(Exception):
+    """Base class: grading through a judge failed. ``diagnostics`` says what was seen."""
+
+    def __init__(self, message: str, diagnostics: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.diagnostics: dict[str, Any] = dict(diagnostics or {})
+
+
+class ContextOverflow(JudgeError):
+    """The full request plus the output reservation does not fit the judge's context."""
+
+    def __init__(self, message: str, *, prompt_tokens: int, reserved: int, limit: int) -> None:
+        super().__init__(
+            message, {"prompt_tokens": prompt_tokens, "reserved_output_tokens": reserved, "limit": limit}
+        )
+        self.prompt_tokens = prompt_tokens
+        self.reserved = reserved
+        self.limit = limit
+
+
+class JudgeUnavailable(JudgeError):
+    """Transport errors or retryable statuses persisted through every retry."""
+
+
+class JudgeRequestError(JudgeError):
+    """The judge refused the request (a non-retryable HTTP status)."""
+
+
+class InvalidGrade(JudgeError):
+    """The judge answered, but not with a complete, valid grade."""
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A grade in [0, 1] (the rubric's 0..10 score divided by 10) and how it was obtained."""
+
+    score: float
+    # A plain dict so drivers can store it as-is in metadata.verifier_diagnostics (JSON).
+    verifier_diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """Base URL without a trailing slash or ``/v1``: both spellings of an OpenAI base are accepted."""
+    base = endpoint.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def reference_from_sample(sample: Mapping[str, Any]) -> str | None:
+    """The reference label of a prepared sample (``ground_truth``, else ``label``), if any."""
+    for key in ("ground_truth", "label"):
+        value = sample.get(key)
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+class JudgeClient:
+    """Grades answers through one judge service. Thread-safe; owns its connection pool."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_context_length: int | None = None,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        max_connections: int = 16,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.endpoint = normalize_endpoint(endpoint)
+        self.model = model
+        self.timeout = float(timeout)
+        self.max_context_length = max_context_length
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._sleep = sleep
+        # Grading traffic has its own pool, sized to the judge's concurrency; health probes use
+        # a different client (engine_health), so a saturated grading pool never starves them.
+        self._http = httpx.Client(
+            base_url=self.endpoint,
+            timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+        )
+
+    # -- lifecycle --
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> JudgeClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- HTTP with retries --
+
+    def _request(self, method: str, path: str, json_body: Any | None = None) -> tuple[httpx.Response, int]:
+        """One logical request; returns the response and how many retries it took."""
+        attempt = 0
+        while True:
+            problem: str
+            try:
+                response = self._http.request(method, path, json=json_body)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    return response, attempt
+                if response.status_code not in RETRYABLE_STATUSES:
+                    raise JudgeRequestError(
+                        f"{method} {self.endpoint}{path} -> HTTP {response.status_code}: "
+                        f"{response.text[:500]}",
+                        {"status": response.status_code, "retries": attempt},
+                    )
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+            if attempt >= self.max_retries:
+                raise JudgeUnavailable(
+                    f"{method} {self.endpoint}{path} failed after {attempt + 1} attempt(s): {problem}",
+                    {"retries": attempt, "last_error": problem},
+                )
+            self._sleep(min(self.max_backoff_s, self.backoff_s * (2**attempt)))
+            attempt += 1
+
+    @staticmethod
+    def _json(response: httpx.Response, what: str) -> Any:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise InvalidGrade(f"{what}: response is not JSON: {response.text[:200]!r}") from exc
+
+    # -- API --
+
+    def list_models(self) -> list[str]:
+        """Model discovery: the ``id`` of every model ``/v1/models`` lists."""
+        response, _ = self._request("GET", "/v1/models")
+        data = self._json(response, "/v1/models").get("data")
+        if not isinstance(data, list):
+            raise JudgeRequestError(f"{self.endpoint}/v1/models has no 'data' list")
+        return [str(item["id"]) for item in data if isinstance(item, dict) and "id" in item]
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> tuple[int, int]:
+        """Judge tokens of the chat request as the server will render it; returns (count, retries)."""
+        response, retries = self._request("POST", "/tokenize", {"model": self.model, "messages": messages})
+        count = self._json(response, "/tokenize").get("count")
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise JudgeRequestError(f"{self.endpoint}/tokenize returned no integer 'count'")
+        return count, retries
+
+    def grade(self, rubric: Rubric, question: str, answer: str, reference: str | None = None) -> Grade:
+        if rubric.uses_reference and reference is None:
+            raise ValueError(f"rubric {rubric.name!r} ({rubric.profile.name}) needs a reference answer")
+        prompt = GradingPrompt(
+            question=question, candidate=answer, reference=reference if rubric.uses_reference else None
+        )
+        messages = build_messages(rubric.text, prompt)
+        started = time.monotonic()
+        retries = 0
+        prompt_tokens: int | None = None
+        if self.max_context_length is not None:
+            prompt_tokens, retries = self.count_tokens(messages)
+            needed = prompt_tokens + rubric.max_output_tokens
+            if needed > self.max_context_length:
+                raise ContextOverflow(
+                    f"grading request for rubric {rubric.name!r} needs {prompt_tokens} prompt tokens + "
+                    f"{rubric.max_output_tokens} reserved output tokens = {needed} > max_context_length "
+                    f"{self.max_context_length}; the request is not truncated",
+                    prompt_tokens=prompt_tokens,
+                    reserved=rubric.max_output_tokens,
+                    limit=self.max_context_length,
+                )
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": rubric.max_output_tokens,
+            "temperature": rubric.temperature,
+            "stream": False,
+        }
+        response, chat_retries = self._request("POST", "/v1/chat/completions", body)
+        retries += chat_retries
+        latency = time.monotonic() - started
+        payload = self._json(response, "/v1/chat/completions")
+
+        diagnostics: dict[str, Any] = {
+            "rubric": {"name": rubric.name, "profile": rubric.profile.name, "digest": rubric.digest},
+            "model": {"requested": self.model, "served": payload.get("model"), "endpoint": self.endpoint},
+            "retries": retries,
+            "latency_s": round(latency, 6),
+            "prompt_tokens": prompt_tokens,
+            "max_output_tokens": rubric.max_output_tokens,
+            "usage": payload.get("usage"),
+        }
+        choices = payload.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        raw = message.get("content")
+        finish = choice.get("finish_reason")
+        diagnostics["raw_reply"] = raw
+        diagnostics["finish_reason"] = finish
+        if not isinstance(raw, str) or not raw.strip():
+            raise InvalidGrade("judge reply has no content", diagnostics)
+        if finish != "stop":
+            raise InvalidGrade(
+                f"incomplete judge reply (finish_reason={finish!r}): {raw[:REPLY_EXCERPT_CHARS]!r}",
+                diagnostics,
+            )
+        try:
+            parsed = parse_reply(raw)
+        except ReplyFormatError as exc:
+            raise InvalidGrade(
+                f"invalid judge reply ({exc}): {raw[:REPLY_EXCERPT_CHARS]!r}", diagnostics
+            ) from exc
+        diagnostics["reasoning"] = parsed.reasoning
+        diagnostics["raw_score"] = parsed.raw_score
+        diagnostics["score_scale"] = SCORE_MAX
+        return Grade(score=parsed.score, verifier_diagnostics=diagnostics)
+
+    def grade_sample(
+        self, rubric: Rubric, sample: Mapping[str, Any], answer: str, *, reference: str | None = None
+    ) -> Grade:
+        """Grade ``answer`` to a prepared sample: question from ``metadata.judge_query``; the
+        reference label from ``reference`` or the sample (see :func:`reference_from_sample`)."""
+        metadata = sample.get("metadata")
+        question = metadata.get("judge_query") if isinstance(metadata, Mapping) else None
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("sample has no metadata.judge_query to grade against")
+        if reference is None and rubric.uses_reference:
+            reference = reference_from_sample(sample)
+        return self.grade(rubric, question, answer, reference)

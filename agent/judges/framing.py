@@ -1,0 +1,88 @@
+"""The chat framing of a grading request, shared by the judge client (which builds it) and the
+reference server (which reads it back). Keeping both directions in one module keeps them in
+step: a change to the tags changes both.
+
+The system message is the rubric text; the user message carries tagged sections in a fixed
+order: question, optional reference answer, candidate answer (last, so that whatever the policy
+wrote cannot hide a later section).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CLOSING_INSTRUCTION = "Grade the candidate answer now."
+
+
+@dataclass(frozen=True)
+class GradingPrompt:
+    question: str
+    candidate: str
+    reference: str | None = None
+
+
+def _section(tag: str, body: str) -> str:
+    return f"<{tag}>\n{body}\n</{tag}>"
+
+
+def build_messages(rubric_text: str, prompt: GradingPrompt) -> list[dict[str, str]]:
+    sections = [_section("question", prompt.question)]
+    if prompt.reference is not None:
+        sections.append(_section("reference_answer", prompt.reference))
+    sections.append(_section("candidate_answer", prompt.candidate))
+    sections.append(CLOSING_INSTRUCTION)
+    return [
+        {"role": "system", "content": rubric_text},
+        {"role": "user", "content": "\n\n".join(sections)},
+    ]
+
+
+def _between(text: str, tag: str, start: int, *, last_close: bool = False) -> tuple[str, int] | None:
+    """Body of section ``tag`` that opens at ``start`` (after blank space), and where it ends.
+
+    The section must open right there, not anywhere later, so a tag quoted inside an earlier
+    section's body is never mistaken for the next section.
+    """
+    opening, closing = f"<{tag}>\n", f"\n</{tag}>"
+    begin = len(text) - len(text[start:].lstrip())
+    if not text.startswith(opening, begin):
+        return None
+    body_start = begin + len(opening)
+    end = text.rfind(closing) if last_close else text.find(closing, body_start)
+    if end < body_start:
+        return None
+    return text[body_start:end], end + len(closing)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A chat message's text, whether content is a string or a list of typed parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return ""
+
+
+def parse_messages(messages: Sequence[Mapping[str, Any]]) -> GradingPrompt | None:
+    """Read a grading prompt back from chat messages; None when the sections are not there."""
+    user = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
+    question = _between(user, "question", 0)
+    if question is None:
+        return None
+    reference = _between(user, "reference_answer", question[1])
+    after = reference[1] if reference is not None else question[1]
+    candidate = _between(user, "candidate_answer", after, last_close=True)
+    if candidate is None:
+        return None
+    return GradingPrompt(
+        question=question[0],
+        candidate=candidate[0],
+        reference=reference[0] if reference is not None else None,
+    )

@@ -1,0 +1,189 @@
+"""Heartbeats, peer watching and failure discovery through the run directory.
+
+Beats the anchor agent on four counts (notes/anchors.md):
+- clock skew: a peer's heartbeat is aged by THIS agent's monotonic clock since it last saw the
+  peer's sequence number change; no two hosts' wall clocks are ever compared;
+- O(N): each agent writes its own heartbeat and reads only its K ring successors' (K = 2), and
+  lists the small `failures/` directory once per poll interval: O(N) operations per interval for
+  the whole cluster instead of every node reading every heartbeat;
+- NFS: peers' state is read by opening and reading content, new failure records are found by
+  listing a directory (no exists(), no mtimes);
+- one bad read (partial JSON, EACCES, ESTALE) is retried and never by itself fails the run.
+A failure record reaches every agent within one poll interval; on a local filesystem inotify
+(watchdog) wakes the loop within milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from schemas import RunDir, Writer, names
+
+from . import clock
+from .failure import Failure, FailureSignal
+
+log = logging.getLogger(__name__)
+RING_WATCHERS = 2
+
+
+def watched_peers(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, ...]:
+    """The ranks this agent watches: its next k successors on the ring of ranks."""
+    return tuple((rank + i) % count for i in range(1, min(k, count - 1) + 1))
+
+
+@dataclass
+class _PeerView:
+    seq: int | None
+    changed_at: float  # observer's monotonic clock
+
+
+class Liveness(threading.Thread):
+    """Runs beside the lifecycle; trips the FailureSignal on a peer failure or silence."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        writer: Writer,
+        rank: int,
+        count: int,
+        *,
+        heartbeat_interval: float,
+        heartbeat_timeout: float,
+        poll_interval: float,
+        signal: FailureSignal,
+        phase: callable,  # type: ignore[valid-type]
+    ) -> None:
+        super().__init__(name=f"liveness-{rank}", daemon=True)
+        self.run_dir = run
+        self.writer = writer
+        self.rank = rank
+        self.count = count
+        self.hb_interval = heartbeat_interval
+        self.hb_timeout = heartbeat_timeout
+        self.poll = poll_interval
+        self.signal = signal
+        self.phase = phase
+        self.seq = 0
+        self._watch: dict[int, _PeerView] = {}
+        self._watching = threading.Event()
+        self._stop = threading.Event()
+        self.wake = threading.Event()
+        self._observer = None
+
+    # -- control --------------------------------------------------------------------------------
+
+    def start_watching(self) -> None:
+        """Begin aging peers' heartbeats (after rendezvous: before it, the startup deadline rules)."""
+        now = clock.mono()
+        self._watch = {p: _PeerView(None, now) for p in watched_peers(self.rank, self.count)}
+        self._watching.set()
+
+    def stop_watching(self) -> None:
+        """Peers may exit once every replica acknowledged: their silence is no longer a failure."""
+        self._watching.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wake.set()
+        if self._observer is not None:
+            try:
+                self._observer.stop()
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                pass
+
+    def _start_inotify(self) -> None:
+        """Wake on local file events; polling stays the ground truth across machines."""
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+
+            wake = self.wake
+
+            class _Wake(FileSystemEventHandler):
+                def on_any_event(self, event: object) -> None:
+                    wake.set()
+
+            obs = Observer()
+            obs.daemon = True
+            obs.schedule(_Wake(), str(self.run_dir.path / names.FAILURES_DIR), recursive=False)
+            obs.start()
+            self._observer = obs
+        except Exception as exc:  # noqa: BLE001 - inotify is an optimisation only
+            log.debug("inotify unavailable: %s", exc)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._start_inotify()
+        next_beat = clock.mono()
+        while not self._stop.is_set():
+            now = clock.mono()
+            try:
+                if now >= next_beat:
+                    self._beat()
+                    if self._watching.is_set():
+                        self._check_peers()
+                    next_beat = now + self.hb_interval
+                self._check_failures()
+            except Exception as exc:  # noqa: BLE001 - the liveness thread must never die
+                log.warning("liveness tick failed (%s: %s); retrying", type(exc).__name__, exc)
+            self.wake.wait(min(self.poll, max(0.0, next_beat - clock.mono())) or 0.01)
+            self.wake.clear()
+
+    def _beat(self) -> None:
+        self.seq += 1
+        try:
+            self.run_dir.write_artifact(
+                names.heartbeat(self.rank), "heartbeat", self.writer, {"seq": self.seq, "phase": str(self.phase())}
+            )
+        except OSError as exc:
+            log.warning("heartbeat write failed (%s: %s)", type(exc).__name__, exc)
+
+    def _check_peers(self) -> None:
+        now = clock.mono()
+        for peer, view in self._watch.items():
+            doc = self.run_dir.read_json(names.heartbeat(peer))
+            seq = doc.get("seq") if doc else None
+            if isinstance(seq, int) and seq != view.seq:
+                view.seq = seq
+                view.changed_at = now
+            elif now - view.changed_at > self.hb_timeout and self._watching.is_set():
+                self.signal.trip(
+                    Failure(
+                        kind="peer_silent",
+                        cause=f"rank {peer}'s heartbeat has not changed for {now - view.changed_at:.1f}s "
+                        f"(heartbeat_timeout {self.hb_timeout:g}s); last seq {view.seq}",
+                        phase=str(self.phase()),
+                        reacting_to={"rank": peer, "kind": "peer_silent"},
+                        peers=(peer,),
+                    )
+                )
+
+    def _check_failures(self) -> None:
+        for name in self.run_dir.listdir(names.FAILURES_DIR):
+            if not name.startswith("failure-") or not name.endswith(".json"):
+                continue
+            try:
+                peer = int(name[len("failure-") : -len(".json")])
+            except ValueError:
+                continue
+            if peer == self.rank:
+                continue
+            doc = self.run_dir.read_json(f"{names.FAILURES_DIR}/{name}")
+            if doc is None:
+                continue  # partial or unreadable: seen again next poll
+            if doc.get("fingerprint") != self.writer.fingerprint:
+                continue  # not this run's record
+            self.signal.trip(
+                Failure(
+                    kind="peer_failure",
+                    cause=f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
+                    phase=str(self.phase()),
+                    reacting_to={"rank": peer, "incarnation": str(doc.get("incarnation")),
+                                 "kind": str(doc.get("kind"))},
+                    peers=(peer,),
+                )
+            )
+            return

@@ -1,0 +1,116 @@
+"""`gym-launch local`: the embedded default backend — every replica of a run on this machine.
+
+Each replica is a real `gym-agent` process with its own loopback address (127.0.0.2, .3, ...)
+and `CUDA_VISIBLE_DEVICES=0..C-1` (Ray advertises them as GPUs; no GPU is touched). Their phase
+lines are streamed prefixed by rank; the exit code is the run's outcome.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from launch.config import RunConfig
+from launch.plan import plan as make_plan
+from launch.spec import load_spec
+from schemas import RunDir, Writer, names
+
+FIRST_LOCAL_ADDRESS = ipaddress.ip_address("127.0.0.2")
+
+
+@dataclass(frozen=True)
+class LocalReplica:
+    """How one replica is started (pure data: printable, testable)."""
+
+    rank: int
+    address: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+def new_uuid() -> str:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def local_replicas(spec_file: Path, uuid: str, output_root: Path, replicas: int, gpus: int,
+                   extra_env: dict[str, str] | None = None) -> list[LocalReplica]:
+    out = []
+    for rank in range(replicas):
+        address = str(FIRST_LOCAL_ADDRESS + rank)
+        argv = (sys.executable, "-m", "agent.cli", "--uuid", uuid, "--config", str(spec_file),
+                "--output-root", str(output_root), "--rank", str(rank), "--replicas", str(replicas),
+                "--address", address)
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), **(extra_env or {})}
+        out.append(LocalReplica(rank, address, argv, tuple(sorted(env.items()))))
+    return out
+
+
+def run_local(spec_path: str, overrides: Sequence[str], *, uuid: str | None = None,
+              output_root: str | None = None, out: Callable[[str], None] = print,
+              per_rank_env: dict[int, dict[str, str]] | None = None) -> int:
+    resolved = load_spec(spec_path, overrides)
+    config = RunConfig.from_spec(resolved)
+    plan = make_plan(config)
+    uuid = uuid or new_uuid()
+    root = Path(output_root or config.output_root).absolute()
+    run = RunDir.create(root, uuid, mode=config.dir_mode)
+    writer = Writer(config.fingerprint, None, "launcher", kind="launcher")
+    if run.read_json(names.SPEC) is not None:
+        out(f"gym-launch: error: run directory {run.path} already holds a run; pick a new --uuid")
+        return 2
+    run.write_artifact(names.SPEC, "spec", writer, {"spec": resolved.data, "source": str(spec_path)})
+    spec_file = run.path / names.SPEC
+    out(f"gym-launch: run {uuid}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs -> {run.path}")
+
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    env_base = dict(os.environ)
+    env_base.pop("CUDA_VISIBLE_DEVICES", None)
+    lock = threading.Lock()
+
+    def pump(rank: int, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            with lock:
+                out(line.rstrip("\n"))
+
+    for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica):
+        env = {**env_base, **dict(rep.env), **(per_rank_env or {}).get(rep.rank, {})}
+        # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
+        p = subprocess.Popen(rep.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True, stdin=subprocess.DEVNULL)
+        procs.append(p)
+        t = threading.Thread(target=pump, args=(rep.rank, p.stdout), daemon=True)
+        t.start()
+        pumps.append(t)
+
+    def forward(signum: int, _frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    for t in pumps:
+        t.join(timeout=5)
+    ok = all(c == 0 for c in codes)
+    out(f"gym-launch: run {'succeeded' if ok else 'FAILED'} (agent exit codes {codes})")
+    out(f"gym-launch: run directory: {run.path}")
+    run.close()
+    return 0 if ok else 1

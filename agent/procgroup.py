@@ -1,0 +1,152 @@
+"""Child processes in their own sessions, and stopping them without leaving anything behind.
+
+Each child is started with `start_new_session=True`; its session id is its pid. Ray task workers
+and SGLang schedulers leave the child's process group or tree but keep the session (notes/ray.md,
+notes/sglang.md), so the session is what a final sweep matches. Nothing is ever killed by name.
+If the agent itself is SIGKILLed, its reaper sidecar (agent/reaper.py) sweeps the same sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class StopRecord:
+    """How one process group was stopped; goes into cleanup-RANK.json."""
+
+    name: str
+    pid: int
+    session: int
+    how: str  # exited | sigterm | sigkill | already_gone
+    exit_code: int | None
+    swept: int
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "session": self.session,
+            "how": self.how,
+            "exit_code": self.exit_code,
+            "swept": self.swept,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def session_members(session: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes of a session, excluding ourselves."""
+    me = os.getpid()
+    out = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if os.getsid(proc.pid) == session:
+                out.append(proc)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return out
+
+
+def sweep_session(session: int, passes: int = 5) -> int:
+    """SIGKILL every process left in `session`; returns how many were killed."""
+    killed = 0
+    for _ in range(passes):
+        members = session_members(session)
+        if not members:
+            break
+        for proc in members:
+            try:
+                proc.kill()
+                killed += 1
+            except psutil.Error:
+                pass
+        psutil.wait_procs(members, timeout=1.0)
+    return killed
+
+
+class ProcessGroup:
+    """One supervised child (and everything it spawns) in its own session."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_fd: int | None,
+        cwd: str | None = None,
+        term_leader_only: bool = False,
+        shell: bool = False,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        # Ray's `ray start --block` stops cleanly on SIGTERM to itself; SIGTERM to its whole
+        # group starts a 30 s drain and gcs_server ignores it (notes/ray.md).
+        self.term_leader_only = term_leader_only
+        self.proc = subprocess.Popen(
+            self.argv[0] if shell else self.argv,
+            shell=shell,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd if log_fd is not None else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+        self.pid = self.proc.pid
+        self.session = self.proc.pid
+        self.started = time.monotonic()
+        self._stopping = False
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self, grace: float) -> StopRecord:
+        """SIGTERM, wait up to `grace`, SIGKILL the group, then sweep the session."""
+        self._stopping = True
+        t0 = time.monotonic()
+        code = self.proc.poll()
+        how = "exited" if code is not None else "sigterm"
+        if code is None:
+            try:
+                if self.term_leader_only:
+                    self.proc.send_signal(signal.SIGTERM)
+                else:
+                    os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                how = "already_gone"
+            try:
+                code = self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                how = "sigkill"
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    code = self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
+        # The leader is gone; its helpers (Ray daemons, workers, schedulers) may not be.
+        lingering = session_members(self.session)
+        if lingering and how != "sigkill":
+            # Give them the rest of the grace period to exit on their own (PDEATHSIG, raylet exit).
+            _, alive = psutil.wait_procs(lingering, timeout=max(0.5, grace - (time.monotonic() - t0)))
+            lingering = alive
+        swept = sweep_session(self.session) if lingering else 0
+        return StopRecord(self.name, self.pid, self.session, how, code, swept, time.monotonic() - t0)

@@ -1,0 +1,192 @@
+"""Starting this node's Ray (head or worker) and checking the live layout against the plan.
+
+Several Ray nodes can share one host (tests, `gym-launch local`) when each has its own loopback
+address, its own short local temp dir and its own ports: GCS and raylet listen on every
+interface, so distinct addresses alone do not separate ports (notes/ray.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .procgroup import sweep_session
+
+WORKER_PORT_SPAN = 40
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    gcs: int
+    node_manager: int
+    object_manager: int
+    dashboard_agent_listen: int
+    dashboard_agent_grpc: int
+    metrics_export: int
+    runtime_env_agent: int
+    min_worker: int
+    max_worker: int
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_ports(rng: random.Random | None = None) -> RayPorts:
+    """Free ports right now. Another process may take one before Ray binds it: `ray start` then
+    fails at once, and the caller retries with fresh ports (detect-and-retry, not pick-and-hope)."""
+    rng = rng or random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 59000, 50)
+        singles = list(range(base, base + 7))
+        workers = range(base + 8, base + 8 + WORKER_PORT_SPAN)
+        if all(_free(p) for p in singles) and all(_free(p) for p in (workers[0], workers[-1])):
+            return RayPorts(*singles, min_worker=workers[0], max_worker=workers[-1])
+    raise RuntimeError("no free port block found for Ray")
+
+
+def ray_executable() -> str:
+    local = os.path.join(os.path.dirname(sys.executable), "ray")
+    return local if os.path.exists(local) else (shutil.which("ray") or "ray")
+
+
+def short_temp_dir() -> str:
+    """AF_UNIX paths are limited to 107 bytes: keep Ray's temp dir short and on local disk."""
+    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    return tempfile.mkdtemp(prefix="gr-", dir=base)
+
+
+@dataclass(frozen=True)
+class RayNodeSpec:
+    is_head: bool
+    address: str
+    head_address: str
+    ports: RayPorts
+    num_gpus: int
+    num_cpus: int | None
+    object_store_memory: int | None
+    temp_dir: str
+    resources: Mapping[str, float]
+    extra_args: Sequence[str]
+
+
+HEAD_ONLY_FLAGS = ("--port", "--redis-shard-ports", "--include-dashboard", "--dashboard-port", "--dashboard-host")
+
+
+def ray_start_argv(spec: RayNodeSpec) -> list[str]:
+    p = spec.ports
+    argv = [ray_executable(), "start", "--block", "--disable-usage-stats",
+            f"--node-ip-address={spec.address}",
+            f"--num-gpus={spec.num_gpus}",
+            f"--node-manager-port={p.node_manager}",
+            f"--object-manager-port={p.object_manager}",
+            f"--dashboard-agent-listen-port={p.dashboard_agent_listen}",
+            f"--dashboard-agent-grpc-port={p.dashboard_agent_grpc}",
+            f"--metrics-export-port={p.metrics_export}",
+            f"--runtime-env-agent-port={p.runtime_env_agent}",
+            f"--min-worker-port={p.min_worker}",
+            f"--max-worker-port={p.max_worker}",
+            # Every node needs its own temp dir on a shared host, workers included: without it a
+            # worker falls back to the default and its raylet never registers.
+            f"--temp-dir={spec.temp_dir}"]
+    if spec.is_head:
+        argv += ["--head", f"--port={p.gcs}", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={spec.head_address}"]
+    if spec.num_cpus is not None:
+        argv.append(f"--num-cpus={spec.num_cpus}")
+    if spec.object_store_memory is not None:
+        argv.append(f"--object-store-memory={spec.object_store_memory}")
+    if spec.resources:
+        argv.append("--resources=" + json.dumps(dict(spec.resources), sort_keys=True))
+    extra = list(spec.extra_args)
+    if not spec.is_head:
+        # Flags only a head accepts are dropped from workers (as the pools seed does).
+        extra = [a for a in extra if a.split("=")[0] not in HEAD_ONLY_FLAGS]
+    return argv + extra
+
+
+def ray_env(base: Mapping[str, str], cuda_visible_devices: str, temp_dir: str) -> dict[str, str]:
+    env = dict(base)
+    env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    env["RAY_TMPDIR"] = temp_dir
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return env
+
+
+@dataclass(frozen=True)
+class LayoutCheck:
+    expected: dict[str, float]
+    actual: dict[str, float]
+    live_nodes: list[dict]
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def compare_layout(expected: Mapping[str, float], live_nodes: Sequence[Mapping]) -> LayoutCheck:
+    """Exact GPUs per live node address (not the sum); two live nodes on one address is an error."""
+    problems: list[str] = []
+    actual: dict[str, float] = {}
+    for node in live_nodes:
+        addr = str(node["address"])
+        if addr in actual:
+            problems.append(f"two live Ray nodes share address {addr}")
+        actual[addr] = actual.get(addr, 0.0) + float(node["gpus"])
+    for addr, gpus in expected.items():
+        if addr not in actual:
+            problems.append(f"no live Ray node at planned address {addr}")
+        elif actual[addr] != gpus:
+            problems.append(f"Ray node {addr} advertises {actual[addr]:g} GPUs, the plan says {gpus:g}")
+    for addr in actual:
+        if addr not in expected:
+            problems.append(f"unplanned live Ray node at {addr}")
+    return LayoutCheck(dict(expected), actual, list(live_nodes), problems)
+
+
+def probe_live_nodes(gcs_address: str, node_ip: str, expect: int, timeout: float, log_fd: int | None,
+                     abort: Callable[[], bool]) -> list[dict]:
+    """Ask Ray for its live nodes from a short-lived child (keeps Ray out of the agent process).
+
+    Polled, not waited on: a failure elsewhere (`abort`) must not wait for the probe's timeout."""
+    argv = [sys.executable, "-m", "agent.ray_probe", "--address", gcs_address, "--node-ip", node_ip,
+            "--expect", str(expect), "--timeout", str(max(1.0, timeout - 5))]
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
+        end = time.monotonic() + timeout
+        try:
+            while proc.poll() is None:
+                if abort() or time.monotonic() > end:
+                    why = "interrupted" if abort() else f"timed out after {timeout:g}s"
+                    raise RuntimeError(f"Ray probe {why}")
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            sweep_session(proc.pid)
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")
+    if log_fd is not None and stderr:
+        os.write(log_fd, stderr.encode()[-20000:])
+    if proc.returncode != 0:
+        raise RuntimeError(f"Ray probe failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
+    return json.loads(stdout.strip().splitlines()[-1])

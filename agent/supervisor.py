@@ -1,0 +1,162 @@
+"""Supervises this replica's process groups from a thread that does no shared-filesystem I/O.
+
+A hard NFS mount can block any thread that touches it; the thread that notices a dead child and
+kills the others must not be one of those (notes/shared-filesystems.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .failure import Failure, FailureSignal
+from .procgroup import ProcessGroup, StopRecord
+
+
+@dataclass(frozen=True)
+class ExitPolicy:
+    """What a child's exit means: `fail` (kind, log) or a callback (the driver)."""
+
+    kind: str
+    log: str | None
+    on_exit: Callable[[int], None] | None = None
+
+
+class Supervisor:
+    def __init__(self, signal: FailureSignal, grace: float, reaper_stdin: object | None, phase: Callable[[], str]):
+        self.signal = signal
+        self.grace = grace
+        self._reaper = reaper_stdin
+        self._phase = phase
+        self._groups: list[tuple[ProcessGroup, ExitPolicy]] = []
+        self._lock = threading.Lock()
+        self._stopped: list[StopRecord] | None = None
+        self._stop_lock = threading.Lock()
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
+        self._thread.start()
+
+    def tell_reaper(self, line: str) -> None:
+        if self._reaper is None:
+            return
+        try:
+            self._reaper.write(line + "\n")  # type: ignore[attr-defined]
+            self._reaper.flush()  # type: ignore[attr-defined]
+        except (OSError, ValueError):
+            pass
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_fd: int | None,
+        policy: ExitPolicy,
+        term_leader_only: bool = False,
+        shell: bool = False,
+        cwd: str | None = None,
+    ) -> ProcessGroup:
+        with self._lock:
+            if self._stopped is not None or self.signal.is_set():
+                raise RuntimeError("not starting a child while stopping")
+            group = ProcessGroup(
+                name, argv, env=env, log_fd=log_fd, term_leader_only=term_leader_only, shell=shell, cwd=cwd
+            )
+            self._groups.append((group, policy))
+        self.tell_reaper(f"group {name} {group.session}")
+        return group
+
+    def set_policy(self, group: ProcessGroup, policy: ExitPolicy) -> None:
+        """Replace a group's exit policy (a Ray start leaves probation once it survived)."""
+        with self._lock:
+            self._groups = [(g, policy if g is group else p) for g, p in self._groups]
+            exited = group.stopping and group.poll() is not None
+        if exited:  # it exited while still on probation, after the caller's last look
+            self.signal.trip(Failure(kind=policy.kind, cause=f"{group.name} (pid {group.pid}) exited with code "
+                                     f"{group.poll()} during {self._phase()}", phase=self._phase(), log=policy.log))
+
+    def _watch(self) -> None:
+        while not self._halt.is_set():
+            with self._lock:
+                groups = list(self._groups)
+            for group, policy in groups:
+                if group.stopping:
+                    continue
+                code = group.poll()
+                if code is None:
+                    continue
+                if policy.on_exit is not None:
+                    group._stopping = True  # handled: report once
+                    policy.on_exit(code)
+                    continue
+                self.signal.trip(
+                    Failure(
+                        kind=policy.kind,
+                        cause=f"{group.name} (pid {group.pid}) exited with code {code} during {self._phase()}",
+                        phase=self._phase(),
+                        log=policy.log,
+                    )
+                )
+            if self.signal.is_set():
+                self.stop_all()
+                return
+            self._halt.wait(0.1)
+
+    def stop_all(self) -> list[StopRecord]:
+        """Stop every group, newest first. Idempotent; concurrent callers wait for the first."""
+        with self._stop_lock:
+            if self._stopped is not None:
+                return self._stopped
+            with self._lock:
+                groups = [g for g, _ in reversed(self._groups)]
+            # Stop in parallel: Ray's graceful stop takes seconds, and judges need not wait for it.
+            threads = []
+            results: dict[int, StopRecord] = {}
+
+            def _one(i: int, g: ProcessGroup) -> None:
+                results[i] = g.stop(self.grace)
+
+            for i, g in enumerate(groups):
+                t = threading.Thread(target=_one, args=(i, g), daemon=True)
+                t.start()
+                threads.append(t)
+            for t in threads:
+                t.join()
+            records = [results[i] for i in range(len(groups))]
+            self._stopped = records
+            return self._stopped
+
+    def halt(self) -> None:
+        self._halt.set()
+
+    def finish_reaper(self) -> None:
+        """Everything is cleaned and recorded: the reaper may exit without acting."""
+        self.tell_reaper("done")
+        if self._reaper is not None:
+            try:
+                self._reaper.close()  # type: ignore[attr-defined]
+            except OSError:
+                pass
+
+
+def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a child: ours, our interpreter's bin first on PATH, then `extra`."""
+    env = dict(base)
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.update(extra)
+    return env
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,200 @@
+"""``gym-launch``: subcommands over the run spec.
+
+Each subcommand is a ``Command`` (name, help, how to add its arguments, how to
+run it) listed in ``COMMANDS``; add one by writing its two functions and
+appending it there. ``main`` turns UsageError/SpecError into one-line (or
+one-line-per-problem) messages on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from launch.config import RunConfig
+from launch.errors import SpecError, UsageError
+from launch.plan import Plan, plan
+from launch.spec import ResolvedSpec, load_spec
+from launch.validate import validate
+
+EXIT_OK = 0
+EXIT_USAGE = 2  # invalid spec or bad command line, as argparse does
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """RUN.toml plus repeatable ``--set``: shared by every command that reads a spec."""
+    parser.add_argument("spec", metavar="RUN.toml", help="run spec (TOML, or a run directory's spec.json)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override a key with a TOML value, e.g. --set judges.general.timeout=300 (repeatable)",
+    )
+
+
+def load_valid(args: argparse.Namespace) -> tuple[ResolvedSpec, RunConfig, Plan]:
+    """Load, validate and plan the spec named by ``args``; raises SpecError with every problem."""
+    resolved = load_spec(args.spec, args.overrides)
+    problems = validate(resolved.data)
+    if problems:
+        raise SpecError(problems)
+    config = RunConfig.from_spec(resolved)
+    return resolved, config, plan(config)
+
+
+# --- validate ---------------------------------------------------------------
+
+
+def _configure_validate(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    resolved, _, _ = load_valid(args)
+    print(resolved.fingerprint)
+    return EXIT_OK
+
+
+# --- plan -------------------------------------------------------------------
+
+
+def _configure_plan(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def format_plan(p: Plan, name: str, fingerprint: str) -> str:
+    """A table with one row per replica (planned node) and a totals line."""
+    header = ("node", "pool", "trainer", "rollout", "judges", "ray", "unused")
+    rows: list[tuple[str, ...]] = []
+    for n in p.nodes:
+        judges = ", ".join(f"{k}:{v}" for k, v in n.judges.items()) or "-"
+        rollout = str(n.rollout_gpus)
+        if n.colocated_rollout_gpus:
+            rollout += f" (+{n.colocated_rollout_gpus} colocated)"
+        marker = "*" if n.index == p.driver_node else ""
+        rows.append(
+            (
+                f"{n.index}{marker}",
+                n.pool or "-",
+                str(n.trainer_gpus),
+                rollout,
+                judges,
+                str(n.ray_gpus),
+                str(n.unused_gpus),
+            )
+        )
+    rows.append(
+        (
+            "total",
+            "",
+            str(sum(n.trainer_gpus for n in p.nodes)),
+            str(sum(n.rollout_gpus for n in p.nodes)),
+            str(sum(n.judge_gpus for n in p.nodes)),
+            str(sum(n.ray_gpus for n in p.nodes)),
+            str(p.unused_gpus),
+        )
+    )
+    if not any(n.pool for n in p.nodes):
+        # No [pools]: drop the column rather than print a column of dashes.
+        header = header[:1] + header[2:]
+        rows = [r[:1] + r[2:] for r in rows]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = [
+        f"{name}  fingerprint {fingerprint}",
+        f"{p.replicas} replica(s) x {p.gpus_per_replica} GPUs = {p.allocated_gpus} allocated, "
+        f"{p.used_gpus} used, {p.unused_gpus} unused; driver on node {p.driver_node} "
+        f"(placement {p.driver_placement}, marked *)",
+        "",
+    ]
+    for r in (header, *rows):
+        # Names left-aligned, counts right-aligned.
+        cells = (
+            c.ljust(w) if h in ("node", "pool", "judges") else c.rjust(w)
+            for h, c, w in zip(header, r, widths, strict=True)
+        )
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    resolved, config, p = load_valid(args)
+    if args.json:
+        print(json.dumps({**p.to_json(), "fingerprint": resolved.fingerprint}, indent=2))
+    else:
+        print(format_plan(p, config.name, resolved.fingerprint))
+    return EXIT_OK
+
+
+# --- local ------------------------------------------------------------------
+
+
+def _configure_local(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument(
+        "--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID"
+    )
+    parser.add_argument("--output-root", help="default: [output] root of the spec")
+
+
+def _run_local(args: argparse.Namespace) -> int:
+    load_valid(args)  # every problem reported before any process starts
+    # The one command with side effects: it starts agent processes. The runner lives in agent/
+    # (launch stays pure); imported here only, so plan/validate never load it.
+    from agent.local_run import run_local
+
+    return run_local(args.spec, args.overrides, uuid=args.uuid, output_root=args.output_root,
+                     out=lambda line: print(line, flush=True))
+
+
+COMMANDS: list[Command] = [
+    Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
+    Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
+    Command("local", "run every replica on this machine (127.0.0.2, .3, ...) and stream their phases",
+            _configure_local, _run_local),
+]
+
+
+def build_parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gym-launch", description="Plan, validate and launch runs.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in commands or COMMANDS:
+        cmd.configure(sub.add_parser(cmd.name, help=cmd.help, description=cmd.help))
+        sub.choices[cmd.name].set_defaults(_run=cmd.run)
+    return parser
+
+
+def report(exc: UsageError | SpecError, stream: TextIO) -> None:
+    if isinstance(exc, SpecError):
+        print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=stream)
+        for problem in exc.problems:
+            print(problem, file=stream)
+    else:
+        print(f"gym-launch: error: {exc}", file=stream)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args))
+    except (UsageError, SpecError) as exc:
+        report(exc, sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

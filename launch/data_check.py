@@ -1,0 +1,186 @@
+"""Dataset-to-judge compatibility: every judge-graded verifier in the data needs a binding.
+
+Runs before any GPU work (``gym-launch check-data`` and agent startup). Rows are streamed, so
+large JSONL files cost memory proportional to the number of distinct verifiers only.
+
+A row is a JSON object with ``verifier`` (a name or a list of names) and, for judge-graded
+verifiers, ``metadata.judge_query`` (the question the judge sees). Judge-graded verifiers are the
+``general-*`` family; every other verifier is deterministic and needs no binding.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+JUDGED_PREFIX = "general-"
+PathLike = str | os.PathLike[str]
+Paths = PathLike | Sequence[PathLike] | None
+
+
+class DataError(Exception):
+    """A data file is missing, unreadable or malformed; the message names file and line."""
+
+
+def is_judged(verifier: str) -> bool:
+    return verifier.startswith(JUDGED_PREFIX)
+
+
+def binding_snippet(verifier: str) -> str:
+    """The run-spec entry a user must add for ``verifier`` (names to fill in as placeholders)."""
+    return f'[judging.bindings."{verifier}"]\njudge = "JUDGE_NAME"\nrubric = "RUBRIC_NAME"'
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    split: str  # "train" | "eval"
+    path: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class DataProblem:
+    verifier: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DataReport:
+    files: tuple[FileSummary, ...]
+    verifier_rows: Mapping[str, int]  # rows per verifier, all splits
+    judged_verifiers: tuple[str, ...]
+    missing_bindings: tuple[str, ...]
+    unused_bindings: tuple[str, ...]  # reported, not an error
+    problems: tuple[DataProblem, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def text(self) -> str:
+        lines = [f"{f.split}: {f.path} ({f.rows} rows)" for f in self.files]
+        for verifier in sorted(self.verifier_rows):
+            kind = "judge-graded" if is_judged(verifier) else "deterministic"
+            lines.append(f"verifier {verifier}: {self.verifier_rows[verifier]} rows ({kind})")
+        for verifier in self.unused_bindings:
+            lines.append(f'note: binding "{verifier}" is not used by the data')
+        lines += [f"error: {p.message}" for p in self.problems]
+        lines.append(
+            "data check passed" if self.ok else f"data check failed: {len(self.problems)} problem(s)"
+        )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "files": [{"split": f.split, "path": f.path, "rows": f.rows} for f in self.files],
+            "verifier_rows": dict(sorted(self.verifier_rows.items())),
+            "judged_verifiers": list(self.judged_verifiers),
+            "missing_bindings": list(self.missing_bindings),
+            "unused_bindings": list(self.unused_bindings),
+            "problems": [{"verifier": p.verifier, "message": p.message} for p in self.problems],
+        }
+
+
+def _as_paths(paths: Paths) -> list[Path]:
+    if paths is None:
+        return []
+    if isinstance(paths, str | os.PathLike):
+        return [Path(paths)]
+    return [Path(p) for p in paths]
+
+
+@dataclass(frozen=True)
+class _Row:
+    path: Path
+    line: int
+    verifiers: tuple[str, ...]
+    has_query: bool
+
+
+def _rows(path: Path) -> Iterator[_Row]:
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise DataError(f"data file {path} does not exist") from None
+    except OSError as exc:
+        raise DataError(f"data file {path} cannot be read: {exc.strerror or exc}") from None
+    with handle:
+        try:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                where = f"{path}:{number}"
+                try:
+                    row = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise DataError(f"{where}: not valid JSON ({exc})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+                yield _Row(path, number, _verifiers(row.get("verifier"), where), _has_query(row))
+        except OSError as exc:
+            raise DataError(f"data file {path} cannot be read: {exc.strerror or exc}") from None
+
+
+def _verifiers(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) and value:
+        return (value,)
+    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise DataError(f"{where}: 'verifier' must be a non-empty string or list of strings, got {value!r}")
+
+
+def _has_query(row: Mapping[str, Any]) -> bool:
+    metadata = row.get("metadata")
+    query = metadata.get("judge_query") if isinstance(metadata, dict) else None
+    return isinstance(query, str) and bool(query.strip())
+
+
+def check_data(train: Paths, eval: Paths, bindings: Mapping[str, Any]) -> DataReport:  # noqa: A002
+    """Stream every train/eval file; raises DataError for a missing file or a malformed row."""
+    files: list[FileSummary] = []
+    counts: Counter[str] = Counter()
+    first_seen: dict[str, str] = {}
+    missing_query: dict[str, tuple[int, str]] = {}  # verifier -> (rows, first file:line)
+    splits: Iterable[tuple[str, Path]] = [
+        *(("train", p) for p in _as_paths(train)),
+        *(("eval", p) for p in _as_paths(eval)),
+    ]
+    for split, path in splits:
+        rows = 0
+        for row in _rows(path):
+            rows += 1
+            for verifier in row.verifiers:
+                counts[verifier] += 1
+                first_seen.setdefault(verifier, f"{row.path}:{row.line}")
+                if is_judged(verifier) and not row.has_query:
+                    seen, first = missing_query.get(verifier, (0, f"{row.path}:{row.line}"))
+                    missing_query[verifier] = (seen + 1, first)
+        files.append(FileSummary(split, str(path), rows))
+
+    judged = tuple(sorted(v for v in counts if is_judged(v)))
+    missing = tuple(v for v in judged if v not in bindings)
+    unused = tuple(sorted(v for v in bindings if v not in counts))
+    problems = [
+        DataProblem(
+            v,
+            f'judge-graded verifier "{v}" ({counts[v]} rows, first at {first_seen[v]}) has no judge binding; '
+            f"add to the run spec:\n{binding_snippet(v)}",
+        )
+        for v in missing
+    ]
+    problems += [
+        DataProblem(
+            v,
+            f'judge-graded verifier "{v}": {n} row(s) lack metadata.judge_query (the question the judge '
+            f"grades against), first at {first}",
+        )
+        for v, (n, first) in sorted(missing_query.items())
+    ]
+    return DataReport(tuple(files), dict(counts), judged, missing, unused, tuple(problems))

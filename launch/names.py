@@ -1,0 +1,32 @@
+"""Names that end up in file names, and the fixed vocabularies of the run spec."""
+
+from __future__ import annotations
+
+import re
+
+# Judges, rubrics, verifiers and pools become parts of file names
+# (judge-NAME-RANK.log, ...): keep them lowercase, no dots or slashes.
+FILE_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+FILE_NAME_RULE = "[a-z][a-z0-9_-]*"
+
+# The run name only labels things; allow what schedulers accept in job names.
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+REVISION = re.compile(r"[0-9a-f]{40}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+JUDGE_MODES = ("managed", "external")
+JUDGE_BACKENDS = ("sglang", "reference")
+CHAT_TEMPLATES = ("qwen3-no-thinking",)
+RUBRIC_PROFILES = ("general-quality", "general-quality-ref")
+PLACEMENT_MODES = ("disaggregated", "colocated")
+DRIVER_PLACEMENTS = ("trainer", "inference")
+LAUNCH_BACKENDS = ("local", "beaker", "slurm")
+BEAKER_PRIORITIES = ("low", "normal", "high", "urgent")
+
+# The only long-context option: Qwen's documented YaRN factor 4 over 32768.
+CONTEXT_EXTENSIONS = {"qwen3-yarn-128k": ("Qwen/Qwen3-32B", 131072)}
+
+
+def is_file_name(name: str) -> bool:
+    return bool(FILE_NAME.fullmatch(name))

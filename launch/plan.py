@@ -1,0 +1,395 @@
+"""GPU placement (DESIGN §4): who gets which GPU on which planned node. Pure.
+
+Packed placement with capacity C = ``launch.gpus_per_replica``:
+
+1. Single node: with one trainer node and everything (trainer + rollout +
+   bound managed judges) fitting C, the run is one replica and only the
+   requested GPUs are allocated, so ``Plan.gpus_per_replica`` is the number of
+   GPUs used (e.g. 2 trainer + 4 rollout at C = 8 allocates 6, not 8).
+2. Otherwise: trainer nodes first (``trainer.gpus_per_node`` each); the final
+   trainer node's spare GPUs take whole rollout engines,
+   ``((C - trainer_per_node) // tp) * tp`` of them at most; then rollout nodes
+   of ``min(C, remaining)``; then bound managed judges, in name order, go to the
+   first node with room among the last node placed so far (the last rollout
+   node, or the final trainer node when rollout fit there) and the judge nodes
+   added after it, else a new judge node. Every replica has C GPUs;
+   ``unused_gpus = C * replicas - used``.
+3. Pools (``[pools.NAME]``): one allocation of ``sum(nodes)`` replicas; pools
+   take contiguous node ranges in *name* order (the fingerprint is computed
+   over sorted keys, so declaration order is not part of the run's identity
+   and must not change the plan). A pool that a bound judge names in
+   ``node_pool`` is reserved for the judges pinned to it (sized against that
+   pool); trainer, rollout and unpinned judges are packed as in 2 over the
+   other pools' nodes. No single-node shrinking: pools state the allocation.
+
+Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
+(trainer, then rollout), judges the next ones in name order, the tail is unused.
+
+Driver placement (seed 004): ``"trainer"`` = the node of trainer rank 0;
+``"inference"`` = the last node holding rollout GPUs (no effect without any).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from launch.config import JudgeConfig, RunConfig
+from launch.errors import Problem, SpecError
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """Planned node ``index``: GPU counts per role and the local devices of each role."""
+
+    index: int
+    trainer_gpus: int
+    rollout_gpus: int
+    judges: Mapping[str, int]  # name -> GPUs, name order
+    ray_gpus: int  # trainer + rollout: what Ray advertises on this node
+    unused_gpus: int
+    ray_devices: tuple[int, ...]
+    judge_devices: Mapping[str, tuple[int, ...]]
+    unused_devices: tuple[int, ...]
+    pool: str | None = None
+    # Colocated mode only: rollout engines sharing the trainer's devices (not extra GPUs).
+    colocated_rollout_gpus: int = 0
+
+    @property
+    def judge_gpus(self) -> int:
+        return sum(self.judges.values())
+
+    @property
+    def used_gpus(self) -> int:
+        return self.ray_gpus + self.judge_gpus
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "pool": self.pool,
+            "trainer_gpus": self.trainer_gpus,
+            "rollout_gpus": self.rollout_gpus,
+            "colocated_rollout_gpus": self.colocated_rollout_gpus,
+            "ray_gpus": self.ray_gpus,
+            "judges": dict(self.judges),
+            "unused_gpus": self.unused_gpus,
+            "ray_devices": list(self.ray_devices),
+            "judge_devices": {k: list(v) for k, v in self.judge_devices.items()},
+            "unused_devices": list(self.unused_devices),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    replicas: int
+    gpus_per_replica: int
+    allocated_gpus: int
+    used_gpus: int
+    unused_gpus: int
+    driver_node: int  # index into nodes
+    driver_placement: str
+    placement_mode: str
+    nodes: tuple[NodePlan, ...]
+
+    def judge_node(self, name: str) -> int | None:
+        """Index of the node running managed judge ``name`` (None if it takes no GPUs)."""
+        return next((n.index for n in self.nodes if name in n.judges), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "replicas": self.replicas,
+            "gpus_per_replica": self.gpus_per_replica,
+            "allocated_gpus": self.allocated_gpus,
+            "used_gpus": self.used_gpus,
+            "unused_gpus": self.unused_gpus,
+            "driver_node": self.driver_node,
+            "driver_placement": self.driver_placement,
+            "placement_mode": self.placement_mode,
+            "nodes": [n.to_json() for n in self.nodes],
+        }
+
+
+@dataclass
+class _Slots:
+    """Mutable builder for one node while packing."""
+
+    trainer: int = 0
+    rollout: int = 0
+    colocated: int = 0
+    judges: dict[str, int] = field(default_factory=dict)
+    pool: str | None = None
+
+    def used(self) -> int:
+        return self.trainer + self.rollout + sum(self.judges.values())
+
+
+def _pack(
+    capacity: int,
+    trainer_nodes: int,
+    trainer_per_node: int,
+    rollout: int,
+    tp: int,
+    judges: Sequence[JudgeConfig],
+    colocated_rollout: int = 0,
+) -> list[_Slots]:
+    nodes = [_Slots(trainer=trainer_per_node) for _ in range(trainer_nodes)]
+    if nodes and colocated_rollout:
+        nodes[0].colocated = colocated_rollout
+    remaining = rollout
+    if nodes and remaining:
+        # Only whole engines go on the final trainer node's spare GPUs.
+        take = min(((capacity - trainer_per_node) // tp) * tp, remaining)
+        nodes[-1].rollout += take
+        remaining -= take
+    while remaining > 0:
+        # capacity and remaining are multiples of tp (checked), so engines stay whole.
+        take = min(capacity, remaining)
+        nodes.append(_Slots(rollout=take))
+        remaining -= take
+    open_nodes = nodes[-1:]
+    for judge in judges:
+        for node in open_nodes:
+            if capacity - node.used() >= judge.gpus:
+                node.judges[judge.name] = judge.gpus
+                break
+        else:
+            node = _Slots(judges={judge.name: judge.gpus})
+            nodes.append(node)
+            open_nodes.append(node)
+    return nodes
+
+
+def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
+    ray = slots.trainer + slots.rollout
+    cursor = ray
+    judge_devices: dict[str, tuple[int, ...]] = {}
+    for name in sorted(slots.judges):
+        judge_devices[name] = tuple(range(cursor, cursor + slots.judges[name]))
+        cursor += slots.judges[name]
+    return NodePlan(
+        index=index,
+        trainer_gpus=slots.trainer,
+        rollout_gpus=slots.rollout,
+        judges=MappingProxyType({k: slots.judges[k] for k in sorted(slots.judges)}),
+        ray_gpus=ray,
+        unused_gpus=capacity - cursor,
+        ray_devices=tuple(range(ray)),
+        judge_devices=MappingProxyType(judge_devices),
+        unused_devices=tuple(range(cursor, capacity)),
+        pool=slots.pool,
+        colocated_rollout_gpus=slots.colocated,
+    )
+
+
+def _shape_problems(config: RunConfig) -> list[Problem]:
+    """Rejections that do not depend on the layout: sizes against one node."""
+    c = config.gpus_per_replica
+    out: list[Problem] = []
+    if c > config.node_gpus:
+        out.append(
+            Problem(
+                "launch.gpus_per_replica",
+                f"is {c} but a node has {config.node_gpus} GPUs (launch.node_gpus): "
+                "a replica cannot be larger than a node",
+            )
+        )
+    t = config.trainer.gpus_per_node
+    if t > c:
+        out.append(
+            Problem(
+                "trainer.gpus_per_node",
+                f"is {t} but a node holds {c} GPUs (launch.gpus_per_replica): the trainer is larger than a "
+                "node; lower gpus_per_node and raise trainer.nodes",
+            )
+        )
+    tp, r = config.inference.tensor_parallel_size, config.inference.gpus
+    if tp > c:
+        out.append(
+            Problem(
+                "inference.tensor_parallel_size",
+                f"is {tp} but a node holds {c} GPUs: a rollout engine larger than a node would need "
+                "cross-node serving TP, which is not supported",
+            )
+        )
+    elif c % tp:
+        out.append(
+            Problem(
+                "inference.tensor_parallel_size",
+                f"({tp}) must divide launch.gpus_per_replica ({c}) so whole engines fill each node",
+            )
+        )
+    if r % tp:
+        out.append(
+            Problem(
+                "inference.gpus",
+                f"({r}) must be a multiple of inference.tensor_parallel_size ({tp}): engines are whole",
+            )
+        )
+    for judge in config.gpu_judges:
+        if judge.gpus > c:
+            out.append(
+                Problem(
+                    f"judges.{judge.name}.gpus",
+                    f"is {judge.gpus} but a node holds {c} GPUs: a judge larger than a node would need "
+                    "cross-node serving TP, which is not supported",
+                )
+            )
+    if config.inference.placement_mode == "colocated":
+        if config.trainer.nodes > 1:
+            out.append(
+                Problem(
+                    "inference.placement_mode",
+                    f'"colocated" is single-node only but trainer.nodes is {config.trainer.nodes}: '
+                    'multi-node colocation is not supported; use "disaggregated"',
+                )
+            )
+        if r > config.trainer.gpus:
+            out.append(
+                Problem(
+                    "inference.gpus",
+                    f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most "
+                    f"{config.trainer.gpus}",
+                )
+            )
+    return out
+
+
+def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
+    c = config.gpus_per_replica
+    colocated = config.inference.placement_mode == "colocated"
+    nodes = _pack(
+        c,
+        config.trainer.nodes,
+        config.trainer.gpus_per_node,
+        0 if colocated else config.inference.gpus,
+        config.inference.tensor_parallel_size,
+        config.gpu_judges,
+        colocated_rollout=config.inference.gpus if colocated else 0,
+    )
+    if len(nodes) == 1:
+        # Single node: allocate only what is requested (seed 000).
+        return nodes, nodes[0].used(), []
+    problems: list[Problem] = []
+    if colocated and config.trainer.nodes == 1:
+        problems.append(
+            Problem(
+                "inference.placement_mode",
+                f'"colocated" is single-node only, but trainer and judges need {len(nodes)} nodes of {c} '
+                'GPUs: multi-node colocation is not supported; use "disaggregated" or fewer judge GPUs',
+            )
+        )
+    return nodes, c, problems
+
+
+def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
+    c = config.gpus_per_replica
+    colocated = config.inference.placement_mode == "colocated"
+    reserved = {j.node_pool for j in config.gpu_judges if j.node_pool}
+    general = [p for p in config.pools if p.name not in reserved]
+    problems: list[Problem] = []
+    packed = _pack(
+        c,
+        config.trainer.nodes,
+        config.trainer.gpus_per_node,
+        0 if colocated else config.inference.gpus,
+        config.inference.tensor_parallel_size,
+        [j for j in config.gpu_judges if not j.node_pool],
+        colocated_rollout=config.inference.gpus if colocated else 0,
+    )
+    capacity_nodes = sum(p.nodes for p in general)
+    if not general:
+        problems.append(
+            Problem(
+                "pools",
+                "every pool is reserved for judges pinned with node_pool; declare a pool for the trainer "
+                "and rollout",
+            )
+        )
+    elif len(packed) > capacity_nodes:
+        names = ", ".join(p.name for p in general)
+        problems.append(
+            Problem(
+                f"pools.{general[-1].name}.nodes",
+                f"trainer, rollout and unpinned judges need {len(packed)} nodes but pools {names} give "
+                f"{capacity_nodes}; add nodes to these pools",
+            )
+        )
+    if colocated and len(packed) > 1:
+        problems.append(
+            Problem("inference.placement_mode", '"colocated" is single-node only; use "disaggregated"')
+        )
+    nodes: list[_Slots] = []
+    general_iter = iter(packed)
+    for pool in config.pools:
+        if pool.name in reserved:
+            pinned = [j for j in config.gpu_judges if j.node_pool == pool.name]
+            slots = _pack(c, 0, 0, 0, 1, pinned)
+            if len(slots) > pool.nodes:
+                problems.append(
+                    Problem(
+                        f"pools.{pool.name}.nodes",
+                        f"judges pinned to pool {pool.name} need {len(slots)} nodes of {c} GPUs, "
+                        f"the pool has {pool.nodes}",
+                    )
+                )
+        else:
+            slots = [s for _, s in zip(range(pool.nodes), general_iter, strict=False)]
+        slots = slots[: pool.nodes] + [_Slots() for _ in range(pool.nodes - len(slots))]
+        for s in slots:
+            s.pool = pool.name
+        nodes += slots
+    return nodes, c, problems
+
+
+def _layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
+    problems = _shape_problems(config)
+    if problems:
+        return [], config.gpus_per_replica, problems
+    nodes, capacity, problems = _pool_layout(config) if config.pools else _standard_layout(config)
+    if len(nodes) > 1 and config.gpus_per_replica != config.node_gpus:
+        problems.append(
+            Problem(
+                "launch.gpus_per_replica",
+                f"is {config.gpus_per_replica} but this run needs {len(nodes)} nodes: multi-node replicas "
+                f"must be whole nodes (launch.node_gpus = {config.node_gpus}) because partial-node replicas "
+                "could share a physical host",
+            )
+        )
+    return nodes, capacity, problems
+
+
+def placement_problems(config: RunConfig) -> list[Problem]:
+    """Every reason ``config`` cannot be placed (empty when ``plan`` would succeed)."""
+    return _layout(config)[2]
+
+
+def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
+    trainer_node = next((n.index for n in nodes if n.trainer_gpus), 0)
+    if config.driver.placement == "inference":
+        rollout = [n.index for n in nodes if n.rollout_gpus or n.colocated_rollout_gpus]
+        if rollout:
+            return rollout[-1]
+    return trainer_node
+
+
+def plan(config: RunConfig) -> Plan:
+    """The placement of a valid config. Raises SpecError naming the key to change."""
+    slots, capacity, problems = _layout(config)
+    if problems:
+        raise SpecError(problems)
+    nodes = tuple(_node_plan(i, s, capacity) for i, s in enumerate(slots))
+    used = sum(n.used_gpus for n in nodes)
+    allocated = capacity * len(nodes)
+    return Plan(
+        replicas=len(nodes),
+        gpus_per_replica=capacity,
+        allocated_gpus=allocated,
+        used_gpus=used,
+        unused_gpus=allocated - used,
+        driver_node=_driver_node(config, nodes),
+        driver_placement=config.driver.placement,
+        placement_mode=config.inference.placement_mode,
+        nodes=nodes,
+    )

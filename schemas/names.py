@@ -1,0 +1,114 @@
+"""Every file name in the run directory `OUTPUT/cluster/UUID`, in one place.
+
+Seed names (`placement-RANK.json`, `registry.json`, ...) are part of the contract users grep for.
+Files written often or discovered by listing live in small subdirectories so that a listing stays
+cheap on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import re
+
+SPEC = "spec.json"
+RAY_LAYOUT = "ray-layout.json"
+REGISTRY = "registry.json"
+CANARIES = "judge-canaries.json"
+COMPLETE = "complete.json"
+DRIVER_RESULT = "driver-result.json"
+RAY_HEAD = "ray-head.json"
+
+ADDRESSES_DIR = "addresses"
+HEARTBEATS_DIR = "heartbeats"
+FAILURES_DIR = "failures"
+ACKS_DIR = "acks"
+SUBDIRS = (ADDRESSES_DIR, HEARTBEATS_DIR, FAILURES_DIR, ACKS_DIR)
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def address(rank: int) -> str:
+    return f"{ADDRESSES_DIR}/address-{rank}.json"
+
+
+def heartbeat(rank: int) -> str:
+    return f"{HEARTBEATS_DIR}/heartbeat-{rank}.json"
+
+
+def failure(rank: int) -> str:
+    return f"{FAILURES_DIR}/failure-{rank}.json"
+
+
+def ack(rank: int) -> str:
+    return f"{ACKS_DIR}/ack-{rank}.json"
+
+
+def phases(rank: int) -> str:
+    return f"phases-{rank}.json"
+
+
+def placement(rank: int) -> str:
+    return f"placement-{rank}.json"
+
+
+def cleanup(rank: int) -> str:
+    return f"cleanup-{rank}.json"
+
+
+def judge_endpoint(name: str, rank: int) -> str:
+    return f"judge-{name}-{rank}.json"
+
+
+def driver_log(rank: int) -> str:
+    return f"driver-{rank}.log"
+
+
+def judge_log(name: str, rank: int) -> str:
+    return f"judge-{name}-{rank}.log"
+
+
+def agent_log(rank: int) -> str:
+    return f"agent-{rank}.log"
+
+
+def ray_log(rank: int) -> str:
+    return f"ray-{rank}.log"
+
+
+# (pattern, schema name) for every JSON artifact; the audit uses this to classify files.
+ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^spec\.json$"), "spec"),
+    (re.compile(r"^addresses/address-(\d+)\.json$"), "address"),
+    (re.compile(r"^heartbeats/heartbeat-(\d+)\.json$"), "heartbeat"),
+    (re.compile(r"^failures/failure-(\d+)\.json$"), "failure"),
+    (re.compile(r"^acks/ack-(\d+)\.json$"), "ack"),
+    (re.compile(r"^phases-(\d+)\.json$"), "phases"),
+    (re.compile(r"^placement-(\d+)\.json$"), "placement"),
+    (re.compile(r"^cleanup-(\d+)\.json$"), "cleanup"),
+    (re.compile(r"^judge-canaries\.json$"), "judge-canaries"),
+    (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.json$"), "judge-endpoint"),
+    (re.compile(r"^ray-layout\.json$"), "ray-layout"),
+    (re.compile(r"^ray-head\.json$"), "ray-head"),
+    (re.compile(r"^registry\.json$"), "registry"),
+    (re.compile(r"^complete\.json$"), "complete"),
+    (re.compile(r"^driver-result\.json$"), "driver-result"),
+)
+
+LOG_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"^driver-(\d+)\.log$"),
+    re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"),
+    re.compile(r"^agent-(\d+)\.log$"),
+    re.compile(r"^ray-(\d+)\.log$"),
+)
+
+
+def schema_for(relpath: str) -> str | None:
+    """The schema name of a run-directory file, or None when it is not a JSON artifact we know."""
+    for pattern, name in ARTIFACT_PATTERNS:
+        if pattern.match(relpath):
+            return name
+    return None
+
+
+def is_known_log(relpath: str) -> bool:
+    return any(p.match(relpath) for p in LOG_PATTERNS)

@@ -1,0 +1,303 @@
+"""The run directory on a shared filesystem: safe creation, atomic writes, tolerant reads.
+
+Rules from notes/shared-filesystems.md: one writer per file; temp + fsync + rename so no reader
+ever sees a torn file; readers open and read CONTENT (close-to-open consistency) rather than
+trusting stat(); new files are discovered by listing small directories; no cross-node locks.
+Every operation goes through a directory file descriptor opened with O_NOFOLLOW, so a symlink
+planted in the run directory is never followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import names
+from .validation import SCHEMA_VERSION, check
+
+MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # artifacts are small; a huge one is hostile or broken
+RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, errno.EINTR}
+
+
+class RunDirError(Exception):
+    """The run directory cannot be used safely; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Who writes an artifact: stamped into every JSON file."""
+
+    fingerprint: str
+    rank: int | None
+    incarnation: str
+    kind: str = "agent"
+    clock_offset: float = 0.0  # a test hook that simulates a host with a skewed wall clock
+
+
+def _open_dir(path: str | Path, dir_fd: int | None = None) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, dir_fd=dir_fd)
+
+
+def _ensure_owned_dir(parent_fd: int | None, name: str | Path, mode: int) -> int:
+    """Create (or open) directory `name` under `parent_fd`, refusing symlinks and foreign owners."""
+    try:
+        os.mkdir(name, mode, dir_fd=parent_fd)
+        created = True
+    except FileExistsError:
+        created = False
+    try:
+        fd = _open_dir(name, parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise RunDirError(f"{name} is a symlink or not a directory; refusing to follow it") from None
+        raise
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid():
+        os.close(fd)
+        raise RunDirError(f"{name} is owned by uid {st.st_uid}, not by this user; choose another output root")
+    if created:
+        os.chmod(fd, mode)  # mkdir's mode is filtered by umask; the contract asks for exactly `mode`
+    return fd
+
+
+class RunDir:
+    """`OUTPUT/cluster/UUID`. Paths are relative names from `schemas.names`."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.ops: Counter[str] = Counter()  # shared-filesystem operations, for the benchmark
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, output_root: str | Path, uuid: str, *, mode: int = 0o750) -> RunDir:
+        if not names.UUID_RE.match(uuid):
+            raise RunDirError(
+                f"uuid {uuid!r} is not allowed: use 1-128 letters, digits, '-' or '_' (no '/', no '..')"
+            )
+        root = Path(output_root)
+        root.mkdir(parents=True, exist_ok=True)
+        root_fd = _open_dir(root) if not root.is_symlink() else os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            cluster_fd = _ensure_owned_dir(root_fd, "cluster", mode)
+        finally:
+            os.close(root_fd)
+        try:
+            run_fd = _ensure_owned_dir(cluster_fd, uuid, mode)
+        finally:
+            os.close(cluster_fd)
+        run = cls(root / "cluster" / uuid, run_fd)
+        for sub in names.SUBDIRS:
+            os.close(_ensure_owned_dir(run_fd, sub, mode))
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """Open an existing run directory (readers: the audit, tests)."""
+        p = Path(path)
+        if p.is_symlink():
+            raise RunDirError(f"{p} is a symlink; refusing to follow it")
+        try:
+            fd = _open_dir(p)
+        except FileNotFoundError:
+            raise RunDirError(f"{p} does not exist") from None
+        except NotADirectoryError:
+            raise RunDirError(f"{p} is not a directory") from None
+        return cls(p, fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- paths ----------------------------------------------------------------------------------
+
+    def _parent_fd(self, relpath: str) -> tuple[int, str, bool]:
+        """(directory fd, leaf name, must_close) for a relative name, without following symlinks."""
+        parts = relpath.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise RunDirError(f"bad run-directory name {relpath!r}")
+        if len(parts) == 1:
+            return self._fd, parts[0], False
+        fd = self._fd
+        for p in parts[:-1]:
+            nfd = _open_dir(p, fd)
+            if fd != self._fd:
+                os.close(fd)
+            fd = nfd
+        return fd, parts[-1], True
+
+    def file(self, relpath: str) -> Path:
+        """A plain path, for handing to child processes (logs). Checked to be no symlink."""
+        p = self.path / relpath
+        if p.is_symlink():
+            raise RunDirError(f"{p} is a symlink; refusing to use it")
+        return p
+
+    def open_log(self, relpath: str) -> int:
+        """An append-only fd for a child's log: never follows a planted symlink."""
+        fd, leaf, close = self._parent_fd(relpath)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                return os.open(leaf, flags, 0o640, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise RunDirError(f"{relpath} is a symlink in the run directory; refusing it") from None
+                raise
+        finally:
+            if close:
+                os.close(fd)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def write_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
+        """Stamp the header, validate against `schema`, and write atomically. Returns the document."""
+        doc: dict[str, Any] = {
+            "schema": schema,
+            "schema_version": SCHEMA_VERSION,
+            "fingerprint": writer.fingerprint,
+            "rank": writer.rank,
+            "incarnation": writer.incarnation,
+            "writer": writer.kind,
+            "written_at": time.time() + writer.clock_offset,
+            **fields,
+        }
+        check(schema, doc)
+        self.write_bytes(relpath, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        return doc
+
+    def write_bytes(self, relpath: str, data: bytes) -> None:
+        fd, leaf, close = self._parent_fd(relpath)
+        tmp = f".{leaf}.{secrets.token_hex(6)}.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            tfd = os.open(tmp, flags, 0o640, dir_fd=fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(tfd, view):]
+                os.fsync(tfd)
+            finally:
+                os.close(tfd)
+            # rename never follows a symlink at the destination: it replaces the link itself.
+            os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+            self.ops["write"] += 1
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # some filesystems refuse fsync on directories; the rename is still atomic
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=fd)
+            except OSError:
+                pass
+            raise
+        finally:
+            if close:
+                os.close(fd)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read_bytes(self, relpath: str, limit: int = MAX_ARTIFACT_BYTES) -> bytes:
+        """Raw content; raises FileNotFoundError, RunDirError (symlink, too big) or OSError."""
+        fd, leaf, close = self._parent_fd(relpath)
+        try:
+            try:
+                ffd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise RunDirError(f"{relpath} is a symlink; refusing to follow it") from None
+                raise
+            try:
+                st = os.fstat(ffd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise RunDirError(f"{relpath} is not a regular file")
+                chunks = []
+                total = 0
+                while True:
+                    chunk = os.read(ffd, 1 << 20)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > limit:
+                        raise RunDirError(f"{relpath} is larger than {limit} bytes")
+                    chunks.append(chunk)
+                self.ops["read"] += 1
+                return b"".join(chunks)
+            finally:
+                os.close(ffd)
+        finally:
+            if close:
+                os.close(fd)
+
+    def read_json(self, relpath: str, *, attempts: int = 3, delay: float = 0.05) -> dict | None:
+        """A peer's artifact, or None when it is missing or still unreadable after a few tries.
+
+        Never raises for a missing, partial, unreadable or planted file: one bad read must not
+        fail a run (a weakness of the anchor agent).
+        """
+        for attempt in range(attempts):
+            try:
+                doc = orjson.loads(self.read_bytes(relpath))
+                return doc if isinstance(doc, dict) else None
+            except FileNotFoundError:
+                self.ops["read"] += 1
+                return None
+            except (orjson.JSONDecodeError, RunDirError):
+                pass
+            except OSError as exc:
+                if exc.errno not in RETRYABLE_READ_ERRNOS and exc.errno != errno.ENOENT:
+                    return None
+            if attempt + 1 < attempts:
+                time.sleep(delay * (attempt + 1))
+        return None
+
+    def listdir(self, subdir: str = "") -> list[str]:
+        """Names in the run directory or one of its subdirectories (a listing revalidates on NFS)."""
+        self.ops["list"] += 1
+        try:
+            if not subdir:
+                return sorted(os.listdir(self._fd))
+            fd = _open_dir(subdir, self._fd)
+            try:
+                return sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
+        except OSError:
+            return []
+
+    def exists(self, relpath: str) -> bool:
+        """Only for files this process wrote itself: NFS caches negative lookups of peers' files."""
+        return (self.path / relpath).exists()
+
+    def walk(self) -> list[str]:
+        """Every file below the run directory, relative, without following symlinked directories."""
+        out: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(self.path, followlinks=False):
+            rel = os.path.relpath(dirpath, self.path)
+            for n in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                out.append(n if rel == "." else f"{rel}/{n}")
+        return sorted(out)
+
+
+def new_incarnation() -> str:
+    return secrets.token_hex(6)

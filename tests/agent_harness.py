@@ -1,0 +1,200 @@
+"""Helpers for tests that run real agents: specs, launching, artifact validation, leftovers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import psutil
+
+from schemas import RunDir, names, violations
+
+BIN = Path(sys.executable).parent
+
+
+def small_spec(
+    *,
+    replicas: int = 3,
+    driver: str = 'command = ["python", "-c", "import time; time.sleep(1)"]',
+    heartbeat_timeout: float = 6,
+    startup_timeout: float = 90,
+    extra: str = "",
+    placement: str = "trainer",
+) -> str:
+    """A multi-node spec with 2-GPU nodes: one trainer node, the rest rollout."""
+    rollout = 2 * (replicas - 1)
+    return f"""
+name = "e2e"
+[launch]
+gpus_per_replica = 2
+node_gpus = 2
+[launch.coordination]
+startup_timeout = {startup_timeout}
+heartbeat_timeout = {heartbeat_timeout}
+heartbeat_interval = 0.5
+poll_interval = 0.25
+teardown_grace = 4.0
+ack_timeout = 20.0
+[trainer]
+nodes = 1
+gpus_per_node = 2
+[inference]
+gpus = {rollout}
+[driver]
+{driver}
+placement = "{placement}"
+[ray]
+num_cpus = 1
+object_store_memory = 80000000
+{extra}
+"""
+
+
+@dataclass
+class LocalRun:
+    proc: subprocess.Popen
+    run_dir: Path
+    uuid: str
+    output: list[str]
+
+    def wait(self, timeout: float) -> int:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            self.output.append(out or "")
+            raise AssertionError("gym-launch local did not finish in time:\n" + (out or "")[-4000:]) from None
+        self.output.append(out or "")
+        return self.proc.returncode
+
+    @property
+    def text(self) -> str:
+        return "".join(self.output)
+
+
+def launch_local(tmp: Path, spec_text: str, uuid: str, env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> LocalRun:
+    spec = tmp / f"{uuid}.toml"
+    spec.write_text(spec_text)
+    root = tmp / "out"
+    cmd = [str(BIN / "gym-launch"), "local", str(spec), "--uuid", uuid, "--output-root", str(root), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    return LocalRun(proc, root / "cluster" / uuid, uuid, [])
+
+
+def start_agent(tmp: Path, spec_path: Path, uuid: str, rank: int, replicas: int, address: str,
+                gpus: int = 2, env: dict[str, str] | None = None) -> subprocess.Popen:
+    cmd = [str(BIN / "gym-agent"), "--uuid", uuid, "--config", str(spec_path), "--output-root",
+           str(tmp / "out"), "--rank", str(rank), "--replicas", str(replicas), "--address", address]
+    full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))), **(env or {})}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+                            start_new_session=True)
+
+
+def wait_for_file(path: Path, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} did not appear within {timeout}s")
+
+
+def read(run_dir: Path, rel: str) -> dict:
+    return orjson.loads((run_dir / rel).read_bytes())
+
+
+def agent_pid(run_dir: Path, rank: int) -> int:
+    return int(read(run_dir, names.address(rank))["pid"])
+
+
+def wait_phase(run_dir: Path, rank: int, phase: str, timeout: float) -> None:
+    """Until rank's phases file shows `phase` running or done."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            doc = read(run_dir, names.phases(rank))
+            if any(p["phase"] == phase for p in doc["phases"]):
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} never reached phase {phase} within {timeout}s")
+
+
+def assert_artifacts_valid(run_dir: Path) -> list[str]:
+    """Every JSON artifact validates against its schema; returns the artifact names seen."""
+    seen = []
+    with RunDir.open(run_dir) as run:
+        for rel in run.walk():
+            schema = names.schema_for(rel)
+            if schema is None:
+                continue
+            doc = orjson.loads(run.read_bytes(rel))
+            problems = violations(schema, doc)
+            assert not problems, f"{rel} violates schema {schema}: {problems}"
+            seen.append(rel)
+    return seen
+
+
+def failures(run_dir: Path) -> dict[int, dict]:
+    d = run_dir / names.FAILURES_DIR
+    out = {}
+    for f in d.glob("failure-*.json") if d.exists() else ():
+        doc = orjson.loads(f.read_bytes())
+        out[int(doc["rank"])] = doc
+    return out
+
+
+def run_processes(run_dir: Path, extra_pids: tuple[int, ...] = ()) -> list[psutil.Process]:
+    """Live processes of a run: anything naming the run dir or its uuid, or in a recorded session."""
+    sessions = set(extra_pids)
+    for f in run_dir.glob("cleanup-*.json"):
+        for g in orjson.loads(f.read_bytes())["groups"]:
+            sessions.add(int(g["session"]))
+    needle = run_dir.name
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.pid == me or p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(p.info["cmdline"] or [])
+            if needle in cmd or str(run_dir) in cmd or os.getsid(p.pid) in sessions:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def assert_nothing_left(run_dir: Path, extra_pids: tuple[int, ...] = (), timeout: float = 15) -> None:
+    end = time.monotonic() + timeout
+    left = run_processes(run_dir, extra_pids)
+    while left and time.monotonic() < end:
+        time.sleep(0.3)
+        left = run_processes(run_dir, extra_pids)
+    if left:
+        desc = [f"{p.pid} {' '.join(p.cmdline()[:6])}" for p in left if p.is_running()]
+        for p in left:  # do not leak into later tests; the assertion below still fails this one
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        raise AssertionError(f"processes of the run survived: {desc}")
+
+
+def kill_tree_by_session(proc: subprocess.Popen) -> None:
+    """Test cleanup for a launcher we started (its own session): by pid, never by name."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,288 @@
+"""Real agents, real `ray start` nodes on 127.0.0.x, real signals. Each test checks that no
+process of the run survives and that every artifact validates against its schema."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from agent_harness import (
+    agent_pid,
+    assert_artifacts_valid,
+    assert_nothing_left,
+    failures,
+    kill_tree_by_session,
+    launch_local,
+    read,
+    small_spec,
+    start_agent,
+    wait_for_file,
+    wait_phase,
+)
+
+from schemas import names
+
+pytestmark = pytest.mark.slow
+SLEEPY_DRIVER = 'command = ["python", "-c", "import time; time.sleep(60)"]'
+
+
+def uid(tag: str) -> str:
+    return f"e2e-{tag}-{secrets.token_hex(3)}"
+
+
+def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
+    driver = 'command = ["python", "examples/demo_driver.py"]'
+    run = launch_local(tmp_path, small_spec(driver=driver), uid("ok"), env={"DEMO_STEPS": "3"})
+    try:
+        code = run.wait(240)
+        assert code == 0, run.text[-4000:]
+        d = run.run_dir
+        seen = assert_artifacts_valid(d)
+        for r in range(3):
+            for rel in (names.address(r), names.placement(r), names.cleanup(r), names.ack(r), names.phases(r)):
+                assert rel in seen, f"missing {rel}"
+            assert read(d, names.cleanup(r))["outcome"] == "success"
+            assert read(d, names.phases(r))["state"] == "SUCCEEDED"
+        layout = read(d, names.RAY_LAYOUT)
+        assert layout["passed"] and layout["expected"] == layout["actual"]
+        assert sorted(layout["expected"]) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+        assert read(d, names.COMPLETE)["driver_exit_code"] == 0
+        result = read(d, names.DRIVER_RESULT)
+        assert result["optimizer_steps"] == 3 and result["policy_refreshes"] == 3
+        assert all(p["address"] == p["expected_address"] and p["gpus"] == p["expected_gpus"]
+                   for p in result["placements"])
+        assert not failures(d)
+        assert "[rank 1]" in run.text and "SUCCEEDED" in run.text
+        assert str(d) in run.text  # the launcher prints the run directory
+    finally:
+        kill_tree_by_session(run.proc)
+    assert_nothing_left(run.run_dir)
+
+
+def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
+    hb_timeout = 6.0
+    run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout), uid("kill9"))
+    try:
+        wait_phase(run.run_dir, 0, "driver", 120)
+        time.sleep(1)
+        victim = agent_pid(run.run_dir, 1)
+        os.kill(victim, signal.SIGKILL)
+        t0 = time.monotonic()
+        code = run.wait(60)
+        took = time.monotonic() - t0
+        assert code != 0
+        assert took < hb_timeout + 0.25 + 8, f"peers took {took:.1f}s to stop"  # + teardown grace
+        fails = failures(run.run_dir)
+        # The reaper records the dead agent; the others react to it.
+        assert fails[1]["kind"] == "agent_died" and fails[1]["writer"] == "reaper"
+        for r in (0, 2):
+            assert fails[r]["reacting_to"]["rank"] == 1
+        assert read(run.run_dir, names.cleanup(1))["writer"] == "reaper"
+        assert_artifacts_valid(run.run_dir)
+    finally:
+        kill_tree_by_session(run.proc)
+    assert_nothing_left(run.run_dir)
+
+
+def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
+    """A hung agent (SIGSTOP: alive, silent) is caught by heartbeat age, not by its exit."""
+    hb_timeout = 4.0
+    run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout), uid("stop"))
+    victim = None
+    try:
+        wait_phase(run.run_dir, 0, "driver", 120)
+        victim = agent_pid(run.run_dir, 2)
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.monotonic()
+        # The watchers of rank 2 (ranks 0 and 1 on the ring) notice; everyone else follows.
+        deadline = t0 + hb_timeout + 10
+        def noticed() -> bool:
+            return any(f["kind"] == "peer_silent" for f in failures(run.run_dir).values())
+
+        while time.monotonic() < deadline and not noticed():
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        silent = [f for f in failures(run.run_dir).values() if f["kind"] == "peer_silent"]
+        assert silent, "nobody noticed the silent peer"
+        assert silent[0]["reacting_to"]["rank"] == 2
+        assert hb_timeout - 0.5 <= took <= hb_timeout + 3, took
+    finally:
+        if victim:
+            os.kill(victim, signal.SIGKILL)  # its reaper then cleans its Ray node
+            os.kill(victim, signal.SIGCONT)
+        code = run.wait(60)
+        kill_tree_by_session(run.proc)
+    assert code != 0
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)
+
+
+def test_driver_failure_stops_every_replica(tmp_path: Path) -> None:
+    driver = 'command = ["python", "-c", "import sys; print(\'boom: optimizer diverged\'); sys.exit(1)"]'
+    run = launch_local(tmp_path, small_spec(driver=driver), uid("drv"))
+    try:
+        assert run.wait(120) != 0
+        fails = failures(run.run_dir)
+        assert fails[0]["kind"] == "driver_exit" and fails[0]["log"] == names.driver_log(0)
+        assert "code 1" in fails[0]["cause"]
+        for r in (1, 2):
+            assert fails[r]["kind"] == "peer_failure" and fails[r]["reacting_to"]["rank"] == 0
+        assert "boom" in (run.run_dir / names.driver_log(0)).read_text()
+        assert not (run.run_dir / names.COMPLETE).exists()
+        assert_artifacts_valid(run.run_dir)
+    finally:
+        kill_tree_by_session(run.proc)
+    assert_nothing_left(run.run_dir)
+
+
+def test_sigterm_to_one_agent_stops_all(tmp_path: Path) -> None:
+    run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER), uid("term"))
+    try:
+        wait_phase(run.run_dir, 1, "driver", 120)
+        os.kill(agent_pid(run.run_dir, 1), signal.SIGTERM)
+        assert run.wait(60) != 0
+        fails = failures(run.run_dir)
+        assert fails[1]["kind"] == "signal" and "SIGTERM" in fails[1]["cause"]
+        assert {fails[0]["reacting_to"]["rank"], fails[2]["reacting_to"]["rank"]} == {1}
+        assert read(run.run_dir, names.cleanup(1))["writer"] == "agent"
+        assert_artifacts_valid(run.run_dir)
+    finally:
+        kill_tree_by_session(run.proc)
+    assert_nothing_left(run.run_dir)
+
+
+def test_replica_that_never_starts_fails_everyone_at_startup_timeout(tmp_path: Path) -> None:
+    startup = 6.0
+    spec = tmp_path / "spec.toml"
+    spec.write_text(small_spec(startup_timeout=startup))
+    u = uid("missing")
+    t0 = time.monotonic()
+    procs = [start_agent(tmp_path, spec, u, r, 3, f"127.0.0.{2 + r}") for r in (0, 1)]  # rank 2 never starts
+    try:
+        codes = [p.wait(60) for p in procs]
+        took = time.monotonic() - t0
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    run_dir = tmp_path / "out" / "cluster" / u
+    assert codes == [1, 1]
+    assert startup <= took < startup + 8, took
+    fails = failures(run_dir)
+    for r in (0, 1):
+        assert fails[r]["kind"] in ("startup_timeout", "peer_failure")
+    assert any(f["kind"] == "startup_timeout" and f["peers"] == [2] for f in fails.values())
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+
+
+def test_clock_skew_of_an_hour_causes_no_false_failure(tmp_path: Path) -> None:
+    driver = 'command = ["python", "-c", "import time; time.sleep(5)"]'
+    skew = {1: {"GYM_TEST_CLOCK_SKEW_S": "3600"}, 2: {"GYM_TEST_CLOCK_SKEW_S": "-3600"}}
+    spec = tmp_path / "skew.toml"
+    spec.write_text(small_spec(driver=driver, heartbeat_timeout=2.0))
+    u = uid("skew")
+    procs = [start_agent(tmp_path, spec, u, r, 3, f"127.0.0.{2 + r}", env=skew.get(r)) for r in range(3)]
+    try:
+        codes = [p.wait(180) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    run_dir = tmp_path / "out" / "cluster" / u
+    assert codes == [0, 0, 0], [p.stdout.read()[-2000:] for p in procs if p.stdout]
+    hb1 = read(run_dir, names.heartbeat(1))
+    hb0 = read(run_dir, names.heartbeat(0))
+    assert hb1["written_at"] - hb0["written_at"] > 3000  # the skew really was in effect
+    assert not failures(run_dir)
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+
+
+def test_two_replicas_claiming_one_address_are_rejected_before_training(tmp_path: Path) -> None:
+    spec = tmp_path / "dup.toml"
+    spec.write_text(small_spec(replicas=2))
+    u = uid("dup")
+    procs = [start_agent(tmp_path, spec, u, r, 2, "127.0.0.5") for r in range(2)]
+    try:
+        codes = [p.wait(60) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    run_dir = tmp_path / "out" / "cluster" / u
+    assert codes == [1, 1]
+    fails = failures(run_dir)
+    assert all(f["kind"] == "address_conflict" and f["phase"] == "plan_agreement" for f in fails.values())
+    assert "127.0.0.5" in fails[0]["cause"]
+    assert not (run_dir / names.RAY_HEAD).exists()  # never got as far as Ray
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+
+
+def test_plan_disagreement_names_the_ranks(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.write_text(small_spec(replicas=2))
+    b.write_text(small_spec(replicas=2, heartbeat_timeout=7))
+    u = uid("plan")
+    procs = [start_agent(tmp_path, a, u, 0, 2, "127.0.0.2"), start_agent(tmp_path, b, u, 1, 2, "127.0.0.3")]
+    try:
+        codes = [p.wait(60) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    run_dir = tmp_path / "out" / "cluster" / u
+    assert codes == [1, 1]
+    fails = failures(run_dir)
+    assert fails[0]["kind"] == "plan_mismatch" and fails[0]["peers"] == [1]
+    assert fails[1]["kind"] == "plan_mismatch" and fails[1]["peers"] == [0]
+    assert_nothing_left(run_dir)
+
+
+def test_wrong_gpu_count_fails_clearly(tmp_path: Path) -> None:
+    spec = tmp_path / "gpu.toml"
+    spec.write_text(small_spec(replicas=2))
+    u = uid("gpu")
+    procs = [start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2"),
+             start_agent(tmp_path, spec, u, 1, 2, "127.0.0.3", gpus=1)]
+    try:
+        codes = [p.wait(60) for p in procs]
+        out1 = procs[1].stdout.read() if procs[1].stdout else ""
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    run_dir = tmp_path / "out" / "cluster" / u
+    assert codes == [1, 1]
+    fails = failures(run_dir)
+    assert fails[1]["kind"] == "placement" and "sees 1 GPUs" in fails[1]["cause"]
+    assert "gpus_per_replica=2" in out1
+    assert_nothing_left(run_dir)
+
+
+def test_planted_symlink_in_run_dir_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text(small_spec(replicas=2))
+    u = uid("link")
+    run_dir = tmp_path / "out" / "cluster" / u
+    run_dir.mkdir(parents=True)
+    target = tmp_path / "elsewhere.log"
+    target.write_text("")
+    (run_dir / names.agent_log(0)).symlink_to(target)
+    p = start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2")
+    try:
+        code = p.wait(30)
+        out = p.stdout.read() if p.stdout else ""
+    finally:
+        kill_tree_by_session(p)
+    assert code == 2 and "symlink" in out and "Traceback" not in out
+    assert target.read_text() == ""
+
+
+def test_uuid_escaping_output_root_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text(small_spec(replicas=2))
+    p = start_agent(tmp_path, spec, "../../etc", 0, 2, "127.0.0.2")
+    out = p.communicate(timeout=30)[0]
+    assert p.returncode == 2 and "uuid" in out and "Traceback" not in out
+    wait_for_file  # noqa: B018 - imported for other tests

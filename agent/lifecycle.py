@@ -227,13 +227,14 @@ class Agent:
         lg.end(detail=f"node {index} of {self.plan.replicas}; head {self.head_address}")
 
         lg.begin(Phase.DEVICES)
+        data_detail = self.judges.check_data()
         devices = self.ident.visible_devices
         if len(devices) != self.plan.gpus_per_replica:
             raise self.fail("placement", f"rank {self.rank} sees {len(devices)} GPUs "
                             f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
                             f"gpus_per_replica={self.plan.gpus_per_replica}; fix the allocation or "
                             "launch.gpus_per_replica")
-        lg.end()
+        lg.end(detail=f"data: {data_detail}")
 
         lg.begin(Phase.PLACEMENT)
         self._write_placement()
@@ -243,21 +244,22 @@ class Agent:
         started = self.judges.start_local()
         lg.end(detail=f"{started} managed judge(s) on this node")
 
-        lg.begin(Phase.RAY_START, "head" if self.is_head else f"worker of {self.head_address}")
-        self._start_ray()
-        lg.end()
+        if self.config.ray.enabled:
+            lg.begin(Phase.RAY_START, "head" if self.is_head else f"worker of {self.head_address}")
+            self._start_ray()
+            lg.end()
 
         lg.begin(Phase.JUDGE_HEALTH)
         self.judges.wait_local_healthy()
         lg.end()
 
-        if self.is_head:
+        if self.is_head and self.config.ray.enabled:
             lg.begin(Phase.READINESS)
             self._readiness_gate()
             lg.end()
 
         if self.is_driver_node:
-            if not self.is_head:
+            if not self.is_head and self.config.ray.enabled:
                 lg.begin(Phase.READINESS, "waiting for the head's layout check")
                 self.wait_for("ray-layout.json from the head", lambda: self._listed(names.RAY_LAYOUT))
                 layout = self.run.read_json(names.RAY_LAYOUT) or {}
@@ -266,8 +268,7 @@ class Agent:
                                     + "; ".join(layout.get("problems", [])))
                 lg.end()
             lg.begin(Phase.REGISTRY)
-            self.judges.write_registry()
-            lg.end()
+            lg.end(detail=self.judges.write_registry())
             lg.begin(Phase.CANARIES)
             detail = self.judges.run_canaries()
             lg.end(detail=detail)
@@ -393,7 +394,7 @@ class Agent:
         plan_json = self.plan.to_json()
         plan_json["addresses"] = [p.address for p in self.peers]
         extra = {
-            "RAY_ADDRESS": self.gcs_address or "",
+            **({"RAY_ADDRESS": self.gcs_address or ""} if self.config.ray.enabled else {}),
             "GYM_RUN_DIR": str(self.run.path),
             "GYM_RANK": str(self.rank),
             "GYM_NODE_INDEX": str(self.node.index),
@@ -411,8 +412,14 @@ class Agent:
         lg = self.log
         if not self.is_driver_node:
             lg.begin(Phase.DRIVER, f"supervising; the driver runs on node {self.plan.driver_node}")
-            self.wait_for("complete.json", lambda: self._listed(names.COMPLETE), startup=False,
-                          timeout=float("inf"))
+            # The driver's node acknowledges right after writing complete.json. Its ack is found by
+            # listing acks/ (empty while the driver runs), not the large top-level directory:
+            # O(1) per poll per agent instead of O(N).
+            driver_ack = f"ack-{self.peers[self.plan.driver_node].rank}.json"
+            self.wait_for("the driver node's completion", lambda: self._listed(driver_ack, names.ACKS_DIR),
+                          startup=False, timeout=float("inf"))
+            if self.run.read_json(names.COMPLETE) is None:
+                raise self.fail("internal", "the driver's node acknowledged but complete.json is unreadable")
             lg.end()
             return
         cmd = self.config.driver.command
@@ -462,6 +469,7 @@ class Agent:
 
     def _stop_everything(self) -> list[dict]:
         assert self.supervisor is not None
+        self.judges.stop()
         records = self.supervisor.stop_all()
         self.supervisor.halt()
         if self.liveness:

@@ -67,6 +67,7 @@ class Liveness(threading.Thread):
         self.phase = phase
         self.seq = 0
         self._watch: dict[int, _PeerView] = {}
+        self._seen_failures: set[str] = set()
         self._watching = threading.Event()
         self._stop = threading.Event()
         self.wake = threading.Event()
@@ -121,6 +122,10 @@ class Liveness(threading.Thread):
         while not self._stop.is_set():
             now = clock.mono()
             try:
+                if self.signal.is_set():
+                    self.wake.wait(self.poll)  # stopping: nothing left to watch
+                    self.wake.clear()
+                    continue
                 if now >= next_beat:
                     self._beat()
                     if self._watching.is_set():
@@ -136,7 +141,9 @@ class Liveness(threading.Thread):
         self.seq += 1
         try:
             self.run_dir.write_artifact(
-                names.heartbeat(self.rank), "heartbeat", self.writer, {"seq": self.seq, "phase": str(self.phase())}
+                names.heartbeat(self.rank), "heartbeat", self.writer,
+                {"seq": self.seq, "phase": str(self.phase()),
+                 "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")}},
             )
         except OSError as exc:
             log.warning("heartbeat write failed (%s: %s)", type(exc).__name__, exc)
@@ -162,8 +169,11 @@ class Liveness(threading.Thread):
                 )
 
     def _check_failures(self) -> None:
+        if self.signal.is_set():
+            return  # already stopping: further records cannot change what we do (and N agents
+            # re-reading N records on every peer's write would be O(N^2) work in a failure wave)
         for name in self.run_dir.listdir(names.FAILURES_DIR):
-            if not name.startswith("failure-") or not name.endswith(".json"):
+            if name in self._seen_failures or not name.startswith("failure-") or not name.endswith(".json"):
                 continue
             try:
                 peer = int(name[len("failure-") : -len(".json")])
@@ -174,6 +184,7 @@ class Liveness(threading.Thread):
             doc = self.run_dir.read_json(f"{names.FAILURES_DIR}/{name}")
             if doc is None:
                 continue  # partial or unreadable: seen again next poll
+            self._seen_failures.add(name)
             if doc.get("fingerprint") != self.writer.fingerprint:
                 continue  # not this run's record
             self.signal.trip(

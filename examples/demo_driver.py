@@ -129,18 +129,18 @@ def _grade_with_judges(rollouts: list) -> tuple[int, list[dict]]:
     registry = driver_api.registry()
     if not registry["bindings"]:
         return 0, []
-    from agent.judges.grading import grader_for_binding
+    from agent.judges.bindings import bindings_from_registry
 
-    question = "What is the capital of France?"
-    answers = ray.get([r.answer.remote(question) for r in rollouts])
+    sample = {"metadata": {"judge_query": "What is the capital of France?"}, "label": "Paris."}
+    answers = ray.get([r.answer.remote(sample["metadata"]["judge_query"]) for r in rollouts])
     replies, samples = 0, []
-    for verifier in sorted(registry["bindings"]):
-        grade = grader_for_binding(registry, verifier)
+    for verifier, bound in sorted(bindings_from_registry(registry).items()):
         for answer in answers:
-            g = grade(question, answer, "Paris.")
+            grade = bound.grade_sample(sample, answer, reference=sample["label"])
             replies += 1
-            samples.append({"verifier": verifier, "answer": answer, "score": g.score,
-                            "latency_s": g.verifier_diagnostics.get("latency_s")})
+            samples.append({"verifier": verifier, "answer": answer, "score": grade.score,
+                            "latency_s": grade.verifier_diagnostics.get("latency_s")})
+            print(f"judge {bound.judge} via {verifier}: {answer!r} -> {grade.score}", flush=True)
     return replies, samples
 
 

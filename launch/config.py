@@ -128,6 +128,9 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class RayConfig:
+    """``enabled = false`` runs coordination only (no Ray): benchmarks and drivers that need none."""
+
+    enabled: bool = True
     num_cpus: int | None = None
     object_store_memory: int | None = None
     # pool name -> {resource name -> amount}
@@ -261,6 +264,7 @@ def _build(resolved: ResolvedSpec) -> RunConfig:
         data=DataConfig(data.get("train"), data.get("eval")),
         pools=pools,
         ray=RayConfig(
+            enabled=ray.get("enabled", True),
             num_cpus=ray.get("num_cpus"),
             object_store_memory=ray.get("object_store_memory"),
             resources=_frozen(ray.get("resources", {})),

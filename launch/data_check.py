@@ -71,9 +71,7 @@ class DataReport:
         for verifier in self.unused_bindings:
             lines.append(f'note: binding "{verifier}" is not used by the data')
         lines += [f"error: {p.message}" for p in self.problems]
-        lines.append(
-            "data check passed" if self.ok else f"data check failed: {len(self.problems)} problem(s)"
-        )
+        lines.append("data check passed" if self.ok else f"data check failed: {len(self.problems)} problem(s)")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:

@@ -638,6 +638,7 @@ def _ray(c: Checker, t: Mapping[str, Any], pools: set[str]) -> None:
         t,
         p,
         {
+            "enabled": boolean,
             "num_cpus": non_negative_int,
             "object_store_memory": positive_int,
             "resources": lambda v: None,

@@ -88,9 +88,7 @@ class CanaryReport:
         failed = self.failures()
         if not failed:
             return f"judge canaries passed for {len(self.bindings)} binding(s)"
-        return "; ".join(
-            f'binding "{b.verifier}" (judge {b.judge}, rubric {b.rubric}): {b.reason}' for b in failed
-        )
+        return "; ".join(f'binding "{b.verifier}" (judge {b.judge}, rubric {b.rubric}): {b.reason}' for b in failed)
 
     def to_json(self) -> dict[str, Any]:
         """The body of ``judge-canaries.json`` (the caller adds the artifact header)."""
@@ -131,12 +129,8 @@ def _grade(client: JudgeClient, rubric: Rubric, repetition: int, label: str, ans
     )
 
 
-def _binding_canary(
-    verifier: str, judge: str, rubric: Rubric, client: JudgeClient, repetitions: int
-) -> BindingCanary:
-    def result(
-        listed: tuple[str, ...], passed: bool, reason: str, samples: list[CanarySample]
-    ) -> BindingCanary:
+def _binding_canary(verifier: str, judge: str, rubric: Rubric, client: JudgeClient, repetitions: int) -> BindingCanary:
+    def result(listed: tuple[str, ...], passed: bool, reason: str, samples: list[CanarySample]) -> BindingCanary:
         return BindingCanary(
             verifier,
             judge,
@@ -154,9 +148,7 @@ def _binding_canary(
     except JudgeError as exc:
         return result((), False, f"model discovery failed: {type(exc).__name__}: {exc}", [])
     if client.model not in listed:
-        return result(
-            listed, False, f"/v1/models does not list {client.model!r} (it lists {list(listed)})", []
-        )
+        return result(listed, False, f"/v1/models does not list {client.model!r} (it lists {list(listed)})", [])
 
     samples: list[CanarySample] = []
     for repetition in range(1, repetitions + 1):
@@ -182,9 +174,7 @@ def _binding_canary(
                 f"the judge answered known-good {good.reply_excerpt!r} and known-bad {bad.reply_excerpt!r}",
                 samples,
             )
-    return result(
-        listed, True, f"known-good above known-bad in {repetitions}/{repetitions} repetitions", samples
-    )
+    return result(listed, True, f"known-good above known-bad in {repetitions}/{repetitions} repetitions", samples)
 
 
 def run_canaries(
@@ -205,9 +195,7 @@ def run_canaries(
         client, rubric = clients.get(judge), rubrics.get(rubric_name)
         if client is None or rubric is None:
             missing = f"judge {judge!r}" if client is None else f"rubric {rubric_name!r}"
-            results.append(
-                BindingCanary(verifier, judge, rubric_name, "", False, False, f"no {missing} is configured")
-            )
+            results.append(BindingCanary(verifier, judge, rubric_name, "", False, False, f"no {missing} is configured"))
             continue
         results.append(_binding_canary(verifier, judge, rubric, client, repetitions))
     return CanaryReport(repetitions, tuple(results))

@@ -41,9 +41,7 @@ class ContextOverflow(JudgeError):
     """The full request plus the output reservation does not fit the judge's context."""
 
     def __init__(self, message: str, *, prompt_tokens: int, reserved: int, limit: int) -> None:
-        super().__init__(
-            message, {"prompt_tokens": prompt_tokens, "reserved_output_tokens": reserved, "limit": limit}
-        )
+        super().__init__(message, {"prompt_tokens": prompt_tokens, "reserved_output_tokens": reserved, "limit": limit})
         self.prompt_tokens = prompt_tokens
         self.reserved = reserved
         self.limit = limit
@@ -152,8 +150,7 @@ class JudgeClient:
                     return response, attempt
                 if response.status_code not in RETRYABLE_STATUSES:
                     raise JudgeRequestError(
-                        f"{method} {self.endpoint}{path} -> HTTP {response.status_code}: "
-                        f"{response.text[:500]}",
+                        f"{method} {self.endpoint}{path} -> HTTP {response.status_code}: {response.text[:500]}",
                         {"status": response.status_code, "retries": attempt},
                     )
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
@@ -191,6 +188,9 @@ class JudgeClient:
         return count, retries
 
     def grade(self, rubric: Rubric, question: str, answer: str, reference: str | None = None) -> Grade:
+        """Grade ``answer`` to ``question`` with ``rubric``. The reference is sent only to rubrics
+        that use one (and is then required). Raises ContextOverflow, JudgeUnavailable,
+        JudgeRequestError or InvalidGrade; never returns a default score."""
         if rubric.uses_reference and reference is None:
             raise ValueError(f"rubric {rubric.name!r} ({rubric.profile.name}) needs a reference answer")
         prompt = GradingPrompt(
@@ -250,9 +250,7 @@ class JudgeClient:
         try:
             parsed = parse_reply(raw)
         except ReplyFormatError as exc:
-            raise InvalidGrade(
-                f"invalid judge reply ({exc}): {raw[:REPLY_EXCERPT_CHARS]!r}", diagnostics
-            ) from exc
+            raise InvalidGrade(f"invalid judge reply ({exc}): {raw[:REPLY_EXCERPT_CHARS]!r}", diagnostics) from exc
         diagnostics["reasoning"] = parsed.reasoning
         diagnostics["raw_score"] = parsed.raw_score
         diagnostics["score_scale"] = SCORE_MAX

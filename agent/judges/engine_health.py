@@ -130,9 +130,7 @@ class EngineHealthRegistry:
         with self._lock:
             epoch = self._next_epoch
             self._next_epoch += 1
-            self._engines[engine_id] = EngineStatus(
-                engine_id, base_url.rstrip("/"), epoch, EngineState.STARTING
-            )
+            self._engines[engine_id] = EngineStatus(engine_id, base_url.rstrip("/"), epoch, EngineState.STARTING)
         log.info("engine registered engine=%s epoch=%d url=%s", engine_id, epoch, base_url)
         return epoch
 
@@ -280,14 +278,10 @@ class EngineHealthRegistry:
             if status.state is EngineState.HEALTHY:
                 return status
             if status.state is EngineState.QUARANTINED:
-                raise RuntimeError(
-                    f"engine {engine_id} quarantined while starting: {status.quarantine_reason}"
-                )
+                raise RuntimeError(f"engine {engine_id} quarantined while starting: {status.quarantine_reason}")
             remaining = deadline_monotonic - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(
-                    f"engine {engine_id} not healthy before the deadline (last: {status.last_error})"
-                )
+                raise TimeoutError(f"engine {engine_id} not healthy before the deadline (last: {status.last_error})")
             time.sleep(min(poll, remaining))
 
     # -- background loop --

@@ -106,9 +106,7 @@ def tokenize_text(text: str) -> list[int]:
 
 def render_chat(messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
     """ChatML framing, as the judge's chat template would render the request."""
-    rendered = "".join(
-        f"<|im_start|>{m.get('role', 'user')}\n{message_text(m)}<|im_end|>\n" for m in messages
-    )
+    rendered = "".join(f"<|im_start|>{m.get('role', 'user')}\n{message_text(m)}<|im_end|>\n" for m in messages)
     return rendered + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
@@ -280,7 +278,6 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         started = time.monotonic()
         path = self.path.split("?", 1)[0]
-        note = ""
         if path in ("/health", "/health_generate"):
             faults = self.server.config.faults
             if faults.hang_health_after_s is not None and self.server.uptime() >= faults.hang_health_after_s:
@@ -298,7 +295,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, self._models())
         else:
             self._error(404, f"no route GET {path}")
-        self._log(started, note)
+        self._log(started)
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         started = time.monotonic()
@@ -356,9 +353,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             tokens = tokenize_text(str(prompt))
             count = len(tokens)
-        self._send_json(
-            200, {"tokens": tokens, "count": count, "max_model_len": self.server.config.context_length}
-        )
+        self._send_json(200, {"tokens": tokens, "count": count, "max_model_len": self.server.config.context_length})
 
     def _chat(self, body: Mapping[str, Any]) -> str:
         config = self.server.config

@@ -77,9 +77,7 @@ class RubricProfile:
 PROFILES: Mapping[str, RubricProfile] = MappingProxyType(
     {
         "general-quality": RubricProfile("general-quality", _GENERAL_QUALITY, uses_reference=False),
-        "general-quality-ref": RubricProfile(
-            "general-quality-ref", _GENERAL_QUALITY_REF, uses_reference=True
-        ),
+        "general-quality-ref": RubricProfile("general-quality-ref", _GENERAL_QUALITY_REF, uses_reference=True),
     }
 )
 
@@ -152,9 +150,7 @@ def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
 # ---- reply parsing ---------------------------------------------------------------------------
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_SCORE_LINE = re.compile(
-    r"^[ \t*]*SCORE[ \t*]*:[ \t*]*(-?\d+(?:\.\d+)?)[ \t*.]*$", re.MULTILINE | re.IGNORECASE
-)
+_SCORE_LINE = re.compile(r"^[ \t*]*SCORE[ \t*]*:[ \t*]*(-?\d+(?:\.\d+)?)[ \t*.]*$", re.MULTILINE | re.IGNORECASE)
 _REASONING_PREFIX = re.compile(r"^\s*reasoning\s*:\s*", re.IGNORECASE)
 
 

@@ -27,7 +27,7 @@ from . import clock
 from .failure import Failure
 from .judges.bindings import clients_from_registry, rubrics_from_registry
 from .judges.canary import run_canaries
-from .judges.engine_health import EngineHealthRegistry
+from .judges.engine_health import EngineHealthRegistry, EngineStatus
 from .judges.reference_server import read_port_file
 from .judges.rubrics import resolve_rubric
 from .procgroup import ProcessGroup
@@ -183,12 +183,12 @@ class JudgeRuntime:
         a = self.agent
         interval = a.coord.heartbeat_interval
 
-        def quarantined(engine_id: str, status: Any) -> None:
-            j = self.local[engine_id]
+        def quarantined(status: EngineStatus) -> None:
+            j = self.local[status.engine_id]
             a.signal.trip(Failure(
                 kind="judge_health",
-                cause=f"judge {engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
-                f"({getattr(status, 'last_error', None) or 'no answer'})",
+                cause=f"judge {status.engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
+                f"(last: {status.last_error or 'no answer'})",
                 phase=a.log.phase_name(), log=j.log))
 
         self.health = EngineHealthRegistry(failure_threshold=HEALTH_FAILURES, interval=interval,

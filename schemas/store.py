@@ -222,7 +222,8 @@ class RunDir:
         fd, leaf, close = self._parent_fd(relpath)
         try:
             try:
-                ffd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                # O_NONBLOCK: a FIFO planted in the run directory must not block the reader forever.
+                ffd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise RunDirError(f"{relpath} is a symlink; refusing to follow it") from None

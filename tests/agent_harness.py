@@ -56,6 +56,36 @@ object_store_memory = 80000000
 """
 
 
+JUDGE_TABLES = """
+[judges.general]
+mode = "managed"
+backend = "reference"
+model = "reference-judge"
+gpus = 1
+max_context_length = 8192
+max_concurrent_calls = 4
+timeout = 30
+[rubrics.general-quality]
+profile = "general-quality"
+max_output_tokens = 256
+[rubrics.general-quality-ref]
+profile = "general-quality-ref"
+max_output_tokens = 256
+[judging.bindings."general-quality"]
+judge = "general"
+rubric = "general-quality"
+[judging.bindings."general-quality_ref"]
+judge = "general"
+rubric = "general-quality-ref"
+"""
+
+
+def judge_spec(driver: str = 'command = ["python", "-c", "import time; time.sleep(60)"]', **kw: object) -> str:
+    """Three 2-GPU nodes: trainer, rollout, and rollout + a managed reference judge on node 2."""
+    text = small_spec(driver=driver, **kw)  # type: ignore[arg-type]
+    return text.replace("gpus = 4\n", "gpus = 3\n", 1) + JUDGE_TABLES
+
+
 @dataclass
 class LocalRun:
     proc: subprocess.Popen
@@ -189,6 +219,22 @@ def assert_nothing_left(run_dir: Path, extra_pids: tuple[int, ...] = (), timeout
             except psutil.Error:
                 pass
         raise AssertionError(f"processes of the run survived: {desc}")
+
+
+def audit(run_dir: Path, *, verdict: str, rank: int | None = None, kind: str | None = None) -> object:
+    """Audit a real run directory and check its verdict and first cause (rank, kind)."""
+    from audit.api import audit_run
+
+    result = audit_run(run_dir)
+    errors = [f"{f.code}: {f.message}" for f in result.findings if f.severity == "error"]
+    assert result.verdict == verdict, (result.verdict, errors)
+    if verdict == "pass":
+        assert result.first_cause is None and not errors, errors
+    else:
+        fc = result.first_cause
+        assert fc is not None, errors
+        assert (fc.rank, fc.kind) == (rank, kind), (fc, result.cascade)
+    return result
 
 
 def kill_tree_by_session(proc: subprocess.Popen) -> None:

@@ -14,6 +14,7 @@ from agent_harness import (
     agent_pid,
     assert_artifacts_valid,
     assert_nothing_left,
+    audit,
     failures,
     kill_tree_by_session,
     launch_local,
@@ -61,6 +62,7 @@ def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="pass")
 
 
 def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
@@ -86,6 +88,7 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="fail", rank=1, kind="agent_died")
 
 
 def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
@@ -119,6 +122,8 @@ def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
     assert code != 0
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)
+    result = audit(run.run_dir, verdict="fail", rank=2, kind="agent_died")  # the hung one is the culprit
+    assert result.cascade, "the silent-peer reactions are listed after the first cause"
 
 
 def test_driver_failure_stops_every_replica(tmp_path: Path) -> None:
@@ -137,6 +142,8 @@ def test_driver_failure_stops_every_replica(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
+    result = audit(run.run_dir, verdict="fail", rank=0, kind="driver_exit")
+    assert "boom" in "\n".join(result.first_cause.excerpt)
 
 
 def test_sigterm_to_one_agent_stops_all(tmp_path: Path) -> None:
@@ -153,6 +160,7 @@ def test_sigterm_to_one_agent_stops_all(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="fail", rank=1, kind="signal")
 
 
 def test_replica_that_never_starts_fails_everyone_at_startup_timeout(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""Audit a run directory: schemas, cross-checks, first cause, reports."""

@@ -1,0 +1,261 @@
+"""`audit_run(path) -> AuditResult`: the whole audit, for the CLI and for tests on real runs.
+
+Reads only: nothing here opens a run-directory file for writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from schemas import names
+
+from .context import AuditContext, build_context
+from .crosscheck_judges import check_canaries, check_judge_endpoints, check_registry
+from .crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
+from .crosscheck_lifecycle import (
+    check_cleanup,
+    check_completion,
+    check_driver,
+    check_failures_vs_success,
+    check_heartbeats,
+    check_incarnations,
+    check_logs,
+    check_phases,
+)
+from .expected import PlanView, expected_plan
+from .first_cause import analyse
+from .load import SafeDir, UnusableRunDir, load_run
+from .model import AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
+from .schema_check import check_schemas
+from .views import as_dict, as_str, rank_of
+
+__all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
+
+MAX_RANKS = 100_000  # a spec asking for more replicas than this is not a run we can list
+
+CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
+    check_ranks,
+    check_addresses,
+    check_placements,
+    check_ray_layout,
+    check_registry,
+    check_judge_endpoints,
+    check_canaries,
+    check_phases,
+    check_completion,
+    check_cleanup,
+    check_driver,
+    check_failures_vs_success,
+    check_logs,
+    check_heartbeats,
+    check_incarnations,
+)
+
+
+def _guarded(check: Callable[[AuditContext], list[Finding]], ctx: AuditContext) -> list[Finding]:
+    # One broken check must not hide every other finding. The fuzz test asserts that this
+    # never fires, so it is a seat belt, not a place where bugs go to hide.
+    try:
+        return check(ctx)
+    except Exception as exc:  # noqa: BLE001 - reported as a finding with its type
+        return [
+            Finding("error", "audit.internal", f"check {check.__name__} failed: {type(exc).__name__}: {exc}")
+        ]
+
+
+def _read_spec(run) -> tuple[dict, str | None]:
+    art = run.artifacts.get(names.SPEC)
+    if art is None:
+        why = next((f.message for f in run.findings if f.file == names.SPEC), None)
+        if why:
+            raise UnusableRunDir(f"spec.json {why}; the audit needs the run's resolved spec")
+        raise UnusableRunDir(
+            f"{run.path} has no spec.json: this is not a run directory (pass OUTPUT/cluster/UUID)"
+        )
+    if art.doc is None:
+        why = next((f.message for f in run.findings if f.file == names.SPEC), "cannot be parsed")
+        raise UnusableRunDir(f"spec.json {why}; the audit needs the run's resolved spec")
+    spec = art.doc.get("spec")
+    if not isinstance(spec, dict):
+        raise UnusableRunDir("spec.json has no `spec` object; the audit needs the run's resolved spec")
+    return spec, as_str(art.doc.get("fingerprint"))
+
+
+def _inferred_cause(ctx: AuditContext) -> Cause | None:
+    """No failure record, but a phase ended 'failed': the earliest such phase is the best lead."""
+    failed = [
+        (span.ended_at or span.started_at, rank, span)
+        for rank, rec in ctx.phases.items()
+        for span in rec.spans
+        if span.outcome == "failed"
+    ]
+    if not failed:
+        return None
+    t, rank, span = min(failed, key=lambda x: (x[0], x[1]))
+    return Cause(
+        rank,
+        "phase_failed",
+        span.phase,
+        span.detail or f"phase {span.phase} failed",
+        t,
+        None,
+        names.phases(rank),
+        None,
+    )
+
+
+def _gpu_maps(ctx: AuditContext) -> tuple[NodeMap, ...]:
+    plan = ctx.plan
+    maps = []
+    nodes = {n.index: n for n in plan.nodes}
+    indices = sorted(set(nodes) | {r.node_index for r in ctx.placements.values() if r.node_index is not None})
+    for index in indices[:1024]:
+        rank = ctx.owner_of_node.get(index)
+        rec = ctx.placements.get(rank) if rank is not None else None
+        if rec is None or rec.node_index != index:
+            rec = next((p for p in ctx.placements.values() if p.node_index == index), None)
+        roles: dict[int, tuple[str, str]] = {}
+        if rec is not None:
+            source = "placement"
+            ray, trainer = sorted(rec.ray_devices or ()), rec.trainer_gpus
+            judges = {k: v.devices or () for k, v in rec.judges.items()}
+            unused = rec.unused_devices or ()
+        elif index in nodes:
+            source = "plan"
+            node = nodes[index]
+            ray, trainer = sorted(node.ray_devices), node.trainer_gpus
+            judges, unused = dict(node.judges), node.unused_devices
+        else:
+            continue
+        for k, d in enumerate(ray):
+            if trainer is None:
+                roles[d] = ("ray", "ray")
+            else:
+                roles[d] = ("trainer", "trainer") if k < trainer else ("rollout", "rollout")
+        for name, devs in sorted(judges.items()):
+            for d in devs:
+                roles.setdefault(d, ("judge", name))
+        for d in unused:
+            roles.setdefault(d, ("unused", "unused"))
+        width = plan.gpus_per_replica or (max(roles, default=-1) + 1)
+        width = max(0, min(width, 1024))
+        cells = tuple(GpuCell(d, *roles.get(d, ("unused", "unassigned"))) for d in range(width))  # type: ignore[arg-type]
+        address = rec.address if rec is not None else None
+        if address is None and rank is not None and rank in ctx.addresses:
+            address = ctx.addresses[rank].address
+        maps.append(
+            NodeMap(
+                index,
+                rank if rec is None else rec.rank,
+                address,
+                source,  # type: ignore[arg-type]
+                cells,
+                is_head=bool(rec.is_head) if rec is not None else index == 0,
+                is_driver_node=bool(rec.is_driver_node) if rec is not None else index == plan.driver_node,
+            )
+        )
+    return tuple(maps)
+
+
+def _rank_summaries(ctx: AuditContext) -> tuple[RankSummary, ...]:
+    seen = set(ctx.expected_ranks) | set(ctx.addresses) | set(ctx.phases) | set(ctx.failures)
+    out = []
+    for rank in sorted(seen)[:MAX_RANKS]:
+        addr = ctx.addresses.get(rank)
+        ph = ctx.phases.get(rank)
+        out.append(
+            RankSummary(
+                rank=rank,
+                address=addr.address if addr else None,
+                hostname=addr.hostname if addr else None,
+                node_index=ctx.node_of_rank.get(rank),
+                state=ph.state if ph else ("FAILED" if rank in ctx.failures else None),
+                incarnation=addr.incarnation if addr else None,
+                phases=ph.spans if ph else (),
+            )
+        )
+    return tuple(out)
+
+
+def audit_run(path: str | Path) -> AuditResult:
+    """Audit one run directory. Raises UnusableRunDir (exit 2) when there is nothing to audit."""
+    with SafeDir(path) as safe:
+        run = load_run(safe)
+        spec, fingerprint = _read_spec(run)
+        plan, findings = expected_plan(spec, fingerprint, run)
+        if plan.replicas > MAX_RANKS:
+            findings.append(
+                Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none")
+            )
+            plan = PlanView(
+                plan.source, 0, plan.gpus_per_replica, (), None, plan.bindings, plan.judge_modes, None
+            )
+        expected = tuple(range(plan.replicas))
+        ctx = build_context(run, spec, fingerprint, plan, expected)
+        findings = list(run.findings) + findings + check_schemas(run, fingerprint)
+        for check in CHECKS:
+            findings.extend(_guarded(check, ctx))
+
+        heartbeat_phases = {
+            r: p
+            for a in run.by_schema("heartbeat")
+            if (r := rank_of(a)) is not None and (p := as_str(as_dict(a.doc).get("phase")))
+        }
+        first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
+        notes: list[str] = []
+        if plan.source != "launch":
+            notes.append("the plan could not be recomputed; placement and layout were not checked against it")
+        if ctx.outcome == "failed" and first is not None:
+            where = f"rank {first.rank}" + (f" in phase {first.phase}" if first.phase else "")
+            findings.append(
+                Finding(
+                    "error",
+                    "run.failed",
+                    f"first cause: {first.kind} on {where}: {first.cause}",
+                    first.file,
+                    first.rank,
+                )
+            )
+            hosts = {c.rank for c in (first, *cascade)}
+            if len(hosts) > 1:
+                notes.append(
+                    "failure times come from different hosts' clocks; the order across hosts is best effort"
+                )
+            if others:
+                notes.append(
+                    f"{len(others)} other independent root cause(s): "
+                    + ", ".join(f"{c.kind} on rank {c.rank}" for c in others)
+                )
+        elif ctx.outcome == "incomplete":
+            first = _inferred_cause(ctx)
+            missing = []
+            if ctx.complete is None:
+                missing.append("no complete.json")
+            not_acked = sorted(set(expected) - ctx.acked)
+            if not_acked:
+                missing.append(f"no acknowledgement from ranks {not_acked}")
+            findings.append(
+                Finding(
+                    "error",
+                    "run.incomplete",
+                    "the run did not complete and nobody recorded why (" + "; ".join(missing) + ")",
+                )
+            )
+        findings = sorted(set(findings), key=Finding.sort_key)
+        verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
+        return AuditResult(
+            run_dir=str(path),
+            verdict=verdict,
+            outcome=ctx.outcome,
+            fingerprint=fingerprint,
+            findings=tuple(findings),
+            first_cause=first,
+            cascade=cascade if ctx.outcome == "failed" else (),
+            other_roots=others if ctx.outcome == "failed" else (),
+            expected_ranks=expected,
+            ranks=_rank_summaries(ctx),
+            plan=plan.to_json(),
+            gpu_maps=_gpu_maps(ctx),
+            notes=tuple(notes),
+        )

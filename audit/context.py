@@ -1,0 +1,115 @@
+"""The facts every cross-check shares: parsed records, the expected plan, who owns which node,
+and what the run's outcome was. Built once so that checks stay small and agree with each other."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schemas import names
+
+from .expected import PlanView
+from .load import LoadedRun
+from .model import Outcome
+from .views import (
+    AddressRec,
+    FailureRec,
+    PhasesRec,
+    PlacementRec,
+    addresses,
+    failures,
+    phases,
+    placements,
+    ranks_of,
+)
+
+
+def address_key(addr: str) -> tuple[int, int, int, str]:
+    """Numeric order of addresses (IPv4 before IPv6, never string order: 10.0.0.9 < 10.0.0.10).
+    A hostname that is not an IP sorts after every IP, by name."""
+    try:
+        ip = ipaddress.ip_address(addr.split("%", 1)[0])
+        return (0, ip.version, int(ip), addr)
+    except ValueError:
+        return (1, 0, 0, addr)
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    run: LoadedRun
+    spec: Mapping[str, Any]
+    fingerprint: str | None
+    plan: PlanView
+    expected_ranks: tuple[int, ...]
+    addresses: Mapping[int, AddressRec]
+    placements: Mapping[int, PlacementRec]
+    phases: Mapping[int, PhasesRec]
+    failures: Mapping[int, FailureRec]
+    acked: frozenset[int]
+    complete: Mapping[str, Any] | None
+    owner_of_node: Mapping[int, int]  # planned node index -> rank that owns it
+    node_of_rank: Mapping[int, int]
+    outcome: Outcome
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome == "succeeded"
+
+    def phase_started(self, rank: int, phase: str) -> bool:
+        rec = self.phases.get(rank)
+        return rec is not None and any(s.phase == phase for s in rec.spans)
+
+
+def _owners(
+    expected: tuple[int, ...], addrs: Mapping[int, AddressRec], places: Mapping[int, PlacementRec]
+) -> dict[int, int]:
+    """node -> rank. The protocol's rule (i-th lowest address owns node i) when every expected rank
+    published an address; otherwise the placement records' own claims."""
+    known = {r: a.address for r, a in addrs.items() if r in expected and a.address}
+    if expected and len(known) == len(expected):
+        ordered = sorted(known, key=lambda r: address_key(known[r]))
+        return {i: r for i, r in enumerate(ordered)}
+    out: dict[int, int] = {}
+    for rank, rec in sorted(places.items()):
+        if rec.node_index is not None and rec.node_index not in out:
+            out[rec.node_index] = rank
+    return out
+
+
+def build_context(
+    run: LoadedRun,
+    spec: Mapping[str, Any],
+    fingerprint: str | None,
+    plan: PlanView,
+    expected: tuple[int, ...],
+) -> AuditContext:
+    addrs = addresses(run)
+    places = placements(run)
+    fails = failures(run)
+    acked = frozenset(ranks_of(run, "ack"))
+    complete = run.doc(names.COMPLETE)
+    owners = _owners(expected, addrs, places)
+    if fails:
+        outcome: Outcome = "failed"
+    elif complete is not None and set(expected) <= acked:
+        outcome = "succeeded"
+    else:
+        outcome = "incomplete"
+    return AuditContext(
+        run=run,
+        spec=spec,
+        fingerprint=fingerprint,
+        plan=plan,
+        expected_ranks=expected,
+        addresses=addrs,
+        placements=places,
+        phases=phases(run),
+        failures=fails,
+        acked=acked,
+        complete=complete,
+        owner_of_node=owners,
+        node_of_rank={r: n for n, r in owners.items()},
+        outcome=outcome,
+    )

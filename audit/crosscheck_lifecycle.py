@@ -1,0 +1,372 @@
+"""Cross-checks of the run's lifecycle: phases, completion and acknowledgements, cleanup,
+the driver's own evidence of training, expected logs, and incarnation consistency."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from schemas import names
+
+from .context import AuditContext
+from .model import Finding
+from .views import as_int, as_list, as_str, rank_of
+
+SUCCESS_STATES = {"SUCCEEDED", "SUCCESS", "COMPLETE", "COMPLETED"}
+
+
+def check_phases(ctx: AuditContext) -> list[Finding]:
+    out: list[Finding] = []
+    for rank, rec in sorted(ctx.phases.items()):
+        f = rec.relpath
+        if ctx.succeeded:
+            if (rec.state or "").upper() not in SUCCESS_STATES:
+                out.append(
+                    Finding(
+                        "error", "phases.state", f"final state {rec.state!r} on a successful run", f, rank
+                    )
+                )
+            for span in rec.spans:
+                if span.outcome != "ok":
+                    out.append(
+                        Finding(
+                            "error", "phases.not_ok", f"phase {span.phase} ended {span.outcome!r}", f, rank
+                        )
+                    )
+        prev = None
+        for span in rec.spans:
+            if span.ended_at is not None and span.ended_at < span.started_at:
+                out.append(
+                    Finding(
+                        "warning", "phases.time_order", f"phase {span.phase} ends before it starts", f, rank
+                    )
+                )
+            if prev is not None and span.started_at < prev:
+                out.append(
+                    Finding(
+                        "warning",
+                        "phases.time_order",
+                        f"phase {span.phase} starts before the previous one",
+                        f,
+                        rank,
+                    )
+                )
+            prev = span.started_at
+    return out
+
+
+def check_completion(ctx: AuditContext) -> list[Finding]:
+    out: list[Finding] = []
+    f = names.COMPLETE
+    acked = ctx.acked & set(ctx.expected_ranks)
+    if ctx.complete is None:
+        if acked:
+            out.append(
+                Finding(
+                    "error",
+                    "complete.ack_without_complete",
+                    f"ranks {sorted(acked)} acknowledged completion, but complete.json does not exist",
+                    f,
+                )
+            )
+        return out
+    missing = sorted(set(ctx.expected_ranks) - ctx.acked)
+    if missing:
+        # After complete.json a replica may still fail (e.g. during acknowledgement); then missing
+        # acks are part of that failure, not a separate protocol violation.
+        sev = "warning" if ctx.failures else "error"
+        out.append(
+            Finding(
+                sev,
+                "complete.missing_acks",
+                f"complete.json exists but ranks {missing} never acknowledged",
+                f,
+            )
+        )
+    driver_rank = as_int(ctx.complete.get("driver_rank"))
+    node = ctx.plan.driver_node
+    want = ctx.owner_of_node.get(node) if node is not None else None
+    if driver_rank is not None and want is not None and driver_rank != want:
+        out.append(
+            Finding(
+                "error",
+                "complete.driver_rank",
+                f"driver ran on rank {driver_rank}, but the plan puts it on node {node} (rank {want})",
+                f,
+                json_path="$.driver_rank",
+            )
+        )
+    return out
+
+
+def check_cleanup(ctx: AuditContext) -> list[Finding]:
+    out: list[Finding] = []
+    docs = {rank_of(a): a for a in ctx.run.by_schema("cleanup")}
+    for rank in ctx.expected_ranks:
+        art = docs.get(rank)
+        f = names.cleanup(rank)
+        if art is None:
+            out.append(
+                Finding(
+                    "error",
+                    "cleanup.missing",
+                    "no cleanup record: nobody can tell whether its processes (and GPU memory) were released",
+                    f,
+                    rank,
+                )
+            )
+            continue
+        doc = art.doc
+        if doc is None:
+            continue
+        if as_str(doc.get("writer")) == "reaper":
+            out.append(
+                Finding(
+                    "info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank
+                )
+            )
+        # `outcome` is how this replica ended (not whether teardown worked: leftover_pids says that).
+        outcome = as_str(doc.get("outcome"))
+        if outcome == "failure" and ctx.succeeded:
+            out.append(
+                Finding(
+                    "error",
+                    "cleanup.outcome_mismatch",
+                    "says failure on a run that succeeded",
+                    f,
+                    rank,
+                    "$.outcome",
+                )
+            )
+        elif outcome == "success" and rank in ctx.failures:
+            out.append(
+                Finding(
+                    "error",
+                    "cleanup.outcome_mismatch",
+                    "says success, but the rank wrote a failure record",
+                    f,
+                    rank,
+                    "$.outcome",
+                )
+            )
+        elif outcome == "failure" and not ctx.failures:
+            out.append(
+                Finding(
+                    "warning",
+                    "cleanup.failure_without_record",
+                    "says failure, but no rank wrote a failure record",
+                    f,
+                    rank,
+                    "$.outcome",
+                )
+            )
+        leftover = [p for p in as_list(doc.get("leftover_pids")) if as_int(p) is not None]
+        if leftover:
+            out.append(
+                Finding(
+                    "error",
+                    "cleanup.leftover",
+                    f"processes {leftover[:10]} survived teardown (orphans keep GPU memory)",
+                    f,
+                    rank,
+                    "$.leftover_pids",
+                )
+            )
+        for i, g in enumerate(as_list(doc.get("groups"))):
+            if isinstance(g, dict) and g.get("how") == "sigkill":
+                out.append(
+                    Finding(
+                        "info",
+                        "cleanup.sigkill",
+                        f"group {g.get('name')!r} ignored SIGTERM and was killed",
+                        f,
+                        rank,
+                        f"$.groups[{i}]",
+                    )
+                )
+    return out
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_driver(ctx: AuditContext) -> list[Finding]:
+    """Process exit alone is not success: the driver must show it trained."""
+    f = names.DRIVER_RESULT
+    doc = ctx.run.doc(f)
+    if doc is None:
+        if ctx.complete is not None or ctx.succeeded:
+            return [
+                Finding(
+                    "error",
+                    "driver.no_result",
+                    "no driver-result.json: the driver exited 0 without evidence of training",
+                    f,
+                )
+            ]
+        return []
+    out: list[Finding] = []
+    steps = doc.get("optimizer_steps")
+    if not (as_int(steps) is not None and steps > 0):
+        out.append(
+            Finding(
+                "error",
+                "driver.no_steps",
+                f"optimizer_steps is {steps!r}, not > 0",
+                f,
+                json_path="$.optimizer_steps",
+            )
+        )
+    losses = doc.get("losses")
+    bad = [i for i, x in enumerate(as_list(losses)) if not _finite(x)]
+    if bad or ("final_loss" in doc and not _finite(doc.get("final_loss"))):
+        where = f"losses at steps {bad[:5]}" if bad else "final_loss"
+        out.append(Finding("error", "driver.nonfinite_loss", f"{where} not finite", f, json_path="$.losses"))
+    refreshes = doc.get("policy_refreshes")
+    if not (as_int(refreshes) is not None and refreshes >= 1):
+        out.append(
+            Finding(
+                "error",
+                "driver.no_policy_refresh",
+                f"policy_refreshes is {refreshes!r}: rollouts never saw new weights",
+                f,
+                json_path="$.policy_refreshes",
+            )
+        )
+    replies = doc.get("judge_replies")
+    if ctx.plan.bindings and not (as_int(replies) is not None and replies > 0):
+        out.append(
+            Finding(
+                "error",
+                "driver.no_judge_replies",
+                f"judge_replies is {replies!r} although the spec binds judges",
+                f,
+                json_path="$.judge_replies",
+            )
+        )
+    if as_str(doc.get("writer")) not in (None, "driver"):
+        out.append(
+            Finding("warning", "driver.writer", f"written by {doc.get('writer')!r}, not the driver", f)
+        )
+    return out
+
+
+def check_failures_vs_success(ctx: AuditContext) -> list[Finding]:
+    """Failure records on a run whose completion records look complete."""
+    if ctx.failures and ctx.complete is not None and set(ctx.expected_ranks) <= ctx.acked:
+        return [
+            Finding(
+                "error",
+                "failure.after_complete",
+                f"complete.json and every ack exist, yet ranks {sorted(ctx.failures)} wrote failure records",
+                names.FAILURES_DIR,
+            )
+        ]
+    return []
+
+
+def check_logs(ctx: AuditContext) -> list[Finding]:
+    out: list[Finding] = []
+    logs = ctx.run.logs
+    node = ctx.plan.driver_node
+    driver_rank = as_int((ctx.complete or {}).get("driver_rank"))
+    if driver_rank is None and node is not None:
+        driver_rank = ctx.owner_of_node.get(node)
+    if driver_rank is not None:
+        expected = ctx.complete is not None or ctx.phase_started(driver_rank, "driver")
+        if expected and names.driver_log(driver_rank) not in logs:
+            out.append(
+                Finding(
+                    "error",
+                    "log.missing",
+                    "the driver's log is missing",
+                    names.driver_log(driver_rank),
+                    driver_rank,
+                )
+            )
+    for art in ctx.run.by_schema("judge-endpoint"):
+        rank = rank_of(art)
+        if art.judge and rank is not None and names.judge_log(art.judge, rank) not in logs:
+            out.append(
+                Finding(
+                    "error",
+                    "log.missing",
+                    f"judge {art.judge!r}'s log is missing",
+                    names.judge_log(art.judge, rank),
+                    rank,
+                )
+            )
+    for rank, rec in sorted(ctx.failures.items()):
+        if rec.log and rec.log not in logs:
+            out.append(
+                Finding(
+                    "warning",
+                    "log.missing_named",
+                    f"the failure record names log {rec.log!r}, which is not in the run directory",
+                    rec.relpath,
+                    rank,
+                    "$.log",
+                )
+            )
+    return out
+
+
+def check_heartbeats(ctx: AuditContext) -> list[Finding]:
+    have = {rank_of(a) for a in ctx.run.by_schema("heartbeat")}
+    if not ctx.succeeded:
+        return []
+    return [
+        Finding("warning", "heartbeat.missing", "no heartbeat record", names.heartbeat(r), r)
+        for r in ctx.expected_ranks
+        if r not in have
+    ]
+
+
+def check_incarnations(ctx: AuditContext) -> list[Finding]:
+    """All of one rank's records should come from one agent process; a second incarnation means a
+    restart or stale files from an earlier attempt mixed into this run."""
+    out: list[Finding] = []
+    seen: dict[int, set[str]] = defaultdict(set)
+    for art in ctx.run.artifacts.values():
+        if (
+            art.file_rank is None
+            or art.doc is None
+            or as_str(art.doc.get("writer")) not in ("agent", "reaper")
+        ):
+            continue
+        inc = as_str(art.doc.get("incarnation"))
+        if inc:
+            seen[art.file_rank].add(inc)
+    for rank, incs in sorted(seen.items()):
+        if len(incs) > 1:
+            out.append(
+                Finding(
+                    "warning",
+                    "rank.incarnations",
+                    f"records from {len(incs)} incarnations ({', '.join(sorted(incs))}): "
+                    "a restart or stale files",
+                    None,
+                    rank,
+                )
+            )
+    for rank, rec in sorted(ctx.failures.items()):
+        target = ctx.failures.get(rec.reacting_to) if rec.reacting_to is not None else None
+        if (
+            target
+            and rec.reacting_to_incarnation
+            and target.incarnation
+            and rec.reacting_to_incarnation != target.incarnation
+        ):
+            out.append(
+                Finding(
+                    "warning",
+                    "failure.stale_reaction",
+                    f"reacts to rank {rec.reacting_to} incarnation {rec.reacting_to_incarnation}, "
+                    f"but that rank's failure record is from incarnation {target.incarnation}",
+                    rec.relpath,
+                    rank,
+                    "$.reacting_to",
+                )
+            )
+    return out

@@ -1,0 +1,139 @@
+"""Name the first cause of a failed run, and order everything else as its cascade.
+
+Rules (the agent's failure records are the evidence):
+- a record with `reacting_to` null is a root cause;
+- a record reacting to rank X is a reaction when X has a failure record of its own;
+- a `peer_silent` record about X where X has NO record makes X the culprit: X died without
+  a word (host lost, SIGKILL with no reaper), so the cause is placed on X, reported by the
+  observer; any other reaction whose target left no record is treated as a root;
+- among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
+  the agent explains a later signal or timeout better than the other way round). Wall times
+  come from different hosts whose clocks may differ, so the order across hosts is best effort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from schemas import names
+
+from .load import SafeDir
+from .logs import log_excerpt
+from .model import Cause
+from .views import FailureRec, PhasesRec
+
+# Lower is a likelier first cause when wall times tie.
+KIND_PRIORITY: dict[str, int] = {
+    "agent_died": 0,
+    "child_exit": 1,
+    "driver_exit": 2,
+    "judge_health": 3,
+    "canary": 4,
+    "judge": 5,
+    "layout": 6,
+    "plan_mismatch": 7,
+    "address_conflict": 8,
+    "placement": 9,
+    "data": 10,
+    "internal": 11,
+    "peer_silent": 12,
+    "ack_timeout": 13,
+    "signal": 20,
+    "startup_timeout": 21,
+    "peer_failure": 30,
+}
+
+
+def _priority(kind: str) -> int:
+    return KIND_PRIORITY.get(kind, 15)
+
+
+def _order_key(c: Cause) -> tuple[float, int, int]:
+    return (c.wall_time if c.wall_time is not None else float("inf"), _priority(c.kind), c.rank)
+
+
+def _default_log(kind: str, rank: int, phase: str | None, logs: Mapping[str, int], cause: str) -> str | None:
+    """The most relevant log when the record names none."""
+    candidates: list[str] = []
+    if kind == "driver_exit" or phase == "driver":
+        candidates.append(names.driver_log(rank))
+    if kind in ("judge_health", "judge", "canary") or (phase or "").startswith("judge"):
+        judge_logs = sorted(p for p in logs if p.startswith("judge-") and p.endswith(f"-{rank}.log"))
+        # Prefer the judge the cause text mentions.
+        judge_logs.sort(key=lambda p: p.removeprefix("judge-").rsplit("-", 1)[0] not in cause)
+        candidates.extend(judge_logs)
+    candidates.append(names.agent_log(rank))
+    return next((c for c in candidates if c in logs), None)
+
+
+def _from_record(rec: FailureRec) -> Cause:
+    return Cause(
+        rank=rec.rank,
+        kind=rec.kind,
+        phase=rec.phase,
+        cause=rec.cause,
+        wall_time=rec.wall_time,
+        since_start=rec.since_start,
+        file=rec.relpath,
+        log=rec.log,
+        reacting_to=rec.reacting_to,
+        writer=rec.writer,
+    )
+
+
+def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_phase: str | None) -> Cause:
+    culprit = rec.reacting_to if rec.reacting_to is not None else rec.rank
+    last_phase = heartbeat_phase
+    timeline = phases.get(culprit)
+    if timeline and timeline.spans:
+        last_phase = timeline.spans[-1].phase
+    return Cause(
+        rank=culprit,
+        kind="silent",
+        phase=last_phase,
+        cause=f"rank {culprit} stopped without writing a failure record; "
+        f"rank {rec.rank} noticed: {rec.cause}",
+        wall_time=rec.wall_time,  # when the silence was noticed: the death itself left no time
+        since_start=None,  # the observer's, not the culprit's: would mislead
+        file=None,
+        log=None,
+        reacting_to=None,
+        reported_by=rec.rank,
+        writer=None,
+    )
+
+
+def analyse(
+    failures: Mapping[int, FailureRec],
+    phases: Mapping[int, PhasesRec],
+    heartbeat_phases: Mapping[int, str],
+    safe: SafeDir | None,
+    logs: Mapping[str, int],
+) -> tuple[Cause | None, tuple[Cause, ...], tuple[Cause, ...]]:
+    """(first cause, cascade in time order, other independent root causes)."""
+    if not failures:
+        return None, (), ()
+    roots: list[Cause] = []
+    reactions: list[Cause] = []
+    silent_seen: set[int] = set()
+    for rank, rec in sorted(failures.items()):
+        target = rec.reacting_to
+        if target is None or target == rank:
+            roots.append(_from_record(rec))
+        elif target in failures:
+            reactions.append(_from_record(rec))
+        elif rec.kind == "peer_silent":
+            if target not in silent_seen:
+                silent_seen.add(target)
+                roots.append(_silent_culprit(rec, phases, heartbeat_phases.get(target)))
+            reactions.append(_from_record(rec))
+        else:
+            roots.append(_from_record(rec))  # reacts to a failure nobody recorded: best explanation left
+    roots.sort(key=_order_key)
+    first = roots[0]
+    log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.cause)
+    excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()
+    first = replace(first, log=log, excerpt=excerpt)
+    cascade = tuple(sorted(roots[1:] + reactions, key=_order_key))
+    return first, cascade, tuple(roots[1:])

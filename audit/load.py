@@ -1,0 +1,341 @@
+"""Safe, read-only access to a run directory that may be broken or hostile.
+
+Why not just `open(path)`: a run directory lives on a shared filesystem that other users
+and crashed processes write to. A planted symlink must not make the audit read (or hang on)
+something outside the run; a FIFO must not block it; a multi-GB "artifact" must not exhaust
+memory; bytes that are not UTF-8 or not JSON must become findings, never tracebacks.
+Every open goes through a directory fd with O_NOFOLLOW, and files are opened O_NONBLOCK
+and checked to be regular before the first read. Nothing here ever writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from schemas import names
+
+from .model import Finding
+from .sanitize import clean_text
+
+MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # same cap as the writers' side (schemas.store)
+MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
+TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")  # schemas.store's temp names: an interrupted write
+
+
+class UnusableRunDir(Exception):
+    """The input cannot be audited at all (exit 2); the message says why and what to pass instead."""
+
+
+class UnsafeFile(Exception):
+    """A run-directory entry the audit refuses to read; `code` is the finding code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+class SafeDir:
+    """A run directory opened once; relative names are resolved without following symlinks."""
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        if p.is_symlink():
+            raise UnusableRunDir(
+                f"{p} is a symlink; pass the real run directory (the audit never follows links)"
+            )
+        try:
+            self._fd = _open_dir(p)
+        except FileNotFoundError:
+            raise UnusableRunDir(f"{p} does not exist; pass OUTPUT/cluster/UUID of a run") from None
+        except NotADirectoryError:
+            raise UnusableRunDir(f"{p} is not a directory; pass OUTPUT/cluster/UUID of a run") from None
+        except OSError as exc:
+            raise UnusableRunDir(f"cannot open {p}: {exc.strerror}") from None
+        self.path = p
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> SafeDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open_file(self, relpath: str) -> int:
+        """A read-only fd of a regular file inside the run directory. Raises UnsafeFile / OSError."""
+        parts = relpath.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise UnsafeFile("file.bad_name", f"{relpath!r} is not a plain run-directory name")
+        fd = self._fd
+        opened: list[int] = []
+        try:
+            for part in parts[:-1]:
+                try:
+                    fd = _open_dir(part, fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise UnsafeFile("file.symlink", f"{part}/ is a symlink or not a directory") from None
+                    raise
+                opened.append(fd)
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                ffd = os.open(parts[-1], flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise UnsafeFile("file.symlink", "is a symlink; the audit does not follow it") from None
+                raise
+        finally:
+            for o in opened:
+                os.close(o)
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(ffd)
+            raise UnsafeFile("file.not_regular", "is not a regular file")
+        return ffd
+
+    def read_capped(self, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
+        """The whole file if it is at most `cap` bytes; UnsafeFile('file.too_large') otherwise."""
+        fd = self.open_file(relpath)
+        try:
+            chunks: list[bytes] = []
+            total = 0
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > cap:
+                    # Stop reading at the cap: the file may be endless (or growing).
+                    raise UnsafeFile("file.too_large", f"is larger than {cap} bytes; not read")
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def size(self, relpath: str) -> int | None:
+        try:
+            fd = self.open_file(relpath)
+        except (UnsafeFile, OSError):
+            return None
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def scan(self, max_entries: int = MAX_ENTRIES) -> tuple[list[tuple[str, str]], bool]:
+        """[(relpath, kind)] for the run directory and its known subdirectories; kind is
+        file | dir | symlink | other. The bool says the listing was cut at `max_entries`."""
+        out: list[tuple[str, str]] = []
+        truncated = False
+
+        def walk(fd: int, prefix: str, depth: int) -> None:
+            nonlocal truncated
+            try:
+                entries = sorted(os.scandir(fd), key=lambda e: e.name)
+            except OSError:
+                return
+            for entry in entries:
+                if len(out) >= max_entries:
+                    truncated = True
+                    return
+                rel = f"{prefix}{entry.name}"
+                try:
+                    if entry.is_symlink():
+                        kind = "symlink"
+                    elif entry.is_dir(follow_symlinks=False):
+                        kind = "dir"
+                    elif entry.is_file(follow_symlinks=False):
+                        kind = "file"
+                    else:
+                        kind = "other"
+                except OSError:
+                    kind = "other"
+                out.append((rel, kind))
+                # Only the protocol's own subdirectories are descended into; anything else is
+                # reported as an unknown directory rather than explored.
+                if kind == "dir" and depth == 0 and entry.name in names.SUBDIRS:
+                    try:
+                        sub = _open_dir(entry.name, fd)
+                    except OSError:
+                        continue
+                    try:
+                        walk(sub, f"{rel}/", depth + 1)
+                    finally:
+                        os.close(sub)
+
+        walk(self._fd, "", 0)
+        return out, truncated
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A JSON artifact found in the run directory. `doc` is None when it could not be parsed."""
+
+    relpath: str
+    schema: str
+    file_rank: int | None  # the rank in the file name, when the name carries one
+    judge: str | None  # judge name, for judge-NAME-RANK.json
+    doc: dict[str, Any] | None
+
+
+@dataclass
+class LoadedRun:
+    path: str
+    artifacts: dict[str, Artifact] = field(default_factory=dict)
+    logs: dict[str, int] = field(default_factory=dict)  # relpath -> size in bytes
+    findings: list[Finding] = field(default_factory=list)
+
+    def by_schema(self, schema: str) -> list[Artifact]:
+        return [a for a in self.artifacts.values() if a.schema == schema]
+
+    def doc(self, relpath: str) -> dict[str, Any] | None:
+        art = self.artifacts.get(relpath)
+        return art.doc if art else None
+
+
+def _file_rank(relpath: str, schema: str) -> tuple[int | None, str | None]:
+    for pattern, name in names.ARTIFACT_PATTERNS:
+        if name != schema:
+            continue
+        m = pattern.match(relpath)
+        if not m or not m.groups():
+            return None, None
+        if schema == "judge-endpoint":
+            return int(m.group(2)), m.group(1)
+        return int(m.group(1)), None
+    return None, None
+
+
+def _has_nonfinite(value: Any) -> bool:
+    """True when a value parsed by the stdlib contains NaN/Infinity (which JSON forbids)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return True
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def parse_json(data: bytes, relpath: str) -> tuple[Any, list[Finding]]:
+    """(document or None, findings). Never raises."""
+    if not data.strip():
+        return None, [Finding("error", "file.empty", "is empty (a writer died before writing it?)", relpath)]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [Finding("error", "json.not_utf8", f"is not UTF-8 (byte {exc.start})", relpath)]
+    try:
+        return orjson.loads(data), []
+    except orjson.JSONDecodeError as exc:
+        strict_error = str(exc)
+    # The stdlib accepts NaN/Infinity, which Python writers emit for a diverged loss: parse it
+    # anyway so the finite-loss check can name the problem, and flag the file as non-JSON.
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        short = strict_error if len(strict_error) <= 160 else strict_error[:157] + "..."
+        return None, [Finding("error", "json.invalid", f"is not valid JSON (truncated?): {short}", relpath)]
+    if _has_nonfinite(doc):
+        return doc, [
+            Finding("error", "json.nonfinite", "contains NaN or Infinity, which JSON forbids", relpath)
+        ]
+    return None, [Finding("error", "json.invalid", f"is not valid JSON: {strict_error[:160]}", relpath)]
+
+
+def load_run(safe: SafeDir) -> LoadedRun:
+    """Classify every entry, read and parse every JSON artifact. Never raises for bad content."""
+    run = LoadedRun(str(safe.path))
+    entries, truncated = safe.scan()
+    if truncated:
+        run.findings.append(
+            Finding(
+                "warning", "dir.too_many_entries", f"more than {MAX_ENTRIES} entries; the rest not audited"
+            )
+        )
+    for relpath, kind in entries:
+        if clean_text(relpath) != relpath:
+            # Not a name any writer of ours produces; keep it out of every other code path.
+            run.findings.append(
+                Finding("info", "file.unknown", "file name is not UTF-8", clean_text(relpath))
+            )
+            continue
+        if kind == "symlink":
+            run.findings.append(
+                Finding("error", "file.symlink", "is a symlink; not followed (someone planted it?)", relpath)
+            )
+            continue
+        if kind == "dir":
+            if relpath not in names.SUBDIRS:
+                run.findings.append(
+                    Finding("info", "file.unknown", "unknown directory (not audited)", relpath)
+                )
+            continue
+        if kind == "other":
+            run.findings.append(
+                Finding("error", "file.not_regular", "is not a regular file; not read", relpath)
+            )
+            continue
+        leaf = relpath.rsplit("/", 1)[-1]
+        if TEMP_RE.match(leaf):
+            run.findings.append(
+                Finding("info", "file.temp", "leftover temporary file of an interrupted write", relpath)
+            )
+            continue
+        if names.is_known_log(relpath):
+            size = safe.size(relpath)
+            if size is None:
+                run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
+            else:
+                run.logs[relpath] = size
+            continue
+        schema = names.schema_for(relpath)
+        if schema is None:
+            run.findings.append(
+                Finding("info", "file.unknown", "not part of the run-directory contract", relpath)
+            )
+            continue
+        file_rank, judge = _file_rank(relpath, schema)
+        doc: Any = None
+        try:
+            data = safe.read_capped(relpath)
+        except UnsafeFile as exc:
+            run.findings.append(Finding("error", exc.code, str(exc), relpath, file_rank))
+            data = None
+        except OSError as exc:
+            run.findings.append(
+                Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", relpath)
+            )
+            data = None
+        if data is not None:
+            doc, found = parse_json(data, relpath)
+            run.findings.extend(found)
+            if doc is not None and not isinstance(doc, dict):
+                run.findings.append(
+                    Finding(
+                        "error", "json.not_object", f"is a JSON {type(doc).__name__}, not an object", relpath
+                    )
+                )
+                doc = None
+        run.artifacts[relpath] = Artifact(relpath, schema, file_rank, judge, doc)
+    return run

@@ -1,0 +1,258 @@
+"""`gym-audit --html FILE`: one self-contained page (inline CSS and SVG, no scripts, no network)
+with the verdict, the first cause, a per-replica timeline of phases and a GPU map per node.
+
+Everything from the run directory is untrusted and goes through html.escape."""
+
+from __future__ import annotations
+
+import html
+import math
+
+from .model import AuditResult, Cause, NodeMap, RankSummary
+from .report_text import fmt_time
+from .sanitize import clean_text
+
+PHASE_COLORS = {
+    "rendezvous": "#4e79a7",
+    "plan_agreement": "#a0cbe8",
+    "devices": "#f28e2b",
+    "placement": "#ffbe7d",
+    "judges_start": "#b07aa1",
+    "judge_health": "#d4a6c8",
+    "ray_start": "#59a14f",
+    "readiness": "#8cd17d",
+    "registry": "#b6992d",
+    "canaries": "#f1ce63",
+    "driver": "#499894",
+    "complete": "#86bcb6",
+    "acknowledge": "#9d7660",
+    "teardown": "#bab0ac",
+}
+OTHER_PHASE = "#79706e"
+ROLE_COLORS = {
+    "trainer": "#4e79a7",
+    "rollout": "#59a14f",
+    "judge": "#b07aa1",
+    "unused": "#d7d7d7",
+    "ray": "#f28e2b",
+}
+
+CSS = """
+body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fff}
+h1{font-size:20px;margin:0 0 8px} h2{font-size:16px;margin:24px 0 8px;border-bottom:1px solid #ddd}
+.verdict{display:inline-block;padding:4px 12px;border-radius:4px;color:#fff;font-weight:700}
+.verdict.pass{background:#2e7d32}.verdict.fail{background:#c62828}
+.muted{color:#666} code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+pre.excerpt{background:#1e1e1e;color:#eee;padding:8px;overflow:auto;max-height:320px}
+table{border-collapse:collapse}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+tr.error td.sev{color:#c62828;font-weight:700} tr.warning td.sev{color:#e65100} tr.info td.sev{color:#666}
+.nodes{display:flex;flex-direction:column;gap:10px}
+.node{display:flex;align-items:center;gap:8px}
+.node-label{width:220px;font-size:12px}
+.gpus{display:grid;grid-auto-flow:column;grid-auto-columns:78px;gap:4px}
+.gpu{height:46px;border-radius:4px;color:#fff;font-size:11px;display:flex;flex-direction:column;
+     align-items:center;justify-content:center;text-align:center;overflow:hidden;
+     border:1px solid rgba(0,0,0,.2)}
+.gpu.gpu-unused{color:#444}
+.gpu .dev{font-weight:700}
+.legend span{display:inline-block;margin-right:12px} .swatch{display:inline-block;width:12px;height:12px;
+     vertical-align:middle;margin-right:4px;border-radius:2px}
+svg text{font-family:system-ui,sans-serif}
+"""
+
+
+def _e(s: object) -> str:
+    return html.escape(clean_text(str(s)), quote=True)
+
+
+def _cause_html(c: Cause) -> str:
+    bits = [f"rank {c.rank}", c.kind]
+    if c.phase:
+        bits.append(f"phase {c.phase}")
+    if c.reacting_to is not None:
+        bits.append(f"reacting to rank {c.reacting_to}")
+    bits.append(fmt_time(c.wall_time))
+    return f"<b>{_e(', '.join(bits))}</b>: {_e(c.cause)}"
+
+
+def _clamp(v: float, lo: float, hi: float) -> float:
+    return lo if not math.isfinite(v) else min(max(v, lo), max(lo, hi))
+
+
+def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
+    spans = [(r.rank, p) for r in ranks for p in r.phases]
+    if not spans:
+        return '<p class="muted" id="timeline-empty">No phase timeline was recorded.</p>'
+    times = [p.started_at for _, p in spans] + [p.ended_at for _, p in spans if p.ended_at is not None]
+    times += [c.wall_time for c in causes if c.wall_time is not None]
+    t0, t1 = min(times), max(times)
+    span = t1 - t0
+    if not math.isfinite(span) or span <= 0:  # hostile or single-instant timelines still draw
+        span = 1.0
+    label_w, chart_w, row_h, top = 150, 900, 30, 24
+    rows = [r for r in ranks if r.phases] + [r for r in ranks if not r.phases]
+    height = top + row_h * len(rows) + 10
+    out = [
+        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{label_w + chart_w + 20}" '
+        f'height="{height}" role="img" aria-label="per-replica phase timeline">'
+    ]
+    for i in range(5):  # time axis
+        x = label_w + chart_w * i / 4
+        out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 6}" stroke="#eee"/>')
+        out.append(
+            f'<text x="{x:.1f}" y="{top - 8}" font-size="10" fill="#666" text-anchor="middle">'
+            f"+{span * i / 4:.1f}s</text>"
+        )
+    for row, r in enumerate(rows):
+        y = top + row * row_h
+        state = r.state or "no record"
+        out.append(f'<g class="replica" data-rank="{r.rank}">')
+        out.append(f'<text x="4" y="{y + 19}" font-size="12">rank {r.rank} · {_e(state)}</text>')
+        if not r.phases:
+            out.append(
+                f'<text x="{label_w}" y="{y + 19}" font-size="11" fill="#999">no phases recorded</text>'
+            )
+        for p in r.phases:
+            end = p.ended_at if p.ended_at is not None else t1
+            x = _clamp(label_w + chart_w * (p.started_at - t0) / span, label_w, label_w + chart_w)
+            w = _clamp(chart_w * (end - p.started_at) / span, 2.0, label_w + chart_w - x + 2)
+            color = PHASE_COLORS.get(p.phase, OTHER_PHASE)
+            stroke = ' stroke="#c62828" stroke-width="3"' if p.outcome == "failed" else ""
+            dash = ' stroke-dasharray="4 2" stroke="#333"' if p.outcome == "running" else ""
+            dur = f"{end - p.started_at:.2f}s" + (" (still running)" if p.ended_at is None else "")
+            out.append(
+                f'<rect class="phase phase-{_e(p.outcome)}" data-phase="{_e(p.phase)}" '
+                f'x="{x:.1f}" y="{y + 4}" '
+                f'width="{w:.1f}" height="{row_h - 8}" fill="{color}"{stroke}{dash}>'
+                f"<title>rank {r.rank} {_e(p.phase)}: {_e(p.outcome)}, {dur} {_e(p.detail)}</title></rect>"
+            )
+            if w > 9 * len(p.phase) * 0.62:
+                out.append(
+                    f'<text x="{x + 3:.1f}" y="{y + 19}" font-size="10" fill="#fff">{_e(p.phase)}</text>'
+                )
+        for c in causes:
+            if c.rank == r.rank and c.wall_time is not None:
+                x = _clamp(label_w + chart_w * (c.wall_time - t0) / span, label_w, label_w + chart_w)
+                out.append(
+                    f'<path class="failure-marker" d="M{x:.1f},{y + 2} l5,-6 h-10 z" fill="#c62828">'
+                    f"<title>{_e(c.kind)}: {_e(c.cause)}</title></path>"
+                )
+        out.append("</g>")
+    out.append("</svg>")
+    legend = "".join(
+        f'<span><i class="swatch" style="background:{color}"></i>{_e(name)}</span>'
+        for name, color in PHASE_COLORS.items()
+    )
+    note = (
+        '<p class="muted">Times are each host\'s wall clock relative to the earliest phase start; '
+        "clocks of different hosts may differ.</p>"
+    )
+    return "\n".join(out) + f'<div class="legend">{legend}</div>{note}'
+
+
+def _gpu_map(maps: tuple[NodeMap, ...]) -> str:
+    if not maps:
+        return '<p class="muted" id="gpu-map-empty">No placement was recorded or planned.</p>'
+    out = ['<div class="nodes">']
+    for m in maps:
+        tags = []
+        if m.is_head:
+            tags.append("Ray head")
+        if m.is_driver_node:
+            tags.append("driver")
+        owner = f"rank {m.rank}" if m.rank is not None else "no rank"
+        out.append(f'<div class="node" data-node="{m.node_index}">')
+        out.append(
+            f'<div class="node-label"><b>node {m.node_index}</b> · {_e(owner)}<br>'
+            f'<span class="muted">{_e(m.address or "no address")} · from {_e(m.source)}'
+            f"{' · ' + _e(', '.join(tags)) if tags else ''}</span></div>"
+        )
+        out.append('<div class="gpus">')
+        for c in m.cells:
+            out.append(
+                f'<div class="gpu gpu-{_e(c.role)}" data-device="{c.device}" data-role="{_e(c.role)}" '
+                f'style="background:{ROLE_COLORS.get(c.role, "#999")}" title="GPU {c.device}: {_e(c.label)}">'
+                f'<span class="dev">GPU {c.device}</span><span class="role">{_e(c.label)}</span></div>'
+            )
+        out.append("</div></div>")
+    out.append("</div>")
+    legend = "".join(
+        f'<span><i class="swatch" style="background:{ROLE_COLORS[r]}"></i>{r}</span>'
+        for r in ("trainer", "rollout", "judge", "unused")
+    )
+    return "\n".join(out) + f'<div class="legend">{legend}</div>'
+
+
+def render(result: AuditResult) -> str:
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        # No network: the policy forbids every fetch, so the page is provably self-contained.
+        '<meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        'img-src data:">',
+        f"<title>gym-audit: {_e(result.verdict)} — {_e(result.run_dir)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f'<h1>gym-audit <span id="verdict" class="verdict {_e(result.verdict)}">'
+        f"{_e(result.verdict.upper())}</span></h1>",
+        f'<p>Run <code>{_e(result.run_dir)}</code> — outcome <b id="outcome">{_e(result.outcome)}</b> — '
+        f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info."
+        f'<br><span class="muted">fingerprint {_e(result.fingerprint or "unknown")}</span></p>',
+    ]
+    if result.first_cause is not None:
+        fc = result.first_cause
+        parts.append('<h2>First cause</h2><div id="first-cause">')
+        parts.append(f"<p>{_cause_html(fc)}</p>")
+        if fc.reported_by is not None:
+            parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
+        if fc.log:
+            parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
+            parts.append(
+                f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>'
+            )
+        parts.append("</div>")
+    if result.cascade:
+        parts.append('<h2>Cascade</h2><ol id="cascade">')
+        parts += [f"<li>{_cause_html(c)}</li>" for c in result.cascade]
+        parts.append("</ol>")
+    causes = ([result.first_cause] if result.first_cause else []) + list(result.cascade)
+    parts.append('<h2>Timeline</h2><section id="timeline">')
+    parts.append(_timeline(result.ranks, causes))
+    parts.append('</section><h2>GPU map</h2><section id="gpu-map">')
+    parts.append(_gpu_map(result.gpu_maps))
+    parts.append("</section>")
+    parts.append("<h2>Findings</h2>")
+    if not result.findings:
+        parts.append('<p id="no-findings">No findings.</p>')
+    else:
+        parts.append(
+            '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th>'
+            "<th>rank</th><th>message</th></tr>"
+        )
+    for f in result.findings:
+        path = f" {f.json_path}" if f.json_path else ""
+        parts.append(
+            f'<tr class="{_e(f.severity)}"><td class="sev">{_e(f.severity)}</td>'
+            f"<td><code>{_e(f.code)}</code></td>"
+            f"<td><code>{_e((f.file or '') + path)}</code></td><td>{'' if f.rank is None else f.rank}</td>"
+            f"<td>{_e(f.message)}</td></tr>"
+        )
+    if result.findings:
+        parts.append("</table>")
+    parts.append(
+        '<h2>Replicas</h2><table id="ranks"><tr><th>rank</th><th>node</th><th>address</th>'
+        "<th>host</th><th>state</th><th>incarnation</th></tr>"
+    )
+    for r in result.ranks:
+        parts.append(
+            f"<tr><td>{r.rank}</td><td>{'' if r.node_index is None else r.node_index}</td>"
+            f"<td>{_e(r.address or '')}</td><td>{_e(r.hostname or '')}</td><td>{_e(r.state or '')}</td>"
+            f"<td><code>{_e(r.incarnation or '')}</code></td></tr>"
+        )
+    parts.append("</table>")
+    if result.notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,51 @@
+"""`gym-audit --json`: the machine-readable report. The format is stable ("format": "gym-audit/1");
+fields are only ever added. Keys, in order:
+
+    format        "gym-audit/1"
+    run_dir       the audited path as given
+    verdict       "pass" | "fail"   (fail iff at least one finding has severity "error")
+    outcome       "succeeded" | "failed" | "incomplete"   (what the artifacts say happened)
+    fingerprint   the run's spec fingerprint from spec.json, or null
+    counts        {"error": n, "warning": n, "info": n}
+    findings      [{severity, code, message, file, rank, json_path}], errors first, then by code;
+                  file is a run-directory relative name or null; rank/json_path null when n/a
+    first_cause   null on success, else {rank, kind, phase, cause, wall_time, since_start, file,
+                  log, reacting_to, reported_by, writer, excerpt: [log lines]}; kind "silent"
+                  means the rank died without a record (reported_by names who noticed),
+                  kind "phase_failed" means it was inferred from a phase timeline
+    cascade       the other failures, in wall-time order, same shape as first_cause (excerpt [])
+    other_root_causes  independent root causes that lost to first_cause on time
+    ranks         {expected: [..], present: [..], details: [{rank, address, hostname, node_index,
+                  state, incarnation, phases: [{phase, started_at, ended_at, outcome, detail}]}]}
+    plan          {source: "launch" | "artifacts", replicas, gpus_per_replica, driver_node,
+                  nodes: [{index, trainer_gpus, rollout_gpus, ray_gpus, ray_devices, judges,
+                  unused_devices}], bindings: {verifier: {judge, rubric}}}
+    gpu_maps      [{node_index, rank, address, source, is_head, is_driver_node,
+                  cells: [{device, role: trainer|rollout|judge|unused|ray, label}]}]
+    notes         [strings]
+
+Unusable input (exit 2) prints {"format", "run_dir", "verdict": "unusable", "reason"}.
+Times are Unix wall-clock seconds of the host that wrote them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .model import AuditResult
+from .sanitize import clean_json
+
+
+def render(result: AuditResult) -> str:
+    return json.dumps(clean_json(result.to_json()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def render_unusable(run_dir: str, reason: str) -> str:
+    doc: dict[str, Any] = {
+        "format": "gym-audit/1",
+        "run_dir": run_dir,
+        "verdict": "unusable",
+        "reason": reason,
+    }
+    return json.dumps(clean_json(doc), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,74 @@
+"""Terminal report: the verdict first, then the first cause and its cascade, then findings by severity."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from .model import AuditResult, Cause, Finding
+from .sanitize import terminal_safe as _t
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "unknown time"
+    try:
+        return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return f"t={t!r}"
+
+
+def _cause_line(c: Cause) -> str:
+    parts = [f"rank {c.rank}", c.kind]
+    if c.phase:
+        parts.append(f"phase {c.phase}")
+    if c.reacting_to is not None:
+        parts.append(f"reacting to rank {c.reacting_to}")
+    parts.append(fmt_time(c.wall_time))
+    return _t(", ".join(parts) + f": {c.cause}")
+
+
+def _finding_line(f: Finding) -> str:
+    where = f.file or ""
+    if f.rank is not None and (f.file is None or str(f.rank) not in f.file):
+        where = f"{where} (rank {f.rank})".strip()
+    if f.json_path and f.json_path != "$":
+        where = f"{where} {f.json_path}".strip()
+    label = f"{f.severity.upper():7} {f.code}"
+    return _t(f"  {label:38} {where + ': ' if where else ''}{f.message}")
+
+
+def render(result: AuditResult, *, show_info: bool = True) -> str:
+    counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
+    lines = [
+        _t(f"gym-audit: {result.verdict.upper()} — run {result.outcome} — {result.run_dir}"),
+        f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info",
+    ]
+    plan = result.plan or {}
+    if plan:
+        lines.append(
+            f"  plan ({plan.get('source')}): {plan.get('replicas')} replicas × "
+            f"{plan.get('gpus_per_replica')} GPUs,"
+            f" driver on node {plan.get('driver_node')}, {len(plan.get('bindings') or {})} binding(s)"
+        )
+    fc = result.first_cause
+    if fc is not None:
+        lines += ["", "First cause:", "  " + _cause_line(fc)]
+        if fc.reported_by is not None:
+            lines.append(f"  (no record from rank {fc.rank}; reported by rank {fc.reported_by})")
+        if fc.since_start is not None:
+            lines.append(f"  {fc.since_start:.1f} s after that agent started")
+        if fc.log:
+            lines.append(
+                _t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)")
+            )
+            lines += [_t(f"    | {ln}") for ln in fc.excerpt]
+    if result.cascade:
+        lines += ["", "Cascade (in time order):"]
+        lines += [f"  {i}. {_cause_line(c)}" for i, c in enumerate(result.cascade, 1)]
+    shown = [f for f in result.findings if show_info or f.severity != "info"]
+    if shown:
+        lines += ["", "Findings:"]
+        lines += [_finding_line(f) for f in shown]
+    if result.notes:
+        lines += ["", "Notes:"] + [_t(f"  - {n}") for n in result.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,65 @@
+"""Every parsed artifact against its JSON Schema, plus the header facts a schema cannot know
+(the run's fingerprint, and that the rank in the header is the rank in the file name)."""
+
+from __future__ import annotations
+
+from schemas import violations
+
+from .load import LoadedRun
+from .model import Finding
+from .views import as_int, as_str
+
+MAX_VIOLATIONS_PER_FILE = 20  # a wholly wrong file would otherwise bury every other finding
+
+
+def check_schemas(run: LoadedRun, fingerprint: str | None) -> list[Finding]:
+    out: list[Finding] = []
+    for relpath in sorted(run.artifacts):
+        art = run.artifacts[relpath]
+        if art.doc is None:
+            continue
+        try:
+            found = violations(art.schema, art.doc)
+        except RecursionError:
+            out.append(
+                Finding("error", "schema.violation", "nested too deeply to validate", relpath, art.file_rank)
+            )
+            continue
+        for v in found[:MAX_VIOLATIONS_PER_FILE]:
+            out.append(Finding("error", "schema.violation", v.reason, relpath, art.file_rank, v.path))
+        if len(found) > MAX_VIOLATIONS_PER_FILE:
+            out.append(
+                Finding(
+                    "error",
+                    "schema.violation",
+                    f"{len(found) - MAX_VIOLATIONS_PER_FILE} more violations not shown",
+                    relpath,
+                    art.file_rank,
+                )
+            )
+        header_rank = art.doc.get("rank")
+        if art.file_rank is not None and "rank" in art.doc and as_int(header_rank) != art.file_rank:
+            out.append(
+                Finding(
+                    "error",
+                    "header.rank",
+                    f"header rank {header_rank!r} differs from the rank {art.file_rank} in the file name",
+                    relpath,
+                    art.file_rank,
+                    "$.rank",
+                )
+            )
+        fp = as_str(art.doc.get("fingerprint"))
+        if fingerprint and fp is not None and fp != fingerprint and art.schema != "spec":
+            out.append(
+                Finding(
+                    "error",
+                    "header.fingerprint",
+                    f"written for spec {fp[:12]}…, not this run's {fingerprint[:12]}… "
+                    "(stale or foreign file)",
+                    relpath,
+                    art.file_rank,
+                    "$.fingerprint",
+                )
+            )
+    return out

@@ -1,0 +1,234 @@
+"""Typed, tolerant views of parsed artifacts.
+
+A document that fails its schema is still worth reading (a failure record with one extra
+field still names the first cause), so views never trust types: every accessor returns None
+(or empty) for a missing or wrongly typed field, and the cross-checks only see these views.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .load import Artifact, LoadedRun
+from .model import PhaseSpan
+
+
+def as_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def as_num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def as_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def as_bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+def as_dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def as_devices(v: Any) -> tuple[int, ...] | None:
+    if not isinstance(v, list):
+        return None
+    out = [d for d in v if as_int(d) is not None]
+    return tuple(out) if len(out) == len(v) else None
+
+
+def mask_entries(mask: str | None) -> tuple[str, ...]:
+    """CUDA_VISIBLE_DEVICES split into entries ('' is the empty mask, not one empty entry)."""
+    if not mask:
+        return ()
+    return tuple(e.strip() for e in mask.split(","))
+
+
+def rank_of(art: Artifact) -> int | None:
+    """The rank an artifact belongs to: its file name's rank, else its header's."""
+    if art.file_rank is not None:
+        return art.file_rank
+    return as_int((art.doc or {}).get("rank"))
+
+
+@dataclass(frozen=True)
+class AddressRec:
+    rank: int
+    relpath: str
+    address: str | None
+    hostname: str | None
+    visible_devices: tuple[str, ...]
+    incarnation: str | None
+
+
+@dataclass(frozen=True)
+class JudgeSlot:
+    devices: tuple[int, ...] | None
+    mask: str | None
+
+
+@dataclass(frozen=True)
+class PlacementRec:
+    rank: int
+    relpath: str
+    node_index: int | None
+    address: str | None
+    visible_devices: tuple[str, ...]
+    ray_devices: tuple[int, ...] | None
+    ray_mask: str | None
+    ray_num_gpus: int | None
+    judges: Mapping[str, JudgeSlot]
+    unused_devices: tuple[int, ...] | None
+    trainer_gpus: int | None
+    rollout_gpus: int | None
+    is_head: bool | None
+    is_driver_node: bool | None
+
+
+@dataclass(frozen=True)
+class PhasesRec:
+    rank: int
+    relpath: str
+    state: str | None
+    spans: tuple[PhaseSpan, ...]
+
+
+@dataclass(frozen=True)
+class FailureRec:
+    rank: int
+    relpath: str
+    kind: str
+    cause: str
+    phase: str | None
+    wall_time: float | None
+    since_start: float | None
+    log: str | None
+    reacting_to: int | None
+    reacting_to_incarnation: str | None
+    peers: tuple[int, ...]
+    writer: str | None
+    incarnation: str | None
+
+
+def _visible(v: Any) -> tuple[str, ...]:
+    return tuple(x for x in as_list(v) if isinstance(x, str))
+
+
+def addresses(run: LoadedRun) -> dict[int, AddressRec]:
+    out: dict[int, AddressRec] = {}
+    for art in run.by_schema("address"):
+        rank = rank_of(art)
+        if rank is None or art.doc is None:
+            continue
+        d = art.doc
+        out[rank] = AddressRec(
+            rank,
+            art.relpath,
+            as_str(d.get("address")),
+            as_str(d.get("hostname")),
+            _visible(d.get("visible_devices")),
+            as_str(d.get("incarnation")),
+        )
+    return out
+
+
+def placements(run: LoadedRun) -> dict[int, PlacementRec]:
+    out: dict[int, PlacementRec] = {}
+    for art in run.by_schema("placement"):
+        rank = rank_of(art)
+        if rank is None or art.doc is None:
+            continue
+        d = art.doc
+        ray = as_dict(d.get("ray"))
+        judges = {
+            str(name): JudgeSlot(
+                as_devices(as_dict(slot).get("devices")), as_str(as_dict(slot).get("cuda_visible_devices"))
+            )
+            for name, slot in as_dict(d.get("judges")).items()
+        }
+        out[rank] = PlacementRec(
+            rank=rank,
+            relpath=art.relpath,
+            node_index=as_int(d.get("node_index")),
+            address=as_str(d.get("address")),
+            visible_devices=_visible(d.get("visible_devices")),
+            ray_devices=as_devices(ray.get("devices")),
+            ray_mask=as_str(ray.get("cuda_visible_devices")),
+            ray_num_gpus=as_int(ray.get("num_gpus")),
+            judges=judges,
+            unused_devices=as_devices(d.get("unused_devices")),
+            trainer_gpus=as_int(d.get("trainer_gpus")),
+            rollout_gpus=as_int(d.get("rollout_gpus")),
+            is_head=as_bool(d.get("is_head")),
+            is_driver_node=as_bool(d.get("is_driver_node")),
+        )
+    return out
+
+
+def phases(run: LoadedRun) -> dict[int, PhasesRec]:
+    out: dict[int, PhasesRec] = {}
+    for art in run.by_schema("phases"):
+        rank = rank_of(art)
+        if rank is None or art.doc is None:
+            continue
+        spans = []
+        for item in as_list(art.doc.get("phases")):
+            item = as_dict(item)
+            name, start = as_str(item.get("phase")), as_num(item.get("started_at"))
+            if name is None or start is None:
+                continue
+            spans.append(
+                PhaseSpan(
+                    name,
+                    start,
+                    as_num(item.get("ended_at")),
+                    as_str(item.get("outcome")) or "unknown",
+                    as_str(item.get("detail")) or "",
+                )
+            )
+        out[rank] = PhasesRec(rank, art.relpath, as_str(art.doc.get("state")), tuple(spans))
+    return out
+
+
+def failures(run: LoadedRun) -> dict[int, FailureRec]:
+    out: dict[int, FailureRec] = {}
+    for art in run.by_schema("failure"):
+        rank = rank_of(art)
+        if rank is None or art.doc is None:
+            continue
+        d = art.doc
+        reacting = d.get("reacting_to")
+        reacting_rank = as_int(reacting.get("rank")) if isinstance(reacting, dict) else None
+        reacting_inc = as_str(reacting.get("incarnation")) if isinstance(reacting, dict) else None
+        out[rank] = FailureRec(
+            rank=rank,
+            relpath=art.relpath,
+            kind=as_str(d.get("kind")) or "unknown",
+            cause=as_str(d.get("cause")) or "(no cause recorded)",
+            phase=as_str(d.get("phase")),
+            wall_time=as_num(d.get("wall_time")),
+            since_start=as_num(d.get("since_start")),
+            log=as_str(d.get("log")),
+            reacting_to=reacting_rank,
+            reacting_to_incarnation=reacting_inc,
+            peers=tuple(p for p in as_list(d.get("peers")) if as_int(p) is not None),
+            writer=as_str(d.get("writer")),
+            incarnation=as_str(d.get("incarnation")),
+        )
+    return out
+
+
+def ranks_of(run: LoadedRun, schema: str) -> set[int]:
+    return {r for a in run.by_schema(schema) if (r := rank_of(a)) is not None}

@@ -1,0 +1,460 @@
+"""Realistic run directories for the audit's tests, written through schemas.RunDir exactly as the
+agent writes them (atomic writes, stamped headers, schema-checked), in the shape of
+examples/demo.toml: 3 replicas x 8 GPUs, 4 trainer + 19 rollout GPUs, one reference judge bound
+twice. Addresses are chosen so that numeric and string order differ (10.0.0.9 < 10.0.0.10 <
+10.0.0.100): rank 1 owns node 0 (trainer, Ray head, driver), rank 0 node 1, rank 2 node 2 (judge).
+
+Scenarios: success, killed_replica, driver_failure, judge_failure, peer_silent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from launch.config import RunConfig
+from launch.plan import plan as make_plan
+from launch.spec import load_spec
+from schemas import RunDir, Writer, names
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "examples" / "demo.toml"
+T0 = 1_700_000_000.0
+
+PHASES = (
+    "rendezvous",
+    "plan_agreement",
+    "devices",
+    "placement",
+    "judges_start",
+    "judge_health",
+    "ray_start",
+    "readiness",
+    "registry",
+    "canaries",
+    "driver",
+    "complete",
+    "acknowledge",
+    "teardown",
+)
+DURATIONS = {"judge_health": 6.0, "ray_start": 4.0, "readiness": 2.0, "canaries": 3.0, "driver": 30.0}
+
+
+class RunBuilder:
+    def __init__(self, output_root: Path, uuid: str = "run-1") -> None:
+        resolved = load_spec(DEMO)
+        self.spec = resolved.to_dict()
+        self.fingerprint = resolved.fingerprint
+        self.config = RunConfig.from_spec(resolved)
+        self.plan = make_plan(self.config)
+        self.run = RunDir.create(output_root, uuid)
+        self.path = self.run.path
+        self.ranks = list(range(self.plan.replicas))
+        self.address = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}
+        order = sorted(self.ranks, key=lambda r: tuple(int(x) for x in self.address[r].split(".")))
+        self.node_of = {r: i for i, r in enumerate(order)}
+        self.rank_of_node = {i: r for r, i in self.node_of.items()}
+        self.incarnation = {r: f"inc{r}0a1b2c" for r in self.ranks}
+        self.driver_rank = self.rank_of_node[self.plan.driver_node]
+        self.head_rank = self.rank_of_node[0]
+        self.judge_rank = self.rank_of_node[self.plan.judge_node("general")]
+        self.run.write_artifact(
+            names.SPEC,
+            "spec",
+            Writer(self.fingerprint, None, "launcher0", "launcher"),
+            {"spec": self.spec, "source": "examples/demo.toml"},
+        )
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def writer(self, rank: int | None, kind: str = "agent") -> Writer:
+        inc = self.incarnation[rank] if rank is not None else "head0"
+        return Writer(self.fingerprint, rank, inc, kind)
+
+    def write(
+        self, relpath: str, schema: str, rank: int | None, fields: dict[str, Any], kind: str = "agent"
+    ) -> None:
+        self.run.write_artifact(relpath, schema, self.writer(rank, kind), fields)
+
+    def log(self, relpath: str, text: str) -> None:
+        self.run.write_bytes(relpath, text.encode())
+
+    def phase_start(self, rank: int, phase: str) -> float:
+        t = T0 + 0.2 * rank  # hosts start a little apart
+        for p in PHASES:
+            if p == phase:
+                return t
+            t += DURATIONS.get(p, 0.5)
+        raise KeyError(phase)
+
+    def phases(
+        self,
+        rank: int,
+        upto: str | None = None,
+        *,
+        state: str = "SUCCEEDED",
+        last: str = "ok",
+        detail: str = "",
+    ) -> None:
+        spans = []
+        for p in PHASES:
+            start = self.phase_start(rank, p)
+            if p == upto:
+                ended = None if last == "running" else start + DURATIONS.get(p, 0.5) / 2
+                spans.append(
+                    {"phase": p, "started_at": start, "ended_at": ended, "outcome": last, "detail": detail}
+                )
+                break
+            spans.append(
+                {"phase": p, "started_at": start, "ended_at": start + DURATIONS.get(p, 0.5), "outcome": "ok"}
+            )
+        self.write(
+            names.phases(rank),
+            "phases",
+            rank,
+            {
+                "state": state,
+                "node_index": self.node_of[rank],
+                "address": self.address[rank],
+                "phases": spans,
+            },
+        )
+
+    # -- startup artifacts -------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Everything up to (and including) canaries, on every rank."""
+        for r in self.ranks:
+            self.write(
+                names.address(r),
+                "address",
+                r,
+                {
+                    "address": self.address[r],
+                    "hostname": f"gpu-node-{r}",
+                    "visible_devices": [str(i) for i in range(8)],
+                    "pid": 1000 + r,
+                    "started_at": T0 + 0.2 * r,
+                },
+            )
+            self.write(names.heartbeat(r), "heartbeat", r, {"seq": 40 + r, "phase": "driver"})
+            node = self.plan.nodes[self.node_of[r]]
+            vis = [str(i) for i in range(8)]
+            self.write(
+                names.placement(r),
+                "placement",
+                r,
+                {
+                    "node_index": node.index,
+                    "address": self.address[r],
+                    "visible_devices": vis,
+                    "trainer_gpus": node.trainer_gpus,
+                    "rollout_gpus": node.rollout_gpus,
+                    "ray": {
+                        "devices": list(node.ray_devices),
+                        "num_gpus": node.ray_gpus,
+                        "cuda_visible_devices": ",".join(vis[i] for i in node.ray_devices),
+                    },
+                    "judges": {
+                        n: {"devices": list(d), "cuda_visible_devices": ",".join(vis[i] for i in d)}
+                        for n, d in node.judge_devices.items()
+                    },
+                    "unused_devices": list(node.unused_devices),
+                    "is_head": node.index == 0,
+                    "is_driver_node": node.index == self.plan.driver_node,
+                },
+            )
+            self.log(names.agent_log(r), f"rank {r} agent started\nrendezvous ok\n")
+            self.log(names.ray_log(r), "ray started\n")
+        j = self.judge_rank
+        endpoint = f"http://{self.address[j]}:30000"
+        self.write(
+            names.judge_endpoint("general", j),
+            "judge-endpoint",
+            j,
+            {
+                "name": "general",
+                "backend": "reference",
+                "model": "reference-judge",
+                "endpoint": endpoint,
+                "host": self.address[j],
+                "port": 30000,
+                "pid": 2000,
+                "devices": [7],
+                "argv": ["python", "-m", "agent.judges.reference_server"],
+                "ready": True,
+                "ready_after_s": 2.5,
+                "log": names.judge_log("general", j),
+            },
+        )
+        self.log(names.judge_log("general", j), "reference judge listening on :30000\nGET /health 200\n")
+        h = self.head_rank
+        layout = {self.address[r]: float(self.plan.nodes[self.node_of[r]].ray_gpus) for r in self.ranks}
+        self.write(
+            names.RAY_LAYOUT,
+            "ray-layout",
+            h,
+            {
+                "head_address": self.address[h],
+                "ray_address": f"{self.address[h]}:6379",
+                "expected": layout,
+                "actual": layout,
+                "live_nodes": [
+                    {"address": a, "gpus": g, "node_id": f"n{i}"} for i, (a, g) in enumerate(layout.items())
+                ],
+                "passed": True,
+                "problems": [],
+                "waited_s": 1.2,
+            },
+        )
+        self.write(
+            names.REGISTRY,
+            "registry",
+            h,
+            {
+                "judges": {
+                    "general": {
+                        "mode": "managed",
+                        "backend": "reference",
+                        "model": "reference-judge",
+                        "endpoint": endpoint,
+                        "timeout": 60,
+                        "max_context_length": 8192,
+                        "max_concurrent_calls": 8,
+                        "rank": j,
+                        "devices": [7],
+                    }
+                },
+                "rubrics": {
+                    n: {
+                        "profile": r.profile,
+                        "digest": hashlib.sha256(n.encode()).hexdigest(),
+                        "max_output_tokens": r.max_output_tokens,
+                        "temperature": r.temperature,
+                    }
+                    for n, r in self.config.rubrics.items()
+                },
+                "bindings": {
+                    b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in self.config.bindings
+                },
+            },
+        )
+        self.write(
+            names.CANARIES,
+            "judge-canaries",
+            h,
+            {
+                "passed": True,
+                "repetitions": 2,
+                "bindings": [
+                    {
+                        "verifier": b.verifier,
+                        "judge": b.judge,
+                        "rubric": b.rubric,
+                        "model_listed": True,
+                        "passed": True,
+                        "reason": "good 0.9 > bad 0.1",
+                        "samples": [{"good": 0.9, "bad": 0.1}],
+                    }
+                    for b in self.config.bindings
+                ],
+            },
+        )
+        self.log(names.driver_log(self.driver_rank), "step 1 loss 2.31\nstep 2 loss 2.05\n")
+
+    def finish(self) -> None:
+        d = self.driver_rank
+        self.write(
+            names.DRIVER_RESULT,
+            "driver-result",
+            d,
+            {
+                "optimizer_steps": 3,
+                "losses": [2.31, 2.05, 1.87],
+                "final_loss": 1.87,
+                "policy_version": 3,
+                "policy_refreshes": 3,
+                "judge_replies": 24,
+            },
+            kind="driver",
+        )
+        self.write(
+            names.COMPLETE, "complete", d, {"driver_rank": d, "driver_exit_code": 0, "driver_seconds": 30.0}
+        )
+        for r in self.ranks:
+            self.write(names.ack(r), "ack", r, {"outcome": "success"})
+
+    def cleanup(
+        self, rank: int, outcome: str, kind: str = "agent", leftover: list[int] | None = None
+    ) -> None:
+        groups = [{"name": "ray", "pid": 3000 + rank, "how": "sigterm", "exit_code": 0, "swept": 0}]
+        if rank == self.judge_rank:
+            groups.append(
+                {"name": "judge-general", "pid": 2000, "how": "sigterm", "exit_code": 0, "swept": 0}
+            )
+        self.write(
+            names.cleanup(rank),
+            "cleanup",
+            rank,
+            {"outcome": outcome, "groups": groups, "leftover_pids": leftover or []},
+            kind=kind,
+        )
+
+    def failure(
+        self,
+        rank: int,
+        kind: str,
+        cause: str,
+        phase: str,
+        at: float,
+        *,
+        log: str | None = None,
+        reacting_to: dict[str, Any] | None = None,
+        writer: str = "agent",
+        peers: list[int] | None = None,
+    ) -> None:
+        self.write(
+            names.failure(rank),
+            "failure",
+            rank,
+            {
+                "kind": kind,
+                "cause": cause,
+                "phase": phase,
+                "wall_time": at,
+                "monotonic_time": 5000.0 + at - T0,
+                "since_start": at - T0,
+                "log": log,
+                "reacting_to": reacting_to,
+                "peers": peers or [],
+            },
+            kind=writer,
+        )
+
+    def react(
+        self, rank: int, to: int, at: float, kind: str = "peer_failure", to_kind: str = "agent_died"
+    ) -> None:
+        ref = {"rank": to, "kind": to_kind}
+        if kind == "peer_failure":
+            ref["incarnation"] = self.incarnation[to]
+        self.failure(
+            rank,
+            kind,
+            f"rank {to} failed ({to_kind})"
+            if kind == "peer_failure"
+            else f"rank {to}'s heartbeat did not change for 120 s",
+            "driver",
+            at,
+            reacting_to=ref,
+        )
+        self.phases(rank, "driver", state="FAILED", last="failed", detail=f"{kind} of rank {to}")
+        self.cleanup(rank, "failure")
+
+
+# -- scenarios ------------------------------------------------------------------------------------
+
+
+def success(root: Path) -> RunBuilder:
+    b = RunBuilder(root)
+    b.startup()
+    b.finish()
+    for r in b.ranks:
+        b.phases(r)
+        b.cleanup(r, "success")
+    return b
+
+
+def killed_replica(root: Path) -> RunBuilder:
+    """Rank 1 (the driver's node) is SIGKILLed during the driver; its reaper writes agent_died."""
+    b = RunBuilder(root)
+    b.startup()
+    t = b.phase_start(1, "driver") + 12.0
+    b.log(names.agent_log(1), "rank 1 agent started\nRUNNING driver started pid 4242\n")
+    b.failure(
+        1,
+        "agent_died",
+        "agent process 999 of rank 1 died without cleaning up (killed or crashed) during phase driver",
+        "driver",
+        t,
+        log=names.agent_log(1),
+        writer="reaper",
+    )
+    b.phases(1, "driver", state="RUNNING", last="running")
+    b.cleanup(1, "failure", kind="reaper")
+    b.react(0, 1, t + 0.6)
+    b.react(2, 1, t + 0.8)
+    return b
+
+
+DRIVER_TRACEBACK = """step 1 loss 2.31
+step 2 loss 2.05
+Traceback (most recent call last):
+  File "examples/demo_driver.py", line 88, in <module>
+    main()
+  File "examples/demo_driver.py", line 80, in main
+    loss = train_step(batch)
+ValueError: loss became nan at step 3
+"""
+
+
+def driver_failure(root: Path) -> RunBuilder:
+    b = RunBuilder(root)
+    b.startup()
+    d = b.driver_rank
+    t = b.phase_start(d, "driver") + 9.0
+    b.log(names.driver_log(d), DRIVER_TRACEBACK)
+    b.failure(d, "driver_exit", "driver exited with code 1", "driver", t, log=names.driver_log(d))
+    b.phases(d, "driver", state="FAILED", last="failed", detail="driver exited with code 1")
+    b.cleanup(d, "failure")
+    for r in b.ranks:
+        if r != d:
+            b.react(r, d, t + 0.5 + 0.1 * r, to_kind="driver_exit")
+    return b
+
+
+JUDGE_LOG = """reference judge listening on :30000
+GET /health 200
+POST /v1/chat/completions 200
+RuntimeError: CUDA error: out of memory
+GET /health 500
+GET /health 500
+GET /health 500
+"""
+
+
+def judge_failure(root: Path) -> RunBuilder:
+    b = RunBuilder(root)
+    b.startup()
+    j = b.judge_rank
+    t = b.phase_start(j, "driver") + 15.0
+    log = names.judge_log("general", j)
+    b.log(log, JUDGE_LOG)
+    b.failure(j, "judge_health", "judge general failed 3 consecutive /health probes", "driver", t, log=log)
+    b.phases(j, "driver", state="FAILED", last="failed", detail="judge general unhealthy")
+    b.cleanup(j, "failure")
+    for r in b.ranks:
+        if r != j:
+            b.react(r, j, t + 0.4 + 0.1 * r, to_kind="judge_health")
+    return b
+
+
+def peer_silent(root: Path) -> RunBuilder:
+    """Rank 0's host vanishes during the driver: no failure record, no cleanup; peers time it out."""
+    b = RunBuilder(root)
+    b.startup()
+    b.phases(0, "driver", state="RUNNING", last="running")
+    t = b.phase_start(1, "driver") + 140.0
+    for r, dt in ((1, 0.0), (2, 0.7)):
+        b.react(r, 0, t + dt, kind="peer_silent", to_kind="peer_silent")
+    return b
+
+
+SCENARIOS: dict[str, Callable[[Path], RunBuilder]] = {
+    "success": success,
+    "killed_replica": killed_replica,
+    "driver_failure": driver_failure,
+    "judge_failure": judge_failure,
+    "peer_silent": peer_silent,
+}

@@ -1,0 +1,61 @@
+"""The first-cause rules on hand-made failure records (no filesystem)."""
+
+from __future__ import annotations
+
+from audit.first_cause import analyse
+from audit.views import FailureRec
+
+
+def rec(rank: int, kind: str, t: float | None, reacting_to: int | None = None) -> FailureRec:
+    return FailureRec(rank, f"failures/failure-{rank}.json", kind, f"{kind} on {rank}", "driver", t, 1.0, None,
+                      reacting_to, None, (), "agent", f"i{rank}")
+
+
+def first(*records: FailureRec):
+    return analyse({r.rank: r for r in records}, {}, {}, None, {})
+
+
+def test_no_failures_no_cause() -> None:
+    assert first() == (None, (), ())
+
+
+def test_reactions_are_not_roots_even_when_earlier() -> None:
+    # Rank 0's clock runs behind: its reaction carries an earlier wall time than the cause.
+    fc, cascade, others = first(rec(1, "child_exit", 100.0), rec(0, "peer_failure", 99.0, reacting_to=1))
+    assert (fc.rank, fc.kind) == (1, "child_exit")
+    assert [c.rank for c in cascade] == [0] and others == ()
+
+
+def test_earliest_root_wins_and_the_rest_are_listed() -> None:
+    fc, cascade, others = first(
+        rec(2, "signal", 105.0), rec(0, "judge_health", 101.0), rec(1, "peer_failure", 102.0, 0)
+    )
+    assert fc.rank == 0
+    assert [c.rank for c in others] == [2]
+    assert [c.rank for c in cascade] == [1, 2]
+
+
+def test_ties_broken_by_kind() -> None:
+    fc, _, _ = first(rec(0, "signal", 100.0), rec(1, "child_exit", 100.0), rec(2, "startup_timeout", 100.0))
+    assert fc.kind == "child_exit"
+
+
+def test_reaction_to_a_rank_without_record_is_a_root() -> None:
+    fc, _, _ = first(rec(0, "peer_failure", 100.0, reacting_to=3))
+    assert fc.rank == 0 and fc.kind == "peer_failure"
+
+
+def test_silent_rank_is_the_culprit_once() -> None:
+    fc, cascade, others = first(rec(1, "peer_silent", 200.0, 0), rec(2, "peer_silent", 201.0, 0))
+    assert (fc.rank, fc.kind, fc.reported_by) == (0, "silent", 1)
+    assert [c.rank for c in cascade] == [1, 2] and others == ()
+
+
+def test_silence_of_a_rank_that_did_write_a_record_is_a_reaction() -> None:
+    fc, cascade, _ = first(rec(0, "agent_died", 150.0), rec(1, "peer_silent", 200.0, 0))
+    assert (fc.rank, fc.kind) == (0, "agent_died") and [c.kind for c in cascade] == ["peer_silent"]
+
+
+def test_unknown_times_sort_last() -> None:
+    fc, _, _ = first(rec(0, "child_exit", None), rec(1, "signal", 50.0))
+    assert fc.rank == 1

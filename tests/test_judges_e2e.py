@@ -1,0 +1,115 @@
+"""Judges under real agents: a managed reference judge on node 2 of a real 3-node Ray run.
+
+Faults are injected into the real judge server through GYM_REFERENCE_JUDGE_FAULTS (the agent
+passes its environment to the judge), or by killing the judge process with a real signal.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+from pathlib import Path
+
+import pytest
+from agent_harness import (
+    assert_artifacts_valid,
+    assert_nothing_left,
+    audit,
+    failures,
+    judge_spec,
+    kill_tree_by_session,
+    launch_local,
+    read,
+    wait_phase,
+)
+
+from schemas import names
+
+pytestmark = pytest.mark.slow
+
+
+def uid(tag: str) -> str:
+    return f"e2e-judge-{tag}-{secrets.token_hex(3)}"
+
+
+def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
+    run = launch_local(tmp_path, judge_spec(driver='command = ["python", "examples/demo_driver.py"]'), uid("ok"),
+                       env={"DEMO_STEPS": "2"})
+    try:
+        assert run.wait(240) == 0, run.text[-3000:]
+    finally:
+        kill_tree_by_session(run.proc)
+    d = run.run_dir
+    seen = assert_artifacts_valid(d)
+    placement = read(d, names.placement(2))
+    assert placement["judges"]["general"]["devices"] == [1]
+    assert placement["ray"]["devices"] == [0] and placement["ray"]["num_gpus"] == 1
+    assert "1" not in placement["ray"]["cuda_visible_devices"].split(",")
+    assert names.judge_endpoint("general", 2) in seen
+    registry = read(d, names.REGISTRY)
+    assert set(registry["bindings"]) == {"general-quality", "general-quality_ref"}
+    assert registry["judges"]["general"]["endpoint"] == read(d, names.judge_endpoint("general", 2))["endpoint"]
+    canaries = read(d, names.CANARIES)
+    assert canaries["passed"] and len(canaries["bindings"]) == 2
+    for b in canaries["bindings"]:
+        good = [s for s in b["samples"] if s["answer"] == "known-good"]
+        bad = [s for s in b["samples"] if s["answer"] == "known-bad"]
+        assert len(good) == len(bad) == 3
+        assert all(g["score"] > x["score"] for g, x in zip(good, bad, strict=True))
+    assert read(d, names.DRIVER_RESULT)["judge_replies"] > 0
+    assert "POST /v1/chat/completions" in (d / names.judge_log("general", 2)).read_text()
+    assert_nothing_left(d)
+    audit(d, verdict="pass")
+
+
+def test_judge_crash_mid_run_stops_every_replica(tmp_path: Path) -> None:
+    run = launch_local(tmp_path, judge_spec(), uid("crash"))
+    try:
+        wait_phase(run.run_dir, 0, "driver", 150)
+        judge_pid = read(run.run_dir, names.judge_endpoint("general", 2))["pid"]
+        os.kill(judge_pid, signal.SIGKILL)
+        assert run.wait(60) != 0
+    finally:
+        kill_tree_by_session(run.proc)
+    fails = failures(run.run_dir)
+    assert fails[2]["kind"] == "judge" and fails[2]["log"] == names.judge_log("general", 2)
+    assert "judge-general" in fails[2]["cause"]
+    assert fails[0]["reacting_to"]["rank"] == 2 and fails[1]["reacting_to"]["rank"] == 2
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="fail", rank=2, kind="judge")
+
+
+def test_judge_hang_fails_after_three_health_probes(tmp_path: Path) -> None:
+    run = launch_local(tmp_path, judge_spec(), uid("hang"), env={"GYM_REFERENCE_JUDGE_FAULTS": "hang-health-after=20"})
+    try:
+        assert run.wait(180) != 0
+    finally:
+        kill_tree_by_session(run.proc)
+    fails = failures(run.run_dir)
+    assert fails[2]["kind"] == "judge_health", fails
+    assert "3 consecutive" in fails[2]["cause"]
+    assert fails[0]["reacting_to"]["rank"] == 2
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="fail", rank=2, kind="judge_health")
+
+
+def test_wrong_judge_fails_canary_and_driver_never_starts(tmp_path: Path) -> None:
+    run = launch_local(tmp_path, judge_spec(), uid("wrong"), env={"GYM_REFERENCE_JUDGE_FAULTS": "wrong"})
+    try:
+        assert run.wait(180) != 0
+    finally:
+        kill_tree_by_session(run.proc)
+    d = run.run_dir
+    fails = failures(d)
+    assert fails[0]["kind"] == "canary" and fails[0]["phase"] == "canaries"
+    assert 'binding "general-quality"' in fails[0]["cause"]
+    canaries = read(d, names.CANARIES)
+    assert canaries["passed"] is False and not any(b["passed"] for b in canaries["bindings"])
+    assert not (d / names.driver_log(0)).exists()  # the driver never started
+    assert all(p["phase"] != "driver" for p in read(d, names.phases(0))["phases"])
+    assert_artifacts_valid(d)
+    assert_nothing_left(d)
+    audit(d, verdict="fail", rank=0, kind="canary")

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from launch.config import Binding
+
 from .load import LoadedRun
 from .model import Finding
 from .views import as_dict, as_int, as_str, placements, ranks_of
@@ -26,13 +28,6 @@ class NodePlan:
     ray_devices: tuple[int, ...]
     judges: Mapping[str, tuple[int, ...]]  # judge name -> local devices
     unused_devices: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Binding:
-    verifier: str
-    judge: str
-    rubric: str
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,62 @@ def _run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- judge-command -----------------------------------------------------------
+
+
+def _configure_judge_command(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument("judge", metavar="NAME", help="a managed judge: [judges.NAME]")
+    parser.add_argument("--host", default="HOST", help="address to show in the argv (default: a placeholder)")
+    parser.add_argument("--port", type=int, default=30000, help="port to show for SGLang (the agent picks one)")
+
+
+def _run_judge_command(args: argparse.Namespace) -> int:
+    from launch.sglang_argv import JudgeCommandError, judge_command
+
+    resolved, config, p = load_valid(args)
+    judge = config.judges.get(args.judge)
+    if judge is None:
+        raise UsageError(f"no judge named {args.judge!r}; judges: {', '.join(config.judges) or 'none'}")
+    if not judge.managed:
+        raise UsageError(f"judges.{args.judge} is external: the agent runs no command for it")
+    try:
+        cmd = judge_command(args.judge, resolved.data["judges"][args.judge], host=args.host, port=args.port,
+                            port_file="PORT_FILE")
+    except JudgeCommandError as exc:
+        raise UsageError(str(exc)) from None
+    node = p.judge_node(args.judge)
+    env = dict(cmd.env)
+    if node is not None:
+        # What the agent adds: only the judge's own devices are visible to it.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in p.nodes[node].judge_devices[args.judge])
+    print(json.dumps({"judge": args.judge, "node": node, "argv": list(cmd.argv), "env": env}, indent=2))
+    return EXIT_OK
+
+
+# --- check-data --------------------------------------------------------------
+
+
+def _configure_check_data(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _run_check_data(args: argparse.Namespace) -> int:
+    from launch.data_check import DataError, check_data
+
+    _, config, _ = load_valid(args)
+    if not (config.data.train or config.data.eval):
+        raise UsageError("the spec has no [data] train or eval paths to check")
+    bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in config.bindings}
+    try:
+        report = check_data(config.data.train, config.data.eval, bindings)
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
+    return EXIT_OK if report.ok else EXIT_USAGE
+
+
 # --- local ------------------------------------------------------------------
 
 
@@ -164,6 +220,10 @@ def _run_local(args: argparse.Namespace) -> int:
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
+    Command("judge-command", "print the exact argv and environment the agent runs for a managed judge",
+            _configure_judge_command, _run_judge_command),
+    Command("check-data", "check that every judge-graded verifier in [data] has a binding",
+            _configure_check_data, _run_check_data),
     Command("local", "run every replica on this machine (127.0.0.2, .3, ...) and stream their phases",
             _configure_local, _run_local),
 ]

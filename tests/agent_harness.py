@@ -129,6 +129,15 @@ def start_agent(tmp: Path, spec_path: Path, uuid: str, rank: int, replicas: int,
                             start_new_session=True)
 
 
+def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
+    """Exit codes of agents started with start_agent; whatever still runs is killed by session."""
+    try:
+        return [p.wait(timeout) for p in procs]
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+
+
 def wait_for_file(path: Path, timeout: float) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -6,6 +6,7 @@ passes its environment to the judge), or by killing the judge process with a rea
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -61,6 +62,67 @@ def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
     assert "POST /v1/chat/completions" in (d / names.judge_log("general", 2)).read_text()
     assert_nothing_left(d)
     audit(d, verdict="pass")
+
+
+def test_real_judged_run_audits_fail_when_mutated(tmp_path: Path) -> None:
+    """Mutated copies of a real run directory: each mutation is caught by the right check."""
+    import shutil
+
+    from audit.api import audit_run
+
+    run = launch_local(tmp_path, judge_spec(driver='command = ["python", "examples/demo_driver.py"]'), uid("mut"),
+                       env={"DEMO_STEPS": "1"})
+    try:
+        assert run.wait(240) == 0, run.text[-3000:]
+    finally:
+        kill_tree_by_session(run.proc)
+    assert audit_run(run.run_dir).verdict == "pass"
+
+    def mutated(tag: str, change: object) -> set[str]:
+        copy = tmp_path / tag / run.run_dir.name
+        shutil.copytree(run.run_dir, copy, symlinks=True)
+        change(copy)  # type: ignore[operator]
+        result = audit_run(copy)
+        assert result.verdict == "fail", tag
+        return {f.code for f in result.findings if f.severity == "error"}
+
+    def edit(rel: str, fn: object) -> object:
+        def apply(d: Path) -> None:
+            doc = read(d, rel)
+            fn(doc)  # type: ignore[operator]
+            (d / rel).write_text(json.dumps(doc))
+        return apply
+
+    assert "cleanup.missing" in mutated("nocleanup", lambda d: (d / names.cleanup(1)).unlink())
+    assert "complete.missing_acks" in mutated("noack", lambda d: (d / names.ack(2)).unlink())
+    assert "driver.no_judge_replies" in mutated(
+        "noreplies", edit(names.DRIVER_RESULT, lambda doc: doc.update(judge_replies=0)))
+    assert "devices.judge_in_ray_mask" in mutated(
+        "mask", edit(names.placement(2), lambda doc: doc["ray"].update(cuda_visible_devices="0,1")))
+    assert "canary.failed" in mutated("canary", edit(names.CANARIES, lambda doc: doc.update(passed=False))) or \
+        "canary.inconsistent" in mutated("canary2", edit(names.CANARIES, lambda doc: doc.update(passed=False)))
+    codes = mutated("layout", edit(names.RAY_LAYOUT, lambda doc: doc["actual"].update({"127.0.0.3": 3.0})))
+    assert codes & {"ray_layout.actual_mismatch", "ray_layout.failed"}, codes
+    assert "schema.violation" in mutated("schema", edit(names.heartbeat(0), lambda doc: doc.update(seq="x")))
+
+
+def test_missing_binding_in_data_fails_before_any_gpu_work(tmp_path: Path) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"verifier": "general-helpfulness", "metadata": {"judge_query": "Hi?"}}\n')
+    spec = judge_spec() + f'[data]\ntrain = "{data}"\n'
+    run = launch_local(tmp_path, spec, uid("data"))
+    try:
+        assert run.wait(120) != 0
+    finally:
+        kill_tree_by_session(run.proc)
+    fails = failures(run.run_dir)
+    assert fails and all(f["kind"] in ("data", "peer_failure") for f in fails.values())
+    data_fail = next(f for f in fails.values() if f["kind"] == "data")
+    assert data_fail["phase"] == "devices"
+    assert '[judging.bindings."general-helpfulness"]' in data_fail["cause"]
+    assert not (run.run_dir / names.RAY_HEAD).exists()  # Ray never started
+    assert not list(run.run_dir.glob("judge-general-*.json"))  # nor the judge
+    assert_nothing_left(run.run_dir)
 
 
 def test_judge_crash_mid_run_stops_every_replica(tmp_path: Path) -> None:

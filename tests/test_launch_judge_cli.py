@@ -1,0 +1,67 @@
+"""`gym-launch judge-command` and `gym-launch check-data`, through the real console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GYM_LAUNCH = str(Path(sys.executable).parent / "gym-launch")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GYM_LAUNCH, *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_judge_command_prints_the_sglang_argv_and_the_judges_own_devices() -> None:
+    out = run("judge-command", "examples/three-node.toml", "general")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    argv = doc["argv"]
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    assert argv[argv.index("--served-model-name") + 1] == "Qwen/Qwen3-32B"
+    assert doc["env"]["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+    plan = json.loads(run("plan", "examples/three-node.toml", "--json").stdout)
+    node = plan["nodes"][doc["node"]]
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, node["judge_devices"]["general"]))
+    assert set(node["judge_devices"]["general"]).isdisjoint(node["ray_devices"])
+
+
+def test_judge_command_follows_overrides() -> None:
+    out = run("judge-command", "examples/three-node.toml", "general", "--set", "judges.general.cuda_graphs=true")
+    argv = json.loads(out.stdout)["argv"]
+    assert "--cuda-graph-max-bs-decode" in argv and "disabled" not in argv
+
+
+def test_judge_command_for_the_reference_backend() -> None:
+    out = run("judge-command", "examples/demo.toml", "general")
+    argv = json.loads(out.stdout)["argv"]
+    assert "agent.judges.reference_server" in argv and "--port-file" in argv
+
+
+def test_judge_command_unknown_judge_is_one_line() -> None:
+    out = run("judge-command", "examples/three-node.toml", "nope")
+    assert out.returncode == 2 and "no judge named 'nope'" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_check_data_passes_for_the_demo() -> None:
+    out = run("check-data", "examples/demo.toml", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["ok"] and set(doc["judged_verifiers"]) == {"general-quality", "general-quality_ref"}
+
+
+def test_check_data_names_the_missing_binding(tmp_path: Path) -> None:
+    spec = (ROOT / "examples/demo.toml").read_text()
+    binding = '[judging.bindings."general-quality_ref"]\njudge = "general"\nrubric = "general-quality-ref"\n'
+    assert binding in spec
+    spec = spec.replace(binding, "")
+    spec = spec.replace('"examples/data/', f'"{ROOT}/examples/data/')
+    (tmp_path / "s.toml").write_text(spec)
+    out = run("check-data", str(tmp_path / "s.toml"))
+    assert out.returncode == 2
+    assert '[judging.bindings."general-quality_ref"]' in out.stdout + out.stderr

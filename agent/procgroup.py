@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import psutil
 
+LINGER_S = 1.0  # after a clean leader exit, how long its session's leftovers may take to follow
+
 
 @dataclass(frozen=True)
 class StopRecord:
@@ -155,8 +157,9 @@ class ProcessGroup:
         # The leader is gone; its helpers (Ray daemons, workers, schedulers) may not be.
         lingering = session_members(self.session)
         if lingering and how != "sigkill":
-            # Give them the rest of the grace period to exit on their own (PDEATHSIG, raylet exit).
-            _, alive = psutil.wait_procs(lingering, timeout=max(0.5, grace - (time.monotonic() - t0)))
+            # The leader stopped cleanly; what remains (idle Ray workers, agents) only needs a moment
+            # to follow it before the sweep (notes/ray.md: stop the leader, then kill the rest).
+            _, alive = psutil.wait_procs(lingering, timeout=min(LINGER_S, max(0.0, grace - (time.monotonic() - t0))))
             lingering = alive
         swept = sweep_session(self.session) if lingering else 0
         return StopRecord(self.name, self.pid, self.session, how, code, swept, time.monotonic() - t0)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-from _judge_server import RunningServer, dead_port, server_factory
+from _judge_server import RunningServer, dead_port
 
 from agent.judges.canary import KNOWN_BAD, KNOWN_GOOD, run_canaries
 from agent.judges.client import JudgeClient
@@ -14,10 +13,6 @@ from agent.judges.rubrics import resolve_rubric
 
 Factory = Callable[..., RunningServer]
 
-
-@pytest.fixture
-def judge_server(tmp_path: Path) -> Iterator[Factory]:
-    yield from server_factory(tmp_path)
 
 
 RUBRICS = {

@@ -9,21 +9,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from _judge_server import RunningServer, dead_port, server_factory
+from _judge_server import RunningServer, dead_port
 
 from agent.judges.engine_health import EngineHealthRegistry, EngineState, EngineStatus, ProbeResult
 
 Factory = Callable[..., RunningServer]
 
-
-@pytest.fixture
-def judge_server(tmp_path: Path) -> Iterator[Factory]:
-    yield from server_factory(tmp_path)
 
 
 # ---- a small in-process server whose /health the test controls ------------------------------

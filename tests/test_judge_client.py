@@ -4,13 +4,15 @@ grades, retries and timeouts."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from _judge_server import RunningServer, dead_port, server_factory
+from _judge_server import RunningServer, dead_port
 
 from agent.judges.bindings import bindings_from_registry
+from agent.judges.canary import KNOWN_BAD as BAD  # the canary's own question and answer pair
+from agent.judges.canary import KNOWN_GOOD as GOOD
+from agent.judges.canary import QUESTION
 from agent.judges.client import (
     ContextOverflow,
     InvalidGrade,
@@ -25,15 +27,6 @@ from agent.judges.rubrics import PROFILES, Rubric, RubricError, parse_reply, res
 
 Factory = Callable[..., RunningServer]
 
-
-@pytest.fixture
-def judge_server(tmp_path: Path) -> Iterator[Factory]:
-    yield from server_factory(tmp_path)
-
-
-QUESTION = "What is the capital of France?"
-GOOD = "The capital of France is Paris."
-BAD = "The capital of France is Saturn, a type of sandwich."
 QUALITY = resolve_rubric("quality", {"profile": "general-quality"})
 QUALITY_REF = resolve_rubric("quality_ref", {"profile": "general-quality-ref", "max_output_tokens": 256})
 

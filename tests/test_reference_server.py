@@ -6,12 +6,12 @@ import json
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from _judge_server import RunningServer, server_factory
+from _judge_server import RunningServer
 
 from agent.judges.framing import GradingPrompt, build_messages, parse_messages
 from agent.judges.reference_server import (
@@ -27,10 +27,6 @@ from agent.judges.rubrics import get_profile
 
 Factory = Callable[..., RunningServer]
 
-
-@pytest.fixture
-def judge_server(tmp_path: Path) -> Iterator[Factory]:
-    yield from server_factory(tmp_path)
 
 
 QUESTION = "What is the capital of France?"

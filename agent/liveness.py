@@ -88,9 +88,13 @@ class Liveness(threading.Thread):
     def stop(self) -> None:
         self._stop.set()
         self.wake.set()
-        if self._observer is not None:
+        self._stop_inotify()
+
+    def _stop_inotify(self) -> None:
+        obs, self._observer = self._observer, None
+        if obs is not None:
             try:
-                self._observer.stop()
+                obs.stop()
             except Exception:  # noqa: BLE001 - best effort on shutdown
                 pass
 
@@ -123,8 +127,10 @@ class Liveness(threading.Thread):
             now = clock.mono()
             try:
                 if self.signal.is_set():
-                    self.wake.wait(self.poll)  # stopping: nothing left to watch
-                    self.wake.clear()
+                    # Stopping: nothing left to watch. Drop inotify too: in a failure wave every
+                    # peer's record write would otherwise still be dispatched to us in Python.
+                    self._stop_inotify()
+                    self._stop.wait(self.poll)
                     continue
                 if now >= next_beat:
                     self._beat()

@@ -224,7 +224,7 @@ class JudgeRuntime:
                 doc: dict[str, Any] = {}
 
                 def ready(rel: str = rel, doc: dict[str, Any] = doc) -> bool:
-                    if not a._listed(rel):
+                    if not a.listed(rel):
                         return False
                     got = a.run.read_json(rel)
                     if got and got.get("ready") and got.get("fingerprint") == cfg.fingerprint:

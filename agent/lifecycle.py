@@ -59,6 +59,7 @@ class PhaseLog:
         self.entries: list[dict[str, Any]] = []
         self.node_index: int | None = None
         self.address: str | None = None
+        self.on_phase: Callable[[str], None] = lambda _phase: None  # the reaper must know where we died
         self._lock = threading.Lock()
 
     def phase_name(self) -> str:
@@ -72,6 +73,7 @@ class PhaseLog:
                  "detail": detail}
             )
         self.out(f"{self.state} {phase} ...{' ' + detail if detail else ''}")
+        self.on_phase(str(phase))
         self._save()
 
     def end(self, outcome: str = "ok", detail: str = "") -> None:
@@ -158,7 +160,8 @@ class Agent:
                 raise self.fail("ack_timeout", f"{what} not reached within {timeout:g}s")
             self.signal.wait(self.coord.poll_interval)
 
-    def _listed(self, name: str, subdir: str = "") -> bool:
+    def listed(self, name: str, subdir: str = "") -> bool:
+        """Is `name` in the run directory (or `subdir`)? By listing: NFS caches negative lookups."""
         return name in self.run.listdir(subdir)
 
     @property
@@ -180,6 +183,7 @@ class Agent:
         self._start_reaper()
         self.supervisor = Supervisor(self.signal, self.coord.teardown_grace, self.reaper.stdin if self.reaper else None,
                                      self.log.phase_name)
+        self.log.on_phase = lambda phase: self.supervisor.tell_reaper(f"phase {phase}")  # type: ignore[union-attr]
         self.liveness = Liveness(self.run, self.writer, self.rank, self.ident.count,
                                  heartbeat_interval=self.coord.heartbeat_interval,
                                  heartbeat_timeout=self.coord.heartbeat_timeout,
@@ -207,7 +211,6 @@ class Agent:
         lg = self.log
         lg.begin(Phase.RENDEZVOUS, f"rank {self.rank}/{self.ident.count} at {self.ident.address}")
         rendezvous.publish(self.run, self.writer, self.ident)
-        self.tell_reaper_phase()
         peers = rendezvous.gather(self.run, self.ident.count, deadline=self.deadline,
                                   poll=self.coord.poll_interval, signal=self.signal, phase=lg.phase_name(),
                                   startup_timeout=self.coord.startup_timeout)
@@ -261,7 +264,7 @@ class Agent:
         if self.is_driver_node:
             if not self.is_head and self.config.ray.enabled:
                 lg.begin(Phase.READINESS, "waiting for the head's layout check")
-                self.wait_for("ray-layout.json from the head", lambda: self._listed(names.RAY_LAYOUT))
+                self.wait_for("ray-layout.json from the head", lambda: self.listed(names.RAY_LAYOUT))
                 layout = self.run.read_json(names.RAY_LAYOUT) or {}
                 if not layout.get("passed"):
                     raise self.fail("layout", "the head's readiness gate failed: "
@@ -272,10 +275,6 @@ class Agent:
             lg.begin(Phase.CANARIES)
             detail = self.judges.run_canaries()
             lg.end(detail=detail)
-
-    def tell_reaper_phase(self) -> None:
-        if self.supervisor:
-            self.supervisor.tell_reaper(f"phase {self.log.phase_name()}")
 
     def _write_placement(self) -> None:
         node = self.node
@@ -332,7 +331,7 @@ class Agent:
             self.run.write_artifact(names.RAY_HEAD, "ray-head", self.writer, {"gcs_address": self.gcs_address})
 
     def _head_known(self) -> bool:
-        if not self._listed(names.RAY_HEAD):
+        if not self.listed(names.RAY_HEAD):
             return False
         doc = self.run.read_json(names.RAY_HEAD)
         if not doc or doc.get("fingerprint") != self.config.fingerprint:
@@ -416,7 +415,7 @@ class Agent:
             # listing acks/ (empty while the driver runs), not the large top-level directory:
             # O(1) per poll per agent instead of O(N).
             driver_ack = f"ack-{self.peers[self.plan.driver_node].rank}.json"
-            self.wait_for("the driver node's completion", lambda: self._listed(driver_ack, names.ACKS_DIR),
+            self.wait_for("the driver node's completion", lambda: self.listed(driver_ack, names.ACKS_DIR),
                           startup=False, timeout=float("inf"))
             if self.run.read_json(names.COMPLETE) is None:
                 raise self.fail("internal", "the driver's node acknowledged but complete.json is unreadable")

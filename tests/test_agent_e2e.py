@@ -81,6 +81,7 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
         fails = failures(run.run_dir)
         # The reaper records the dead agent; the others react to it.
         assert fails[1]["kind"] == "agent_died" and fails[1]["writer"] == "reaper"
+        assert fails[1]["phase"] == "driver"  # the reaper knew where the agent was when it died
         for r in (0, 2):
             assert fails[r]["reacting_to"]["rank"] == 1
         assert read(run.run_dir, names.cleanup(1))["writer"] == "reaper"

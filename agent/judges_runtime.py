@@ -9,6 +9,7 @@ own; three consecutive failures fail the run — there is no reward-zero fallbac
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -93,7 +94,9 @@ class JudgeRuntime:
         assert node is not None
         if not node.judges:
             return 0
-        self._tmp = tempfile.mkdtemp(prefix="gj-")
+        self._tmp = tempfile.mkdtemp(prefix="gj-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        assert a.supervisor is not None
+        a.supervisor.tell_reaper(f"tmp {self._tmp}")  # removed by the reaper if we are SIGKILLed
         vis = a.ident.visible_devices
         for name in node.judges:
             devices = list(node.judge_devices[name])

@@ -316,6 +316,7 @@ class Agent:
         node = self.node
         assert node is not None
         self.temp_dir = ray_node.short_temp_dir()
+        self.supervisor.tell_reaper(f"tmp {self.temp_dir}")  # type: ignore[union-attr]
         if not self.is_head:
             self.wait_for("the Ray head's address", self._head_known)
         for attempt in range(1, RAY_START_ATTEMPTS + 1):

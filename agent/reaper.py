@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from schemas import RunDir, Writer, names
 
@@ -39,6 +42,23 @@ def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
     return StopRecord(name, pid, pid, how, None, swept, time.monotonic() - t0)
 
 
+TEMP_PREFIXES = ("gr-", "gj-")  # Ray's and the judges' local temp dirs (agent/ray_node.py, judges_runtime.py)
+
+
+def remove_temp_dir(path: str) -> bool:
+    """Remove one of the agent's own local temp dirs; anything else named to us is left alone."""
+    p = Path(path)
+    roots = {Path("/tmp"), Path(tempfile.gettempdir())}
+    try:
+        st = p.lstat()
+    except OSError:
+        return False
+    if p.parent not in roots or not p.name.startswith(TEMP_PREFIXES) or p.is_symlink() or st.st_uid != os.geteuid():
+        return False
+    shutil.rmtree(p, ignore_errors=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gym-agent-reaper")
     ap.add_argument("--run-dir", required=True)
@@ -50,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C must not kill the cleaner
     sessions: dict[int, str] = {}
+    temp_dirs: list[str] = []
     phase = "unknown"
     for line in sys.stdin:
         parts = line.split()
@@ -61,9 +82,13 @@ def main(argv: list[str] | None = None) -> int:
             sessions[int(parts[2])] = parts[1]
         elif parts[0] == "phase" and len(parts) == 2:
             phase = parts[1]
+        elif parts[0] == "tmp" and len(parts) == 2:
+            temp_dirs.append(parts[1])
     # stdin closed without "done": the agent is gone.
     t0 = clock.mono()
     records = [_stop_session(name, pid, args.grace) for pid, name in sessions.items()]
+    for path in temp_dirs:
+        remove_temp_dir(path)
     run = RunDir.open(args.run_dir)
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind="reaper")
     mine = run.read_json(names.failure(args.rank))

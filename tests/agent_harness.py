@@ -214,6 +214,11 @@ def run_processes(run_dir: Path, extra_pids: tuple[int, ...] = ()) -> list[psuti
     return found
 
 
+def agent_temp_dirs() -> set[Path]:
+    """The agents' local temp dirs (Ray's gr-*, judges' gj-*) that exist right now."""
+    return {p for prefix in ("gr-", "gj-") for p in Path("/tmp").glob(f"{prefix}*")}
+
+
 def assert_nothing_left(run_dir: Path, extra_pids: tuple[int, ...] = (), timeout: float = 15) -> None:
     end = time.monotonic() + timeout
     left = run_processes(run_dir, extra_pids)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from agent_harness import (
     agent_pid,
+    agent_temp_dirs,
     assert_artifacts_valid,
     assert_nothing_left,
     audit,
@@ -67,6 +68,7 @@ def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
 
 def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     hb_timeout = 6.0
+    temp_before = agent_temp_dirs()
     run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout), uid("kill9"))
     try:
         wait_phase(run.run_dir, 0, "driver", 120)
@@ -89,6 +91,7 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
+    assert agent_temp_dirs() - temp_before == set(), "the killed agent's Ray temp dir was left behind"
     audit(run.run_dir, verdict="fail", rank=1, kind="agent_died")
 
 

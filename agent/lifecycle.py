@@ -136,7 +136,6 @@ class Agent:
         self.liveness: Liveness | None = None
         self.judges = judges_runtime.JudgeRuntime(self)
         self._driver_done = threading.Event()
-        self._driver_code: int | None = None
         self._agent_log_fd = run.open_log(names.agent_log(self.rank))
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -181,9 +180,10 @@ class Agent:
     def run_lifecycle(self) -> RunResult:
         self._install_signal_handlers()
         self._start_reaper()
-        self.supervisor = Supervisor(self.signal, self.coord.teardown_grace, self.reaper.stdin if self.reaper else None,
-                                     self.log.phase_name)
-        self.log.on_phase = lambda phase: self.supervisor.tell_reaper(f"phase {phase}")  # type: ignore[union-attr]
+        supervisor = Supervisor(self.signal, self.coord.teardown_grace, self.reaper.stdin if self.reaper else None,
+                                self.log.phase_name)
+        self.supervisor = supervisor
+        self.log.on_phase = lambda phase: supervisor.tell_reaper(f"phase {phase}")
         self.liveness = Liveness(self.run, self.writer, self.rank, self.ident.count,
                                  heartbeat_interval=self.coord.heartbeat_interval,
                                  heartbeat_timeout=self.coord.heartbeat_timeout,
@@ -316,7 +316,8 @@ class Agent:
         node = self.node
         assert node is not None
         self.temp_dir = ray_node.short_temp_dir()
-        self.supervisor.tell_reaper(f"tmp {self.temp_dir}")  # type: ignore[union-attr]
+        assert self.supervisor is not None
+        self.supervisor.tell_reaper(f"tmp {self.temp_dir}")  # removed by the reaper if we are SIGKILLed
         if not self.is_head:
             self.wait_for("the Ray head's address", self._head_known)
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
@@ -429,7 +430,6 @@ class Agent:
         t0 = clock.mono()
 
         def on_exit(code: int) -> None:
-            self._driver_code = code
             if code != 0:
                 self.signal.trip(Failure(kind="driver_exit", cause=f"the driver exited with code {code}",
                                          phase=str(Phase.DRIVER), log=names.driver_log(self.rank)))

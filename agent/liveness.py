@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas import RunDir, Writer, names
@@ -53,7 +54,7 @@ class Liveness(threading.Thread):
         heartbeat_timeout: float,
         poll_interval: float,
         signal: FailureSignal,
-        phase: callable,  # type: ignore[valid-type]
+        phase: Callable[[], str],
     ) -> None:
         super().__init__(name=f"liveness-{rank}", daemon=True)
         self.run_dir = run

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from launch.config import RunConfig
 from launch.plan import plan as make_plan
@@ -78,8 +79,8 @@ def run_local(spec_path: str, overrides: Sequence[str], *, uuid: str | None = No
     env_base.pop("CUDA_VISIBLE_DEVICES", None)
     lock = threading.Lock()
 
-    def pump(rank: int, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
+    def pump(rank: int, stream: IO[str]) -> None:
+        for line in stream:
             with lock:
                 out(line.rstrip("\n"))
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from .failure import Failure, FailureSignal
 from .procgroup import ProcessGroup, StopRecord
@@ -27,7 +28,8 @@ class ExitPolicy:
 
 
 class Supervisor:
-    def __init__(self, signal: FailureSignal, grace: float, reaper_stdin: object | None, phase: Callable[[], str]):
+    def __init__(self, signal: FailureSignal, grace: float, reaper_stdin: IO[str] | None,
+                 phase: Callable[[], str]) -> None:
         self.signal = signal
         self.grace = grace
         self._reaper = reaper_stdin
@@ -44,8 +46,8 @@ class Supervisor:
         if self._reaper is None:
             return
         try:
-            self._reaper.write(line + "\n")  # type: ignore[attr-defined]
-            self._reaper.flush()  # type: ignore[attr-defined]
+            self._reaper.write(line + "\n")
+            self._reaper.flush()
         except (OSError, ValueError):
             pass
 
@@ -139,7 +141,7 @@ class Supervisor:
         self.tell_reaper("done")
         if self._reaper is not None:
             try:
-                self._reaper.close()  # type: ignore[attr-defined]
+                self._reaper.close()
             except OSError:
                 pass
 

@@ -117,7 +117,7 @@ class JudgeRuntime:
         if j.config.backend != "reference":
             j.port = port
         j.argv = list(cmd.argv)
-        env = child_env(a.base_env(), {**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
+        env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
         assert a.supervisor is not None
         # On probation until healthy: an early exit may be a lost port race, retried below.
         j.group = a.supervisor.start(f"judge-{j.config.name}", j.argv, env=env, log_fd=a.run.open_log(j.log),

@@ -30,6 +30,7 @@ from .failure import AgentFailed, Failure, FailureSignal
 from .identity import Identity
 from .liveness import Liveness
 from .phases import AgentState, Phase
+from .procgroup import session_members
 from .supervisor import ExitPolicy, Supervisor, child_env
 
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
@@ -170,10 +171,6 @@ class Agent:
     @property
     def is_driver_node(self) -> bool:
         return self.node is not None and self.node.index == self.plan.driver_node
-
-    def base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-        return child_env(env, {})
 
     # -- entry -----------------------------------------------------------------------------------
 
@@ -350,7 +347,7 @@ class Agent:
             num_gpus=node.ray_gpus, num_cpus=self.config.ray.num_cpus,
             object_store_memory=self.config.ray.object_store_memory, temp_dir=self.temp_dir or "",
             resources=self._ray_resources(), extra_args=self.config.ray.extra_args)
-        env = ray_node.ray_env(self.base_env(), ",".join(vis[i] for i in node.ray_devices), self.temp_dir or "")
+        env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir or "")
         assert self.supervisor is not None
         early: list[int] = []
         log = names.ray_log(self.rank)
@@ -407,7 +404,7 @@ class Agent:
             **self.judges.driver_env(),
             **dict(self.config.driver.env),
         }
-        return child_env(self.base_env(), extra)
+        return child_env(extra)
 
     def _drive(self) -> None:
         lg = self.log
@@ -479,8 +476,6 @@ class Agent:
         return [r.to_json() for r in records]
 
     def _leftovers(self, groups: list[dict]) -> list[int]:
-        from .procgroup import session_members
-
         return [p.pid for g in groups for p in session_members(int(g["session"]))]
 
     def _teardown_succeeded(self) -> RunResult:
@@ -540,7 +535,7 @@ class Agent:
                 "--agent-pid", str(os.getpid()), "--grace", str(self.coord.teardown_grace)]
         self.reaper = subprocess.Popen(argv, stdin=subprocess.PIPE, text=True, start_new_session=True,
                                        stdout=self._agent_log_fd, stderr=self._agent_log_fd, close_fds=True,
-                                       env=child_env(dict(os.environ), {}))
+                                       env=child_env({}))
 
     def _reap_reaper(self) -> None:
         if self.reaper is not None:

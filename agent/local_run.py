@@ -79,7 +79,7 @@ def run_local(spec_path: str, overrides: Sequence[str], *, uuid: str | None = No
     env_base.pop("CUDA_VISIBLE_DEVICES", None)
     lock = threading.Lock()
 
-    def pump(rank: int, stream: IO[str]) -> None:
+    def pump(stream: IO[str]) -> None:
         for line in stream:
             with lock:
                 out(line.rstrip("\n"))
@@ -90,7 +90,7 @@ def run_local(spec_path: str, overrides: Sequence[str], *, uuid: str | None = No
         p = subprocess.Popen(rep.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True, stdin=subprocess.DEVNULL)
         procs.append(p)
-        t = threading.Thread(target=pump, args=(rep.rank, p.stdout), daemon=True)
+        t = threading.Thread(target=pump, args=(p.stdout,), daemon=True)
         t.start()
         pumps.append(t)
 

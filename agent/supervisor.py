@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
@@ -146,19 +145,11 @@ class Supervisor:
                 pass
 
 
-def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
-    """The environment for a child: ours, our interpreter's bin first on PATH, then `extra`."""
-    env = dict(base)
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a child: ours without our CUDA mask (each child gets its own devices),
+    our interpreter's bin first on PATH (so `python` in a driver command is ours), then `extra`."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env.update(extra)
     return env
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

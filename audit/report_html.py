@@ -9,7 +9,7 @@ import html
 import math
 
 from .model import AuditResult, Cause, NodeMap, RankSummary
-from .report_text import fmt_time
+from .report_text import cause_headline
 from .sanitize import clean_text
 
 PHASE_COLORS = {
@@ -67,13 +67,7 @@ def _e(s: object) -> str:
 
 
 def _cause_html(c: Cause) -> str:
-    bits = [f"rank {c.rank}", c.kind]
-    if c.phase:
-        bits.append(f"phase {c.phase}")
-    if c.reacting_to is not None:
-        bits.append(f"reacting to rank {c.reacting_to}")
-    bits.append(fmt_time(c.wall_time))
-    return f"<b>{_e(', '.join(bits))}</b>: {_e(c.cause)}"
+    return f"<b>{_e(cause_headline(c))}</b>: {_e(c.cause)}"
 
 
 def _clamp(v: float, lo: float, hi: float) -> float:

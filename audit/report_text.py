@@ -17,14 +17,19 @@ def fmt_time(t: float | None) -> str:
         return f"t={t!r}"
 
 
-def _cause_line(c: Cause) -> str:
+def cause_headline(c: Cause) -> str:
+    """"rank R, KIND, phase P, reacting to rank Q, TIME": how every report introduces a cause."""
     parts = [f"rank {c.rank}", c.kind]
     if c.phase:
         parts.append(f"phase {c.phase}")
     if c.reacting_to is not None:
         parts.append(f"reacting to rank {c.reacting_to}")
     parts.append(fmt_time(c.wall_time))
-    return _t(", ".join(parts) + f": {c.cause}")
+    return ", ".join(parts)
+
+
+def _cause_line(c: Cause) -> str:
+    return _t(cause_headline(c) + f": {c.cause}")
 
 
 def _finding_line(f: Finding) -> str:

@@ -145,13 +145,6 @@ class RunDir:
             fd = nfd
         return fd, parts[-1], True
 
-    def file(self, relpath: str) -> Path:
-        """A plain path, for handing to child processes (logs). Checked to be no symlink."""
-        p = self.path / relpath
-        if p.is_symlink():
-            raise RunDirError(f"{p} is a symlink; refusing to use it")
-        return p
-
     def open_log(self, relpath: str) -> int:
         """An append-only fd for a child's log: never follows a planted symlink."""
         fd, leaf, close = self._parent_fd(relpath)
@@ -285,10 +278,6 @@ class RunDir:
                 os.close(fd)
         except OSError:
             return []
-
-    def exists(self, relpath: str) -> bool:
-        """Only for files this process wrote itself: NFS caches negative lookups of peers' files."""
-        return (self.path / relpath).exists()
 
     def walk(self) -> list[str]:
         """Every file below the run directory, relative, without following symlinked directories."""

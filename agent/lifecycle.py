@@ -35,7 +35,7 @@ from .supervisor import ExitPolicy, Supervisor, child_env
 
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
 RAY_START_ATTEMPTS = 3
-RAY_PROBATION_S = 3.0
+RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,8 @@ class Agent:
         if not self.is_head:
             self.wait_for("the Ray head's address", self._head_known)
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            ports = ray_node.pick_ports()
+            ports = ray_node.pick_ports(self.run.path.name, self.rank + (attempt - 1) * self.ident.count,
+                                        self.ident.count * RAY_START_ATTEMPTS)
             if self.is_head:
                 self.gcs_address = f"{self.ident.address}:{ports.gcs}"
             if self._spawn_ray(ports, node):
@@ -339,8 +340,10 @@ class Agent:
         return True
 
     def _spawn_ray(self, ports: ray_node.RayPorts, node: NodePlan) -> bool:
-        """Start Ray on probation: ports are picked then bound by Ray, so if another process took
-        one, Ray exits at once; that is retried with new ports instead of failing the run."""
+        """Start Ray on probation until every port it should bind accepts connections. Ports are
+        picked and then bound by Ray: if another process took one, Ray exits during probation,
+        which is retried with new ports instead of failing the run. A fixed probation time is
+        not enough: on a loaded host a node can take several seconds to bind its last port."""
         vis = self.ident.visible_devices
         spec = ray_node.RayNodeSpec(
             is_head=self.is_head, address=self.ident.address, head_address=self.gcs_address or "", ports=ports,
@@ -355,10 +358,14 @@ class Agent:
             "ray-head" if self.is_head else "ray-worker", ray_node.ray_start_argv(spec), env=env,
             log_fd=self.run.open_log(log), policy=ExitPolicy("child_exit", log, on_exit=early.append),
             term_leader_only=True)
-        end = clock.mono() + RAY_PROBATION_S
-        while clock.mono() < end and not early:
+        t0 = clock.mono()
+        limit = max(RAY_UP_MIN_WAIT_S, self.deadline - t0)
+        while not early and not ray_node.ray_is_up(self.ident.address, ports, self.is_head):
             self.signal.raise_if_set()
-            time.sleep(0.1)
+            if clock.mono() - t0 > limit:
+                raise self.fail("startup_timeout", f"Ray did not open its ports within {limit:.0f}s "
+                                f"(ports {ports.gcs}-{ports.max_worker})", log=log)
+            time.sleep(0.2)
         if early:
             return False
         self.supervisor.set_policy(group, ExitPolicy("child_exit", log))

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +37,11 @@ class RayPorts:
     max_worker: int
 
 
+PORT_BLOCK = 50  # ports per node: 7 singles, a gap, then the worker range
+PORT_FLOOR, PORT_CEILING = 10000, 65500
+DEFAULT_EPHEMERAL = (32768, 60999)
+
+
 def _free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -46,17 +51,56 @@ def _free(port: int) -> bool:
             return False
 
 
-def pick_ports(rng: random.Random | None = None) -> RayPorts:
-    """Free ports right now. Another process may take one before Ray binds it: `ray start` then
-    fails at once, and the caller retries with fresh ports (detect-and-retry, not pick-and-hope)."""
-    rng = rng or random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 59000, 50)
-        singles = list(range(base, base + 7))
-        workers = range(base + 8, base + 8 + WORKER_PORT_SPAN)
-        if all(_free(p) for p in singles) and all(_free(p) for p in (workers[0], workers[-1])):
-            return RayPorts(*singles, min_worker=workers[0], max_worker=workers[-1])
-    raise RuntimeError("no free port block found for Ray")
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    try:
+        with open(path) as f:
+            low, high = (int(x) for x in f.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+
+
+def port_bases(ephemeral: tuple[int, int]) -> list[int]:
+    """Block starts outside the kernel's ephemeral range: any outgoing connection (Ray's own gRPC
+    clients included) may be given an ephemeral port, so a block inside it can be taken between
+    our check and Ray's bind."""
+    low, high = ephemeral
+    return [b for b in range(PORT_FLOOR, PORT_CEILING - PORT_BLOCK, PORT_BLOCK)
+            if b + PORT_BLOCK <= low or b > high]
+
+
+def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] | None = None) -> RayPorts:
+    """A free port block for one start of one node.
+
+    Every agent of a run hashes the same `run_key` to the same starting block and offsets it by
+    its `slot` (rank and attempt): replicas sharing a host then never pick each other's blocks,
+    even before Ray has bound them. A block another run already uses is skipped in strides of
+    `slots`, which keeps this run's slots apart. Ray exiting at once (another process won a race)
+    is still detected by the caller, which retries with its next slot."""
+    bases = port_bases(ephemeral or ephemeral_range())
+    start = zlib.crc32(run_key.encode()) % len(bases)
+    stride = slots if 0 < slots < len(bases) else 1
+    for k in range(len(bases)):
+        base = bases[(start + slot + k * stride) % len(bases)]
+        if all(_free(p) for p in range(base, base + 8 + WORKER_PORT_SPAN)):
+            singles = list(range(base, base + 7))
+            return RayPorts(*singles, min_worker=base + 8, max_worker=base + 8 + WORKER_PORT_SPAN - 1)
+    raise RuntimeError("no free block of ports for Ray outside the ephemeral port range")
+
+
+def listening(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def ray_is_up(address: str, ports: RayPorts, is_head: bool) -> bool:
+    """Every port this Ray node binds when healthy is accepting: GCS (head), raylet, object
+    manager and the runtime-env agent, whose failure would make the raylet exit later."""
+    wanted = [ports.node_manager, ports.object_manager, ports.runtime_env_agent]
+    return all(listening(address, p) for p in ([ports.gcs] if is_head else []) + wanted)
 
 
 def ray_executable() -> str:

@@ -156,9 +156,12 @@ def agent_pid(run_dir: Path, rank: int) -> int:
 
 
 def wait_phase(run_dir: Path, rank: int, phase: str, timeout: float) -> None:
-    """Until rank's phases file shows `phase` running or done."""
+    """Until rank's phases file shows `phase` running or done; fails at once if the run failed."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
+        failed = sorted(p.name for p in (run_dir / names.FAILURES_DIR).glob("*.json"))
+        if failed:
+            raise AssertionError(f"the run failed ({', '.join(failed)}) before rank {rank} reached phase {phase}")
         try:
             doc = read(run_dir, names.phases(rank))
             if any(p["phase"] == phase for p in doc["phases"]):

@@ -1,4 +1,10 @@
-"""Shared fixtures. `judge_server` starts real reference judge servers (see _judge_server.py)."""
+"""Shared fixtures and hooks.
+
+`judge_server` starts real reference judge servers (see _judge_server.py). When a test that ran
+real agents fails, the report carries `gym-audit`'s text for each run directory under its
+tmp_path, plus every failure record and the tail of every log: a failure seen only on CI can
+then be diagnosed from CI's output alone.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,54 @@ from pathlib import Path
 import pytest
 from _judge_server import RunningServer, server_factory
 
+from schemas import names
+
+LOG_TAIL_LINES = 15
+
 
 @pytest.fixture
 def judge_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     """A factory for real reference judge servers, each stopped by its PID at teardown."""
     yield from server_factory(tmp_path)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 16384))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
+
+def run_dir_diagnostics(run_dir: Path) -> str:
+    """gym-audit's text report, the failure records and log tails of one run directory."""
+    from audit import report_text
+    from audit.api import audit_run
+
+    parts: list[str] = []
+    try:
+        parts.append(report_text.render(audit_run(run_dir), show_info=False))
+    except Exception as exc:  # noqa: BLE001 - diagnostics must never mask the test's own failure
+        parts.append(f"gym-audit raised {type(exc).__name__}: {exc}")
+    for f in sorted((run_dir / names.FAILURES_DIR).glob("*.json")):
+        parts.append(f"--- {f.relative_to(run_dir)}\n{_tail(f, 40)}")
+    for f in sorted(run_dir.glob("*.log")):
+        if f.is_file() and names.is_known_log(f.name):
+            parts.append(f"--- {f.relative_to(run_dir)} (last {LOG_TAIL_LINES} lines)\n{_tail(f, LOG_TAIL_LINES)}")
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if not isinstance(tmp, Path):
+        return
+    for run_dir in sorted(tmp.glob("**/cluster/*")):
+        if run_dir.is_dir() and not run_dir.is_symlink():
+            report.sections.append((f"run directory {run_dir.name}", run_dir_diagnostics(run_dir)))

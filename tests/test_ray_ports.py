@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from agent import ray_node
 from agent.ray_node import PORT_BLOCK, RayPorts, pick_ports, port_bases
 
@@ -69,3 +71,17 @@ def test_ray_is_up_only_when_every_port_accepts() -> None:
     finally:
         for s in servers:
             s.close()
+
+
+def test_a_port_held_only_on_ipv6_is_not_free() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    with socket.socket(socket.AF_INET6) as holder:
+        holder.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            holder.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this host")
+        port = holder.getsockname()[1]
+        assert not ray_node._free(port)
+    assert ray_node._free(port)

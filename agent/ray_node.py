@@ -92,7 +92,8 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
     even before Ray has bound them. A block another run already uses is skipped in strides of
     `slots`, which keeps this run's slots apart. Ray exiting at once (another process won a race)
     is still detected by the caller, which retries with its next slot."""
-    bases = port_bases(ephemeral or ephemeral_range())
+    # If the ephemeral range covers every block, use them all: the retry on an early exit remains.
+    bases = port_bases(ephemeral or ephemeral_range()) or port_bases((0, 0))
     start = zlib.crc32(run_key.encode()) % len(bases)
     stride = slots if 0 < slots < len(bases) else 1
     for k in range(len(bases)):

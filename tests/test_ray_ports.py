@@ -85,3 +85,10 @@ def test_a_port_held_only_on_ipv6_is_not_free() -> None:
         port = holder.getsockname()[1]
         assert not ray_node._free(port)
     assert ray_node._free(port)
+
+
+def test_an_ephemeral_range_covering_every_block_still_yields_disjoint_blocks() -> None:
+    everything = (1024, 65535)
+    assert port_bases(everything) == []
+    a, b = pick_ports("run-e", 0, 2, everything), pick_ports("run-e", 1, 2, everything)
+    assert not set(_span(a)) & set(_span(b))

@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 from _judge_server import RunningServer, server_factory
+from hypothesis import HealthCheck, settings
 
 from schemas import names
 
 LOG_TAIL_LINES = 15
+
+# Property tests check correctness, not speed: on a loaded 2-core CI host example generation can
+# be slow, which must not fail a run (speed is measured by `make bench`).
+settings.register_profile("gym", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gym")
 
 
 @pytest.fixture

@@ -31,31 +31,28 @@ def judge_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     yield from server_factory(tmp_path)
 
 
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 16384))
-            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
-    except OSError as exc:
-        return f"(unreadable: {exc})"
-
-
 def run_dir_diagnostics(run_dir: Path) -> str:
     """gym-audit's text report, the failure records and log tails of one run directory."""
     from audit import report_text
     from audit.api import audit_run
+    from audit.load import SafeDir
+    from audit.logs import list_logs, read_tail
 
     parts: list[str] = []
     try:
         parts.append(report_text.render(audit_run(run_dir), show_info=False))
     except Exception as exc:  # noqa: BLE001 - diagnostics must never mask the test's own failure
         parts.append(f"gym-audit raised {type(exc).__name__}: {exc}")
-    for f in sorted((run_dir / names.FAILURES_DIR).glob("*.json")):
-        parts.append(f"--- {f.relative_to(run_dir)}\n{_tail(f, 40)}")
-    for f in sorted(run_dir.glob("*.log")):
-        if f.is_file() and names.is_known_log(f.name):
-            parts.append(f"--- {f.relative_to(run_dir)} (last {LOG_TAIL_LINES} lines)\n{_tail(f, LOG_TAIL_LINES)}")
+    try:
+        with SafeDir(run_dir) as safe:
+            for f in sorted((run_dir / names.FAILURES_DIR).glob("*.json")):
+                rel = f"{names.FAILURES_DIR}/{f.name}"
+                parts.append(f"--- {rel}\n" + "\n".join(read_tail(safe, rel)))
+            for log in list_logs(safe):
+                tail = read_tail(safe, log.relpath)[-LOG_TAIL_LINES:]
+                parts.append(f"--- {log.relpath} (last {LOG_TAIL_LINES} lines)\n" + "\n".join(tail))
+    except Exception as exc:  # noqa: BLE001 - diagnostics must never mask the test's own failure
+        parts.append(f"reading the run directory stopped: {type(exc).__name__}: {exc}")
     return "\n".join(parts)
 
 

@@ -21,6 +21,7 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # The HTML audit report is checked in a real headless Chromium (Debian's package). Installed
 # when missing and we are root; without it that one test skips and says why.
@@ -31,6 +32,7 @@ browser:
 
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)

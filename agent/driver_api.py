@@ -38,8 +38,9 @@ def write_result(**fields: Any) -> dict[str, Any]:
     if any(not math.isfinite(x) for x in losses) or not math.isfinite(fields.get("final_loss", 0.0)):
         raise ValueError("losses must be finite")
     run = RunDir.open(Path(os.environ["GYM_RUN_DIR"]))
-    writer = Writer(os.environ["GYM_FINGERPRINT"], int(os.environ["GYM_RANK"]), os.environ["GYM_INCARNATION"],
-                    kind="driver")
+    writer = Writer(
+        os.environ["GYM_FINGERPRINT"], int(os.environ["GYM_RANK"]), os.environ["GYM_INCARNATION"], kind="driver"
+    )
     try:
         return run.write_artifact(names.DRIVER_RESULT, "driver-result", writer, fields)
     finally:

@@ -25,8 +25,11 @@ class Identity:
     visible_devices: tuple[str, ...]
 
 
-RANK_SOURCES = (("GYM_REPLICA_RANK", "GYM_REPLICA_COUNT"), ("BEAKER_REPLICA_RANK", "BEAKER_REPLICA_COUNT"),
-                ("SLURM_PROCID", "SLURM_NTASKS"))
+RANK_SOURCES = (
+    ("GYM_REPLICA_RANK", "GYM_REPLICA_COUNT"),
+    ("BEAKER_REPLICA_RANK", "BEAKER_REPLICA_COUNT"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+)
 
 
 def _int(value: str, what: str) -> int:
@@ -104,9 +107,7 @@ def visible_devices(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU "))
 
 
-def resolve(
-    rank: int | None, count: int | None, address: str | None, env: Mapping[str, str] | None = None
-) -> Identity:
+def resolve(rank: int | None, count: int | None, address: str | None, env: Mapping[str, str] | None = None) -> Identity:
     env = os.environ if env is None else env
     r, n = resolve_rank(rank, count, env)
     addr, explicit = resolve_address(address, env)

@@ -100,8 +100,13 @@ class JudgeRuntime:
         vis = a.ident.visible_devices
         for name in node.judges:
             devices = list(node.judge_devices[name])
-            judge = LocalJudge(a.config.judges[name], devices, ",".join(vis[i] for i in devices),
-                               f"{self._tmp}/{name}.port.json", names.judge_log(name, a.rank))
+            judge = LocalJudge(
+                a.config.judges[name],
+                devices,
+                ",".join(vis[i] for i in devices),
+                f"{self._tmp}/{name}.port.json",
+                names.judge_log(name, a.rank),
+            )
             self.local[name] = judge
             self._spawn(judge)
         return len(self.local)
@@ -120,8 +125,13 @@ class JudgeRuntime:
         env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
         assert a.supervisor is not None
         # On probation until healthy: an early exit may be a lost port race, retried below.
-        j.group = a.supervisor.start(f"judge-{j.config.name}", j.argv, env=env, log_fd=a.run.open_log(j.log),
-                                     policy=ExitPolicy("judge", j.log, on_exit=j.exits.append))
+        j.group = a.supervisor.start(
+            f"judge-{j.config.name}",
+            j.argv,
+            env=env,
+            log_fd=a.run.open_log(j.log),
+            policy=ExitPolicy("judge", j.log, on_exit=j.exits.append),
+        )
         j.started = clock.mono()
 
     def wait_local_healthy(self) -> None:
@@ -134,8 +144,11 @@ class JudgeRuntime:
                 while not self._healthy_once(probe, j):
                     a.signal.raise_if_set()
                     if clock.mono() >= a.deadline:
-                        raise a.fail("startup_timeout", f"judge {name} did not answer /health within "
-                                     f"startup_timeout {a.coord.startup_timeout:g}s", log=j.log)
+                        raise a.fail(
+                            "startup_timeout",
+                            f"judge {name} did not answer /health within startup_timeout {a.coord.startup_timeout:g}s",
+                            log=j.log,
+                        )
                     time.sleep(min(0.5, a.coord.poll_interval))
                 assert j.group is not None and a.supervisor is not None
                 a.supervisor.set_policy(j.group, ExitPolicy("judge", j.log))
@@ -151,8 +164,11 @@ class JudgeRuntime:
             if j.attempts < SPAWN_ATTEMPTS and self._lost_port_race(j):
                 self._spawn(j)
                 return False
-            raise a.fail("judge", f"judge {j.config.name} exited with code {code} before it became healthy "
-                         f"(attempt {j.attempts})", log=j.log)
+            raise a.fail(
+                "judge",
+                f"judge {j.config.name} exited with code {code} before it became healthy (attempt {j.attempts})",
+                log=j.log,
+            )
         if j.port is None:
             j.port = read_port_file(j.port_file)
             if j.port is None:
@@ -176,11 +192,24 @@ class JudgeRuntime:
         a = self.agent
         assert j.group is not None and j.port is not None
         a.run.write_artifact(
-            names.judge_endpoint(j.config.name, a.rank), "judge-endpoint", a.writer,
-            {"name": j.config.name, "backend": j.config.backend or "sglang", "model": j.config.model,
-             "endpoint": self._endpoint(j), "host": a.ident.address, "port": j.port, "pid": j.group.pid,
-             "devices": j.devices, "argv": j.argv, "ready": True, "ready_after_s": round(ready_after, 3),
-             "log": j.log})
+            names.judge_endpoint(j.config.name, a.rank),
+            "judge-endpoint",
+            a.writer,
+            {
+                "name": j.config.name,
+                "backend": j.config.backend or "sglang",
+                "model": j.config.model,
+                "endpoint": self._endpoint(j),
+                "host": a.ident.address,
+                "port": j.port,
+                "pid": j.group.pid,
+                "devices": j.devices,
+                "argv": j.argv,
+                "ready": True,
+                "ready_after_s": round(ready_after, 3),
+                "log": j.log,
+            },
+        )
 
     def _start_health_probes(self) -> None:
         a = self.agent
@@ -188,15 +217,22 @@ class JudgeRuntime:
 
         def quarantined(status: EngineStatus) -> None:
             j = self.local[status.engine_id]
-            a.signal.trip(Failure(
-                kind="judge_health",
-                cause=f"judge {status.engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
-                f"(last: {status.last_error or 'no answer'})",
-                phase=a.log.phase_name(), log=j.log))
+            a.signal.trip(
+                Failure(
+                    kind="judge_health",
+                    cause=f"judge {status.engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
+                    f"(last: {status.last_error or 'no answer'})",
+                    phase=a.log.phase_name(),
+                    log=j.log,
+                )
+            )
 
-        self.health = EngineHealthRegistry(failure_threshold=HEALTH_FAILURES, interval=interval,
-                                           probe_timeout=max(1.0, min(5.0, 2 * interval)),
-                                           on_quarantine=quarantined)
+        self.health = EngineHealthRegistry(
+            failure_threshold=HEALTH_FAILURES,
+            interval=interval,
+            probe_timeout=max(1.0, min(5.0, 2 * interval)),
+            on_quarantine=quarantined,
+        )
         for name, j in self.local.items():
             self.health.register(name, self._endpoint(j))
         self.health.start()
@@ -216,9 +252,14 @@ class JudgeRuntime:
         cfg = a.config
         judges: dict[str, Any] = {}
         for j in cfg.bound_judges:
-            entry: dict[str, Any] = {"mode": j.mode, "backend": j.backend, "model": j.model, "timeout": j.timeout,
-                                     "max_context_length": j.max_context_length,
-                                     "max_concurrent_calls": j.max_concurrent_calls}
+            entry: dict[str, Any] = {
+                "mode": j.mode,
+                "backend": j.backend,
+                "model": j.model,
+                "timeout": j.timeout,
+                "max_context_length": j.max_context_length,
+                "max_concurrent_calls": j.max_concurrent_calls,
+            }
             if j.managed:
                 index = a.plan.judge_node(j.name)
                 assert index is not None
@@ -256,8 +297,9 @@ class JudgeRuntime:
         registry = self.registry or {"judges": {}, "rubrics": {}, "bindings": {}}
         clients = clients_from_registry(registry)
         try:
-            report = run_canaries(registry["bindings"], clients, rubrics_from_registry(registry),
-                                  repetitions=CANARY_REPETITIONS)
+            report = run_canaries(
+                registry["bindings"], clients, rubrics_from_registry(registry), repetitions=CANARY_REPETITIONS
+            )
         finally:
             for c in clients.values():
                 c.close()
@@ -275,8 +317,10 @@ class JudgeRuntime:
     def driver_env(self) -> dict[str, str]:
         if self.registry is None:
             return {}
-        return {"GYM_REGISTRY": json.dumps(self.registry, sort_keys=True),
-                "GYM_REGISTRY_FILE": str(self.agent.run.path / names.REGISTRY)}
+        return {
+            "GYM_REGISTRY": json.dumps(self.registry, sort_keys=True),
+            "GYM_REGISTRY_FILE": str(self.agent.run.path / names.REGISTRY),
+        }
 
 
 def _host(address: str) -> str:

@@ -70,8 +70,13 @@ class PhaseLog:
         with self._lock:
             self.current = phase
             self.entries.append(
-                {"phase": str(phase), "started_at": clock.wall(), "ended_at": None, "outcome": "running",
-                 "detail": detail}
+                {
+                    "phase": str(phase),
+                    "started_at": clock.wall(),
+                    "ended_at": None,
+                    "outcome": "running",
+                    "detail": detail,
+                }
             )
         self.out(f"{self.state} {phase} ...{' ' + detail if detail else ''}")
         self.on_phase(str(phase))
@@ -96,8 +101,12 @@ class PhaseLog:
 
     def _save(self) -> None:
         with self._lock:
-            fields = {"state": str(self.state), "node_index": self.node_index, "address": self.address,
-                      "phases": [dict(e) for e in self.entries]}
+            fields = {
+                "state": str(self.state),
+                "node_index": self.node_index,
+                "address": self.address,
+                "phases": [dict(e) for e in self.entries],
+            }
         try:
             self.run.write_artifact(names.phases(self.rank), "phases", self.writer, fields)
         except OSError:
@@ -144,8 +153,9 @@ class Agent:
     def fail(self, kind: str, cause: str, **kw: Any) -> AgentFailed:
         return AgentFailed(Failure(kind=kind, cause=cause, phase=self.log.phase_name(), **kw))
 
-    def wait_for(self, what: str, predicate: Callable[[], bool], *, startup: bool = True,
-                 timeout: float | None = None) -> None:
+    def wait_for(
+        self, what: str, predicate: Callable[[], bool], *, startup: bool = True, timeout: float | None = None
+    ) -> None:
         """Poll `predicate` every poll interval until true, a failure, or the deadline."""
         end = self.deadline if startup else clock.mono() + (timeout or 0)
         while True:
@@ -154,9 +164,11 @@ class Agent:
                 return
             if clock.mono() >= end:
                 if startup:
-                    raise self.fail("startup_timeout",
-                                    f"{what} not reached within startup_timeout "
-                                    f"{self.coord.startup_timeout:g}s (counted from agent start)")
+                    raise self.fail(
+                        "startup_timeout",
+                        f"{what} not reached within startup_timeout "
+                        f"{self.coord.startup_timeout:g}s (counted from agent start)",
+                    )
                 raise self.fail("ack_timeout", f"{what} not reached within {timeout:g}s")
             self.signal.wait(self.coord.poll_interval)
 
@@ -177,15 +189,22 @@ class Agent:
     def run_lifecycle(self) -> RunResult:
         self._install_signal_handlers()
         self._start_reaper()
-        supervisor = Supervisor(self.signal, self.coord.teardown_grace, self.reaper.stdin if self.reaper else None,
-                                self.log.phase_name)
+        supervisor = Supervisor(
+            self.signal, self.coord.teardown_grace, self.reaper.stdin if self.reaper else None, self.log.phase_name
+        )
         self.supervisor = supervisor
         self.log.on_phase = lambda phase: supervisor.tell_reaper(f"phase {phase}")
-        self.liveness = Liveness(self.run, self.writer, self.rank, self.ident.count,
-                                 heartbeat_interval=self.coord.heartbeat_interval,
-                                 heartbeat_timeout=self.coord.heartbeat_timeout,
-                                 poll_interval=self.coord.poll_interval, signal=self.signal,
-                                 phase=self.log.phase_name)
+        self.liveness = Liveness(
+            self.run,
+            self.writer,
+            self.rank,
+            self.ident.count,
+            heartbeat_interval=self.coord.heartbeat_interval,
+            heartbeat_timeout=self.coord.heartbeat_timeout,
+            poll_interval=self.coord.poll_interval,
+            signal=self.signal,
+            phase=self.log.phase_name,
+        )
         self.liveness.start()
         self.log.set_state(AgentState.STARTING)
         try:
@@ -196,8 +215,14 @@ class Agent:
         except AgentFailed as exc:
             self.signal.trip(exc.failure)
         except Exception as exc:  # noqa: BLE001 - an agent bug still must clean up and say why
-            self.signal.trip(Failure(kind="internal", cause=f"{type(exc).__name__}: {exc}",
-                                     phase=self.log.phase_name(), log=names.agent_log(self.rank)))
+            self.signal.trip(
+                Failure(
+                    kind="internal",
+                    cause=f"{type(exc).__name__}: {exc}",
+                    phase=self.log.phase_name(),
+                    log=names.agent_log(self.rank),
+                )
+            )
         if self.signal.is_set():
             return self._teardown_failed()
         return self._teardown_succeeded()
@@ -208,9 +233,15 @@ class Agent:
         lg = self.log
         lg.begin(Phase.RENDEZVOUS, f"rank {self.rank}/{self.ident.count} at {self.ident.address}")
         rendezvous.publish(self.run, self.writer, self.ident)
-        peers = rendezvous.gather(self.run, self.ident.count, deadline=self.deadline,
-                                  poll=self.coord.poll_interval, signal=self.signal, phase=lg.phase_name(),
-                                  startup_timeout=self.coord.startup_timeout)
+        peers = rendezvous.gather(
+            self.run,
+            self.ident.count,
+            deadline=self.deadline,
+            poll=self.coord.poll_interval,
+            signal=self.signal,
+            phase=lg.phase_name(),
+            startup_timeout=self.coord.startup_timeout,
+        )
         lg.end()
         self.liveness.start_watching()
 
@@ -218,8 +249,11 @@ class Agent:
         rendezvous.agree(peers, self.config.fingerprint, lg.phase_name())
         self.peers = rendezvous.node_order(peers, lg.phase_name())
         if len(self.peers) != self.plan.replicas:
-            raise self.fail("plan_mismatch", f"{len(self.peers)} replicas started but the plan has "
-                            f"{self.plan.replicas}; start exactly {self.plan.replicas} replicas")
+            raise self.fail(
+                "plan_mismatch",
+                f"{len(self.peers)} replicas started but the plan has "
+                f"{self.plan.replicas}; start exactly {self.plan.replicas} replicas",
+            )
         index = next(i for i, p in enumerate(self.peers) if p.rank == self.rank)
         self.node = self.plan.nodes[index]
         self.head_address = self.peers[0].address
@@ -230,10 +264,13 @@ class Agent:
         data_detail = self.judges.check_data()
         devices = self.ident.visible_devices
         if len(devices) != self.plan.gpus_per_replica:
-            raise self.fail("placement", f"rank {self.rank} sees {len(devices)} GPUs "
-                            f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
-                            f"gpus_per_replica={self.plan.gpus_per_replica}; fix the allocation or "
-                            "launch.gpus_per_replica")
+            raise self.fail(
+                "placement",
+                f"rank {self.rank} sees {len(devices)} GPUs "
+                f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
+                f"gpus_per_replica={self.plan.gpus_per_replica}; fix the allocation or "
+                "launch.gpus_per_replica",
+            )
         lg.end(detail=f"data: {data_detail}")
 
         lg.begin(Phase.PLACEMENT)
@@ -264,8 +301,9 @@ class Agent:
                 self.wait_for("ray-layout.json from the head", lambda: self.listed(names.RAY_LAYOUT))
                 layout = self.run.read_json(names.RAY_LAYOUT) or {}
                 if not layout.get("passed"):
-                    raise self.fail("layout", "the head's readiness gate failed: "
-                                    + "; ".join(layout.get("problems", [])))
+                    raise self.fail(
+                        "layout", "the head's readiness gate failed: " + "; ".join(layout.get("problems", []))
+                    )
                 lg.end()
             lg.begin(Phase.REGISTRY)
             lg.end(detail=self.judges.write_registry())
@@ -284,17 +322,24 @@ class Agent:
             if ray_mask & {vis[i] for i in devs}:
                 raise self.fail("placement", f"judge {name}'s devices overlap Ray's on node {node.index}")
         self.run.write_artifact(
-            names.placement(self.rank), "placement", self.writer,
+            names.placement(self.rank),
+            "placement",
+            self.writer,
             {
                 "node_index": node.index,
                 "address": self.ident.address,
                 "visible_devices": list(vis),
                 "trainer_gpus": node.trainer_gpus,
                 "rollout_gpus": node.rollout_gpus,
-                "ray": {"devices": ray_devs, "cuda_visible_devices": ",".join(vis[i] for i in ray_devs),
-                        "num_gpus": node.ray_gpus},
-                "judges": {n: {"devices": d, "cuda_visible_devices": ",".join(vis[i] for i in d)}
-                           for n, d in judge_devs.items()},
+                "ray": {
+                    "devices": ray_devs,
+                    "cuda_visible_devices": ",".join(vis[i] for i in ray_devs),
+                    "num_gpus": node.ray_gpus,
+                },
+                "judges": {
+                    n: {"devices": d, "cuda_visible_devices": ",".join(vis[i] for i in d)}
+                    for n, d in judge_devs.items()
+                },
                 "unused_devices": list(node.unused_devices),
                 "is_head": self.is_head,
                 "is_driver_node": self.is_driver_node,
@@ -318,15 +363,19 @@ class Agent:
         if not self.is_head:
             self.wait_for("the Ray head's address", self._head_known)
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            ports = ray_node.pick_ports(self.run.path.name, self.rank + (attempt - 1) * self.ident.count,
-                                        self.ident.count * RAY_START_ATTEMPTS)
+            ports = ray_node.pick_ports(
+                self.run.path.name, self.rank + (attempt - 1) * self.ident.count, self.ident.count * RAY_START_ATTEMPTS
+            )
             if self.is_head:
                 self.gcs_address = f"{self.ident.address}:{ports.gcs}"
             if self._spawn_ray(ports, node):
                 break
             if attempt == RAY_START_ATTEMPTS:
-                raise self.fail("child_exit", f"ray start exited at once {attempt} times (ports taken?)",
-                                log=names.ray_log(self.rank))
+                raise self.fail(
+                    "child_exit",
+                    f"ray start exited at once {attempt} times (ports taken?)",
+                    log=names.ray_log(self.rank),
+                )
         if self.is_head:
             self.run.write_artifact(names.RAY_HEAD, "ray-head", self.writer, {"gcs_address": self.gcs_address})
 
@@ -346,25 +395,39 @@ class Agent:
         not enough: on a loaded host a node can take several seconds to bind its last port."""
         vis = self.ident.visible_devices
         spec = ray_node.RayNodeSpec(
-            is_head=self.is_head, address=self.ident.address, head_address=self.gcs_address or "", ports=ports,
-            num_gpus=node.ray_gpus, num_cpus=self.config.ray.num_cpus,
-            object_store_memory=self.config.ray.object_store_memory, temp_dir=self.temp_dir or "",
-            resources=self._ray_resources(), extra_args=self.config.ray.extra_args)
+            is_head=self.is_head,
+            address=self.ident.address,
+            head_address=self.gcs_address or "",
+            ports=ports,
+            num_gpus=node.ray_gpus,
+            num_cpus=self.config.ray.num_cpus,
+            object_store_memory=self.config.ray.object_store_memory,
+            temp_dir=self.temp_dir or "",
+            resources=self._ray_resources(),
+            extra_args=self.config.ray.extra_args,
+        )
         env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir or "")
         assert self.supervisor is not None
         early: list[int] = []
         log = names.ray_log(self.rank)
         group = self.supervisor.start(
-            "ray-head" if self.is_head else "ray-worker", ray_node.ray_start_argv(spec), env=env,
-            log_fd=self.run.open_log(log), policy=ExitPolicy("child_exit", log, on_exit=early.append),
-            term_leader_only=True)
+            "ray-head" if self.is_head else "ray-worker",
+            ray_node.ray_start_argv(spec),
+            env=env,
+            log_fd=self.run.open_log(log),
+            policy=ExitPolicy("child_exit", log, on_exit=early.append),
+            term_leader_only=True,
+        )
         t0 = clock.mono()
         limit = max(RAY_UP_MIN_WAIT_S, self.deadline - t0)
         while not early and not ray_node.ray_is_up(self.ident.address, ports, self.is_head):
             self.signal.raise_if_set()
             if clock.mono() - t0 > limit:
-                raise self.fail("startup_timeout", f"Ray did not open its ports within {limit:.0f}s "
-                                f"(ports {ports.gcs}-{ports.max_worker})", log=log)
+                raise self.fail(
+                    "startup_timeout",
+                    f"Ray did not open its ports within {limit:.0f}s (ports {ports.gcs}-{ports.max_worker})",
+                    log=log,
+                )
             time.sleep(0.2)
         if early:
             return False
@@ -377,18 +440,28 @@ class Agent:
         t0 = clock.mono()
         remaining = max(5.0, self.deadline - clock.mono())
         try:
-            live = ray_node.probe_live_nodes(self.gcs_address, self.ident.address, len(expected), remaining,
-                                             self._agent_log_fd, self.signal.is_set)
+            live = ray_node.probe_live_nodes(
+                self.gcs_address, self.ident.address, len(expected), remaining, self._agent_log_fd, self.signal.is_set
+            )
         except (RuntimeError, ValueError) as exc:
             self.signal.raise_if_set()
-            raise self.fail("layout", f"could not read Ray's live nodes: {exc}", log=names.ray_log(self.rank)) \
-                from None
+            raise self.fail("layout", f"could not read Ray's live nodes: {exc}", log=names.ray_log(self.rank)) from None
         check = ray_node.compare_layout(expected, live)
         self.run.write_artifact(
-            names.RAY_LAYOUT, "ray-layout", self.writer,
-            {"head_address": self.ident.address, "ray_address": self.gcs_address, "expected": check.expected,
-             "actual": check.actual, "live_nodes": check.live_nodes, "passed": check.passed,
-             "problems": check.problems, "waited_s": round(clock.mono() - t0, 3)})
+            names.RAY_LAYOUT,
+            "ray-layout",
+            self.writer,
+            {
+                "head_address": self.ident.address,
+                "ray_address": self.gcs_address,
+                "expected": check.expected,
+                "actual": check.actual,
+                "live_nodes": check.live_nodes,
+                "passed": check.passed,
+                "problems": check.problems,
+                "waited_s": round(clock.mono() - t0, 3),
+            },
+        )
         if not check.passed:
             raise self.fail("layout", "Ray's live layout differs from the plan: " + "; ".join(check.problems))
 
@@ -421,8 +494,12 @@ class Agent:
             # listing acks/ (empty while the driver runs), not the large top-level directory:
             # O(1) per poll per agent instead of O(N).
             driver_ack = f"ack-{self.peers[self.plan.driver_node].rank}.json"
-            self.wait_for("the driver node's completion", lambda: self.listed(driver_ack, names.ACKS_DIR),
-                          startup=False, timeout=float("inf"))
+            self.wait_for(
+                "the driver node's completion",
+                lambda: self.listed(driver_ack, names.ACKS_DIR),
+                startup=False,
+                timeout=float("inf"),
+            )
             if self.run.read_json(names.COMPLETE) is None:
                 raise self.fail("internal", "the driver's node acknowledged but complete.json is unreadable")
             lg.end()
@@ -435,22 +512,36 @@ class Agent:
 
         def on_exit(code: int) -> None:
             if code != 0:
-                self.signal.trip(Failure(kind="driver_exit", cause=f"the driver exited with code {code}",
-                                         phase=str(Phase.DRIVER), log=names.driver_log(self.rank)))
+                self.signal.trip(
+                    Failure(
+                        kind="driver_exit",
+                        cause=f"the driver exited with code {code}",
+                        phase=str(Phase.DRIVER),
+                        log=names.driver_log(self.rank),
+                    )
+                )
             self._driver_done.set()
 
         assert self.supervisor is not None
-        self.supervisor.start("driver", argv, env=self.driver_env(), log_fd=self.run.open_log(
-            names.driver_log(self.rank)), policy=ExitPolicy("driver_exit", names.driver_log(self.rank), on_exit),
-            shell=shell)
+        self.supervisor.start(
+            "driver",
+            argv,
+            env=self.driver_env(),
+            log_fd=self.run.open_log(names.driver_log(self.rank)),
+            policy=ExitPolicy("driver_exit", names.driver_log(self.rank), on_exit),
+            shell=shell,
+        )
         while not self._driver_done.is_set():
             self.signal.raise_if_set()
             self._driver_done.wait(self.coord.poll_interval)
         self.signal.raise_if_set()
         lg.end(detail="exit 0")
-        self.run.write_artifact(names.COMPLETE, "complete", self.writer,
-                                {"driver_rank": self.rank, "driver_exit_code": 0,
-                                 "driver_seconds": round(clock.mono() - t0, 3)})
+        self.run.write_artifact(
+            names.COMPLETE,
+            "complete",
+            self.writer,
+            {"driver_rank": self.rank, "driver_exit_code": 0, "driver_seconds": round(clock.mono() - t0, 3)},
+        )
 
     def _complete_and_acknowledge(self) -> None:
         lg = self.log
@@ -463,8 +554,7 @@ class Agent:
             listed = set(self.run.listdir(names.ACKS_DIR))
             return all(f"ack-{r}.json" in listed for r in range(self.ident.count))
 
-        self.wait_for("an acknowledgement from every replica", all_acked, startup=False,
-                      timeout=self.coord.ack_timeout)
+        self.wait_for("an acknowledgement from every replica", all_acked, startup=False, timeout=self.coord.ack_timeout)
         assert self.liveness is not None
         self.liveness.stop_watching()  # peers may now exit: their silence is expected
         lg.end()
@@ -490,8 +580,12 @@ class Agent:
         self.log.begin(Phase.TEARDOWN)
         groups = self._stop_everything()
         leftovers = self._leftovers(groups)
-        self.run.write_artifact(names.cleanup(self.rank), "cleanup", self.writer,
-                                {"outcome": "success", "groups": groups, "leftover_pids": leftovers})
+        self.run.write_artifact(
+            names.cleanup(self.rank),
+            "cleanup",
+            self.writer,
+            {"outcome": "success", "groups": groups, "leftover_pids": leftovers},
+        )
         self.log.end(detail=f"{len(groups)} process group(s) stopped")
         self.log.set_state(AgentState.SUCCEEDED)
         assert self.supervisor is not None
@@ -514,8 +608,12 @@ class Agent:
         writer.join(FAILURE_WRITE_BUDGET_S)
         leftovers = self._leftovers(groups)
         try:
-            self.run.write_artifact(names.cleanup(self.rank), "cleanup", self.writer,
-                                    {"outcome": "failure", "groups": groups, "leftover_pids": leftovers})
+            self.run.write_artifact(
+                names.cleanup(self.rank),
+                "cleanup",
+                self.writer,
+                {"outcome": "failure", "groups": groups, "leftover_pids": leftovers},
+            )
         except OSError:
             pass
         self.log.set_state(AgentState.FAILED)
@@ -527,22 +625,53 @@ class Agent:
     def _write_failure(self, failure: Failure) -> None:
         try:
             self.run.write_artifact(
-                names.failure(self.rank), "failure", self.writer,
-                {"kind": failure.kind, "cause": failure.cause, "phase": failure.phase or self.log.phase_name(),
-                 "wall_time": failure.wall_time, "monotonic_time": failure.monotonic_time,
-                 "log": failure.log, "reacting_to": failure.reacting_to, "peers": list(failure.peers)})
+                names.failure(self.rank),
+                "failure",
+                self.writer,
+                {
+                    "kind": failure.kind,
+                    "cause": failure.cause,
+                    "phase": failure.phase or self.log.phase_name(),
+                    "wall_time": failure.wall_time,
+                    "monotonic_time": failure.monotonic_time,
+                    "log": failure.log,
+                    "reacting_to": failure.reacting_to,
+                    "peers": list(failure.peers),
+                },
+            )
         except OSError:
             pass
 
     # -- reaper and signals ----------------------------------------------------------------------
 
     def _start_reaper(self) -> None:
-        argv = [sys.executable, "-m", "agent.reaper", "--run-dir", str(self.run.path), "--rank", str(self.rank),
-                "--incarnation", self.writer.incarnation, "--fingerprint", self.config.fingerprint,
-                "--agent-pid", str(os.getpid()), "--grace", str(self.coord.teardown_grace)]
-        self.reaper = subprocess.Popen(argv, stdin=subprocess.PIPE, text=True, start_new_session=True,
-                                       stdout=self._agent_log_fd, stderr=self._agent_log_fd, close_fds=True,
-                                       env=child_env({}))
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.reaper",
+            "--run-dir",
+            str(self.run.path),
+            "--rank",
+            str(self.rank),
+            "--incarnation",
+            self.writer.incarnation,
+            "--fingerprint",
+            self.config.fingerprint,
+            "--agent-pid",
+            str(os.getpid()),
+            "--grace",
+            str(self.coord.teardown_grace),
+        ]
+        self.reaper = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            stdout=self._agent_log_fd,
+            stderr=self._agent_log_fd,
+            close_fds=True,
+            env=child_env({}),
+        )
 
     def _reap_reaper(self) -> None:
         if self.reaper is not None:

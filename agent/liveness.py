@@ -148,9 +148,14 @@ class Liveness(threading.Thread):
         self.seq += 1
         try:
             self.run_dir.write_artifact(
-                names.heartbeat(self.rank), "heartbeat", self.writer,
-                {"seq": self.seq, "phase": str(self.phase()),
-                 "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")}},
+                names.heartbeat(self.rank),
+                "heartbeat",
+                self.writer,
+                {
+                    "seq": self.seq,
+                    "phase": str(self.phase()),
+                    "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
+                },
             )
         except OSError as exc:
             log.warning("heartbeat write failed (%s: %s)", type(exc).__name__, exc)
@@ -199,8 +204,11 @@ class Liveness(threading.Thread):
                     kind="peer_failure",
                     cause=f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
                     phase=str(self.phase()),
-                    reacting_to={"rank": peer, "incarnation": str(doc.get("incarnation")),
-                                 "kind": str(doc.get("kind"))},
+                    reacting_to={
+                        "rank": peer,
+                        "incarnation": str(doc.get("incarnation")),
+                        "kind": str(doc.get("kind")),
+                    },
                     peers=(peer,),
                 )
             )

@@ -43,22 +43,43 @@ def new_uuid() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
-def local_replicas(spec_file: Path, uuid: str, output_root: Path, replicas: int, gpus: int,
-                   extra_env: dict[str, str] | None = None) -> list[LocalReplica]:
+def local_replicas(
+    spec_file: Path, uuid: str, output_root: Path, replicas: int, gpus: int, extra_env: dict[str, str] | None = None
+) -> list[LocalReplica]:
     out = []
     for rank in range(replicas):
         address = str(FIRST_LOCAL_ADDRESS + rank)
-        argv = (sys.executable, "-m", "agent.cli", "--uuid", uuid, "--config", str(spec_file),
-                "--output-root", str(output_root), "--rank", str(rank), "--replicas", str(replicas),
-                "--address", address)
+        argv = (
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "--uuid",
+            uuid,
+            "--config",
+            str(spec_file),
+            "--output-root",
+            str(output_root),
+            "--rank",
+            str(rank),
+            "--replicas",
+            str(replicas),
+            "--address",
+            address,
+        )
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), **(extra_env or {})}
         out.append(LocalReplica(rank, address, argv, tuple(sorted(env.items()))))
     return out
 
 
-def run_local(spec_path: str, overrides: Sequence[str], *, uuid: str | None = None,
-              output_root: str | None = None, out: Callable[[str], None] = print,
-              per_rank_env: dict[int, dict[str, str]] | None = None) -> int:
+def run_local(
+    spec_path: str,
+    overrides: Sequence[str],
+    *,
+    uuid: str | None = None,
+    output_root: str | None = None,
+    out: Callable[[str], None] = print,
+    per_rank_env: dict[int, dict[str, str]] | None = None,
+) -> int:
     resolved = load_spec(spec_path, overrides)
     config = RunConfig.from_spec(resolved)
     plan = make_plan(config)
@@ -87,8 +108,15 @@ def run_local(spec_path: str, overrides: Sequence[str], *, uuid: str | None = No
     for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica):
         env = {**env_base, **dict(rep.env), **(per_rank_env or {}).get(rep.rank, {})}
         # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
-        p = subprocess.Popen(rep.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, stdin=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            rep.argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
         procs.append(p)
         t = threading.Thread(target=pump, args=(p.stdout,), daemon=True)
         t.start()

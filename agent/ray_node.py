@@ -80,8 +80,7 @@ def port_bases(ephemeral: tuple[int, int]) -> list[int]:
     clients included) may be given an ephemeral port, so a block inside it can be taken between
     our check and Ray's bind."""
     low, high = ephemeral
-    return [b for b in range(PORT_FLOOR, PORT_CEILING - PORT_BLOCK, PORT_BLOCK)
-            if b + PORT_BLOCK <= low or b > high]
+    return [b for b in range(PORT_FLOOR, PORT_CEILING - PORT_BLOCK, PORT_BLOCK) if b + PORT_BLOCK <= low or b > high]
 
 
 def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] | None = None) -> RayPorts:
@@ -149,20 +148,25 @@ HEAD_ONLY_FLAGS = ("--port", "--redis-shard-ports", "--include-dashboard", "--da
 
 def ray_start_argv(spec: RayNodeSpec) -> list[str]:
     p = spec.ports
-    argv = [ray_executable(), "start", "--block", "--disable-usage-stats",
-            f"--node-ip-address={spec.address}",
-            f"--num-gpus={spec.num_gpus}",
-            f"--node-manager-port={p.node_manager}",
-            f"--object-manager-port={p.object_manager}",
-            f"--dashboard-agent-listen-port={p.dashboard_agent_listen}",
-            f"--dashboard-agent-grpc-port={p.dashboard_agent_grpc}",
-            f"--metrics-export-port={p.metrics_export}",
-            f"--runtime-env-agent-port={p.runtime_env_agent}",
-            f"--min-worker-port={p.min_worker}",
-            f"--max-worker-port={p.max_worker}",
-            # Every node needs its own temp dir on a shared host, workers included: without it a
-            # worker falls back to the default and its raylet never registers.
-            f"--temp-dir={spec.temp_dir}"]
+    argv = [
+        ray_executable(),
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={spec.address}",
+        f"--num-gpus={spec.num_gpus}",
+        f"--node-manager-port={p.node_manager}",
+        f"--object-manager-port={p.object_manager}",
+        f"--dashboard-agent-listen-port={p.dashboard_agent_listen}",
+        f"--dashboard-agent-grpc-port={p.dashboard_agent_grpc}",
+        f"--metrics-export-port={p.metrics_export}",
+        f"--runtime-env-agent-port={p.runtime_env_agent}",
+        f"--min-worker-port={p.min_worker}",
+        f"--max-worker-port={p.max_worker}",
+        # Every node needs its own temp dir on a shared host, workers included: without it a
+        # worker falls back to the default and its raylet never registers.
+        f"--temp-dir={spec.temp_dir}",
+    ]
     if spec.is_head:
         argv += ["--head", f"--port={p.gcs}", "--include-dashboard=false"]
     else:
@@ -221,13 +225,25 @@ def compare_layout(expected: Mapping[str, float], live_nodes: Sequence[Mapping])
     return LayoutCheck(dict(expected), actual, list(live_nodes), problems)
 
 
-def probe_live_nodes(gcs_address: str, node_ip: str, expect: int, timeout: float, log_fd: int | None,
-                     abort: Callable[[], bool]) -> list[dict]:
+def probe_live_nodes(
+    gcs_address: str, node_ip: str, expect: int, timeout: float, log_fd: int | None, abort: Callable[[], bool]
+) -> list[dict]:
     """Ask Ray for its live nodes from a short-lived child (keeps Ray out of the agent process).
 
     Polled, not waited on: a failure elsewhere (`abort`) must not wait for the probe's timeout."""
-    argv = [sys.executable, "-m", "agent.ray_probe", "--address", gcs_address, "--node-ip", node_ip,
-            "--expect", str(expect), "--timeout", str(max(1.0, timeout - 5))]
+    argv = [
+        sys.executable,
+        "-m",
+        "agent.ray_probe",
+        "--address",
+        gcs_address,
+        "--node-ip",
+        node_ip,
+        "--expect",
+        str(expect),
+        "--timeout",
+        str(max(1.0, timeout - 5)),
+    ]
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
         end = time.monotonic() + timeout

@@ -31,8 +31,14 @@ def main() -> int:
     # Let late joiners and duplicates show up: a second look catches a node joining just after.
     time.sleep(0.5)
     live = [n for n in ray.nodes() if n.get("Alive")]
-    out = [{"address": n["NodeManagerAddress"], "gpus": float(n.get("Resources", {}).get("GPU", 0.0)),
-            "node_id": n.get("NodeID", "")} for n in live]
+    out = [
+        {
+            "address": n["NodeManagerAddress"],
+            "gpus": float(n.get("Resources", {}).get("GPU", 0.0)),
+            "node_id": n.get("NodeID", ""),
+        }
+        for n in live
+    ]
     ray.shutdown()
     print(json.dumps(out))
     return 0

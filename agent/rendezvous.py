@@ -78,8 +78,14 @@ def gather(
                 if doc is None:
                     break  # listed but not readable yet: try again next poll
                 peers.append(
-                    Peer(r, str(doc["address"]), str(doc["incarnation"]), str(doc["fingerprint"]),
-                         str(doc.get("hostname", "")), tuple(doc.get("visible_devices", ())))
+                    Peer(
+                        r,
+                        str(doc["address"]),
+                        str(doc["incarnation"]),
+                        str(doc["fingerprint"]),
+                        str(doc.get("hostname", "")),
+                        tuple(doc.get("visible_devices", ())),
+                    )
                 )
             if len(peers) == count:
                 return peers

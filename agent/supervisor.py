@@ -27,8 +27,9 @@ class ExitPolicy:
 
 
 class Supervisor:
-    def __init__(self, signal: FailureSignal, grace: float, reaper_stdin: IO[str] | None,
-                 phase: Callable[[], str]) -> None:
+    def __init__(
+        self, signal: FailureSignal, grace: float, reaper_stdin: IO[str] | None, phase: Callable[[], str]
+    ) -> None:
         self.signal = signal
         self.grace = grace
         self._reaper = reaper_stdin
@@ -78,8 +79,14 @@ class Supervisor:
             self._groups = [(g, policy if g is group else p) for g, p in self._groups]
             exited = group.stopping and group.poll() is not None
         if exited:  # it exited while still on probation, after the caller's last look
-            self.signal.trip(Failure(kind=policy.kind, cause=f"{group.name} (pid {group.pid}) exited with code "
-                                     f"{group.poll()} during {self._phase()}", phase=self._phase(), log=policy.log))
+            self.signal.trip(
+                Failure(
+                    kind=policy.kind,
+                    cause=f"{group.name} (pid {group.pid}) exited with code {group.poll()} during {self._phase()}",
+                    phase=self._phase(),
+                    log=policy.log,
+                )
+            )
 
     def _watch(self) -> None:
         while not self._halt.is_set():

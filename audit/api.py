@@ -59,9 +59,7 @@ def _guarded(check: Callable[[AuditContext], list[Finding]], ctx: AuditContext) 
     try:
         return check(ctx)
     except Exception as exc:  # noqa: BLE001 - reported as a finding with its type
-        return [
-            Finding("error", "audit.internal", f"check {check.__name__} failed: {type(exc).__name__}: {exc}")
-        ]
+        return [Finding("error", "audit.internal", f"check {check.__name__} failed: {type(exc).__name__}: {exc}")]
 
 
 def _read_spec(run) -> tuple[dict, str | None]:
@@ -70,9 +68,7 @@ def _read_spec(run) -> tuple[dict, str | None]:
         why = next((f.message for f in run.findings if f.file == names.SPEC), None)
         if why:
             raise UnusableRunDir(f"spec.json {why}; the audit needs the run's resolved spec")
-        raise UnusableRunDir(
-            f"{run.path} has no spec.json: this is not a run directory (pass OUTPUT/cluster/UUID)"
-        )
+        raise UnusableRunDir(f"{run.path} has no spec.json: this is not a run directory (pass OUTPUT/cluster/UUID)")
     if art.doc is None:
         why = next((f.message for f in run.findings if f.file == names.SPEC), "cannot be parsed")
         raise UnusableRunDir(f"spec.json {why}; the audit needs the run's resolved spec")
@@ -185,12 +181,8 @@ def audit_run(path: str | Path) -> AuditResult:
         spec, fingerprint = _read_spec(run)
         plan, findings = expected_plan(spec, fingerprint, run)
         if plan.replicas > MAX_RANKS:
-            findings.append(
-                Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none")
-            )
-            plan = PlanView(
-                plan.source, 0, plan.gpus_per_replica, (), None, plan.bindings, plan.judge_modes, None
-            )
+            findings.append(Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none"))
+            plan = PlanView(plan.source, 0, plan.gpus_per_replica, (), None, plan.bindings, plan.judge_modes, None)
         expected = tuple(range(plan.replicas))
         ctx = build_context(run, spec, fingerprint, plan, expected)
         findings = list(run.findings) + findings + check_schemas(run, fingerprint)
@@ -219,9 +211,7 @@ def audit_run(path: str | Path) -> AuditResult:
             )
             hosts = {c.rank for c in (first, *cascade)}
             if len(hosts) > 1:
-                notes.append(
-                    "failure times come from different hosts' clocks; the order across hosts is best effort"
-                )
+                notes.append("failure times come from different hosts' clocks; the order across hosts is best effort")
             if others:
                 notes.append(
                     f"{len(others)} other independent root cause(s): "

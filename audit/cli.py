@@ -32,9 +32,7 @@ def _audit_parser() -> argparse.ArgumentParser:
         "Use `gym-audit logs DIR ...` to search its logs.",
     )
     p.add_argument("run_dir", metavar="DIR", help="the run directory OUTPUT/cluster/UUID")
-    p.add_argument(
-        "--json", action="store_true", help="print the machine-readable report (see audit/README.md)"
-    )
+    p.add_argument("--json", action="store_true", help="print the machine-readable report (see audit/README.md)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
     p.add_argument("--no-info", action="store_true", help="leave info findings out of the text report")
     return p

@@ -82,9 +82,7 @@ def check_registry(ctx: AuditContext) -> list[Finding]:
         mode = as_str(entry.get("mode"))
         want_mode = plan.judge_modes.get(str(name))
         if want_mode is not None and mode is not None and mode != want_mode:
-            out.append(
-                Finding("error", "registry.judge_mode", f"judge {name!r} is {mode}, spec says {want_mode}", f)
-            )
+            out.append(Finding("error", "registry.judge_mode", f"judge {name!r} is {mode}, spec says {want_mode}", f))
         if mode == "managed" and name in plan.managed_bound_judges and plan.source == "launch":
             node = plan.judge_node(str(name))
             host = ctx.owner_of_node.get(node) if node is not None else None
@@ -94,8 +92,7 @@ def check_registry(ctx: AuditContext) -> list[Finding]:
                     Finding(
                         "error",
                         "registry.judge_rank",
-                        f"judge {name!r} registered on rank {rank}, "
-                        f"but the plan puts it on rank {host} (node {node})",
+                        f"judge {name!r} registered on rank {rank}, but the plan puts it on rank {host} (node {node})",
                         f,
                         json_path=f"$.judges.{name}.rank",
                     )
@@ -199,9 +196,7 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
     bindings = ctx.plan.bindings
     if doc is None:
         if ctx.succeeded and bindings:
-            return [
-                Finding("error", "canary.missing", "no judge-canaries.json although the spec binds judges", f)
-            ]
+            return [Finding("error", "canary.missing", "no judge-canaries.json although the spec binds judges", f)]
         return []
     out: list[Finding] = []
     entries: dict[str, dict] = {}
@@ -248,9 +243,7 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
         if as_bool(item.get("passed")) is not True:
             reason = as_str(item.get("reason")) or "no reason recorded"
             out.append(
-                Finding(
-                    "error", "canary.binding_failed", f"binding {b.verifier!r} failed its canary: {reason}", f
-                )
+                Finding("error", "canary.binding_failed", f"binding {b.verifier!r} failed its canary: {reason}", f)
             )
     if as_bool(doc.get("passed")) is not True and not any(x.code == "canary.binding_failed" for x in out):
         out.append(

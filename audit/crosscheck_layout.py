@@ -22,9 +22,7 @@ def check_ranks(ctx: AuditContext) -> list[Finding]:
         if rank not in ctx.addresses:
             out.append(Finding(sev, "rank.missing_address", "no address record", names.address(rank), rank))
         if rank not in ctx.placements:
-            out.append(
-                Finding(sev, "rank.missing_placement", "no placement record", names.placement(rank), rank)
-            )
+            out.append(Finding(sev, "rank.missing_placement", "no placement record", names.placement(rank), rank))
         if rank not in ctx.phases:
             out.append(Finding(sev, "rank.missing_phases", "no phase timeline", names.phases(rank), rank))
     for art in sorted(ctx.run.artifacts.values(), key=lambda a: a.relpath):
@@ -120,11 +118,7 @@ def check_placements(ctx: AuditContext) -> list[Finding]:
                         )
                     )
         out.extend(_check_masks(rec, f, rank))
-        if (
-            rec.ray_devices is not None
-            and rec.ray_num_gpus is not None
-            and rec.ray_num_gpus != len(rec.ray_devices)
-        ):
+        if rec.ray_devices is not None and rec.ray_num_gpus is not None and rec.ray_num_gpus != len(rec.ray_devices):
             out.append(
                 Finding(
                     "error",
@@ -193,11 +187,7 @@ def _check_against_plan(ctx: AuditContext, rec, node_index: int) -> list[Finding
         diffs.append(f"rollout_gpus {rec.rollout_gpus} (plan {node.rollout_gpus})")
     if rec.ray_num_gpus is not None and rec.ray_num_gpus != node.ray_gpus:
         diffs.append(f"ray.num_gpus {rec.ray_num_gpus} (plan {node.ray_gpus})")
-    if (
-        node.ray_devices
-        and rec.ray_devices is not None
-        and sorted(rec.ray_devices) != sorted(node.ray_devices)
-    ):
+    if node.ray_devices and rec.ray_devices is not None and sorted(rec.ray_devices) != sorted(node.ray_devices):
         diffs.append(f"ray devices {list(rec.ray_devices)} (plan {list(node.ray_devices)})")
     got_judges = {k: sorted(v.devices or ()) for k, v in rec.judges.items()}
     want_judges = {k: sorted(v) for k, v in node.judges.items()}
@@ -220,8 +210,7 @@ def _check_against_plan(ctx: AuditContext, rec, node_index: int) -> list[Finding
             Finding(
                 "error",
                 "placement.driver_node",
-                f"is_driver_node={rec.is_driver_node}, "
-                f"but the plan puts the driver on node {plan.driver_node}",
+                f"is_driver_node={rec.is_driver_node}, but the plan puts the driver on node {plan.driver_node}",
                 f,
                 rank,
                 "$.is_driver_node",
@@ -288,14 +277,8 @@ def check_ray_layout(ctx: AuditContext) -> list[Finding]:
 
 
 def _gpus(d: dict[str, object]) -> dict[str, float | None]:
-    return {
-        k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None for k, v in d.items()
-    }
+    return {k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None for k, v in d.items()}
 
 
 def _fmt(d: dict[str, object]) -> str:
-    return (
-        "{"
-        + ", ".join(f"{k}: {v:g}" if isinstance(v, float) else f"{k}: {v}" for k, v in sorted(d.items()))
-        + "}"
-    )
+    return "{" + ", ".join(f"{k}: {v:g}" if isinstance(v, float) else f"{k}: {v}" for k, v in sorted(d.items())) + "}"

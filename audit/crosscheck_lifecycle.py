@@ -21,25 +21,15 @@ def check_phases(ctx: AuditContext) -> list[Finding]:
         f = rec.relpath
         if ctx.succeeded:
             if (rec.state or "").upper() not in SUCCESS_STATES:
-                out.append(
-                    Finding(
-                        "error", "phases.state", f"final state {rec.state!r} on a successful run", f, rank
-                    )
-                )
+                out.append(Finding("error", "phases.state", f"final state {rec.state!r} on a successful run", f, rank))
             for span in rec.spans:
                 if span.outcome != "ok":
-                    out.append(
-                        Finding(
-                            "error", "phases.not_ok", f"phase {span.phase} ended {span.outcome!r}", f, rank
-                        )
-                    )
+                    out.append(Finding("error", "phases.not_ok", f"phase {span.phase} ended {span.outcome!r}", f, rank))
         prev = None
         for span in rec.spans:
             if span.ended_at is not None and span.ended_at < span.started_at:
                 out.append(
-                    Finding(
-                        "warning", "phases.time_order", f"phase {span.phase} ends before it starts", f, rank
-                    )
+                    Finding("warning", "phases.time_order", f"phase {span.phase} ends before it starts", f, rank)
                 )
             if prev is not None and span.started_at < prev:
                 out.append(
@@ -121,9 +111,7 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
             continue
         if as_str(doc.get("writer")) == "reaper":
             out.append(
-                Finding(
-                    "info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank
-                )
+                Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank)
             )
         # `outcome` is how this replica ended (not whether teardown worked: leftover_pids says that).
         outcome = as_str(doc.get("outcome"))
@@ -246,9 +234,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
             )
         )
     if as_str(doc.get("writer")) not in (None, "driver"):
-        out.append(
-            Finding("warning", "driver.writer", f"written by {doc.get('writer')!r}, not the driver", f)
-        )
+        out.append(Finding("warning", "driver.writer", f"written by {doc.get('writer')!r}, not the driver", f))
     return out
 
 
@@ -329,11 +315,7 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
     seen: dict[int, set[str]] = defaultdict(set)
     for art in ctx.run.artifacts.values():
-        if (
-            art.file_rank is None
-            or art.doc is None
-            or as_str(art.doc.get("writer")) not in ("agent", "reaper")
-        ):
+        if art.file_rank is None or art.doc is None or as_str(art.doc.get("writer")) not in ("agent", "reaper"):
             continue
         inc = as_str(art.doc.get("incarnation"))
         if inc:
@@ -344,8 +326,7 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
                 Finding(
                     "warning",
                     "rank.incarnations",
-                    f"records from {len(incs)} incarnations ({', '.join(sorted(incs))}): "
-                    "a restart or stale files",
+                    f"records from {len(incs)} incarnations ({', '.join(sorted(incs))}): a restart or stale files",
                     None,
                     rank,
                 )

@@ -125,9 +125,7 @@ def _bindings_from_spec(spec: Mapping[str, Any]) -> tuple[Binding, ...]:
 
 
 def _judge_modes_from_spec(spec: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        str(n): as_str(as_dict(j).get("mode")) or "managed" for n, j in as_dict(spec.get("judges")).items()
-    }
+    return {str(n): as_str(as_dict(j).get("mode")) or "managed" for n, j in as_dict(spec.get("judges")).items()}
 
 
 def _from_launch(spec: dict[str, Any]) -> tuple[PlanView | None, list[Finding]]:
@@ -136,18 +134,14 @@ def _from_launch(spec: dict[str, Any]) -> tuple[PlanView | None, list[Finding]]:
         from launch import plan as lplan
         from launch import spec as lspec
     except ImportError as exc:
-        return None, [
-            Finding("warning", "plan.unavailable", f"cannot import the planner ({exc}); plan checks skipped")
-        ]
+        return None, [Finding("warning", "plan.unavailable", f"cannot import the planner ({exc}); plan checks skipped")]
     try:
         resolved = lspec.resolved_from_dict(spec)
         config = lconfig.RunConfig.from_spec(resolved)
         plan = lplan.plan(config)
     except Exception as exc:  # launch raises SpecError for a bad spec; anything else is still a finding
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        return None, [
-            Finding("error", "spec.unplannable", f"the recorded spec does not plan: {reason}", "spec.json")
-        ]
+        return None, [Finding("error", "spec.unplannable", f"the recorded spec does not plan: {reason}", "spec.json")]
     nodes = tuple(_node_from_launch(i, n) for i, n in enumerate(_field(plan, "nodes", ()) or ()))
     raw = _field(config, "bindings", ()) or ()
     # RunConfig.bindings is a tuple of Binding(verifier, judge, rubric); accept a mapping too.
@@ -156,12 +150,8 @@ def _from_launch(spec: dict[str, Any]) -> tuple[PlanView | None, list[Finding]]:
         (Binding(str(v), str(_field(b, "judge")), str(_field(b, "rubric"))) for v, b in items),
         key=lambda b: b.verifier,
     )
-    modes = {
-        str(n): str(_field(j, "mode", "managed")) for n, j in (_field(config, "judges", {}) or {}).items()
-    }
-    gpr = as_int(_field(plan, "gpus_per_replica")) or as_int(
-        as_dict(spec.get("launch")).get("gpus_per_replica")
-    )
+    modes = {str(n): str(_field(j, "mode", "managed")) for n, j in (_field(config, "judges", {}) or {}).items()}
+    gpr = as_int(_field(plan, "gpus_per_replica")) or as_int(as_dict(spec.get("launch")).get("gpus_per_replica"))
     view = PlanView(
         source="launch",
         replicas=int(_field(plan, "replicas", len(nodes))),

@@ -92,8 +92,7 @@ def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_
         rank=culprit,
         kind="silent",
         phase=last_phase,
-        cause=f"rank {culprit} stopped without writing a failure record; "
-        f"rank {rec.rank} noticed: {rec.cause}",
+        cause=f"rank {culprit} stopped without writing a failure record; rank {rec.rank} noticed: {rec.cause}",
         wall_time=rec.wall_time,  # when the silence was noticed: the death itself left no time
         since_start=None,  # the observer's, not the culprit's: would mislead
         file=None,

@@ -54,9 +54,7 @@ class SafeDir:
     def __init__(self, path: str | Path) -> None:
         p = Path(path)
         if p.is_symlink():
-            raise UnusableRunDir(
-                f"{p} is a symlink; pass the real run directory (the audit never follows links)"
-            )
+            raise UnusableRunDir(f"{p} is a symlink; pass the real run directory (the audit never follows links)")
         try:
             self._fd = _open_dir(p)
         except FileNotFoundError:
@@ -257,9 +255,7 @@ def parse_json(data: bytes, relpath: str) -> tuple[Any, list[Finding]]:
         short = strict_error if len(strict_error) <= 160 else strict_error[:157] + "..."
         return None, [Finding("error", "json.invalid", f"is not valid JSON (truncated?): {short}", relpath)]
     if _has_nonfinite(doc):
-        return doc, [
-            Finding("error", "json.nonfinite", "contains NaN or Infinity, which JSON forbids", relpath)
-        ]
+        return doc, [Finding("error", "json.nonfinite", "contains NaN or Infinity, which JSON forbids", relpath)]
     return None, [Finding("error", "json.invalid", f"is not valid JSON: {strict_error[:160]}", relpath)]
 
 
@@ -269,16 +265,12 @@ def load_run(safe: SafeDir) -> LoadedRun:
     entries, truncated = safe.scan()
     if truncated:
         run.findings.append(
-            Finding(
-                "warning", "dir.too_many_entries", f"more than {MAX_ENTRIES} entries; the rest not audited"
-            )
+            Finding("warning", "dir.too_many_entries", f"more than {MAX_ENTRIES} entries; the rest not audited")
         )
     for relpath, kind in entries:
         if clean_text(relpath) != relpath:
             # Not a name any writer of ours produces; keep it out of every other code path.
-            run.findings.append(
-                Finding("info", "file.unknown", "file name is not UTF-8", clean_text(relpath))
-            )
+            run.findings.append(Finding("info", "file.unknown", "file name is not UTF-8", clean_text(relpath)))
             continue
         if kind == "symlink":
             run.findings.append(
@@ -287,14 +279,10 @@ def load_run(safe: SafeDir) -> LoadedRun:
             continue
         if kind == "dir":
             if relpath not in names.SUBDIRS:
-                run.findings.append(
-                    Finding("info", "file.unknown", "unknown directory (not audited)", relpath)
-                )
+                run.findings.append(Finding("info", "file.unknown", "unknown directory (not audited)", relpath))
             continue
         if kind == "other":
-            run.findings.append(
-                Finding("error", "file.not_regular", "is not a regular file; not read", relpath)
-            )
+            run.findings.append(Finding("error", "file.not_regular", "is not a regular file; not read", relpath))
             continue
         leaf = relpath.rsplit("/", 1)[-1]
         if TEMP_RE.match(leaf):
@@ -311,9 +299,7 @@ def load_run(safe: SafeDir) -> LoadedRun:
             continue
         schema = names.schema_for(relpath)
         if schema is None:
-            run.findings.append(
-                Finding("info", "file.unknown", "not part of the run-directory contract", relpath)
-            )
+            run.findings.append(Finding("info", "file.unknown", "not part of the run-directory contract", relpath))
             continue
         file_rank, judge = _file_rank(relpath, schema)
         doc: Any = None
@@ -323,18 +309,14 @@ def load_run(safe: SafeDir) -> LoadedRun:
             run.findings.append(Finding("error", exc.code, str(exc), relpath, file_rank))
             data = None
         except OSError as exc:
-            run.findings.append(
-                Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", relpath)
-            )
+            run.findings.append(Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", relpath))
             data = None
         if data is not None:
             doc, found = parse_json(data, relpath)
             run.findings.extend(found)
             if doc is not None and not isinstance(doc, dict):
                 run.findings.append(
-                    Finding(
-                        "error", "json.not_object", f"is a JSON {type(doc).__name__}, not an object", relpath
-                    )
+                    Finding("error", "json.not_object", f"is a JSON {type(doc).__name__}, not an object", relpath)
                 )
                 doc = None
         run.artifacts[relpath] = Artifact(relpath, schema, file_rank, judge, doc)

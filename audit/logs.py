@@ -101,9 +101,7 @@ def excerpt(lines: list[str], max_lines: int = 30, max_chars: int = 400) -> tupl
     while lines and not lines[-1].strip():
         lines = lines[:-1]
     picked: list[str]
-    start = max(
-        (i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=-1
-    )
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=-1)
     if start >= 0:
         end = start + 1
         while end < len(lines) and (lines[end].startswith((" ", "\t")) or not lines[end].strip()):
@@ -209,9 +207,7 @@ def _search_block(
         pos = le + 1
 
 
-def grep_fd(
-    fd: int, matcher: Matcher, chunk: int = CHUNK, max_line: int = MAX_LINE
-) -> Iterator[tuple[int, bytes]]:
+def grep_fd(fd: int, matcher: Matcher, chunk: int = CHUNK, max_line: int = MAX_LINE) -> Iterator[tuple[int, bytes]]:
     """(line number, line) for every matching line of an open file, reading `chunk` bytes at a time.
 
     One preallocated buffer: the kernel reads straight into it (readinto) and only the partial
@@ -265,9 +261,7 @@ def grep_fd(
         yield line_no, _cap(tail, max_line)
 
 
-def grep_log(
-    safe: SafeDir, relpath: str, matcher: Matcher, chunk: int = CHUNK
-) -> Iterator[tuple[int, bytes]]:
+def grep_log(safe: SafeDir, relpath: str, matcher: Matcher, chunk: int = CHUNK) -> Iterator[tuple[int, bytes]]:
     fd = safe.open_file(relpath)
     try:
         yield from grep_fd(fd, matcher, chunk)

@@ -104,9 +104,7 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
         out.append(f'<g class="replica" data-rank="{r.rank}">')
         out.append(f'<text x="4" y="{y + 19}" font-size="12">rank {r.rank} · {_e(state)}</text>')
         if not r.phases:
-            out.append(
-                f'<text x="{label_w}" y="{y + 19}" font-size="11" fill="#999">no phases recorded</text>'
-            )
+            out.append(f'<text x="{label_w}" y="{y + 19}" font-size="11" fill="#999">no phases recorded</text>')
         for p in r.phases:
             end = p.ended_at if p.ended_at is not None else t1
             x = _clamp(label_w + chart_w * (p.started_at - t0) / span, label_w, label_w + chart_w)
@@ -122,9 +120,7 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
                 f"<title>rank {r.rank} {_e(p.phase)}: {_e(p.outcome)}, {dur} {_e(p.detail)}</title></rect>"
             )
             if w > 9 * len(p.phase) * 0.62:
-                out.append(
-                    f'<text x="{x + 3:.1f}" y="{y + 19}" font-size="10" fill="#fff">{_e(p.phase)}</text>'
-                )
+                out.append(f'<text x="{x + 3:.1f}" y="{y + 19}" font-size="10" fill="#fff">{_e(p.phase)}</text>')
         for c in causes:
             if c.rank == r.rank and c.wall_time is not None:
                 x = _clamp(label_w + chart_w * (c.wall_time - t0) / span, label_w, label_w + chart_w)
@@ -203,9 +199,7 @@ def render(result: AuditResult) -> str:
             parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
         if fc.log:
             parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
-            parts.append(
-                f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>'
-            )
+            parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')
         parts.append("</div>")
     if result.cascade:
         parts.append('<h2>Cascade</h2><ol id="cascade">')
@@ -222,8 +216,7 @@ def render(result: AuditResult) -> str:
         parts.append('<p id="no-findings">No findings.</p>')
     else:
         parts.append(
-            '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th>'
-            "<th>rank</th><th>message</th></tr>"
+            '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th><th>rank</th><th>message</th></tr>'
         )
     for f in result.findings:
         path = f" {f.json_path}" if f.json_path else ""

@@ -18,7 +18,7 @@ def fmt_time(t: float | None) -> str:
 
 
 def cause_headline(c: Cause) -> str:
-    """"rank R, KIND, phase P, reacting to rank Q, TIME": how every report introduces a cause."""
+    """ "rank R, KIND, phase P, reacting to rank Q, TIME": how every report introduces a cause."""
     parts = [f"rank {c.rank}", c.kind]
     if c.phase:
         parts.append(f"phase {c.phase}")
@@ -63,9 +63,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         if fc.since_start is not None:
             lines.append(f"  {fc.since_start:.1f} s after that agent started")
         if fc.log:
-            lines.append(
-                _t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)")
-            )
+            lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
             lines += [_t(f"    | {ln}") for ln in fc.excerpt]
     if result.cascade:
         lines += ["", "Cascade (in time order):"]

@@ -21,9 +21,7 @@ def check_schemas(run: LoadedRun, fingerprint: str | None) -> list[Finding]:
         try:
             found = violations(art.schema, art.doc)
         except RecursionError:
-            out.append(
-                Finding("error", "schema.violation", "nested too deeply to validate", relpath, art.file_rank)
-            )
+            out.append(Finding("error", "schema.violation", "nested too deeply to validate", relpath, art.file_rank))
             continue
         for v in found[:MAX_VIOLATIONS_PER_FILE]:
             out.append(Finding("error", "schema.violation", v.reason, relpath, art.file_rank, v.path))
@@ -55,8 +53,7 @@ def check_schemas(run: LoadedRun, fingerprint: str | None) -> list[Finding]:
                 Finding(
                     "error",
                     "header.fingerprint",
-                    f"written for spec {fp[:12]}…, not this run's {fingerprint[:12]}… "
-                    "(stale or foreign file)",
+                    f"written for spec {fp[:12]}…, not this run's {fingerprint[:12]}… (stale or foreign file)",
                     relpath,
                     art.file_rank,
                     "$.fingerprint",

@@ -69,10 +69,32 @@ def bench(n: int, hb: float, poll: float, window: float) -> dict:
     first = ipaddress.ip_address("127.0.0.2")
     procs = []
     for r in range(n):
-        argv = [sys.executable, "-m", "agent.cli", "--uuid", uuid, "--config", str(spec), "--output-root",
-                str(tmp / "out"), "--rank", str(r), "--replicas", str(n), "--address", str(first + r)]
-        procs.append(subprocess.Popen(argv, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "--uuid",
+            uuid,
+            "--config",
+            str(spec),
+            "--output-root",
+            str(tmp / "out"),
+            "--rank",
+            str(r),
+            "--replicas",
+            str(n),
+            "--address",
+            str(first + r),
+        ]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
     run_dir = tmp / "out" / "cluster" / uuid
     try:
         end = time.monotonic() + 120 + n
@@ -103,9 +125,15 @@ def bench(n: int, hb: float, poll: float, window: float) -> dict:
             f = run_dir / "failures" / f"failure-{r}.json"
             if r != n // 2 and f.exists():
                 seen.append(orjson.loads(f.read_bytes())["wall_time"] - written)
-        return {"n": n, "ops_per_interval": ops_per_interval, "ops_per_agent": ops_per_interval / n,
-                "detect_max_s": max(seen), "detect_median_s": sorted(seen)[len(seen) // 2],
-                "last_exit_s": last_exit - written, "exit_codes_nonzero": sum(p.returncode != 0 for p in procs)}
+        return {
+            "n": n,
+            "ops_per_interval": ops_per_interval,
+            "ops_per_agent": ops_per_interval / n,
+            "detect_max_s": max(seen),
+            "detect_median_s": sorted(seen)[len(seen) // 2],
+            "last_exit_s": last_exit - written,
+            "exit_codes_nonzero": sum(p.returncode != 0 for p in procs),
+        }
     finally:
         for p in procs:
             if p.poll() is None:
@@ -119,14 +147,18 @@ def main() -> int:
     ap.add_argument("--poll-interval", type=float, default=1.0)
     ap.add_argument("--window", type=float, default=10.0)
     args = ap.parse_args()
-    print(f"heartbeat_interval {args.heartbeat_interval:g}s, poll_interval {args.poll_interval:g}s, "
-          f"{os.cpu_count()} cores")
-    print(f"{'N':>5} {'FS ops/interval':>16} {'per agent':>10} {'detect max':>11} {'detect p50':>11} "
-          f"{'last exit':>10}")
+    print(
+        f"heartbeat_interval {args.heartbeat_interval:g}s, poll_interval {args.poll_interval:g}s, "
+        f"{os.cpu_count()} cores"
+    )
+    print(f"{'N':>5} {'FS ops/interval':>16} {'per agent':>10} {'detect max':>11} {'detect p50':>11} {'last exit':>10}")
     for n in args.sizes:
         r = bench(n, args.heartbeat_interval, args.poll_interval, args.window)
-        print(f"{r['n']:>5} {r['ops_per_interval']:>16.1f} {r['ops_per_agent']:>10.2f} {r['detect_max_s']:>10.3f}s "
-              f"{r['detect_median_s']:>10.3f}s {r['last_exit_s']:>9.2f}s", flush=True)
+        print(
+            f"{r['n']:>5} {r['ops_per_interval']:>16.1f} {r['ops_per_agent']:>10.2f} {r['detect_max_s']:>10.3f}s "
+            f"{r['detect_median_s']:>10.3f}s {r['last_exit_s']:>9.2f}s",
+            flush=True,
+        )
     return 0
 
 

@@ -75,8 +75,14 @@ class Rollout:
 def _check_where(role: str, expect_address: str, expect_gpus: int) -> dict:
     address = ray.util.get_node_ip_address()
     gpus = ray.get_gpu_ids()
-    where = {"role": role, "address": address, "gpus": len(gpus), "gpu_ids": [str(g) for g in gpus],
-             "expected_address": expect_address, "expected_gpus": expect_gpus}
+    where = {
+        "role": role,
+        "address": address,
+        "gpus": len(gpus),
+        "gpu_ids": [str(g) for g in gpus],
+        "expected_address": expect_address,
+        "expected_gpus": expect_gpus,
+    }
     if address != expect_address or len(gpus) != expect_gpus:
         raise RuntimeError(f"{role} actor misplaced: {where}")
     return where
@@ -90,11 +96,15 @@ def main() -> int:
     for node, address in zip(plan["nodes"], addresses, strict=True):
         pin = {f"node:{address}": 0.001}
         if node["trainer_gpus"]:
-            trainers.append(Trainer.options(num_gpus=node["trainer_gpus"], resources=pin)
-                            .remote(address, node["trainer_gpus"]))
+            trainers.append(
+                Trainer.options(num_gpus=node["trainer_gpus"], resources=pin).remote(address, node["trainer_gpus"])
+            )
         if node["rollout_gpus"]:
-            rollouts.append(Rollout.options(num_gpus=node["rollout_gpus"], resources=pin)
-                            .remote(address, node["rollout_gpus"], seed=len(rollouts)))
+            rollouts.append(
+                Rollout.options(num_gpus=node["rollout_gpus"], resources=pin).remote(
+                    address, node["rollout_gpus"], seed=len(rollouts)
+                )
+            )
     placements = ray.get([a.where_am_i.remote() for a in trainers + rollouts])
     for p in placements:
         print(f"placed {p['role']} on {p['address']} with {p['gpus']} GPUs {p['gpu_ids']}", flush=True)
@@ -109,17 +119,25 @@ def main() -> int:
         ray.get([r.refresh.remote(version, w, b) for r in rollouts])
         refreshes += 1
         losses.append(loss)
-        print(f"step {step + 1}: loss {loss:.4f}, policy version {version} pushed to {len(rollouts)} engines",
-              flush=True)
+        print(
+            f"step {step + 1}: loss {loss:.4f}, policy version {version} pushed to {len(rollouts)} engines", flush=True
+        )
 
     judge_replies, judge_samples = _grade_with_judges(rollouts)
     version = ray.get(trainer.weights.remote())[0]
     if not all(math.isfinite(x) for x in losses):
         print("non-finite loss", file=sys.stderr)
         return 1
-    driver_api.write_result(optimizer_steps=len(losses), losses=losses, final_loss=losses[-1],
-                            policy_version=version, policy_refreshes=refreshes, judge_replies=judge_replies,
-                            placements=placements, judge_samples=judge_samples)
+    driver_api.write_result(
+        optimizer_steps=len(losses),
+        losses=losses,
+        final_loss=losses[-1],
+        policy_version=version,
+        policy_refreshes=refreshes,
+        judge_replies=judge_replies,
+        placements=placements,
+        judge_samples=judge_samples,
+    )
     print(f"done: {len(losses)} steps, final loss {losses[-1]:.4f}, {judge_replies} judge replies", flush=True)
     return 0
 
@@ -138,8 +156,14 @@ def _grade_with_judges(rollouts: list) -> tuple[int, list[dict]]:
         for answer in answers:
             grade = bound.grade_sample(sample, answer, reference=sample["label"])
             replies += 1
-            samples.append({"verifier": verifier, "answer": answer, "score": grade.score,
-                            "latency_s": grade.verifier_diagnostics.get("latency_s")})
+            samples.append(
+                {
+                    "verifier": verifier,
+                    "answer": answer,
+                    "score": grade.score,
+                    "latency_s": grade.verifier_diagnostics.get("latency_s"),
+                }
+            )
             print(f"judge {bound.judge} via {verifier}: {answer!r} -> {grade.score}", flush=True)
     return replies, samples
 

@@ -160,8 +160,9 @@ def _run_judge_command(args: argparse.Namespace) -> int:
     if not judge.managed:
         raise UsageError(f"judges.{args.judge} is external: the agent runs no command for it")
     try:
-        cmd = judge_command(args.judge, resolved.data["judges"][args.judge], host=args.host, port=args.port,
-                            port_file="PORT_FILE")
+        cmd = judge_command(
+            args.judge, resolved.data["judges"][args.judge], host=args.host, port=args.port, port_file="PORT_FILE"
+        )
     except JudgeCommandError as exc:
         raise UsageError(str(exc)) from None
     node = p.judge_node(args.judge)
@@ -201,9 +202,7 @@ def _run_check_data(args: argparse.Namespace) -> int:
 
 def _configure_local(parser: argparse.ArgumentParser) -> None:
     add_spec_arguments(parser)
-    parser.add_argument(
-        "--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID"
-    )
+    parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
     parser.add_argument("--output-root", help="default: [output] root of the spec")
 
 
@@ -213,19 +212,36 @@ def _run_local(args: argparse.Namespace) -> int:
     # (launch stays pure); imported here only, so plan/validate never load it.
     from agent.local_run import run_local
 
-    return run_local(args.spec, args.overrides, uuid=args.uuid, output_root=args.output_root,
-                     out=lambda line: print(line, flush=True))
+    return run_local(
+        args.spec,
+        args.overrides,
+        uuid=args.uuid,
+        output_root=args.output_root,
+        out=lambda line: print(line, flush=True),
+    )
 
 
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
-    Command("judge-command", "print the exact argv and environment the agent runs for a managed judge",
-            _configure_judge_command, _run_judge_command),
-    Command("check-data", "check that every judge-graded verifier in [data] has a binding",
-            _configure_check_data, _run_check_data),
-    Command("local", "run every replica on this machine (127.0.0.2, .3, ...) and stream their phases",
-            _configure_local, _run_local),
+    Command(
+        "judge-command",
+        "print the exact argv and environment the agent runs for a managed judge",
+        _configure_judge_command,
+        _run_judge_command,
+    ),
+    Command(
+        "check-data",
+        "check that every judge-graded verifier in [data] has a binding",
+        _configure_check_data,
+        _run_check_data,
+    ),
+    Command(
+        "local",
+        "run every replica on this machine (127.0.0.2, .3, ...) and stream their phases",
+        _configure_local,
+        _run_local,
+    ),
 ]
 
 

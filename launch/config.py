@@ -232,8 +232,7 @@ def _build(resolved: ResolvedSpec) -> RunConfig:
     bound = d.get("judging", {}).get("bindings", {})
     bindings = tuple(Binding(v, b["judge"], b["rubric"]) for v, b in sorted(bound.items()))
     pools = tuple(
-        PoolConfig(n, p["nodes"], p["gpus_per_node"], p.get("partition"))
-        for n, p in sorted(d.get("pools", {}).items())
+        PoolConfig(n, p["nodes"], p["gpus_per_node"], p.get("partition")) for n, p in sorted(d.get("pools", {}).items())
     )
     return RunConfig(
         spec=resolved,

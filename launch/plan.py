@@ -249,8 +249,7 @@ def _shape_problems(config: RunConfig) -> list[Problem]:
             out.append(
                 Problem(
                     "inference.gpus",
-                    f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most "
-                    f"{config.trainer.gpus}",
+                    f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most {config.trainer.gpus}",
                 )
             )
     return out
@@ -303,8 +302,7 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
         problems.append(
             Problem(
                 "pools",
-                "every pool is reserved for judges pinned with node_pool; declare a pool for the trainer "
-                "and rollout",
+                "every pool is reserved for judges pinned with node_pool; declare a pool for the trainer and rollout",
             )
         )
     elif len(packed) > capacity_nodes:
@@ -317,9 +315,7 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
             )
         )
     if colocated and len(packed) > 1:
-        problems.append(
-            Problem("inference.placement_mode", '"colocated" is single-node only; use "disaggregated"')
-        )
+        problems.append(Problem("inference.placement_mode", '"colocated" is single-node only; use "disaggregated"'))
     nodes: list[_Slots] = []
     general_iter = iter(packed)
     for pool in config.pools:

@@ -137,10 +137,7 @@ def revision(v: Any) -> str | None:
 
 def run_name(v: Any) -> str | None:
     if not isinstance(v, str) or not names.RUN_NAME.fullmatch(v):
-        return (
-            "must be 1-100 letters, digits, '.', '_' or '-' starting with a letter or digit, "
-            f"not {_describe(v)}"
-        )
+        return f"must be 1-100 letters, digits, '.', '_' or '-' starting with a letter or digit, not {_describe(v)}"
     return None
 
 
@@ -195,9 +192,7 @@ def dir_mode(v: Any) -> str | None:
 
 VLLM = "independent vLLM allocations are not supported; managed judges run SGLang or the reference judge"
 CREDENTIALS = "credentialed judges are not supported; use an unauthenticated endpoint and remove this key"
-RUBRIC_FILES = (
-    'custom rubric files are not supported; choose profile = "general-quality" or "general-quality-ref"'
-)
+RUBRIC_FILES = 'custom rubric files are not supported; choose profile = "general-quality" or "general-quality-ref"'
 EVAL_POOLS = "separate evaluation GPU pools are not supported; evaluation uses the rollout engines"
 CROSS_NODE_TP = "cross-node serving tensor parallelism is not supported; an engine must fit within one node"
 

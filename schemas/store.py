@@ -84,9 +84,7 @@ class RunDir:
     @classmethod
     def create(cls, output_root: str | Path, uuid: str, *, mode: int = 0o750) -> RunDir:
         if not names.UUID_RE.match(uuid):
-            raise RunDirError(
-                f"uuid {uuid!r} is not allowed: use 1-128 letters, digits, '-' or '_' (no '/', no '..')"
-            )
+            raise RunDirError(f"uuid {uuid!r} is not allowed: use 1-128 letters, digits, '-' or '_' (no '/', no '..')")
         root = Path(output_root)
         root.mkdir(parents=True, exist_ok=True)
         root_fd = _open_dir(root) if not root.is_symlink() else os.open(root, os.O_RDONLY | os.O_DIRECTORY)
@@ -187,7 +185,7 @@ class RunDir:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(tfd, view):]
+                    view = view[os.write(tfd, view) :]
                 os.fsync(tfd)
             finally:
                 os.close(tfd)

@@ -109,24 +109,53 @@ class LocalRun:
         return "".join(self.output)
 
 
-def launch_local(tmp: Path, spec_text: str, uuid: str, env: dict[str, str] | None = None,
-                 args: tuple[str, ...] = ()) -> LocalRun:
+def launch_local(
+    tmp: Path, spec_text: str, uuid: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> LocalRun:
     spec = tmp / f"{uuid}.toml"
     spec.write_text(spec_text)
     root = tmp / "out"
     cmd = [str(BIN / "gym-launch"), "local", str(spec), "--uuid", uuid, "--output-root", str(root), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
     return LocalRun(proc, root / "cluster" / uuid, uuid, [])
 
 
-def start_agent(tmp: Path, spec_path: Path, uuid: str, rank: int, replicas: int, address: str,
-                gpus: int = 2, env: dict[str, str] | None = None) -> subprocess.Popen:
-    cmd = [str(BIN / "gym-agent"), "--uuid", uuid, "--config", str(spec_path), "--output-root",
-           str(tmp / "out"), "--rank", str(rank), "--replicas", str(replicas), "--address", address]
+def start_agent(
+    tmp: Path,
+    spec_path: Path,
+    uuid: str,
+    rank: int,
+    replicas: int,
+    address: str,
+    gpus: int = 2,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+    cmd = [
+        str(BIN / "gym-agent"),
+        "--uuid",
+        uuid,
+        "--config",
+        str(spec_path),
+        "--output-root",
+        str(tmp / "out"),
+        "--rank",
+        str(rank),
+        "--replicas",
+        str(replicas),
+        "--address",
+        address,
+    ]
     full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))), **(env or {})}
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
+    )
 
 
 def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:

@@ -73,9 +73,7 @@ class RunBuilder:
         inc = self.incarnation[rank] if rank is not None else "head0"
         return Writer(self.fingerprint, rank, inc, kind)
 
-    def write(
-        self, relpath: str, schema: str, rank: int | None, fields: dict[str, Any], kind: str = "agent"
-    ) -> None:
+    def write(self, relpath: str, schema: str, rank: int | None, fields: dict[str, Any], kind: str = "agent") -> None:
         self.run.write_artifact(relpath, schema, self.writer(rank, kind), fields)
 
     def log(self, relpath: str, text: str) -> None:
@@ -103,13 +101,9 @@ class RunBuilder:
             start = self.phase_start(rank, p)
             if p == upto:
                 ended = None if last == "running" else start + DURATIONS.get(p, 0.5) / 2
-                spans.append(
-                    {"phase": p, "started_at": start, "ended_at": ended, "outcome": last, "detail": detail}
-                )
+                spans.append({"phase": p, "started_at": start, "ended_at": ended, "outcome": last, "detail": detail})
                 break
-            spans.append(
-                {"phase": p, "started_at": start, "ended_at": start + DURATIONS.get(p, 0.5), "outcome": "ok"}
-            )
+            spans.append({"phase": p, "started_at": start, "ended_at": start + DURATIONS.get(p, 0.5), "outcome": "ok"})
         self.write(
             names.phases(rank),
             "phases",
@@ -236,9 +230,7 @@ class RunBuilder:
                     }
                     for n, r in self.config.rubrics.items()
                 },
-                "bindings": {
-                    b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in self.config.bindings
-                },
+                "bindings": {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in self.config.bindings},
             },
         )
         self.write(
@@ -280,20 +272,14 @@ class RunBuilder:
             },
             kind="driver",
         )
-        self.write(
-            names.COMPLETE, "complete", d, {"driver_rank": d, "driver_exit_code": 0, "driver_seconds": 30.0}
-        )
+        self.write(names.COMPLETE, "complete", d, {"driver_rank": d, "driver_exit_code": 0, "driver_seconds": 30.0})
         for r in self.ranks:
             self.write(names.ack(r), "ack", r, {"outcome": "success"})
 
-    def cleanup(
-        self, rank: int, outcome: str, kind: str = "agent", leftover: list[int] | None = None
-    ) -> None:
+    def cleanup(self, rank: int, outcome: str, kind: str = "agent", leftover: list[int] | None = None) -> None:
         groups = [{"name": "ray", "pid": 3000 + rank, "how": "sigterm", "exit_code": 0, "swept": 0}]
         if rank == self.judge_rank:
-            groups.append(
-                {"name": "judge-general", "pid": 2000, "how": "sigterm", "exit_code": 0, "swept": 0}
-            )
+            groups.append({"name": "judge-general", "pid": 2000, "how": "sigterm", "exit_code": 0, "swept": 0})
         self.write(
             names.cleanup(rank),
             "cleanup",
@@ -333,9 +319,7 @@ class RunBuilder:
             kind=writer,
         )
 
-    def react(
-        self, rank: int, to: int, at: float, kind: str = "peer_failure", to_kind: str = "agent_died"
-    ) -> None:
+    def react(self, rank: int, to: int, at: float, kind: str = "peer_failure", to_kind: str = "agent_died") -> None:
         ref = {"rank": to, "kind": to_kind}
         if kind == "peer_failure":
             ref["incarnation"] = self.incarnation[to]

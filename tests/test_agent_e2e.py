@@ -55,8 +55,9 @@ def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
         assert read(d, names.COMPLETE)["driver_exit_code"] == 0
         result = read(d, names.DRIVER_RESULT)
         assert result["optimizer_steps"] == 3 and result["policy_refreshes"] == 3
-        assert all(p["address"] == p["expected_address"] and p["gpus"] == p["expected_gpus"]
-                   for p in result["placements"])
+        assert all(
+            p["address"] == p["expected_address"] and p["gpus"] == p["expected_gpus"] for p in result["placements"]
+        )
         assert not failures(d)
         assert "[rank 1]" in run.text and "SUCCEEDED" in run.text
         assert str(d) in run.text  # the launcher prints the run directory
@@ -107,6 +108,7 @@ def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
         t0 = time.monotonic()
         # The watchers of rank 2 (ranks 0 and 1 on the ring) notice; everyone else follows.
         deadline = t0 + hb_timeout + 12
+
         def noticed() -> bool:
             return any(f["kind"] == "peer_silent" for f in failures(run.run_dir).values())
 
@@ -216,8 +218,9 @@ def test_two_replicas_claiming_one_address_are_rejected_before_training(tmp_path
     fails = failures(run_dir)
     # Each agent finds the conflict itself, or first sees the other's record and reacts to it.
     roots = [f for f in fails.values() if f["kind"] == "address_conflict"]
-    assert roots and all(f["phase"] == "plan_agreement" and "127.0.0.5" in f["cause"] and f["peers"] == [0, 1]
-                         for f in roots)
+    assert roots and all(
+        f["phase"] == "plan_agreement" and "127.0.0.5" in f["cause"] and f["peers"] == [0, 1] for f in roots
+    )
     assert all(f["kind"] == "peer_failure" for f in fails.values() if f not in roots)
     assert not (run_dir / names.RAY_HEAD).exists()  # never got as far as Ray
     assert_artifacts_valid(run_dir)
@@ -238,7 +241,8 @@ def test_plan_disagreement_names_the_ranks(tmp_path: Path) -> None:
     for rank, other in ((0, 1), (1, 0)):
         f = fails[rank]
         assert (f["kind"], f["peers"]) == ("plan_mismatch", [other]) or (
-            f["kind"] == "peer_failure" and fails[other]["kind"] == "plan_mismatch"), f
+            f["kind"] == "peer_failure" and fails[other]["kind"] == "plan_mismatch"
+        ), f
     assert any(f["kind"] == "plan_mismatch" for f in fails.values())
     assert_nothing_left(run_dir)
 
@@ -247,8 +251,10 @@ def test_wrong_gpu_count_fails_clearly(tmp_path: Path) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_text(small_spec(replicas=2))
     u = uid("gpu")
-    procs = [start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2"),
-             start_agent(tmp_path, spec, u, 1, 2, "127.0.0.3", gpus=1)]
+    procs = [
+        start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2"),
+        start_agent(tmp_path, spec, u, 1, 2, "127.0.0.3", gpus=1),
+    ]
     try:
         codes = [p.wait(60) for p in procs]
         out1 = procs[1].stdout.read() if procs[1].stdout else ""

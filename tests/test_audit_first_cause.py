@@ -7,8 +7,21 @@ from audit.views import FailureRec
 
 
 def rec(rank: int, kind: str, t: float | None, reacting_to: int | None = None) -> FailureRec:
-    return FailureRec(rank, f"failures/failure-{rank}.json", kind, f"{kind} on {rank}", "driver", t, 1.0, None,
-                      reacting_to, None, (), "agent", f"i{rank}")
+    return FailureRec(
+        rank,
+        f"failures/failure-{rank}.json",
+        kind,
+        f"{kind} on {rank}",
+        "driver",
+        t,
+        1.0,
+        None,
+        reacting_to,
+        None,
+        (),
+        "agent",
+        f"i{rank}",
+    )
 
 
 def first(*records: FailureRec):

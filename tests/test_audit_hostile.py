@@ -75,8 +75,22 @@ def _edit_json(target: Path, data: st.DataObject, delete: bool) -> None:
     target.write_text(json.dumps(doc))
 
 
-MUTATIONS = ["truncate", "flip", "wrong_type", "delete_key", "symlink", "huge", "non_utf8", "empty", "fifo",
-             "directory", "deep", "array", "nan", "symlink_dir"]
+MUTATIONS = [
+    "truncate",
+    "flip",
+    "wrong_type",
+    "delete_key",
+    "symlink",
+    "huge",
+    "non_utf8",
+    "empty",
+    "fifo",
+    "directory",
+    "deep",
+    "array",
+    "nan",
+    "symlink_dir",
+]
 
 
 def mutate(path: Path, data: st.DataObject) -> str:
@@ -98,8 +112,9 @@ def mutate(path: Path, data: st.DataObject) -> str:
         _edit_json(target, data, delete=kind == "delete_key")
     elif kind == "symlink":
         target.unlink()
-        os.symlink(data.draw(st.sampled_from(["/dev/zero", "/etc/hostname", str(path / "spec.json"), "nowhere"])),
-                   target)
+        os.symlink(
+            data.draw(st.sampled_from(["/dev/zero", "/etc/hostname", str(path / "spec.json"), "nowhere"])), target
+        )
     elif kind == "huge":
         with open(target, "r+b") as fh:  # sparse: big to the reader, cheap to make
             fh.truncate(MAX_ARTIFACT_BYTES + data.draw(st.integers(1, 4096)))
@@ -166,7 +181,9 @@ def test_cli_subprocess_exit_codes_without_traceback(case: str, tmp_path: Path) 
     html = tmp_path / "r.html"
     proc = subprocess.run(
         [sys.executable, "-m", "audit.cli", str(path), "--html", str(html)],
-        capture_output=True, timeout=120, check=False,
+        capture_output=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode in (0, 1, 2)
     assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")

@@ -23,8 +23,9 @@ def naive(data: bytes, pattern: str | None, ignore_case: bool = False) -> list[t
     return [(i, ln) for i, ln in enumerate(lines, 1) if rx is None or rx.search(ln)]
 
 
-def run_grep(tmp_path: Path, data: bytes, pattern: str | None, chunk: int, ignore_case: bool = False,
-             max_line: int = 1 << 20) -> list[tuple[int, bytes]]:
+def run_grep(
+    tmp_path: Path, data: bytes, pattern: str | None, chunk: int, ignore_case: bool = False, max_line: int = 1 << 20
+) -> list[tuple[int, bytes]]:
     f = tmp_path / "x.log"
     f.write_bytes(data)
     fd = os.open(f, os.O_RDONLY)
@@ -34,17 +35,25 @@ def run_grep(tmp_path: Path, data: bytes, pattern: str | None, chunk: int, ignor
         os.close(fd)
 
 
-LINES = st.lists(
-    st.text(alphabet="abcE rRo\t:é", max_size=30).map(lambda s: s.encode()), max_size=40
-)
+LINES = st.lists(st.text(alphabet="abcE rRo\t:é", max_size=30).map(lambda s: s.encode()), max_size=40)
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines=LINES, trailing=st.booleans(), chunk=st.integers(1, 64),
-       pattern=st.sampled_from([None, "E", "rr", "Err|ab", "^a", "c$", "o.r", r"\bab", "é", "(?i)err"]),
-       ignore_case=st.booleans())
-def test_streaming_grep_equals_naive(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], trailing: bool,
-                                     chunk: int, pattern: str | None, ignore_case: bool) -> None:
+@given(
+    lines=LINES,
+    trailing=st.booleans(),
+    chunk=st.integers(1, 64),
+    pattern=st.sampled_from([None, "E", "rr", "Err|ab", "^a", "c$", "o.r", r"\bab", "é", "(?i)err"]),
+    ignore_case=st.booleans(),
+)
+def test_streaming_grep_equals_naive(
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[bytes],
+    trailing: bool,
+    chunk: int,
+    pattern: str | None,
+    ignore_case: bool,
+) -> None:
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
     tmp = tmp_path_factory.mktemp("g")
     assert run_grep(tmp, data, pattern, chunk, ignore_case) == naive(data, pattern, ignore_case)
@@ -65,8 +74,14 @@ def test_regex_across_newline_stays_per_line(tmp_path: Path) -> None:
 
 
 def test_excerpt_prefers_the_traceback() -> None:
-    lines = ["start", "Traceback (most recent call last):", '  File "x.py", line 1, in <module>', "    boom()",
-             "KeyError: 'k'", "cleanup done"]
+    lines = [
+        "start",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "    boom()",
+        "KeyError: 'k'",
+        "cleanup done",
+    ]
     assert excerpt(lines) == tuple(lines[1:5])
     assert excerpt(["ok", "ERROR: judge died", "bye"]) == ("ERROR: judge died",)
     assert excerpt(["a", "b"]) == ("a", "b")
@@ -87,7 +102,11 @@ def logdir(tmp_path: Path) -> Path:
 def test_filters(logdir: Path) -> None:
     with SafeDir(logdir) as safe:
         assert [g.relpath for g in list_logs(safe)] == [
-            "driver-0.log", "judge-general-1.log", "judge-other-1.log", "agent-1.log"]
+            "driver-0.log",
+            "judge-general-1.log",
+            "judge-other-1.log",
+            "agent-1.log",
+        ]
         assert [g.relpath for g in list_logs(safe, rank=1, judge="general")] == ["judge-general-1.log"]
         assert [g.relpath for g in list_logs(safe, rank=0)] == ["driver-0.log"]
 
@@ -126,7 +145,10 @@ def test_broken_pipe_is_quiet(logdir: Path) -> None:
     big.write_bytes(b"error line\n" * 200_000)
     proc = subprocess.run(
         f'"{sys.executable}" -m audit.cli logs "{logdir}" --grep error | head -1',
-        shell=True, capture_output=True, timeout=60, check=False,
+        shell=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     assert proc.stdout.count(b"\n") == 1
     assert proc.stderr == b"", proc.stderr.decode(errors="replace")

@@ -67,15 +67,32 @@ def test_success_passes_clean(built: dict[str, RunBuilder]) -> None:
     ("scenario", "rank", "kind", "phase", "excerpt_has", "cascade"),
     [
         ("killed_replica", 1, "agent_died", "driver", "driver started", [(0, "peer_failure"), (2, "peer_failure")]),
-        ("driver_failure", 1, "driver_exit", "driver", "ValueError: loss became nan", [(0, "peer_failure"),
-                                                                                       (2, "peer_failure")]),
-        ("judge_failure", 2, "judge_health", "driver", "CUDA error: out of memory", [(0, "peer_failure"),
-                                                                                     (1, "peer_failure")]),
+        (
+            "driver_failure",
+            1,
+            "driver_exit",
+            "driver",
+            "ValueError: loss became nan",
+            [(0, "peer_failure"), (2, "peer_failure")],
+        ),
+        (
+            "judge_failure",
+            2,
+            "judge_health",
+            "driver",
+            "CUDA error: out of memory",
+            [(0, "peer_failure"), (1, "peer_failure")],
+        ),
         ("peer_silent", 0, "silent", "driver", None, [(1, "peer_silent"), (2, "peer_silent")]),
     ],
 )
 def test_failed_runs_name_the_first_cause(
-    built: dict[str, RunBuilder], scenario: str, rank: int, kind: str, phase: str, excerpt_has: str | None,
+    built: dict[str, RunBuilder],
+    scenario: str,
+    rank: int,
+    kind: str,
+    phase: str,
+    excerpt_has: str | None,
     cascade: list[tuple[int, str]],
 ) -> None:
     result = audit_run(built[scenario].path)
@@ -161,8 +178,16 @@ def _nan_loss(p: Path) -> None:
 
 def _failure_on_success(p: Path) -> None:
     doc = load(p, names.ack(0))
-    doc.update(schema="failure", kind="signal", cause="SIGTERM", phase="teardown", wall_time=1.7e9,
-               monotonic_time=1.0, reacting_to=None, log=None)
+    doc.update(
+        schema="failure",
+        kind="signal",
+        cause="SIGTERM",
+        phase="teardown",
+        wall_time=1.7e9,
+        monotonic_time=1.0,
+        reacting_to=None,
+        log=None,
+    )
     del doc["outcome"]
     (p / names.failure(0)).write_text(json.dumps(doc))
 
@@ -270,8 +295,9 @@ def test_symlinked_artifact_is_a_finding_not_followed(copy_of: Callable[[str], P
 # -- CLI ------------------------------------------------------------------------------------------
 
 
-def test_cli_exit_codes_and_json(built: dict[str, RunBuilder], capsys: pytest.CaptureFixture[str],
-                                 tmp_path: Path) -> None:
+def test_cli_exit_codes_and_json(
+    built: dict[str, RunBuilder], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert main([str(built["success"].path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gym-audit: PASS")
@@ -306,8 +332,9 @@ def _snapshot(path: Path) -> dict[str, tuple[int, bytes]]:
     return out
 
 
-def test_audit_never_writes_into_the_run_dir(built: dict[str, RunBuilder], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_audit_never_writes_into_the_run_dir(
+    built: dict[str, RunBuilder], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = built["judge_failure"].path
     before = _snapshot(path)
     html = tmp_path / "report.html"

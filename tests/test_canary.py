@@ -14,7 +14,6 @@ from agent.judges.rubrics import resolve_rubric
 Factory = Callable[..., RunningServer]
 
 
-
 RUBRICS = {
     "quality": resolve_rubric("quality", {"profile": "general-quality"}),
     "quality_ref": resolve_rubric("quality_ref", {"profile": "general-quality-ref"}),

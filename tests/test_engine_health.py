@@ -20,7 +20,6 @@ from agent.judges.engine_health import EngineHealthRegistry, EngineState, Engine
 Factory = Callable[..., RunningServer]
 
 
-
 # ---- a small in-process server whose /health the test controls ------------------------------
 
 

@@ -8,8 +8,14 @@ from agent.identity import IdentityError, address_sort_key, resolve_address, res
 
 
 def test_rank_sources_in_order() -> None:
-    env = {"GYM_REPLICA_RANK": "1", "GYM_REPLICA_COUNT": "3", "BEAKER_REPLICA_RANK": "2",
-           "BEAKER_REPLICA_COUNT": "4", "SLURM_PROCID": "0", "SLURM_NTASKS": "5"}
+    env = {
+        "GYM_REPLICA_RANK": "1",
+        "GYM_REPLICA_COUNT": "3",
+        "BEAKER_REPLICA_RANK": "2",
+        "BEAKER_REPLICA_COUNT": "4",
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "5",
+    }
     assert resolve_rank(None, None, env) == (1, 3)
     assert resolve_rank(None, None, {k: v for k, v in env.items() if not k.startswith("GYM")}) == (2, 4)
     assert resolve_rank(None, None, {"SLURM_PROCID": "0", "SLURM_NTASKS": "5"}) == (0, 5)
@@ -28,7 +34,13 @@ def test_rank_errors_say_what_to_set() -> None:
 def test_addresses_sort_numerically_ipv4_before_ipv6() -> None:
     addrs = ["10.0.0.10", "10.0.0.9", "fd00::2", "10.0.1.1", "fd00::10", "9.255.255.255"]
     assert sorted(addrs, key=address_sort_key) == [
-        "9.255.255.255", "10.0.0.9", "10.0.0.10", "10.0.1.1", "fd00::2", "fd00::10"]
+        "9.255.255.255",
+        "10.0.0.9",
+        "10.0.0.10",
+        "10.0.1.1",
+        "fd00::2",
+        "fd00::10",
+    ]
     assert sorted(addrs) != sorted(addrs, key=address_sort_key)  # string order would be wrong
 
 

@@ -35,8 +35,12 @@ def uid(tag: str) -> str:
 
 
 def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
-    run = launch_local(tmp_path, judge_spec(driver='command = ["python", "examples/demo_driver.py"]'), uid("ok"),
-                       env={"DEMO_STEPS": "2"})
+    run = launch_local(
+        tmp_path,
+        judge_spec(driver='command = ["python", "examples/demo_driver.py"]'),
+        uid("ok"),
+        env={"DEMO_STEPS": "2"},
+    )
     try:
         assert run.wait(240) == 0, run.text[-3000:]
     finally:
@@ -70,8 +74,12 @@ def test_real_judged_run_audits_fail_when_mutated(tmp_path: Path) -> None:
 
     from audit.api import audit_run
 
-    run = launch_local(tmp_path, judge_spec(driver='command = ["python", "examples/demo_driver.py"]'), uid("mut"),
-                       env={"DEMO_STEPS": "1"})
+    run = launch_local(
+        tmp_path,
+        judge_spec(driver='command = ["python", "examples/demo_driver.py"]'),
+        uid("mut"),
+        env={"DEMO_STEPS": "1"},
+    )
     try:
         assert run.wait(240) == 0, run.text[-3000:]
     finally:
@@ -91,16 +99,20 @@ def test_real_judged_run_audits_fail_when_mutated(tmp_path: Path) -> None:
             doc = read(d, rel)
             fn(doc)  # type: ignore[operator]
             (d / rel).write_text(json.dumps(doc))
+
         return apply
 
     assert "cleanup.missing" in mutated("nocleanup", lambda d: (d / names.cleanup(1)).unlink())
     assert "complete.missing_acks" in mutated("noack", lambda d: (d / names.ack(2)).unlink())
     assert "driver.no_judge_replies" in mutated(
-        "noreplies", edit(names.DRIVER_RESULT, lambda doc: doc.update(judge_replies=0)))
+        "noreplies", edit(names.DRIVER_RESULT, lambda doc: doc.update(judge_replies=0))
+    )
     assert "devices.judge_in_ray_mask" in mutated(
-        "mask", edit(names.placement(2), lambda doc: doc["ray"].update(cuda_visible_devices="0,1")))
-    assert "canary.failed" in mutated("canary", edit(names.CANARIES, lambda doc: doc.update(passed=False))) or \
-        "canary.inconsistent" in mutated("canary2", edit(names.CANARIES, lambda doc: doc.update(passed=False)))
+        "mask", edit(names.placement(2), lambda doc: doc["ray"].update(cuda_visible_devices="0,1"))
+    )
+    assert "canary.failed" in mutated(
+        "canary", edit(names.CANARIES, lambda doc: doc.update(passed=False))
+    ) or "canary.inconsistent" in mutated("canary2", edit(names.CANARIES, lambda doc: doc.update(passed=False)))
     codes = mutated("layout", edit(names.RAY_LAYOUT, lambda doc: doc["actual"].update({"127.0.0.3": 3.0})))
     assert codes & {"ray_layout.actual_mismatch", "ray_layout.failed"}, codes
     assert "schema.violation" in mutated("schema", edit(names.heartbeat(0), lambda doc: doc.update(seq="x")))

@@ -46,9 +46,7 @@ def test_validate_with_set_changes_fingerprint(capsys: pytest.CaptureFixture[str
 
 def test_validate_reports_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = (EXAMPLES / "three-node.toml").read_text()
-    text = text.replace(
-        "max_concurrent_calls = 32", "max_concurrent_calls = 32\ntimout = 30\ncuda_graphs = 1"
-    )
+    text = text.replace("max_concurrent_calls = 32", "max_concurrent_calls = 32\ntimout = 30\ncuda_graphs = 1")
     text = text.replace('placement = "trainer"', 'placement = "head"')
     path = tmp_path / "run.toml"
     path.write_text(text)
@@ -137,9 +135,7 @@ def test_script_bad_toml(tmp_path: Path) -> None:
 
 def test_script_wrong_type(tmp_path: Path) -> None:
     path = tmp_path / "wrong.toml"
-    path.write_text(
-        (EXAMPLES / "node.toml").read_text().replace("gpus_per_node = 2", 'gpus_per_node = "two"')
-    )
+    path.write_text((EXAMPLES / "node.toml").read_text().replace("gpus_per_node = 2", 'gpus_per_node = "two"'))
     result = run_script("plan", str(path), "--json")
     assert result.returncode == 2
     assert result.stdout == ""

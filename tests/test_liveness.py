@@ -15,14 +15,27 @@ FP = "f" * 64
 def make(tmp_path: Path, rank: int = 0, count: int = 3, timeout: float = 1.0) -> tuple[RunDir, Liveness, FailureSignal]:
     run = RunDir.create(tmp_path, "live")
     signal = FailureSignal()
-    live = Liveness(run, Writer(FP, rank, "me"), rank, count, heartbeat_interval=0.1, heartbeat_timeout=timeout,
-                    poll_interval=0.1, signal=signal, phase=lambda: "driver")
+    live = Liveness(
+        run,
+        Writer(FP, rank, "me"),
+        rank,
+        count,
+        heartbeat_interval=0.1,
+        heartbeat_timeout=timeout,
+        poll_interval=0.1,
+        signal=signal,
+        phase=lambda: "driver",
+    )
     return run, live, signal
 
 
 def beat(run: RunDir, rank: int, seq: int, skew: float = 0.0) -> None:
-    run.write_artifact(names.heartbeat(rank), "heartbeat", Writer(FP, rank, f"p{rank}", clock_offset=skew),
-                       {"seq": seq, "phase": "driver"})
+    run.write_artifact(
+        names.heartbeat(rank),
+        "heartbeat",
+        Writer(FP, rank, f"p{rank}", clock_offset=skew),
+        {"seq": seq, "phase": "driver"},
+    )
 
 
 def test_ring_watches_a_constant_number_of_peers() -> None:
@@ -72,22 +85,45 @@ def test_a_peer_failure_record_is_seen_within_a_poll(tmp_path: Path) -> None:
     live.start()
     try:
         time.sleep(0.2)
-        run.write_artifact(names.failure(2), "failure", Writer(FP, 2, "p2"),
-                           {"kind": "driver_exit", "cause": "boom", "phase": "driver", "wall_time": 1.0,
-                            "monotonic_time": 1.0, "reacting_to": None})
+        run.write_artifact(
+            names.failure(2),
+            "failure",
+            Writer(FP, 2, "p2"),
+            {
+                "kind": "driver_exit",
+                "cause": "boom",
+                "phase": "driver",
+                "wall_time": 1.0,
+                "monotonic_time": 1.0,
+                "reacting_to": None,
+            },
+        )
         assert signal.wait(3.0), "a peer's failure record was never seen"  # latency: `make bench`
         f = signal.failure
-        assert f is not None and f.kind == "peer_failure" and f.reacting_to == {
-            "rank": 2, "incarnation": "p2", "kind": "driver_exit"}
+        assert (
+            f is not None
+            and f.kind == "peer_failure"
+            and f.reacting_to == {"rank": 2, "incarnation": "p2", "kind": "driver_exit"}
+        )
     finally:
         live.stop()
 
 
 def test_records_of_another_run_are_ignored(tmp_path: Path) -> None:
     run, live, signal = make(tmp_path, timeout=60)
-    run.write_artifact(names.failure(1), "failure", Writer("e" * 64, 1, "old"),
-                       {"kind": "signal", "cause": "x", "phase": "driver", "wall_time": 1.0, "monotonic_time": 1.0,
-                        "reacting_to": None})
+    run.write_artifact(
+        names.failure(1),
+        "failure",
+        Writer("e" * 64, 1, "old"),
+        {
+            "kind": "signal",
+            "cause": "x",
+            "phase": "driver",
+            "wall_time": 1.0,
+            "monotonic_time": 1.0,
+            "reacting_to": None,
+        },
+    )
     live.start()
     try:
         assert not signal.wait(0.5)

@@ -187,9 +187,7 @@ def test_unbound_and_external_judges_take_no_gpus() -> None:
 
 def test_to_json_shape() -> None:
     out = plan_of(make_spec(4, 11, {"general": 1})).to_json()
-    assert {"replicas", "gpus_per_replica", "allocated_gpus", "unused_gpus", "driver_node", "nodes"} <= set(
-        out
-    )
+    assert {"replicas", "gpus_per_replica", "allocated_gpus", "unused_gpus", "driver_node", "nodes"} <= set(out)
     assert out["nodes"][1] == {
         "index": 1,
         "pool": None,

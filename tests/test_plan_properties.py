@@ -21,9 +21,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     trainer_nodes = draw(st.integers(1, 4))
     per_node = draw(st.integers(1, capacity))
     rollout = tp * draw(st.integers(0, 3 * capacity // tp))
-    judges = draw(
-        st.dictionaries(st.sampled_from(["a", "b", "c", "d-x", "e_y"]), st.integers(1, capacity), max_size=4)
-    )
+    judges = draw(st.dictionaries(st.sampled_from(["a", "b", "c", "d-x", "e_y"]), st.integers(1, capacity), max_size=4))
     unbound = draw(st.booleans())
     data: dict[str, Any] = {
         "launch": {"gpus_per_replica": capacity, "node_gpus": capacity},
@@ -141,9 +139,7 @@ def test_plan_is_a_function_of_the_fingerprinted_json(data: dict[str, Any]) -> N
 def pooled_requests(draw: st.DrawFn) -> dict[str, Any]:
     data = draw(requests())
     capacity = data["launch"]["gpus_per_replica"]
-    names = draw(
-        st.lists(st.sampled_from(["judge", "main", "aux", "policy"]), min_size=1, max_size=3, unique=True)
-    )
+    names = draw(st.lists(st.sampled_from(["judge", "main", "aux", "policy"]), min_size=1, max_size=3, unique=True))
     data["pools"] = {name: {"nodes": draw(st.integers(1, 5)), "gpus_per_node": capacity} for name in names}
     for judge in data.get("judges", {}).values():
         pool = draw(st.sampled_from([None, *names]))

@@ -26,8 +26,20 @@ def test_slots_of_one_run_get_disjoint_blocks_outside_the_ephemeral_range() -> N
         assert not span & used, "two slots of one run share a port"
         used |= span
         assert p.max_worker < EPHEMERAL[0] or p.gcs > EPHEMERAL[1]
-        assert len({p.gcs, p.node_manager, p.object_manager, p.dashboard_agent_listen, p.dashboard_agent_grpc,
-                    p.metrics_export, p.runtime_env_agent}) == 7
+        assert (
+            len(
+                {
+                    p.gcs,
+                    p.node_manager,
+                    p.object_manager,
+                    p.dashboard_agent_listen,
+                    p.dashboard_agent_grpc,
+                    p.metrics_export,
+                    p.runtime_env_agent,
+                }
+            )
+            == 7
+        )
         assert p.max_worker - p.min_worker + 1 == ray_node.WORKER_PORT_SPAN
         assert p.max_worker < p.gcs + PORT_BLOCK
 

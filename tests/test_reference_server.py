@@ -28,7 +28,6 @@ from agent.judges.rubrics import get_profile
 Factory = Callable[..., RunningServer]
 
 
-
 QUESTION = "What is the capital of France?"
 GOOD = "The capital of France is Paris."
 BAD = "The capital of France is Saturn, a type of sandwich."

@@ -55,8 +55,12 @@ def sglang_spec() -> str:
 
 def run_with_stand_in(tmp_path: Path, tag: str, lose_races: int) -> tuple[object, Path]:
     record = tmp_path / "sglang-starts.jsonl"
-    env = {"PYTHONPATH": str(STAND_IN), "GYM_STAND_IN_SGLANG_RECORD": str(record),
-           "GYM_STAND_IN_SGLANG_LOSE_RACES": str(lose_races), "DEMO_STEPS": "1"}
+    env = {
+        "PYTHONPATH": str(STAND_IN),
+        "GYM_STAND_IN_SGLANG_RECORD": str(record),
+        "GYM_STAND_IN_SGLANG_LOSE_RACES": str(lose_races),
+        "DEMO_STEPS": "1",
+    }
     run = launch_local(tmp_path, sglang_spec(), f"e2e-sglang-{tag}-{secrets.token_hex(3)}", env=env)
     return run, record
 
@@ -83,7 +87,7 @@ def test_a_lost_port_race_is_retried_on_a_new_port_and_the_run_succeeds(tmp_path
     # The endpoint is the second start's: its pid and the port it was given.
     assert endpoint["pid"] == second["pid"] != first["pid"]
     assert str(endpoint["port"]) == second["argv"][second["argv"].index("--port") + 1]
-    assert endpoint["argv"][-len(second["argv"]):] == second["argv"]
+    assert endpoint["argv"][-len(second["argv"]) :] == second["argv"]
     assert "address already in use" in (run.run_dir / names.judge_log("general", 2)).read_text()
     assert read(run.run_dir, names.CANARIES)["passed"] is True
     assert read(run.run_dir, names.DRIVER_RESULT)["judge_replies"] > 0  # the driver graded through it

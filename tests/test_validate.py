@@ -636,9 +636,7 @@ _VALUES = st.recursive(
     | st.integers(-3, 40)
     | st.floats(-1, 200, allow_nan=False)
     | st.sampled_from(["", "x", "general", "q", "managed", "external", "reference", "vllm", "http://h:1/v1"]),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(["a", "general"]), children)
-    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(["a", "general"]), children),
     max_leaves=6,
 )
 _PATHS = [

@@ -43,16 +43,32 @@ def main(argv: list[str]) -> int:
     starts = _starts_so_far(record)
     if record:
         with open(record, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"argv": argv, "pid": os.getpid(),
-                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
+            f.write(
+                json.dumps(
+                    {"argv": argv, "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                )
+                + "\n"
+            )
     host, port = _value(argv, "--host"), int(_value(argv, "--port"))
     if starts < int(os.environ.get(LOSE_RACES_ENV, "0")):
-        print(f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): "
-              "address already in use", flush=True)
+        print(
+            f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): "
+            "address already in use",
+            flush=True,
+        )
         return 1
-    return reference_server.main(["--host", host, "--port", str(port),
-                                  "--model", _value(argv, "--served-model-name"),
-                                  "--context-length", _value(argv, "--context-length")])
+    return reference_server.main(
+        [
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--model",
+            _value(argv, "--served-model-name"),
+            "--context-length",
+            _value(argv, "--context-length"),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from launch.console import quiet_broken_pipe
+
 from . import clock
 
 STARTED = clock.mono()  # the single startup deadline counts from here
@@ -28,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     rank_tag = f"[rank {args.rank}]" if args.rank is not None else "[agent]"
@@ -47,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from launch.config import RunConfig
         from launch.plan import plan as make_plan
-        from launch.spec import load_spec
+        from launch.spec import load_spec, spec_record
 
         resolved = load_spec(config_path, args.overrides)
         config = RunConfig.from_spec(resolved)
@@ -67,17 +70,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     incarnation = new_incarnation()
 
+    console = {"open": True}
+
     def out(line: str) -> None:
         text = f"{rank_tag} {line}"
-        print(text, flush=True)
         try:
             os.write(log_fd, f"{clock.wall():.3f} {text}\n".encode())
         except OSError:
             pass
+        if not console["open"]:
+            return
+        try:
+            print(text, flush=True)
+        except OSError:
+            # A closed console (broken pipe, a gone terminal) must not end the run mid-teardown:
+            # the agent's log file has every line. Point stdout at /dev/null for the final flush.
+            console["open"] = False
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
     if ident.rank == 0 and run.read_json(names.SPEC) is None:
-        run.write_artifact(names.SPEC, "spec", writer, {"spec": resolved.data, "source": str(config_path)})
+        run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(config_path)))
 
     from .lifecycle import Agent
 

@@ -29,6 +29,7 @@ from .failure import Failure
 from .judges.bindings import clients_from_registry, rubrics_from_registry
 from .judges.canary import run_canaries
 from .judges.engine_health import EngineHealthRegistry, EngineStatus
+from .judges.prepared import prove_revision
 from .judges.reference_server import read_port_file
 from .judges.rubrics import resolve_rubric
 from .procgroup import ProcessGroup
@@ -77,7 +78,7 @@ class JudgeRuntime:
             return "no [data]"
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         try:
-            report = check_data(cfg.data.train, cfg.data.eval, bindings)
+            report = check_data(*cfg.data_paths(), bindings)
         except DataError as exc:
             raise self.agent.fail("data", str(exc)) from None
         if not report.ok:
@@ -94,6 +95,13 @@ class JudgeRuntime:
         assert node is not None
         if not node.judges:
             return 0
+        for name in node.judges:
+            judge_cfg = a.config.judges[name]
+            if judge_cfg.backend == "sglang" and judge_cfg.revision and judge_cfg.prepared_dir:
+                # The pinned revision must mean something at run time: refuse other weights.
+                proof = prove_revision(judge_cfg.prepared_dir, judge_cfg.revision)
+                if not proof.ok:
+                    raise a.fail("judge", f"judge {name}: {proof.detail}")
         self._tmp = tempfile.mkdtemp(prefix="gj-", dir="/tmp" if os.path.isdir("/tmp") else None)
         assert a.supervisor is not None
         a.supervisor.tell_reaper(f"tmp {self._tmp}")  # removed by the reaper if we are SIGKILLed
@@ -116,9 +124,8 @@ class JudgeRuntime:
         j.attempts += 1
         j.exits.clear()
         j.port = None
-        table = a.config.spec.data["judges"][j.config.name]
         port = 0 if j.config.backend == "reference" else _free_port(a.ident.address)
-        cmd = judge_command(j.config.name, table, host=a.ident.address, port=port, port_file=j.port_file)
+        cmd = judge_command(j.config, host=a.ident.address, port=port, port_file=j.port_file)
         if j.config.backend != "reference":
             j.port = port
         j.argv = list(cmd.argv)

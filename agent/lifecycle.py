@@ -229,9 +229,21 @@ class Agent:
 
     # -- startup phases --------------------------------------------------------------------------
 
+    def _check_host_allowed(self) -> None:
+        """launch.hostnames is the one shared allowlist: a replica on another host fails the run."""
+        allowed = self.config.hostnames
+        host = self.ident.hostname
+        if allowed and host not in allowed and host.split(".")[0] not in allowed:
+            raise self.fail(
+                "placement",
+                f"host {host!r} is not in launch.hostnames ({', '.join(allowed)}); run on a listed host or add "
+                "it to the allowlist",
+            )
+
     def _startup(self) -> None:
         lg = self.log
         lg.begin(Phase.RENDEZVOUS, f"rank {self.rank}/{self.ident.count} at {self.ident.address}")
+        self._check_host_allowed()
         rendezvous.publish(self.run, self.writer, self.ident)
         peers = rendezvous.gather(
             self.run,
@@ -481,10 +493,36 @@ class Agent:
             "GYM_INCARNATION": self.writer.incarnation,
             "GYM_PLAN": json.dumps(plan_json, sort_keys=True),
             "GYM_DRIVER_RESULT": str(self.run.path / names.DRIVER_RESULT),
+            **self._run_file_env(),
             **self.judges.driver_env(),
-            **dict(self.config.driver.env),
+            **self._spec_env(),
         }
         return child_env(extra)
+
+    def _run_file_env(self) -> dict[str, str]:
+        """The user's run file, byte for byte, for a driver that reads it (a MILES trainer does)."""
+        text = self.config.spec.source_text
+        if text is None:
+            return {}
+        rel = names.run_file(text)
+        if not self.listed(rel):
+            self.run.write_bytes(rel, text.encode("utf-8"))
+        return {"GYM_RUN_FILE": str(self.run.path / rel)}
+
+    def _spec_env(self) -> dict[str, str]:
+        """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment (seed 001)."""
+        out: dict[str, str] = {}
+        for key, value in self.config.driver.env.items():
+            if value.startswith("runtime:"):
+                var = value[len("runtime:") :]
+                if var not in os.environ:
+                    raise self.fail(
+                        "placement",
+                        f"driver.env.{key} = {value!r} but {var} is not set in the job's environment",
+                    )
+                value = os.environ[var]
+            out[key] = value
+        return out
 
     def _drive(self) -> None:
         lg = self.log

@@ -22,7 +22,7 @@ from typing import IO
 
 from launch.config import RunConfig
 from launch.plan import plan as make_plan
-from launch.spec import load_spec
+from launch.spec import load_spec, spec_record
 from schemas import RunDir, Writer, names
 
 FIRST_LOCAL_ADDRESS = ipaddress.ip_address("127.0.0.2")
@@ -90,7 +90,7 @@ def run_local(
     if run.read_json(names.SPEC) is not None:
         out(f"gym-launch: error: run directory {run.path} already holds a run; pick a new --uuid")
         return 2
-    run.write_artifact(names.SPEC, "spec", writer, {"spec": resolved.data, "source": str(spec_path)})
+    run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(spec_path)))
     spec_file = run.path / names.SPEC
     out(f"gym-launch: run {uuid}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs -> {run.path}")
 

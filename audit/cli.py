@@ -18,6 +18,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from launch.console import quiet_broken_pipe
+
 from . import report_html, report_json, report_text
 from .api import audit_run
 from .load import SafeDir, UnsafeFile, UnusableRunDir
@@ -136,6 +138,7 @@ def _logs(argv: Sequence[str]) -> int:
     return 0 if printed else 1
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

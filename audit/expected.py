@@ -2,8 +2,9 @@
 
 The audit never trusts the agents' own idea of the plan; it recomputes it from spec.json, so
 a replica that planned differently shows up as a mismatch. `launch` is the only planner: when
-it cannot be imported or rejects the spec, the audit falls back to describing what the
-placement records claim (and says that checks against the plan were skipped).
+it rejects the spec, the audit falls back to describing what the placement records claim (and
+says that checks against the plan were skipped). The spec is read only through the resolved
+model, never as a raw table.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launch.config import Binding
+from launch.config import Binding, RunConfig
+from launch.errors import SpecError, UsageError
+from launch.plan import NodePlan as LaunchNodePlan
+from launch.plan import plan as make_plan
+from launch.spec import resolved_from_dict
 
 from .load import LoadedRun
 from .model import Finding
-from .views import as_dict, as_int, as_str, placements, ranks_of
+from .views import placements, ranks_of
 
 
 @dataclass(frozen=True)
@@ -84,88 +89,52 @@ def _ints(v: Any) -> tuple[int, ...]:
         return ()
 
 
-def _field(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def _node_from_launch(index: int, node: Any) -> NodePlan:
-    judge_gpus = _field(node, "judges", {}) or {}
-    judge_devices = _field(node, "judge_devices", {}) or {}
-    judges: dict[str, tuple[int, ...]] = {}
-    if isinstance(judge_devices, Mapping):
-        judges = {str(k): _ints(v) for k, v in judge_devices.items()}
-    else:
-        # A flat list: judges take consecutive devices in name order (ARCHITECTURE.md).
-        flat, pos = _ints(judge_devices), 0
-        for name in sorted(judge_gpus):
-            n = int(judge_gpus[name])
-            judges[str(name)] = flat[pos : pos + n]
-            pos += n
+def _node_from_launch(node: LaunchNodePlan) -> NodePlan:
     return NodePlan(
-        index=index,
-        trainer_gpus=int(_field(node, "trainer_gpus", 0) or 0),
-        rollout_gpus=int(_field(node, "rollout_gpus", 0) or 0),
-        ray_gpus=int(_field(node, "ray_gpus", 0) or 0),
-        ray_devices=_ints(_field(node, "ray_devices", ())),
-        judges=judges,
-        unused_devices=_ints(_field(node, "unused_devices", ())),
+        index=node.index,
+        trainer_gpus=node.trainer_gpus,
+        rollout_gpus=node.rollout_gpus,
+        ray_gpus=node.ray_gpus,
+        ray_devices=tuple(node.ray_devices),
+        judges={name: tuple(devices) for name, devices in node.judge_devices.items()},
+        unused_devices=tuple(node.unused_devices),
     )
 
 
-def _bindings_from_spec(spec: Mapping[str, Any]) -> tuple[Binding, ...]:
-    out = []
-    for verifier, b in sorted(as_dict(as_dict(spec.get("judging")).get("bindings")).items()):
-        b = as_dict(b)
-        judge, rubric = as_str(b.get("judge")), as_str(b.get("rubric"))
-        if judge is not None and rubric is not None:
-            out.append(Binding(str(verifier), judge, rubric))
-    return tuple(out)
-
-
-def _judge_modes_from_spec(spec: Mapping[str, Any]) -> dict[str, str]:
-    return {str(n): as_str(as_dict(j).get("mode")) or "managed" for n, j in as_dict(spec.get("judges")).items()}
-
-
-def _from_launch(spec: dict[str, Any]) -> tuple[PlanView | None, list[Finding]]:
+def _resolve(spec: dict[str, Any]) -> tuple[RunConfig | None, str | None, list[Finding]]:
+    """The resolved model of the recorded spec (the audit reads nothing else of the spec)."""
     try:
-        from launch import config as lconfig
-        from launch import plan as lplan
-        from launch import spec as lspec
-    except ImportError as exc:
-        return None, [Finding("warning", "plan.unavailable", f"cannot import the planner ({exc}); plan checks skipped")]
-    try:
-        resolved = lspec.resolved_from_dict(spec)
-        config = lconfig.RunConfig.from_spec(resolved)
-        plan = lplan.plan(config)
-    except Exception as exc:  # launch raises SpecError for a bad spec; anything else is still a finding
+        resolved = resolved_from_dict(spec)
+        return RunConfig.from_spec(resolved), resolved.fingerprint, []
+    except (SpecError, UsageError) as exc:
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        return (
+            None,
+            None,
+            [Finding("error", "spec.unplannable", f"the recorded spec does not resolve: {reason}", "spec.json")],
+        )
+
+
+def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView | None, list[Finding]]:
+    try:
+        plan = make_plan(config)
+    except SpecError as exc:
+        reason = str(exc).splitlines()[0][:300]
         return None, [Finding("error", "spec.unplannable", f"the recorded spec does not plan: {reason}", "spec.json")]
-    nodes = tuple(_node_from_launch(i, n) for i, n in enumerate(_field(plan, "nodes", ()) or ()))
-    raw = _field(config, "bindings", ()) or ()
-    # RunConfig.bindings is a tuple of Binding(verifier, judge, rubric); accept a mapping too.
-    items = list(raw.items()) if isinstance(raw, Mapping) else [(_field(b, "verifier"), b) for b in raw]
-    bindings = sorted(
-        (Binding(str(v), str(_field(b, "judge")), str(_field(b, "rubric"))) for v, b in items),
-        key=lambda b: b.verifier,
-    )
-    modes = {str(n): str(_field(j, "mode", "managed")) for n, j in (_field(config, "judges", {}) or {}).items()}
-    gpr = as_int(_field(plan, "gpus_per_replica")) or as_int(as_dict(spec.get("launch")).get("gpus_per_replica"))
     view = PlanView(
         source="launch",
-        replicas=int(_field(plan, "replicas", len(nodes))),
-        gpus_per_replica=gpr if gpr is not None else 8,
-        nodes=nodes,
-        driver_node=as_int(_field(plan, "driver_node")),
-        bindings=tuple(bindings) or _bindings_from_spec(spec),
-        judge_modes=modes or _judge_modes_from_spec(spec),
-        fingerprint=as_str(_field(resolved, "fingerprint")),
+        replicas=plan.replicas,
+        gpus_per_replica=plan.gpus_per_replica,
+        nodes=tuple(_node_from_launch(n) for n in plan.nodes),
+        driver_node=plan.driver_node,
+        bindings=config.bindings,
+        judge_modes={name: j.mode for name, j in config.judges.items()},
+        fingerprint=fingerprint,
     )
     return view, []
 
 
-def _from_artifacts(spec: Mapping[str, Any], run: LoadedRun) -> PlanView:
+def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
     """Best-effort description when the planner is unavailable: what the records claim."""
     ranks: set[int] = set()
     for schema in ("address", "placement", "phases", "heartbeat", "cleanup", "failure", "ack"):
@@ -191,11 +160,11 @@ def _from_artifacts(spec: Mapping[str, Any], run: LoadedRun) -> PlanView:
     return PlanView(
         source="artifacts",
         replicas=replicas,
-        gpus_per_replica=as_int(as_dict(spec.get("launch")).get("gpus_per_replica")),
+        gpus_per_replica=config.gpus_per_replica if config else None,
         nodes=tuple(by_node[i] for i in sorted(by_node)),
         driver_node=driver_node,
-        bindings=_bindings_from_spec(spec),
-        judge_modes=_judge_modes_from_spec(spec),
+        bindings=config.bindings if config else (),
+        judge_modes={name: j.mode for name, j in config.judges.items()} if config else {},
         fingerprint=None,
     )
 
@@ -203,9 +172,13 @@ def _from_artifacts(spec: Mapping[str, Any], run: LoadedRun) -> PlanView:
 def expected_plan(
     spec: dict[str, Any], recorded_fingerprint: str | None, run: LoadedRun
 ) -> tuple[PlanView, list[Finding]]:
-    view, findings = _from_launch(spec)
+    config, fingerprint, findings = _resolve(spec)
+    view = None
+    if config is not None:
+        view, plan_findings = _from_launch(config, fingerprint)
+        findings += plan_findings
     if view is None:
-        return _from_artifacts(spec, run), findings
+        return _from_artifacts(config, run), findings
     if view.fingerprint and recorded_fingerprint and view.fingerprint != recorded_fingerprint:
         findings.append(
             Finding(

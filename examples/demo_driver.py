@@ -9,10 +9,14 @@ of rollouts through the registry when judges are bound, and driver-result.json.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import random
 import sys
+import tomllib
+from pathlib import Path
 
 import ray
 
@@ -88,7 +92,21 @@ def _check_where(role: str, expect_address: str, expect_gpus: int) -> dict:
     return where
 
 
+def show_run_file() -> None:
+    """A MILES run file's trainer sections, as the trainer would read them (GYM_RUN_FILE)."""
+    path = os.environ.get("GYM_RUN_FILE")
+    if not path:
+        return
+    raw = Path(path).read_bytes()
+    print(f"run file {path}: {len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}", flush=True)
+    if os.environ.get("DEMO_PRINT_RUN_FILE"):
+        doc = tomllib.loads(raw.decode("utf-8"))
+        trainer = {k: doc[k] for k in ("training", "optimizer", "async", "tracking", "core", "miles") if k in doc}
+        print("trainer sections " + json.dumps(trainer, sort_keys=True, default=str), flush=True)
+
+
 def main() -> int:
+    show_run_file()
     driver_api.connect_ray(logging_level="ERROR")
     plan = driver_api.plan()
     addresses = plan["addresses"]

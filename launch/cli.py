@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from launch.config import RunConfig
+from launch.console import quiet_broken_pipe
 from launch.errors import SpecError, UsageError
 from launch.plan import Plan, plan
 from launch.spec import ResolvedSpec, load_spec
@@ -49,7 +50,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 def load_valid(args: argparse.Namespace) -> tuple[ResolvedSpec, RunConfig, Plan]:
     """Load, validate and plan the spec named by ``args``; raises SpecError with every problem."""
     resolved = load_spec(args.spec, args.overrides)
-    problems = validate(resolved.data)
+    problems = validate(resolved.data, resolved.overrides)
     if problems:
         raise SpecError(problems)
     config = RunConfig.from_spec(resolved)
@@ -77,7 +78,14 @@ def _configure_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
-def format_plan(p: Plan, name: str, fingerprint: str) -> str:
+def describe_format(config: RunConfig) -> str:
+    if config.source_format == "miles":
+        sections = ", ".join(config.trainer_sections) or "none"
+        return f"read as a MILES run file (carried to the driver untouched: {sections})"
+    return "read as a gym-agent run spec"
+
+
+def format_plan(p: Plan, name: str, fingerprint: str, source: str = "") -> str:
     """A table with one row per replica (planned node) and a totals line."""
     header = ("node", "pool", "trainer", "rollout", "judges", "ray", "unused")
     rows: list[tuple[str, ...]] = []
@@ -116,6 +124,7 @@ def format_plan(p: Plan, name: str, fingerprint: str) -> str:
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines = [
         f"{name}  fingerprint {fingerprint}",
+        *([source] if source else []),
         f"{p.replicas} replica(s) x {p.gpus_per_replica} GPUs = {p.allocated_gpus} allocated, "
         f"{p.used_gpus} used, {p.unused_gpus} unused; driver on node {p.driver_node} "
         f"(placement {p.driver_placement}, marked *)",
@@ -134,9 +143,10 @@ def format_plan(p: Plan, name: str, fingerprint: str) -> str:
 def _run_plan(args: argparse.Namespace) -> int:
     resolved, config, p = load_valid(args)
     if args.json:
-        print(json.dumps({**p.to_json(), "fingerprint": resolved.fingerprint}, indent=2))
+        doc = {**p.to_json(), "fingerprint": resolved.fingerprint, "format": config.source_format}
+        print(json.dumps(doc, indent=2))
     else:
-        print(format_plan(p, config.name, resolved.fingerprint))
+        print(format_plan(p, config.name, resolved.fingerprint, describe_format(config)))
     return EXIT_OK
 
 
@@ -160,9 +170,7 @@ def _run_judge_command(args: argparse.Namespace) -> int:
     if not judge.managed:
         raise UsageError(f"judges.{args.judge} is external: the agent runs no command for it")
     try:
-        cmd = judge_command(
-            args.judge, resolved.data["judges"][args.judge], host=args.host, port=args.port, port_file="PORT_FILE"
-        )
+        cmd = judge_command(judge, host=args.host, port=args.port, port_file="PORT_FILE")
     except JudgeCommandError as exc:
         raise UsageError(str(exc)) from None
     node = p.judge_node(args.judge)
@@ -190,7 +198,7 @@ def _run_check_data(args: argparse.Namespace) -> int:
         raise UsageError("the spec has no [data] train or eval paths to check")
     bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in config.bindings}
     try:
-        report = check_data(config.data.train, config.data.eval, bindings)
+        report = check_data(*config.data_paths(), bindings)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
@@ -263,6 +271,7 @@ def report(exc: UsageError | SpecError, stream: TextIO) -> None:
         print(f"gym-launch: error: {exc}", file=stream)
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

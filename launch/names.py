@@ -18,6 +18,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JUDGE_MODES = ("managed", "external")
 JUDGE_BACKENDS = ("sglang", "reference")
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
+DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking
 RUBRIC_PROFILES = ("general-quality", "general-quality-ref")
 PLACEMENT_MODES = ("disaggregated", "colocated")
 DRIVER_PLACEMENTS = ("trainer", "inference")

@@ -15,9 +15,8 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
    added after it, else a new judge node. Every replica has C GPUs;
    ``unused_gpus = C * replicas - used``.
 3. Pools (``[pools.NAME]``): one allocation of ``sum(nodes)`` replicas; pools
-   take contiguous node ranges in *name* order (the fingerprint is computed
-   over sorted keys, so declaration order is not part of the run's identity
-   and must not change the plan). A pool that a bound judge names in
+   take contiguous node ranges in *declaration* order (the fingerprint keeps
+   that order, so one fingerprint still gives one plan). A pool that a bound judge names in
    ``node_pool`` is reserved for the judges pinned to it (sized against that
    pool); trainer, rollout and unpinned judges are packed as in 2 over the
    other pools' nodes. No single-node shrinking: pools state the allocation.
@@ -25,8 +24,12 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
 (trainer, then rollout), judges the next ones in name order, the tail is unused.
 
-Driver placement (seed 004): ``"trainer"`` = the node of trainer rank 0;
-``"inference"`` = the last node holding rollout GPUs (no effect without any).
+Driver placement: ``"trainer"`` = the node of trainer rank 0; ``"inference"`` = the last
+inference node, a node holding rollout GPUs and no trainer GPUs (no effect without one: rollout
+engines on a trainer node's spare GPUs do not make it an inference node).
+
+Bounds: the number of nodes a request needs is computed arithmetically before any node is
+built, so an absurd request (10**12 rollout GPUs) is refused at once instead of being packed.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launch.config import JudgeConfig, RunConfig
+from launch.config import MAX_NODES, JudgeConfig, RunConfig
 from launch.errors import Problem, SpecError
 
 
@@ -286,7 +289,7 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
     c = config.gpus_per_replica
     colocated = config.inference.placement_mode == "colocated"
     reserved = {j.node_pool for j in config.gpu_judges if j.node_pool}
-    general = [p for p in config.pools if p.name not in reserved]
+    general = [p for p in config.pool_list if p.name not in reserved]
     problems: list[Problem] = []
     packed = _pack(
         c,
@@ -318,7 +321,7 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
         problems.append(Problem("inference.placement_mode", '"colocated" is single-node only; use "disaggregated"'))
     nodes: list[_Slots] = []
     general_iter = iter(packed)
-    for pool in config.pools:
+    for pool in config.pool_list:
         if pool.name in reserved:
             pinned = [j for j in config.gpu_judges if j.node_pool == pool.name]
             slots = _pack(c, 0, 0, 0, 1, pinned)
@@ -339,8 +342,27 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
     return nodes, c, problems
 
 
+def _node_bound(config: RunConfig) -> list[Problem]:
+    """Refuse a request that needs more than MAX_NODES nodes, counted without building them."""
+    c = config.gpus_per_replica
+    if config.pool_list:
+        nodes = sum(p.nodes for p in config.pool_list)
+        key = "pools"
+    else:
+        spare = ((c - config.trainer.gpus_per_node) // config.inference.tensor_parallel_size) * (
+            config.inference.tensor_parallel_size
+        )
+        rollout = 0 if config.inference.placement_mode == "colocated" else config.inference.gpus
+        rollout_nodes = -(-max(rollout - spare, 0) // c)
+        nodes = config.trainer.nodes + rollout_nodes + len(config.gpu_judges)
+        key = "inference.gpus" if rollout_nodes > config.trainer.nodes else "trainer.nodes"
+    if nodes > MAX_NODES:
+        return [Problem(key, f"this request needs about {nodes} nodes; at most {MAX_NODES} are supported")]
+    return []
+
+
 def _layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
-    problems = _shape_problems(config)
+    problems = _shape_problems(config) or _node_bound(config)
     if problems:
         return [], config.gpus_per_replica, problems
     nodes, capacity, problems = _pool_layout(config) if config.pools else _standard_layout(config)
@@ -364,9 +386,9 @@ def placement_problems(config: RunConfig) -> list[Problem]:
 def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
     trainer_node = next((n.index for n in nodes if n.trainer_gpus), 0)
     if config.driver.placement == "inference":
-        rollout = [n.index for n in nodes if n.rollout_gpus or n.colocated_rollout_gpus]
-        if rollout:
-            return rollout[-1]
+        inference = [n.index for n in nodes if n.rollout_gpus and not n.trainer_gpus]
+        if inference:
+            return inference[-1]
     return trainer_node
 
 

@@ -15,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launch.config import JudgeConfig
 
 SGLANG_VERSION = "0.5.23"
 
@@ -88,117 +91,82 @@ def argv_flags(argv: Sequence[str]) -> list[str]:
     return [token.split("=", 1)[0] for token in argv if token.startswith("--")]
 
 
-def _positive_int(name: str, judge: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    value = judge.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise JudgeCommandError(f"judges.{name}.{key} must be a positive integer, got {value!r}")
-    return value
+def _check_managed(judge: JudgeConfig, backend: str) -> None:
+    if not judge.managed:
+        raise JudgeCommandError(f"judges.{judge.name} is mode={judge.mode!r}: only managed judges are launched")
+    if judge.backend != backend:
+        raise JudgeCommandError(f"judges.{judge.name}.backend is {judge.backend!r}, not {backend!r}")
 
 
-def _required_str(name: str, judge: Mapping[str, Any], key: str) -> str:
-    value = judge.get(key)
-    if not isinstance(value, str) or not value:
-        raise JudgeCommandError(f"judges.{name}.{key} is required for a managed judge")
-    return value
+def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | None = None) -> JudgeCommand:
+    """``python -m sglang.launch_server ...`` for a managed judge of the resolved spec.
 
-
-def _check_managed(name: str, judge: Mapping[str, Any], backend: str) -> None:
-    mode = judge.get("mode", "managed")
-    if mode != "managed":
-        raise JudgeCommandError(f"judges.{name} is mode={mode!r}: only managed judges are launched")
-    actual = judge.get("backend", "sglang")
-    if actual != backend:
-        raise JudgeCommandError(f"judges.{name}.backend is {actual!r}, not {backend!r}")
-
-
-def sglang_command(
-    name: str,
-    judge: Mapping[str, Any],
-    *,
-    host: str,
-    port: int,
-    python: str | None = None,
-) -> JudgeCommand:
-    """``python -m sglang.launch_server ...`` for managed judge ``name`` (its ``[judges.NAME]`` table).
-
-    ``python`` is the interpreter that has sglang installed (default: this interpreter).
+    ``python`` is the interpreter that has sglang installed (default: this interpreter). Every
+    value comes from the resolved model, so its defaults (TP = gpus, the qwen3-no-thinking
+    template) are the ones the plan and the docs show.
     """
-    _check_managed(name, judge, "sglang")
-    model = _required_str(name, judge, "model")
-    prepared_dir = _required_str(name, judge, "prepared_dir")
-    tp_size = _positive_int(name, judge, "tensor_parallel_size", 1)
-    context_length = _positive_int(name, judge, "max_context_length")
-    concurrency = _positive_int(name, judge, "max_concurrent_calls")
-
+    _check_managed(judge, "sglang")
+    if judge.prepared_dir is None:
+        raise JudgeCommandError(f"judges.{judge.name}.prepared_dir is required for an SGLang judge")
+    concurrency = judge.max_concurrent_calls
     argv: list[str] = [
         python or sys.executable,
         "-m",
         "sglang.launch_server",
         "--model-path",
-        prepared_dir,
+        judge.prepared_dir,
         "--served-model-name",
-        model,
+        judge.model,
         "--host",
         host,
         "--port",
         str(port),
         "--tp-size",
-        str(tp_size),
+        str(judge.tensor_parallel_size),
         "--context-length",
-        str(context_length),
+        str(judge.max_context_length),
         "--max-running-requests",
         str(concurrency),
         "--mem-fraction-static",
         MEM_FRACTION_STATIC,
     ]
-
-    template = judge.get("chat_template")
-    if template is not None:
-        argv += ["--chat-template", chat_template_path(template)]
-
-    cuda_graphs = judge.get("cuda_graphs")
-    if cuda_graphs is True:
+    # Always passed for a managed judge: without it Qwen3 grades in thinking mode.
+    argv += ["--chat-template", chat_template_path(judge.chat_template or "")]
+    if judge.cuda_graphs is True:
         # Decode capture never needs a batch larger than the running-request limit; prefill keeps
         # SGLang's default (breakable) graph backend and its own capture sizes.
         argv += ["--cuda-graph-max-bs-decode", str(concurrency)]
-    elif cuda_graphs is None or cuda_graphs is False:
-        # Eager by default. The per-phase backends are the 0.5.23 spelling; the older
+    else:
+        # Eager when absent or false. The per-phase backends are the 0.5.23 spelling; the older
         # --disable-cuda-graph is deprecated there.
         argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
-    else:
-        raise JudgeCommandError(f"judges.{name}.cuda_graphs must be true or false, got {cuda_graphs!r}")
-
-    extension = judge.get("context_extension")
-    if extension is not None:
+    if judge.context_extension is not None:
         try:
-            override = CONTEXT_EXTENSIONS[extension]
+            override = CONTEXT_EXTENSIONS[judge.context_extension]
         except KeyError:
             known = ", ".join(sorted(CONTEXT_EXTENSIONS))
             raise JudgeCommandError(
-                f"judges.{name}.context_extension {extension!r} is unknown (known: {known})"
+                f"judges.{judge.name}.context_extension {judge.context_extension!r} is unknown (known: {known})"
             ) from None
         argv += ["--json-model-override-args", json.dumps(_plain(override), sort_keys=True)]
-
     return JudgeCommand(argv=tuple(argv), env=MappingProxyType(dict(JUDGE_ENV)))
 
 
 def reference_command(
-    name: str,
-    judge: Mapping[str, Any],
+    judge: JudgeConfig,
     *,
     host: str,
     port_file: str,
     faults: Sequence[str] = (),
     python: str | None = None,
 ) -> JudgeCommand:
-    """The project's reference judge server for managed judge ``name`` with ``backend = "reference"``.
+    """The project's reference judge server for a managed judge with ``backend = "reference"``.
 
     It binds an ephemeral port itself and publishes it atomically in ``port_file`` (no
     pick-then-release race). ``faults`` are ``KIND`` or ``KIND=VALUE`` test hooks
     (see ``agent.judges.reference_server``).
     """
-    _check_managed(name, judge, "reference")
-    model = _required_str(name, judge, "model")
+    _check_managed(judge, "reference")
     argv: list[str] = [
         python or sys.executable,
         "-m",
@@ -210,18 +178,17 @@ def reference_command(
         "--port-file",
         port_file,
         "--model",
-        model,
+        judge.model,
+        "--context-length",
+        str(judge.max_context_length),
     ]
-    if judge.get("max_context_length") is not None:
-        argv += ["--context-length", str(_positive_int(name, judge, "max_context_length"))]
     for fault in faults:
         argv += ["--fault", *fault.split("=", 1)]
     return JudgeCommand(argv=tuple(argv), env=MappingProxyType({}))
 
 
 def judge_command(
-    name: str,
-    judge: Mapping[str, Any],
+    judge: JudgeConfig,
     *,
     host: str,
     port: int,
@@ -229,9 +196,9 @@ def judge_command(
     python: str | None = None,
 ) -> JudgeCommand:
     """Dispatch on ``backend``: SGLang gets ``port``; the reference server reports via ``port_file``."""
-    if judge.get("backend", "sglang") == "reference":
-        return reference_command(name, judge, host=host, port_file=port_file, python=python)
-    return sglang_command(name, judge, host=host, port=port, python=python)
+    if judge.backend == "reference":
+        return reference_command(judge, host=host, port_file=port_file, python=python)
+    return sglang_command(judge, host=host, port=port, python=python)
 
 
 def _plain(value: Any) -> Any:

@@ -22,10 +22,48 @@ from launch.errors import Problem, SpecError, UsageError
 from launch.keypath import format_key
 from launch.overrides import apply_overrides
 
+# Tables whose key order means something: pools take contiguous node ranges in declaration order,
+# so that order is part of the run's identity (one fingerprint, one plan).
+ORDERED_TABLES: frozenset[tuple[str, ...]] = frozenset({("pools",)})
+
+
+def _canonical(value: Any, path: tuple[str, ...]) -> Any:
+    if isinstance(value, Mapping):
+        items = value.items() if path in ORDERED_TABLES else sorted(value.items())
+        return {k: _canonical(v, (*path, k)) for k, v in items}
+    if isinstance(value, list | tuple):
+        return [_canonical(v, path) for v in value]
+    return value
+
 
 def canonical_json(data: Mapping[str, Any]) -> str:
-    """Sorted keys, no whitespace, UTF-8 text (not ASCII-escaped), no NaN/Infinity."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Sorted keys (but for ORDERED_TABLES), no whitespace, UTF-8 text, no NaN/Infinity."""
+    return json.dumps(_canonical(data, ()), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def key_order(data: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The declaration order of ORDERED_TABLES, for writers that sort keys (spec.json)."""
+    out: dict[str, list[str]] = {}
+    for path in ORDERED_TABLES:
+        node: Any = data
+        for part in path:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping) and len(node) > 1:
+            out[".".join(path)] = list(node)
+    return out
+
+
+def _restore_order(data: dict[str, Any], order: Any) -> None:
+    if not isinstance(order, dict):
+        return
+    for dotted, keys in order.items():
+        *parents, last = dotted.split(".")
+        node: Any = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        table = node.get(last) if isinstance(node, dict) else None
+        if isinstance(table, dict) and isinstance(keys, list) and set(keys) == set(table):
+            node[last] = {k: table[k] for k in keys}
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +75,12 @@ class ResolvedSpec:
     """
 
     data: Mapping[str, Any]
+    # Where relative paths of the spec ([data] train/eval) resolve from: the spec file's folder.
+    base_dir: str | None = field(default=None, compare=False)
+    # The --set items already applied to data: a MILES trainer is given them too.
+    overrides: tuple[str, ...] = field(default=(), compare=False)
+    # The spec file's text as the user wrote it (the driver of a MILES run reads the file itself).
+    source_text: str | None = field(default=None, compare=False, repr=False)
     fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,14 +120,20 @@ def _non_json_values(value: Any, path: list[str]) -> list[Problem]:
     return [Problem(format_key(path), f"{type(value).__name__} values are not supported; use a string")]
 
 
-def resolved_from_dict(data: Mapping[str, Any]) -> ResolvedSpec:
+def resolved_from_dict(
+    data: Mapping[str, Any],
+    base_dir: str | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    source_text: str | None = None,
+) -> ResolvedSpec:
     """Wrap an already-resolved spec. Raises SpecError for values JSON cannot hold."""
     if not isinstance(data, Mapping):
         raise UsageError(f"a run spec must be a table/object, not {type(data).__name__}")
     problems = _non_json_values(dict(data), [])
     if problems:
         raise SpecError(problems)
-    return ResolvedSpec(data)
+    return ResolvedSpec(data, base_dir, tuple(overrides), source_text)
 
 
 def _read_toml(path: Path, text: str) -> dict[str, Any]:
@@ -94,7 +144,16 @@ def _read_toml(path: Path, text: str) -> dict[str, Any]:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
 
 
-def _read_json(path: Path, text: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Recorded:
+    """What a run directory's spec.json says besides the spec itself."""
+
+    base_dir: str | None = None
+    overrides: tuple[str, ...] = ()
+    source_text: str | None = None
+
+
+def _read_json(path: Path, text: str) -> tuple[dict[str, Any], _Recorded]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -105,8 +164,15 @@ def _read_json(path: Path, text: str) -> dict[str, Any]:
     # A run directory's spec.json wraps the spec next to its fingerprint and
     # schema name; a bare spec has no "spec" key (it would be an unknown key).
     if isinstance(doc.get("spec"), dict):
-        return doc["spec"]
-    return doc
+        spec = doc["spec"]
+        _restore_order(spec, doc.get("key_order"))
+        base, overrides, source = doc.get("base_dir"), doc.get("overrides"), doc.get("source_text")
+        return spec, _Recorded(
+            base if isinstance(base, str) else None,
+            tuple(o for o in overrides if isinstance(o, str)) if isinstance(overrides, list) else (),
+            source if isinstance(source, str) else None,
+        )
+    return doc, _Recorded(source_text=text)
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ResolvedSpec:
@@ -128,5 +194,31 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ResolvedSpec:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-    data = _read_json(p, text) if p.suffix.lower() == ".json" else _read_toml(p, text)
-    return resolved_from_dict(apply_overrides(data, overrides))
+    if p.suffix.lower() == ".json":
+        data, recorded = _read_json(p, text)
+    else:
+        data, recorded = _read_toml(p, text), _Recorded(source_text=text)
+    return resolved_from_dict(
+        apply_overrides(data, overrides),
+        recorded.base_dir or str(p.absolute().parent),
+        overrides=(*recorded.overrides, *overrides),
+        source_text=recorded.source_text,
+    )
+
+
+MAX_SOURCE_TEXT = 1 << 20  # a run file is kilobytes; a bound keeps spec.json small
+
+
+def spec_record(resolved: ResolvedSpec, source: str) -> dict[str, Any]:
+    """The body of a run directory's spec.json: the spec as spelled plus what reading it back needs."""
+    body: dict[str, Any] = {"spec": resolved.to_dict(), "source": source}
+    if resolved.base_dir:
+        body["base_dir"] = resolved.base_dir
+    if resolved.overrides:
+        body["overrides"] = list(resolved.overrides)
+    if resolved.source_text is not None and len(resolved.source_text) <= MAX_SOURCE_TEXT:
+        body["source_text"] = resolved.source_text
+    order = key_order(resolved.data)
+    if order:
+        body["key_order"] = order
+    return body

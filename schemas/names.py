@@ -15,6 +15,11 @@ REGISTRY = "registry.json"
 CANARIES = "judge-canaries.json"
 COMPLETE = "complete.json"
 DRIVER_RESULT = "driver-result.json"
+
+
+def run_file(text: str) -> str:
+    """The user's run file, byte for byte, as the driver reads it (a MILES trainer parses it)."""
+    return "run-file.json" if text.lstrip().startswith("{") else "run-file.toml"
 RAY_HEAD = "ray-head.json"
 
 ADDRESSES_DIR = "addresses"

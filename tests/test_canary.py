@@ -15,8 +15,10 @@ Factory = Callable[..., RunningServer]
 
 
 RUBRICS = {
-    "quality": resolve_rubric("quality", {"profile": "general-quality"}),
-    "quality_ref": resolve_rubric("quality_ref", {"profile": "general-quality-ref"}),
+    "quality": resolve_rubric("quality", {"profile": "general-quality", "max_output_tokens": 512, "temperature": 0.0}),
+    "quality_ref": resolve_rubric(
+        "quality_ref", {"profile": "general-quality-ref", "max_output_tokens": 512, "temperature": 0.0}
+    ),
 }
 # The three-node shape: two verifiers, two rubrics, one judge service.
 BINDINGS = {

@@ -27,8 +27,10 @@ from agent.judges.rubrics import PROFILES, Rubric, RubricError, parse_reply, res
 
 Factory = Callable[..., RunningServer]
 
-QUALITY = resolve_rubric("quality", {"profile": "general-quality"})
-QUALITY_REF = resolve_rubric("quality_ref", {"profile": "general-quality-ref", "max_output_tokens": 256})
+QUALITY = resolve_rubric("quality", {"profile": "general-quality", "max_output_tokens": 512, "temperature": 0.0})
+QUALITY_REF = resolve_rubric(
+    "quality_ref", {"profile": "general-quality-ref", "max_output_tokens": 256, "temperature": 0.0}
+)
 
 
 def client_for(server: RunningServer, **options: object) -> JudgeClient:
@@ -114,7 +116,7 @@ def test_context_overflow_is_rejected_without_truncation(judge_server: Factory) 
 
 def test_reply_cut_by_length_is_invalid(judge_server: Factory) -> None:
     server = judge_server()
-    tiny = Rubric("tiny", PROFILES["general-quality"], max_output_tokens=4)
+    tiny = Rubric("tiny", PROFILES["general-quality"], max_output_tokens=4, temperature=0.0)
     with client_for(server) as client, pytest.raises(InvalidGrade, match="finish_reason='length'") as info:
         client.grade(tiny, QUESTION, GOOD)
     assert info.value.diagnostics["finish_reason"] == "length"

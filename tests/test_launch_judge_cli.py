@@ -60,8 +60,22 @@ def test_check_data_names_the_missing_binding(tmp_path: Path) -> None:
     binding = '[judging.bindings."general-quality_ref"]\njudge = "general"\nrubric = "general-quality-ref"\n'
     assert binding in spec
     spec = spec.replace(binding, "")
-    spec = spec.replace('"examples/data/', f'"{ROOT}/examples/data/')
+    spec = spec.replace('"data/', f'"{ROOT}/examples/data/')
     (tmp_path / "s.toml").write_text(spec)
     out = run("check-data", str(tmp_path / "s.toml"))
     assert out.returncode == 2
     assert '[judging.bindings."general-quality_ref"]' in out.stdout + out.stderr
+
+
+def test_check_data_resolves_paths_from_the_spec_files_folder(tmp_path: Path) -> None:
+    # Run from an unrelated directory: [data] paths are relative to the spec file, not the cwd.
+    out = subprocess.run(
+        [GYM_LAUNCH, "check-data", str(ROOT / "examples/demo.toml"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    files = {f["path"] for f in json.loads(out.stdout)["files"]}
+    assert files == {str(ROOT / "examples/data/train.jsonl"), str(ROOT / "examples/data/eval.jsonl")}

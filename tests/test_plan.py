@@ -312,10 +312,10 @@ def test_judge_pinned_to_its_own_pool() -> None:
         "judge": {"nodes": 1, "gpus_per_node": 8},
     }
     p = plan_of(make_spec(8, 8, {"general": 8}, pools=pools, pinned={"general": "judge"}))
-    # Pools take contiguous ranges in name order: judge (node 0), then policy (nodes 1-2).
-    assert [n.pool for n in p.nodes] == ["judge", "policy", "policy"]
-    assert layout(p) == [(0, 0, {"general": 8}, 0), (8, 0, {}, 0), (0, 8, {}, 0)]
-    assert p.driver_node == 1
+    # Pools take contiguous ranges in declaration order: policy (nodes 0-1), then judge (node 2).
+    assert [n.pool for n in p.nodes] == ["policy", "policy", "judge"]
+    assert layout(p) == [(8, 0, {}, 0), (0, 8, {}, 0), (0, 0, {"general": 8}, 0)]
+    assert p.driver_node == 0
     assert (p.replicas, p.allocated_gpus, p.unused_gpus) == (3, 24, 0)
 
 

@@ -119,9 +119,11 @@ def test_single_node_iff_it_fits_and_allocates_only_what_is_used(data: dict[str,
 @given(requests())
 def test_driver_node(data: dict[str, Any]) -> None:
     config, p = _plan(data)
-    rollout_nodes = [n.index for n in p.nodes if n.rollout_gpus]
-    if config.driver.placement == "inference" and rollout_nodes:
-        assert p.driver_node == rollout_nodes[-1]
+    # Inference nodes hold rollout GPUs and no trainer GPUs; engines on a trainer node's spare
+    # GPUs do not make it one, and without an inference node the placement has no effect.
+    inference_nodes = [n.index for n in p.nodes if n.rollout_gpus and not n.trainer_gpus]
+    if config.driver.placement == "inference" and inference_nodes:
+        assert p.driver_node == inference_nodes[-1]
     else:
         assert p.driver_node == 0
 
@@ -157,10 +159,10 @@ def test_pools_keep_every_invariant(data: dict[str, Any]) -> None:
     if problems:
         return
     config, p = _plan(data)
-    assert p.replicas == sum(pool.nodes for pool in config.pools)
+    assert p.replicas == sum(pool.nodes for pool in config.pool_list)
     assert p.gpus_per_replica == config.gpus_per_replica
-    # Contiguous ranges in name order.
-    assert [n.pool for n in p.nodes] == [pool.name for pool in config.pools for _ in range(pool.nodes)]
+    # Contiguous ranges in declaration order.
+    assert [n.pool for n in p.nodes] == [name for name, pool in data["pools"].items() for _ in range(pool["nodes"])]
     for node in p.nodes:
         devices = list(node.ray_devices) + [d for ds in node.judge_devices.values() for d in ds]
         assert sorted(devices + list(node.unused_devices)) == list(range(p.gpus_per_replica))

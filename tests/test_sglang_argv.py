@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from launch.config import JudgeConfig, RunConfig
+from launch.errors import SpecError
 from launch.sglang_argv import (
     MEM_FRACTION_STATIC,
     SGLANG_VERSION,
@@ -25,6 +27,7 @@ from launch.sglang_argv import (
     reference_command,
     sglang_command,
 )
+from launch.spec import resolved_from_dict
 
 BASE: dict[str, Any] = {
     "mode": "managed",
@@ -56,8 +59,19 @@ SEED_CASES: dict[str, dict[str, Any]] = {
 YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
 
 
+def judge_config(table: dict[str, Any], name: str = "general") -> JudgeConfig:
+    """The resolved model of one judge table (the argv builder reads nothing else)."""
+    data = {
+        "trainer": {"gpus_per_node": 1},
+        "inference": {"gpus": 0},
+        "driver": {"command": "true"},
+        "judges": {name: table},
+    }
+    return RunConfig.from_spec(resolved_from_dict(data)).judges[name]
+
+
 def build(case: str) -> tuple[str, ...]:
-    return sglang_command("general", SEED_CASES[case], host="127.0.0.1", port=30000, python="python").argv
+    return sglang_command(judge_config(SEED_CASES[case]), host="127.0.0.1", port=30000, python="python").argv
 
 
 def value(argv: tuple[str, ...], flag: str) -> str:
@@ -68,7 +82,7 @@ def value(argv: tuple[str, ...], flag: str) -> str:
 @pytest.mark.parametrize("case", sorted(SEED_CASES))
 def test_common_shape(case: str) -> None:
     judge = SEED_CASES[case]
-    command = sglang_command("general", judge, host="10.0.0.5", port=31000, python="python")
+    command = sglang_command(judge_config(judge), host="10.0.0.5", port=31000, python="python")
     argv = command.argv
     assert argv[:3] == ("python", "-m", "sglang.launch_server")
     assert value(argv, "--model-path") == judge["prepared_dir"]
@@ -138,26 +152,47 @@ def test_tensor_parallel_two() -> None:
 
 
 def test_default_interpreter_is_this_one() -> None:
-    argv = sglang_command("general", BASE, host="127.0.0.1", port=1).argv
+    argv = sglang_command(judge_config(BASE), host="127.0.0.1", port=1).argv
     assert argv[0] == sys.executable
 
 
+def test_tensor_parallel_size_defaults_to_gpus() -> None:
+    # Two GPUs and no tensor_parallel_size: one server spans both (it once launched --tp-size 1).
+    table = {k: v for k, v in BASE.items() if k != "tensor_parallel_size"}
+    argv = sglang_command(judge_config({**table, "gpus": 2}), host="h", port=1).argv
+    assert value(argv, "--tp-size") == "2"
+
+
+def test_chat_template_is_always_passed_for_managed_judges() -> None:
+    # Without it Qwen3 grades in thinking mode.
+    table = {k: v for k, v in BASE.items() if k != "chat_template"}
+    argv = sglang_command(judge_config(table), host="h", port=1).argv
+    assert value(argv, "--chat-template") == chat_template_path("qwen3-no-thinking")
+
+
+def test_rejects_judges_it_does_not_launch() -> None:
+    external = {"mode": "external", "model": "m", "endpoint": "http://judge:8000/v1"}
+    with pytest.raises(JudgeCommandError, match="only managed judges"):
+        sglang_command(judge_config(external), host="127.0.0.1", port=1)
+    reference = {"mode": "managed", "backend": "reference", "model": "m"}
+    with pytest.raises(JudgeCommandError, match="backend"):
+        sglang_command(judge_config(reference), host="127.0.0.1", port=1)
+
+
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("change", "key"),
     [
-        ({"mode": "external"}, "only managed judges"),
-        ({"backend": "reference"}, "backend"),
         ({"context_extension": "llama-rope-1m"}, "context_extension"),
         ({"chat_template": "chatml"}, "chat_template"),
         ({"cuda_graphs": "yes"}, "cuda_graphs"),
         ({"max_concurrent_calls": 0}, "max_concurrent_calls"),
-        ({"max_context_length": None}, "max_context_length"),
-        ({"prepared_dir": None}, "prepared_dir"),
+        ({"prepared_dir": "relative/dir"}, "prepared_dir"),
     ],
 )
-def test_rejects_what_cannot_be_launched(change: dict[str, Any], message: str) -> None:
-    with pytest.raises(JudgeCommandError, match=message):
-        sglang_command("general", {**BASE, **change}, host="127.0.0.1", port=1)
+def test_what_cannot_be_launched_never_resolves(change: dict[str, Any], key: str) -> None:
+    with pytest.raises(SpecError) as err:
+        judge_config({**BASE, **change})
+    assert [p.key for p in err.value.problems] == [f"judges.general.{key}"]
 
 
 def test_chat_template_file_renders_no_thinking() -> None:
@@ -180,18 +215,18 @@ def test_chat_template_file_renders_no_thinking() -> None:
 
 
 def test_reference_command() -> None:
-    judge = {"mode": "managed", "backend": "reference", "model": "ref-judge", "max_context_length": 8192}
-    command = reference_command(
-        "demo", judge, host="127.0.0.1", port_file="judge-demo.port", faults=["slow=2", "wrong"]
+    judge = judge_config(
+        {"mode": "managed", "backend": "reference", "model": "ref-judge", "max_context_length": 8192}, "demo"
     )
+    command = reference_command(judge, host="127.0.0.1", port_file="judge-demo.port", faults=["slow=2", "wrong"])
     assert command.argv[:3] == (sys.executable, "-m", "agent.judges.reference_server")
     assert value(command.argv, "--port") == "0"
     assert value(command.argv, "--port-file") == "judge-demo.port"
     assert value(command.argv, "--model") == "ref-judge"
     assert value(command.argv, "--context-length") == "8192"
     assert command.argv[-5:] == ("--fault", "slow", "2", "--fault", "wrong")
-    assert judge_command("demo", judge, host="h", port=5, port_file="p").argv[2] == "agent.judges.reference_server"
-    assert judge_command("g", BASE, host="h", port=5, port_file="p").argv[2] == "sglang.launch_server"
+    assert judge_command(judge, host="h", port=5, port_file="p").argv[2] == "agent.judges.reference_server"
+    assert judge_command(judge_config(BASE), host="h", port=5, port_file="p").argv[2] == "sglang.launch_server"
     assert command.to_json()["argv"][0] == sys.executable
 
 

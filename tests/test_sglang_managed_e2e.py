@@ -30,13 +30,14 @@ from schemas import names
 pytestmark = pytest.mark.slow
 
 STAND_IN = Path(__file__).parent / "stand_in_sglang"
+REVISION = "0123456789abcdef0123456789abcdef01234567"
 SGLANG_JUDGE = """
 [judges.general]
 mode = "managed"
 backend = "sglang"
 model = "reference-judge"
 revision = "0123456789abcdef0123456789abcdef01234567"
-prepared_dir = "/prepared/models/reference-judge"
+prepared_dir = "PREPARED_DIR"
 gpus = 1
 tensor_parallel_size = 1
 max_context_length = 8192
@@ -46,14 +47,24 @@ timeout = 30
 DEMO_DRIVER = 'command = ["python", "examples/demo_driver.py"]'  # grades rollouts through the registry
 
 
-def sglang_spec() -> str:
+def snapshot_dir(tmp_path: Path, revision: str) -> Path:
+    """A prepared directory laid out as a Hugging Face cache snapshot of ``revision``."""
+    snap = tmp_path / "hub" / "models--reference-judge" / "snapshots" / revision
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    return snap
+
+
+def sglang_spec(prepared_dir: Path) -> str:
     reference_judge = JUDGE_TABLES[: JUDGE_TABLES.index("[rubrics.")]
     spec = judge_spec(driver=DEMO_DRIVER)
     assert reference_judge in spec
-    return spec.replace(reference_judge, SGLANG_JUDGE)
+    return spec.replace(reference_judge, SGLANG_JUDGE.replace("PREPARED_DIR", str(prepared_dir)))
 
 
-def run_with_stand_in(tmp_path: Path, tag: str, lose_races: int) -> tuple[object, Path]:
+def run_with_stand_in(
+    tmp_path: Path, tag: str, lose_races: int, prepared_dir: Path | None = None
+) -> tuple[object, Path]:
     record = tmp_path / "sglang-starts.jsonl"
     env = {
         "PYTHONPATH": str(STAND_IN),
@@ -61,7 +72,8 @@ def run_with_stand_in(tmp_path: Path, tag: str, lose_races: int) -> tuple[object
         "GYM_STAND_IN_SGLANG_LOSE_RACES": str(lose_races),
         "DEMO_STEPS": "1",
     }
-    run = launch_local(tmp_path, sglang_spec(), f"e2e-sglang-{tag}-{secrets.token_hex(3)}", env=env)
+    prepared = prepared_dir or snapshot_dir(tmp_path, REVISION)
+    run = launch_local(tmp_path, sglang_spec(prepared), f"e2e-sglang-{tag}-{secrets.token_hex(3)}", env=env)
     return run, record
 
 
@@ -108,5 +120,21 @@ def test_a_judge_that_keeps_losing_port_races_fails_the_run_after_three_attempts
     assert fails[2]["log"] == names.judge_log("general", 2)
     assert not (run.run_dir / names.COMPLETE).exists()
     assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="fail", rank=2, kind="judge")
+
+
+def test_a_prepared_dir_that_does_not_prove_the_pinned_revision_fails_the_run(tmp_path: Path) -> None:
+    other = "fedcba9876543210fedcba9876543210fedcba98"
+    run, record = run_with_stand_in(tmp_path, "rev", lose_races=0, prepared_dir=snapshot_dir(tmp_path, other))
+    try:
+        assert run.wait(180) != 0
+    finally:
+        kill_tree_by_session(run.proc)
+    assert not record.exists() or starts(record) == []  # SGLang was never started
+    fails = failures(run.run_dir)
+    cause = fails[2]["cause"]
+    assert fails[2]["kind"] == "judge" and REVISION in cause and other in cause, fails[2]
+    assert "snapshots" in cause
     assert_nothing_left(run.run_dir)
     audit(run.run_dir, verdict="fail", rank=2, kind="judge")

@@ -16,8 +16,6 @@ from types import MappingProxyType
 from typing import Any
 
 SCORE_MAX = 10
-DEFAULT_MAX_OUTPUT_TOKENS = 512
-DEFAULT_TEMPERATURE = 0.0
 
 OUTPUT_FORMAT = (
     "Reply in exactly this format:\n"
@@ -96,8 +94,8 @@ class Rubric:
 
     name: str
     profile: RubricProfile
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
-    temperature: float = DEFAULT_TEMPERATURE
+    max_output_tokens: int
+    temperature: float
 
     @property
     def text(self) -> str:
@@ -122,20 +120,17 @@ class Rubric:
 
 
 def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
-    """``[rubrics.NAME]`` (keys ``profile``, optional ``max_output_tokens``, ``temperature``) to a Rubric.
+    """A registry entry (``profile``, ``max_output_tokens``, ``temperature``, ``digest``) to a Rubric.
 
-    A registry entry is accepted too; its ``digest``, if present, must match the built-in text,
-    so a driver never grades with different words than the launcher recorded.
+    Every value is present: the registry is written from the resolved spec, where the defaults
+    live. The ``digest``, if present, must match the built-in text, so a driver never grades with
+    different words than the launcher recorded.
     """
     profile = get_profile(str(table.get("profile", "")))
     max_output = table.get("max_output_tokens")
-    if max_output is None:
-        max_output = DEFAULT_MAX_OUTPUT_TOKENS
     if isinstance(max_output, bool) or not isinstance(max_output, int) or max_output <= 0:
         raise RubricError(f"rubrics.{name}.max_output_tokens must be a positive integer, got {max_output!r}")
     temperature = table.get("temperature")
-    if temperature is None:
-        temperature = DEFAULT_TEMPERATURE
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0:
         raise RubricError(f"rubrics.{name}.temperature must be a number >= 0, got {temperature!r}")
     digest = table.get("digest")

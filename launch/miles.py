@@ -1,0 +1,383 @@
+"""The seed's own run files: an open-instruct MILES run file resolves to the same model as this
+project's spelling, without edits.
+
+A MILES run file (``schema_version = 1`` or a ``[model]`` table) holds the trainer's sections
+next to the launch, placement and judging keys this project owns. ``translate`` maps the owned
+keys to this project's spelling (``MAPPING`` below, the only place that knows both spellings),
+carries every trainer section to the driver untouched, and rewrites problem key paths back to
+the MILES spelling, so a typo is reported where the user wrote it.
+
+The fingerprint stays the one of the file as spelled (with ``--set`` overrides): the trainer's
+sections are part of it. The driver, by default the trainer itself
+(``python -m open_instruct.miles train RUN_FILE``), is given the original file byte for byte.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from launch import config as model
+from launch.errors import Problem
+from launch.keypath import format_key
+
+FORMAT_MILES = "miles"
+FORMAT_GYM = "gym-agent"
+
+# Sections that belong to the trainer (or the MILES workflow): carried to the driver untouched.
+TRAINER_SECTIONS = (
+    "model",
+    "conversion",
+    "compiler_cache",
+    "records",
+    "selection",
+    "evaluation",
+    "training",
+    "optimizer",
+    "async",
+    "tracking",
+    "runtime",
+    "core",
+    "miles",
+)
+# Sections where the trainer's own keys sit beside keys this project owns.
+MIXED_SECTIONS = ("trainer", "inference", "output", "data")
+# Sections of this project's spelling a MILES file may also carry (our extensions).
+EXTENSION_SECTIONS = ("driver", "ray", "pools")
+OWNED_SECTIONS = ("launch", "judges", "rubrics", "judging")
+
+# MILES key path -> this project's key path. "*" stands for a judge/rubric name.
+MAPPING: Mapping[str, str] = {
+    "name": "name",
+    "output.root": "output.root",
+    "launch.gpus_per_replica": "launch.gpus_per_replica",
+    "launch.workspace": "launch.beaker.workspace",
+    "launch.budget": "launch.beaker.budget",
+    "launch.cluster": "launch.beaker.cluster",
+    "launch.priority": "launch.beaker.priority",
+    "launch.min_runtime": "launch.beaker.min_runtime",
+    "launch.timeout": "launch.beaker.timeout",
+    "launch.auto_resume": "launch.beaker.auto_resume",
+    "launch.max_retries": "launch.beaker.max_retries",
+    "launch.shared_memory": "launch.beaker.shared_memory",
+    "launch.weka_mounts": "launch.weka_mounts",
+    "launch.env": "launch.env",
+    "launch.secrets": "launch.secrets",
+    "launch.coordination": "launch.coordination",
+    "trainer.gpus": "trainer.gpus_per_node",
+    "trainer.num_gpus": "trainer.gpus_per_node",
+    "trainer.trainer_num_nodes": "trainer.nodes",
+    "inference.gpus": "inference.gpus",
+    "inference.rollout_tensor_parallel_size": "inference.tensor_parallel_size",
+    "inference.placement_mode": "inference.placement_mode",
+    "judges.*": "judges.*",
+    "rubrics.*.profile": "rubrics.*.profile",
+    "rubrics.*.max_response_tokens": "rubrics.*.max_output_tokens",
+    "rubrics.*.temperature": "rubrics.*.temperature",
+    "judging.bindings": "judging.bindings",
+    "data.prompt_data": "data.train",
+    "data.eval_prompt_data": "data.eval",
+}
+# This project's keys a MILES [launch] may carry as well (our extensions, same spelling).
+LAUNCH_EXTENSIONS = ("hostnames", "backend", "node_gpus", "beaker", "slurm")
+
+RUBRIC_PROFILES = {
+    "open-instruct/general-quality": "general-quality",
+    "open-instruct/general-quality_ref": "general-quality-ref",
+}
+UNSUPPORTED_PROFILES = {
+    "open-instruct/general-web_instruct_general_verifier": (
+        "is a deterministic-verifier profile this project's judge client does not grade; use "
+        '"open-instruct/general-quality" or "open-instruct/general-quality_ref"'
+    )
+}
+DEFAULT_DRIVER = 'exec python -m open_instruct.miles train "$GYM_RUN_FILE"'
+
+REFERENCE_TEXT = """
+A MILES run file (the open-instruct trainer's own TOML: `schema_version = 1` or a `[model]` table)
+is read as it is: `gym-launch plan` says which format it read. The keys this project owns are
+mapped below; the trainer's sections (`[model]`, `[training]`, `[optimizer]`, `[async]`, `[tracking]`,
+`[runtime]`, `[core]`, `[miles]`, `[compiler_cache]`, `[evaluation]`, ... and the trainer's own keys
+inside `[trainer]`, `[inference]`, `[output]` and `[data]`) are carried to the driver untouched and are
+part of the fingerprint. The driver defaults to the trainer itself,
+`python -m open_instruct.miles train "$GYM_RUN_FILE"` (the original file, byte for byte; `--set`
+overrides of MILES keys are passed on as `--set`). A MILES file may also carry `[driver]`, `[ray]`,
+`[pools]` and `[launch] hostnames/backend/node_gpus/beaker/slurm` of this project's spelling.
+When `[inference] placement_mode` is absent, the MILES rule applies: colocated unless
+`[async] fully_async = true`. `[inference] rollout_gpus_per_node`, when given, must equal
+`launch.gpus_per_replica`. A typo of an owned key fails with its path and a did-you-mean, even inside
+a section the trainer shares; a section nobody knows fails.
+"""
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A MILES file in this project's spelling, and how to report problems in the user's."""
+
+    data: dict[str, Any]
+    problems: tuple[Problem, ...] = ()
+    renames: Mapping[str, str] = field(default_factory=dict)  # our key path -> MILES key path
+    trainer_sections: tuple[str, ...] = ()
+
+    def user_problem(self, p: Problem) -> Problem:
+        for ours, theirs in sorted(self.renames.items(), key=lambda kv: -len(kv[0])):
+            if p.key == ours or p.key.startswith(ours + "."):
+                return Problem(theirs + p.key[len(ours) :], p.message)
+        return p
+
+
+def detect(data: Mapping[str, Any]) -> str:
+    return FORMAT_MILES if "schema_version" in data or "model" in data else FORMAT_GYM
+
+
+def _split(path: str) -> list[str]:
+    return path.split(".")
+
+
+def _get(data: Mapping[str, Any], path: list[str]) -> Any:
+    node: Any = data
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _put(data: dict[str, Any], path: list[str], value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+
+
+def _close(key: str, known: Sequence[str]) -> str | None:
+    match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    return match[0] if match else None
+
+
+def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Translation:
+    """This project's spelling of a MILES run file's data (after ``--set`` overrides)."""
+    problems: list[Problem] = []
+    renames: dict[str, str] = {}
+    out: dict[str, Any] = {}
+
+    def problem(path: Sequence[str], message: str) -> None:
+        problems.append(Problem(format_key(path), message))
+
+    version = data.get("schema_version")
+    if "schema_version" in data and (not isinstance(version, int) or isinstance(version, bool) or version != 1):
+        problem(["schema_version"], f"must be 1 (the MILES run-file version this project reads), not {version!r}")
+    known_top = ("schema_version", "name", *OWNED_SECTIONS, *MIXED_SECTIONS, *TRAINER_SECTIONS, *EXTENSION_SECTIONS)
+    for key in data:
+        if key not in known_top:
+            close = _close(key, known_top) or (difflib.get_close_matches(key, known_top, n=1) or [None])[0]
+            hint = f"did you mean {close}?" if close else "known sections: " + ", ".join(sorted(known_top))
+            problem([key], f"unknown section of a MILES run file; {hint}")
+    if "name" in data:
+        out["name"] = data["name"]
+    for section in EXTENSION_SECTIONS:
+        if section in data:
+            out[section] = data[section]
+
+    # [launch]: MILES keys map into launch and launch.beaker; our extensions pass as spelled.
+    launch = data.get("launch", {})
+    if isinstance(launch, Mapping):
+        owned = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
+        for key, value in launch.items():
+            if key in LAUNCH_EXTENSIONS:
+                out.setdefault("launch", {})[key] = value
+                renames.setdefault(f"launch.{key}", f"launch.{key}")
+            elif key in owned:
+                target = MAPPING[f"launch.{key}"]
+                _put(out, _split(target), value)
+                renames[target] = f"launch.{key}"
+            else:
+                close = _close(key, [*owned, *LAUNCH_EXTENSIONS])
+                hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned))
+                problem(["launch", key], f"unknown key; {hint}")
+    elif "launch" in data:
+        out["launch"] = launch  # the resolver reports "must be a table"
+
+    # Mixed sections: owned keys mapped, the trainer's own keys left for the trainer.
+    for section in MIXED_SECTIONS:
+        table = data.get(section)
+        if table is None:
+            continue
+        if not isinstance(table, Mapping):
+            out[section] = table
+            continue
+        owned = {k.split(".", 1)[1]: v for k, v in MAPPING.items() if k.startswith(section + ".")}
+        for key, value in table.items():
+            if key in owned:
+                if section == "data" and key == "eval_prompt_data":
+                    value = _eval_paths(value, problem)
+                target = owned[key]
+                if _get(out, _split(target)) is not None and _get(out, _split(target)) != value:
+                    problem([section, key], f"conflicts with another spelling of {target}; give one value")
+                _put(out, _split(target), value)
+                renames.setdefault(target, f"{section}.{key}")
+            elif close := _close(key, list(owned)):
+                problem([section, key], f"unknown key; did you mean {section}.{close}?")
+        if section in ("trainer", "inference", "driver"):
+            out.setdefault(section, {})
+
+    inference = data.get("inference") if isinstance(data.get("inference"), Mapping) else {}
+    if "placement_mode" not in inference and isinstance(out.get("inference"), dict):
+        # The MILES rule: colocated unless the run is fully asynchronous.
+        fully_async = _get(data, ["async", "fully_async"]) is True
+        out["inference"]["placement_mode"] = "disaggregated" if fully_async else "colocated"
+    per_node = inference.get("rollout_gpus_per_node")
+    per_replica = _get(data, ["launch", "gpus_per_replica"])
+    if per_node is not None and per_replica is not None and per_node != per_replica:
+        problem(
+            ["inference", "rollout_gpus_per_node"],
+            f"is {per_node} but launch.gpus_per_replica is {per_replica}: rollout nodes are whole replicas",
+        )
+
+    # [judges.NAME]: the same keys as ours; MILES spells "no extension" as "none".
+    judges = data.get("judges")
+    if isinstance(judges, Mapping):
+        out["judges"] = {}
+        for name, table in judges.items():
+            if isinstance(table, Mapping) and table.get("context_extension") == "none":
+                table = {k: v for k, v in table.items() if k != "context_extension"}
+            out["judges"][name] = table
+    elif judges is not None:
+        out["judges"] = judges
+
+    rubrics = data.get("rubrics")
+    if isinstance(rubrics, Mapping):
+        out["rubrics"] = {name: _rubric(name, table, problem, renames) for name, table in rubrics.items()}
+    elif rubrics is not None:
+        out["rubrics"] = rubrics
+    if "judging" in data:
+        out["judging"] = data["judging"]
+
+    if not isinstance(out.get("driver"), dict) or "command" not in out["driver"]:
+        out.setdefault("driver", {})
+        if isinstance(out["driver"], dict):
+            out["driver"]["command"] = default_driver(overrides)
+    trainer_sections = tuple(s for s in (*TRAINER_SECTIONS, *MIXED_SECTIONS) if s in data)
+    return Translation(out, tuple(problems), renames, trainer_sections)
+
+
+def _eval_paths(value: Any, problem: Any) -> Any:
+    """``eval_prompt_data = ["name", "path", ...]``: the paths, for the data check."""
+    if not isinstance(value, list) or len(value) % 2 or not all(isinstance(v, str) for v in value):
+        problem(["data", "eval_prompt_data"], "must be an array of name, path pairs of strings")
+        return None
+    return value[1::2]
+
+
+def _rubric(name: str, table: Any, problem: Any, renames: dict[str, str]) -> Any:
+    if not isinstance(table, Mapping):
+        return table
+    out: dict[str, Any] = {}
+    owned = {k.split(".", 2)[2]: v.split(".", 2)[2] for k, v in MAPPING.items() if k.startswith("rubrics.*.")}
+    for key, value in table.items():
+        if key not in owned:
+            close = _close(key, list(owned))
+            hint = f"did you mean rubrics.{name}.{close}?" if close else "known keys: " + ", ".join(sorted(owned))
+            problem(["rubrics", name, key], f"unknown key; {hint}")
+            continue
+        if key == "profile" and isinstance(value, str):
+            if value in UNSUPPORTED_PROFILES:
+                problem(["rubrics", name, "profile"], UNSUPPORTED_PROFILES[value])
+                continue
+            if value not in RUBRIC_PROFILES:
+                options = " or ".join(f'"{p}"' for p in RUBRIC_PROFILES)
+                problem(["rubrics", name, "profile"], f"must be {options}, not {value!r}")
+                continue
+            value = RUBRIC_PROFILES[value]
+        out[owned[key]] = value
+        renames[f"rubrics.{name}.{owned[key]}"] = f"rubrics.{name}.{key}"
+    return out
+
+
+def forwarded_overrides(overrides: Sequence[str]) -> list[str]:
+    """``--set`` items the trainer must see too: every one but this project's extension keys."""
+    out = []
+    for item in overrides:
+        head = item.split("=", 1)[0].strip().split(".", 1)[0].strip("\"'")
+        if head not in EXTENSION_SECTIONS and not item.startswith(tuple(f"launch.{k}" for k in LAUNCH_EXTENSIONS)):
+            out.append(item)
+    return out
+
+
+def default_driver(overrides: Sequence[str] = ()) -> str:
+    """The trainer on the original run file, with the MILES keys' overrides passed on."""
+    extra = "".join(f" --set {shlex.quote(item)}" for item in forwarded_overrides(overrides))
+    return DEFAULT_DRIVER + extra
+
+
+def mapping_table() -> list[str]:
+    rows = ["| MILES key | this project's key |", "|---|---|"]
+    rows += [f"| `{theirs}` | `{ours}` |" for theirs, ours in MAPPING.items()]
+    rows.append(
+        "| `rubrics.*.profile` values | " + ", ".join(f"`{a}` = `{b}`" for a, b in RUBRIC_PROFILES.items()) + " |"
+    )
+    return rows
+
+
+def schema() -> dict[str, Any]:
+    """A JSON Schema of a MILES run file: owned keys typed from the model, trainer sections free."""
+    import dataclasses
+
+    from launch.config import key_info, spelled
+    from launch.reference import table_schema
+
+    def leaf(path: str) -> dict[str, Any]:
+        parts = path.split(".")
+        cls: Any = model.RunConfig
+        for part in parts[:-1]:
+            if part == "*":
+                continue
+            f = next(f for f in dataclasses.fields(cls) if spelled(f) == part)
+            cls = f.metadata["cls"]
+        f = next(f for f in dataclasses.fields(cls) if spelled(f) == parts[-1])
+        info = key_info(f)
+        return info.type.schema() if info else table_schema(f.metadata["cls"])
+
+    launch_props = {k.split(".", 1)[1]: leaf(v) for k, v in MAPPING.items() if k.startswith("launch.")}
+    free = {"type": "object"}
+    props: dict[str, Any] = {
+        "schema_version": {"const": 1},
+        "name": leaf("name"),
+        "launch": {"type": "object", "properties": launch_props},
+        "trainer": {
+            "type": "object",
+            "properties": {"gpus": leaf("trainer.gpus_per_node"), "trainer_num_nodes": leaf("trainer.nodes")},
+        },
+        "inference": {
+            "type": "object",
+            "properties": {
+                "gpus": leaf("inference.gpus"),
+                "rollout_tensor_parallel_size": leaf("inference.tensor_parallel_size"),
+                "placement_mode": leaf("inference.placement_mode"),
+            },
+        },
+        "judges": {"type": "object", "additionalProperties": {"type": "object"}},
+        "rubrics": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "profile": {"enum": [*RUBRIC_PROFILES]},
+                    "max_response_tokens": leaf("rubrics.*.max_output_tokens"),
+                    "temperature": leaf("rubrics.*.temperature"),
+                },
+                "additionalProperties": False,
+            },
+        },
+        "judging": {"type": "object"},
+        **{s: free for s in (*TRAINER_SECTIONS, "output", "data", *EXTENSION_SECTIONS)},
+    }
+    return {
+        "type": "object",
+        "properties": props,
+        "additionalProperties": False,
+        "anyOf": [{"required": ["schema_version"]}, {"required": ["model"]}],
+    }

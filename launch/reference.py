@@ -1,0 +1,188 @@
+"""The configuration reference, generated from the model's field declarations (``launch.config``):
+a JSON Schema (2020-12) of the run spec for editors and ``gym-launch schema``, and docs/spec.md.
+
+``python -m launch.reference`` rewrites docs/spec.md; a test fails when the file is stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch import config as model
+from launch import names
+from launch.config import REQUIRED, default_of, key_info, section_info, spelled
+
+SCHEMA_ID = "urn:gym-agent:run-spec"
+DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
+
+# The judge keys each mode accepts, from the declarations (modes=...).
+_MANAGED_ONLY = [
+    spelled(f) for f in dataclasses.fields(model.JudgeConfig) if key_info(f) and key_info(f).modes == model.MANAGED
+]
+_EXTERNAL_ONLY = [
+    spelled(f) for f in dataclasses.fields(model.JudgeConfig) if key_info(f) and key_info(f).modes == model.EXTERNAL
+]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if key_info(f) or section_info(f)]
+
+
+def table_schema(cls: type) -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for f in _fields(cls):
+        name = spelled(f)
+        info = key_info(f)
+        if info is not None:
+            prop = {**info.type.schema(), "description": info.doc}
+            default = default_of(f)
+            if default is not REQUIRED and default is not None and not info.derived:
+                prop["default"] = _plain(default)
+            props[name] = prop
+            if default is REQUIRED:
+                required.append(name)
+            continue
+        sinfo = section_info(f)
+        sub = f.metadata["cls"]
+        entry = table_schema(sub)
+        if sinfo.named:
+            props[name] = {
+                "type": "object",
+                "description": sinfo.doc,
+                "propertyNames": {"pattern": f"^{names.FILE_NAME_RULE}$", "maxLength": model.MAX_NAME},
+                "additionalProperties": entry,
+            }
+        else:
+            props[name] = {**entry, "description": sinfo.doc}
+            if any(default_of(g) is REQUIRED for g in _fields(sub) if key_info(g)):
+                required.append(name)
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        out["required"] = required
+    if cls is model.JudgeConfig:
+        out["allOf"] = [
+            {
+                "if": {"properties": {"mode": {"const": "external"}}},
+                "then": {"properties": dict.fromkeys(_MANAGED_ONLY, False), "required": ["endpoint"]},
+            },
+            {
+                "if": {"properties": {"mode": {"const": "managed"}}},
+                "then": {"properties": dict.fromkeys(_EXTERNAL_ONLY, False)},
+            },
+        ]
+    return out
+
+
+def run_spec_schema() -> dict[str, Any]:
+    """The JSON Schema of a run spec in this project's spelling, and of a MILES run file."""
+    from launch import miles
+
+    ours = table_schema(model.RunConfig)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "gym-agent run spec (TOML)",
+        "description": "Generated from launch/config.py; see docs/spec.md. A MILES run file is accepted as well.",
+        "anyOf": [{**ours, "title": "gym-agent spelling"}, {**miles.schema(), "title": "MILES run file"}],
+    }
+
+
+# --- docs/spec.md -------------------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    info = key_info(f)
+    default = default_of(f)
+    if info and info.derived:
+        return f"= {info.derived}"
+    if default is REQUIRED:
+        return "**required**"
+    if default is None:
+        return "absent"
+    plain = _plain(default)
+    if f.name == "dir_mode":
+        return f"`{oct(plain)}`"
+    return f"`{json.dumps(plain)}`"
+
+
+def _section(path: str, cls: type, doc: str, lines: list[str]) -> None:
+    """The table of ``[path]``'s keys, then its sub-tables, depth first (the order of a TOML file)."""
+    rows: list[str] = []
+    subs: list[tuple[str, type, str]] = []
+    for f in _fields(cls):
+        info = key_info(f)
+        name = spelled(f)
+        if info is None:
+            sinfo = section_info(f)
+            sub = f"{path}.{name}" if path else name
+            if sinfo.named:
+                sub += '."VERIFIER"' if name == "bindings" else ".NAME"
+            subs.append((sub, f.metadata["cls"], sinfo.doc))
+            continue
+        modes = f" ({', '.join(info.modes)} only)" if info.modes else ""
+        rows.append(
+            f"| `{name}` | {info.type.doc} | {_default_text(f)} | {_cell(info.type.constraint())} | "
+            f"{_cell(info.doc)}{modes} | {_cell(info.rule)} |"
+        )
+    if rows:
+        lines += [f"## `[{path}]`" if path else "## Top level", "", _cell(doc), ""]
+        lines += ["| key | type | default | bounds | meaning | rule |", "|---|---|---|---|---|---|", *rows, ""]
+    for sub in subs:
+        _section(*sub, lines)
+
+
+def spec_markdown() -> str:
+    from launch import miles
+
+    lines = [
+        "# Run spec reference",
+        "",
+        "<!-- Generated by `python -m launch.reference` from launch/config.py; do not edit by hand. -->",
+        "",
+        "Every key of a run spec, its type, default, bounds and where its rule comes from. Unknown keys",
+        "fail with their full path and a did-you-mean; every problem is reported at once. An omitted key",
+        "and a key set to its default value fingerprint differently (the spec is fingerprinted as spelled).",
+        "`gym-launch schema` prints the same information as a JSON Schema for editors.",
+        "",
+        "Default or required, decided per key: a key is required only when no value could be right for",
+        "every run (the driver's command, trainer and rollout sizes, a judge's mode and model, and for an",
+        "SGLang judge its pinned revision and prepared weights). A judge's context and concurrency and a",
+        "rubric's output reservation and temperature default to the MILES run file's values, so both",
+        "spellings resolve alike; a judge's `timeout` defaults to 600 s per request (seed 000).",
+        "",
+    ]
+    _section("", model.RunConfig, "The run's name.", lines)
+    lines += ["## MILES run files", "", miles.REFERENCE_TEXT.strip(), "", *miles.mapping_table(), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    text = spec_markdown()
+    if args == ["--check"]:
+        return 0 if DOC_PATH.is_file() and DOC_PATH.read_text(encoding="utf-8") == text else 1
+    DOC_PATH.parent.mkdir(parents=True, exist_ok=True)
+    DOC_PATH.write_text(text, encoding="utf-8")
+    print(f"wrote {DOC_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

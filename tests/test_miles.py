@@ -1,0 +1,240 @@
+"""MILES run files (the open-instruct trainer's own format) plan, validate, run and render unchanged.
+
+The fixtures under tests/data/miles are written by us in that format, with our own values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_harness import assert_artifacts_valid, assert_nothing_left, audit, kill_tree_by_session, launch_local
+
+from launch.config import RunConfig
+from launch.errors import SpecError
+from launch.plan import plan
+from launch.spec import load_spec, resolved_from_dict
+from launch.validate import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+MILES = ROOT / "tests" / "data" / "miles"
+BIN = Path(sys.executable).parent
+
+
+def config_of(name: str, *overrides: str) -> RunConfig:
+    return RunConfig.from_spec(load_spec(MILES / name, overrides))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "gym-launch"), *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("name", "replicas", "allocated", "unused"),
+    [("node.toml", 1, 8, 0), ("three-node.toml", 3, 24, 0), ("packed-two-node.toml", 2, 16, 0)],
+)
+def test_seed_shapes_plan_as_the_seed_table_says(name: str, replicas: int, allocated: int, unused: int) -> None:
+    config = config_of(name)
+    p = plan(config)
+    assert config.source_format == "miles"
+    assert (p.replicas, p.allocated_gpus, p.unused_gpus) == (replicas, allocated, unused)
+
+
+def test_plan_says_which_format_it_read() -> None:
+    out = cli("plan", "tests/data/miles/three-node.toml")
+    assert out.returncode == 0, out.stderr
+    assert "read as a MILES run file" in out.stdout and "optimizer" in out.stdout
+    ours = cli("plan", "examples/three-node.toml")
+    assert "read as a gym-agent run spec" in ours.stdout
+    doc = json.loads(cli("plan", "tests/data/miles/node.toml", "--json").stdout)
+    assert doc["format"] == "miles"
+
+
+def test_both_spellings_resolve_to_the_same_model() -> None:
+    miles = config_of("three-node.toml")
+    ours: dict[str, Any] = {
+        "name": "miles-three-node",
+        "output": {"root": "/weka/runs/miles-three-node"},
+        "launch": {
+            "gpus_per_replica": 8,
+            "env": {"NCCL_SOCKET_IFNAME": "ib"},
+            "secrets": {"WANDB_API_KEY": "team-wandb-key"},
+            "weka_mounts": [{"weka": "training", "mount_path": "/weka"}],
+            "coordination": {"startup_timeout": 1800, "heartbeat_timeout": 120},
+            "beaker": {
+                "workspace": "team/rl",
+                "budget": "team/compute",
+                "cluster": "gpu-cluster-a",
+                "priority": "high",
+                "min_runtime": "1h",
+                "timeout": "8h",
+                "auto_resume": False,
+            },
+        },
+        "trainer": {"nodes": 1, "gpus_per_node": 4},
+        "inference": {"gpus": 19, "tensor_parallel_size": 1, "placement_mode": "disaggregated"},
+        "driver": {"command": miles.driver.command},
+        "judges": {"general": tomllib.loads((MILES / "three-node.toml").read_text())["judges"]["general"]},
+        "rubrics": {
+            "quality": {"profile": "general-quality", "max_output_tokens": 2048, "temperature": 1.0},
+            "reference_quality": {"profile": "general-quality-ref", "max_output_tokens": 2048, "temperature": 1.0},
+        },
+        "judging": {
+            "bindings": {
+                "general-quality": {"judge": "general", "rubric": "quality"},
+                "general-quality_ref": {"judge": "general", "rubric": "reference_quality"},
+            }
+        },
+        "data": {"train": "data/train.jsonl", "eval": ["data/eval.jsonl"]},
+    }
+    gym = RunConfig.from_spec(resolved_from_dict(ours, str(MILES)))
+    for field in ("name", "output", "launch", "trainer", "inference", "driver", "judges", "rubrics", "judging", "data"):
+        assert getattr(gym, field) == getattr(miles, field), field
+    assert plan(gym) == plan(miles)
+    assert gym.data_paths() == miles.data_paths()
+    # The fingerprint is the file as spelled: the trainer's sections are part of it.
+    assert gym.fingerprint != miles.fingerprint
+
+
+def test_trainer_sections_are_part_of_the_fingerprint() -> None:
+    base = load_spec(MILES / "three-node.toml")
+    changed = load_spec(MILES / "three-node.toml", ["optimizer.learning_rate=2e-6"])
+    assert base.fingerprint != changed.fingerprint
+    assert plan(RunConfig.from_spec(base)) == plan(RunConfig.from_spec(changed))
+
+
+def test_the_default_driver_is_the_trainer_on_the_original_file() -> None:
+    config = config_of("three-node.toml", "optimizer.learning_rate=2e-6", "driver.placement=trainer")
+    assert config.driver.command == (
+        'exec python -m open_instruct.miles train "$GYM_RUN_FILE" --set optimizer.learning_rate=2e-6'
+    )
+
+
+def test_a_judged_file_gives_the_right_managed_judge_argv() -> None:
+    out = cli("judge-command", "tests/data/miles/three-node.toml", "general")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    argv = doc["argv"]
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert value("--model-path") == "/weka/prepared/models/Qwen3-32B"
+    assert value("--served-model-name") == "Qwen/Qwen3-32B"
+    assert value("--tp-size") == "1" and value("--context-length") == "40960"
+    assert value("--max-running-requests") == "16"
+    assert value("--chat-template").endswith("qwen3-no-thinking.jinja")
+    assert doc["node"] == 2 and doc["env"]["CUDA_VISIBLE_DEVICES"] == "7"
+    packed = json.loads(cli("judge-command", "tests/data/miles/packed-two-node.toml", "general").stdout)
+    assert "--json-model-override-args" in packed["argv"]  # context_extension, from MILES spelling
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "message"),
+    [
+        ("trainer.trainer_num_node=2", "trainer.trainer_num_node", "did you mean trainer.trainer_num_nodes?"),
+        ("launch.gpus_per_replca=8", "launch.gpus_per_replca", "did you mean launch.gpus_per_replica?"),
+        ("inference.rollout_tensor_paralel_size=2", "inference.rollout_tensor_paralel_size", "did you mean"),
+        ("rubrics.quality.max_respons_tokens=10", "rubrics.quality.max_respons_tokens", "max_response_tokens"),
+        ("judges.general.timout=30", "judges.general.timout", "did you mean judges.general.timeout?"),
+        ("trainning.num_rollouts=3", "trainning", "did you mean training?"),
+        ("mystery.x=1", "mystery", "unknown section"),
+    ],
+)
+def test_typos_in_owned_keys_and_unknown_sections_fail(override: str, key: str, message: str) -> None:
+    data = load_spec(MILES / "three-node.toml", [override]).data
+    found = {p.key: p.message for p in validate(data)}
+    assert key in found and message in found[key], found
+
+
+def test_owned_values_are_checked_and_reported_in_miles_spelling() -> None:
+    data = load_spec(MILES / "three-node.toml", ["trainer.gpus=16", "rubrics.quality.max_response_tokens=0"]).data
+    found = {p.key: p.message for p in validate(data)}
+    assert "rubrics.quality.max_response_tokens" in found
+    assert "positive integer" in found["rubrics.quality.max_response_tokens"]
+    only_size = load_spec(MILES / "three-node.toml", ["trainer.gpus=16"]).data
+    sizes = {p.key: p.message for p in validate(only_size)}
+    assert "trainer.gpus" in sizes and "larger than a node" in sizes["trainer.gpus"], sizes
+
+
+def test_trainer_keys_in_shared_sections_pass() -> None:
+    data = load_spec(MILES / "three-node.toml", ["trainer.packing_max_tokens=4096", "inference.radix_cache=true"]).data
+    assert validate(data) == []
+
+
+def test_unsupported_profile_is_named() -> None:
+    data = load_spec(
+        MILES / "three-node.toml", ['rubrics.quality.profile="open-instruct/general-web_instruct_general_verifier"']
+    ).data
+    found = {p.key: p.message for p in validate(data)}
+    assert "rubrics.quality.profile" in found and "general-quality" in found["rubrics.quality.profile"]
+
+
+def test_partial_node_multi_node_file_is_refused_naming_the_key() -> None:
+    with pytest.raises(SpecError) as err:
+        plan(config_of("partial-node.toml"))
+    assert [p.key for p in err.value.problems] == ["launch.gpus_per_replica"]
+    out = cli("validate", "tests/data/miles/partial-node.toml")
+    assert out.returncode == 2 and "launch.gpus_per_replica" in out.stderr and "whole nodes" in out.stderr
+
+
+def test_placement_mode_follows_the_miles_rule_when_absent() -> None:
+    assert config_of("packed-two-node.toml").inference.placement_mode == "disaggregated"  # fully_async
+    colocated = config_of("node.toml", "async.fully_async=false", 'inference.placement_mode="colocated"')
+    assert colocated.inference.placement_mode == "colocated"
+
+
+@pytest.mark.slow
+def test_a_miles_file_runs_locally_and_the_driver_gets_it_byte_for_byte(tmp_path: Path) -> None:
+    text = (MILES / "three-node.toml").read_text()
+    (tmp_path / "data").mkdir()
+    for f in (MILES / "data").iterdir():
+        (tmp_path / "data" / f.name).write_bytes(f.read_bytes())
+    # Without open-instruct here, the driver is the demo driver; the judge is the reference judge
+    # (SGLang needs a GPU). The file itself is not edited: overrides are command-line flags.
+    args = (
+        "--set",
+        'driver.command=["python", "examples/demo_driver.py"]',
+        "--set",
+        "judges.general.backend=reference",
+        "--set",
+        "ray.num_cpus=1",
+        "--set",
+        "ray.object_store_memory=80000000",
+        "--set",
+        "launch.coordination.heartbeat_interval=0.5",
+        "--set",
+        "launch.coordination.poll_interval=0.25",
+        "--set",
+        "launch.coordination.heartbeat_timeout=30",
+    )
+    run = launch_local(
+        tmp_path,
+        text,
+        f"e2e-miles-{secrets.token_hex(3)}",
+        env={"DEMO_STEPS": "1", "DEMO_PRINT_RUN_FILE": "1"},
+        args=args,
+    )
+    try:
+        code = run.wait(240)
+    finally:
+        kill_tree_by_session(run.proc)
+    assert code == 0, run.text[-3000:]
+    run_file = run.run_dir / "run-file.toml"
+    assert run_file.read_bytes() == text.encode()
+    log = (run.run_dir / "driver-0.log").read_text()
+    assert f"sha256 {hashlib.sha256(text.encode()).hexdigest()}" in log
+    printed = json.loads(log.split("trainer sections ", 1)[1].splitlines()[0])
+    original = tomllib.loads(text)
+    assert printed == json.loads(
+        json.dumps({k: original[k] for k in ("training", "optimizer", "async", "tracking", "core", "miles")})
+    )
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)
+    audit(run.run_dir, verdict="pass")

@@ -20,6 +20,8 @@ DRIVER_RESULT = "driver-result.json"
 def run_file(text: str) -> str:
     """The user's run file, byte for byte, as the driver reads it (a MILES trainer parses it)."""
     return "run-file.json" if text.lstrip().startswith("{") else "run-file.toml"
+
+
 RAY_HEAD = "ray-head.json"
 
 ADDRESSES_DIR = "addresses"

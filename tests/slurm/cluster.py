@@ -1,0 +1,789 @@
+"""A real Slurm 22.05 cluster on this one machine: controller, 3 GPU nodes, 1 CPU node.
+
+    python -m tests.slurm.cluster up [DIR]      install when missing, start, wait until idle
+    python -m tests.slurm.cluster status [DIR]  daemons and `sinfo`
+    python -m tests.slurm.cluster down [DIR]    stop everything by pid, remove DIR
+
+How it works (recipe and traps: notes/slurm.md):
+- Debian's `slurmctld slurmd slurm-client munge` are installed when missing (root only; a
+  temporary policy-rc.d keeps the packages from starting daemons: there is no init system).
+- Everything lives in DIR: slurm.conf, gres.conf, a hosts file, state, spool, logs, pid files,
+  a private munged (own socket, so other clusters on the machine are not touched) and the fake
+  GPUs (inert character devices: gres needs `File=` naming devices to set CUDA_VISIBLE_DEVICES).
+- Each daemon runs in its own UTS + mount namespace (`unshare`): its own hostname (gymctl, n1..n3,
+  c1), and DIR/hosts bind-mounted over /etc/hosts inside that namespace only, mapping every name
+  to its own loopback address 127.0.10.x. Jobs inherit the namespace: `hostname` and
+  `hostname --ip-address` differ per node. The filesystem is otherwise the host's, so any
+  directory (a pytest tmp dir) is shared by all nodes, as a cluster filesystem would be.
+- The UTS namespace is also how a node's processes are found again: everything a job started on
+  n1 (slurmstepd, tasks, Ray, judges) shares n1's namespace. `down` stops the daemons by their
+  recorded pids, then kills whatever is left in their namespaces, then munged; never by name.
+  The bind mounts exist only in those namespaces and vanish with their last process.
+- DIR/state.json is written after every start, so `down` also works after a partial `up`.
+
+Standard library only: the CLI must run before the project's venv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+DAEMONS = ("slurmctld", "slurmd", "munged")
+CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")
+MUNGE_KEY = Path("/etc/munge/munge.key")
+DEFAULT_DIR = Path("/tmp/gym-slurm")
+# Below Ray's port blocks (agent/ray_node.py PORT_FLOOR = 10000) and the kernel's ephemeral range,
+# so nothing the agents start can take a Slurm daemon's port.
+PORT_RANGE = (6800, 9900)
+UP_TIMEOUT = 60.0
+CLIENT_TIMEOUT = 30.0
+STOP_GRACE = 10.0
+TERMINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+)
+Log = Callable[[str], None]
+
+
+class SlurmUnavailable(Exception):
+    """Slurm cannot exist here (not root, no apt); tests skip with this reason."""
+
+
+class ClusterError(Exception):
+    """The cluster did not come up or a client call failed; the message says where to look."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    address: str  # this node's own loopback address: `hostname --ip-address` in its jobs
+    gpus: int
+    partition: str
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    name: str
+    max_time: str
+    default: bool
+
+
+@dataclass(frozen=True)
+class Layout:
+    controller: str
+    controller_address: str
+    nodes: tuple[NodeSpec, ...]
+    partitions: tuple[PartitionSpec, ...]
+    cpus_per_node: int = 4  # declared (config_overrides): lets two small jobs share a node
+    memory_mb: int = 4000
+
+
+DEFAULT_LAYOUT = Layout(
+    controller="gymctl",
+    controller_address="127.0.10.254",
+    nodes=(
+        NodeSpec("n1", "127.0.10.1", 8, "gpu"),
+        NodeSpec("n2", "127.0.10.2", 8, "gpu"),
+        NodeSpec("n3", "127.0.10.3", 8, "gpu"),
+        NodeSpec("c1", "127.0.10.11", 0, "cpu"),
+    ),
+    partitions=(PartitionSpec("gpu", "02:00:00", True), PartitionSpec("cpu", "01:00:00", False)),
+)
+
+
+# --- pure rendering ------------------------------------------------------------------------
+
+
+def render_slurm_conf(layout: Layout, d: Path, ctl_port: int, node_ports: Mapping[str, int]) -> str:
+    lines = [
+        "# Written by tests/slurm/cluster.py: a throwaway test cluster.",
+        "ClusterName=gymtest",
+        f"SlurmctldHost={layout.controller}({layout.controller_address})",
+        f"SlurmctldPort={ctl_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={d / 'state'}",
+        f"SlurmdSpoolDir={d / 'spool' / '%n'}",
+        f"SlurmctldPidFile={d / 'run' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={d / 'log' / 'slurmd-%n.log'}",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        # No cgroups here: processes are tracked through /proc, tasks are not confined.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SlurmdParameters=config_overrides",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "MailProg=/bin/true",
+        "MpiDefault=none",
+        # Impossible requests (over MaxTime, too many nodes) are refused at submit, never pend forever.
+        "EnforcePartLimits=ALL",
+        "ReturnToService=2",
+        "KillWait=15",
+        "MinJobAge=3600",  # finished jobs stay visible to `scontrol show job` (there is no sacct)
+        "SlurmdTimeout=30",
+        "InactiveLimit=0",
+        "GresTypes=gpu",
+    ]
+    for n in layout.nodes:
+        gres = f" Gres=gpu:{n.gpus}" if n.gpus else ""
+        lines.append(
+            f"NodeName={n.name} NodeHostname={n.name} NodeAddr={n.address} Port={node_ports[n.name]} "
+            f"CPUs={layout.cpus_per_node} RealMemory={layout.memory_mb}{gres} State=UNKNOWN"
+        )
+    for p in layout.partitions:
+        members = ",".join(n.name for n in layout.nodes if n.partition == p.name)
+        default = "YES" if p.default else "NO"
+        lines.append(f"PartitionName={p.name} Nodes={members} Default={default} MaxTime={p.max_time} State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def render_gres_conf(layout: Layout, d: Path) -> str:
+    lines = []
+    for n in layout.nodes:
+        if n.gpus:
+            lines.append(f"NodeName={n.name} Name=gpu File={d / 'dev' / 'gpu'}[0-{n.gpus - 1}]")
+    return "\n".join(lines) + "\n"
+
+
+def render_hosts(layout: Layout, base: str) -> str:
+    """The host's own entries (localhost, ...) plus one line per cluster name."""
+    ours = {layout.controller, *(n.name for n in layout.nodes)}
+    keep = [ln for ln in base.splitlines() if not (set(ln.split("#")[0].split()[1:]) & ours)]
+    lines = [*keep, f"{layout.controller_address} {layout.controller}"]
+    lines += [f"{n.address} {n.name}" for n in layout.nodes]
+    return "\n".join(lines) + "\n"
+
+
+# --- processes, by pid and namespace ---------------------------------------------------------
+
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state from /proc/PID/stat, or None when the pid does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap our own child so it does not linger as a zombie
+    state = _proc_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def uts_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/uts")
+    except OSError:
+        return None
+
+
+def namespace_members(ns: str) -> list[int]:
+    """Live pids in UTS namespace `ns` (never the host's own: refused)."""
+    if ns == uts_namespace(os.getpid()) or ns == uts_namespace(1):
+        raise ClusterError(f"refusing to treat the host's namespace {ns} as a node's")
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me and uts_namespace(int(entry)) == ns and alive(int(entry)):
+            out.append(int(entry))
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def stop_pid(pid: int, grace: float = STOP_GRACE) -> str:
+    """SIGTERM, wait up to `grace`, then SIGKILL. Returns how it ended."""
+    if not alive(pid):
+        return "already gone"
+    _signal(pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        if not alive(pid):
+            return "sigterm"
+        time.sleep(0.1)
+    _signal(pid, signal.SIGKILL)
+    end = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    return "sigkill"
+
+
+def sweep_namespace(ns: str, timeout: float = 10.0) -> int:
+    """SIGKILL everything left in a node's namespace; returns how many processes were killed."""
+    killed: set[int] = set()
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        members = namespace_members(ns)
+        if not members:
+            return len(killed)
+        for pid in members:
+            _signal(pid, signal.SIGKILL)
+            killed.add(pid)
+        time.sleep(0.1)
+    left = namespace_members(ns)
+    if left:
+        raise ClusterError(f"processes survived SIGKILL in namespace {ns}: {left}")
+    return len(killed)
+
+
+# --- state ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Daemon:
+    name: str  # munged, slurmctld, or a node name
+    pid: int
+    namespace: str | None  # UTS namespace of a Slurm daemon; None for munged
+
+
+def _state_path(d: Path) -> Path:
+    return d / "state.json"
+
+
+def read_state(d: Path) -> list[Daemon]:
+    try:
+        doc = json.loads(_state_path(d).read_text())
+        return [Daemon(x["name"], int(x["pid"]), x.get("namespace")) for x in doc["daemons"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _record(d: Path, daemon: Daemon) -> None:
+    daemons = [x for x in read_state(d) if x.name != daemon.name] + [daemon]
+    tmp = _state_path(d).with_suffix(".tmp")
+    tmp.write_text(json.dumps({"daemons": [x.__dict__ for x in daemons]}, indent=1))
+    os.replace(tmp, _state_path(d))
+
+
+def _ours(daemon: Daemon, d: Path) -> bool:
+    """The recorded pid still runs one of this cluster's daemons (pids can be reused)."""
+    return alive(daemon.pid) and str(d) in _cmdline(daemon.pid)
+
+
+# --- installation --------------------------------------------------------------------------
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=SYSTEM_PATH + os.pathsep + os.environ.get("PATH", ""))
+
+
+def missing_binaries() -> list[str]:
+    return [b for b in (*DAEMONS, *CLIENTS, "munge", "unshare") if _which(b) is None]
+
+
+def unavailable_reason() -> str | None:
+    """Why Slurm cannot run here, or None. Root is needed for namespaces, mounts and mknod."""
+    if sys.platform != "linux":
+        return "a local Slurm cluster needs Linux"
+    if os.geteuid() != 0:
+        return "a local Slurm cluster needs root (namespaces, bind mounts, mknod, installing packages)"
+    if missing_binaries() and _which("apt-get") is None:
+        return f"Slurm is not installed ({', '.join(missing_binaries())} missing) and there is no apt-get"
+    return None
+
+
+def ensure_installed(log: Log = print) -> float:
+    """Install Debian's packages when missing; returns the seconds it took (0 when present)."""
+    reason = unavailable_reason()
+    if reason:
+        raise SlurmUnavailable(reason)
+    if not missing_binaries():
+        return 0.0
+    t0 = time.monotonic()
+    # One installer at a time on this machine (parallel test sessions); dpkg's own lock then waits.
+    with open("/tmp/gym-slurm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not missing_binaries():
+            return time.monotonic() - t0
+        log(f"installing {' '.join(PACKAGES)} (missing: {', '.join(missing_binaries())})")
+        policy = Path("/usr/sbin/policy-rc.d")
+        ours = not policy.exists()
+        if ours:
+            # Without an init system the packages' postinst would try to start the daemons and fail.
+            policy.write_text("#!/bin/sh\n# temporary, from tests/slurm/cluster.py\nexit 101\n")
+            policy.chmod(0o755)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        apt = [_which("apt-get") or "apt-get", "-o", "DPkg::Lock::Timeout=300", "-q"]
+        try:
+            for argv in (
+                [*apt, "update", "-qq"],
+                [*apt, "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+            ):
+                r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+                if r.returncode != 0:
+                    raise ClusterError(f"`{' '.join(argv)}` failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+        finally:
+            if ours:
+                policy.unlink(missing_ok=True)
+    if missing_binaries():
+        raise ClusterError(f"still missing after installing {' '.join(PACKAGES)}: {', '.join(missing_binaries())}")
+    return time.monotonic() - t0
+
+
+# --- the running cluster -------------------------------------------------------------------
+
+
+def _parse_kv(text: str) -> dict[str, str]:
+    """`scontrol show ... -o` output: Key=Value pairs separated by spaces (values without spaces
+    except a few free-text fields, which are not needed here)."""
+    return dict(re.findall(r"(\w[\w:/.]*)=(\S*)", text))
+
+
+@dataclass(frozen=True)
+class Cluster:
+    dir: Path
+    layout: Layout
+
+    @property
+    def conf(self) -> Path:
+        return self.dir / "slurm.conf"
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Our environment for client calls: SLURM_CONF points here; a surrounding job's SLURM_*
+        variables (a session started inside an allocation) must not leak into submissions."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = str(self.conf)
+        env["PATH"] = env.get("PATH", "") + os.pathsep + SYSTEM_PATH
+        return {**env, **(extra or {})}
+
+    def run(self, argv: Sequence[str], timeout: float = CLIENT_TIMEOUT, check: bool = True) -> str:
+        """A client call, bounded: clients hang while the controller is down."""
+        try:
+            r = subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"`{' '.join(argv)}` did not answer within {timeout:.0f}s") from None
+        if check and r.returncode != 0:
+            raise ClusterError(f"`{' '.join(argv)}` failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
+        return r.stdout
+
+    def sbatch(self, script: Path, *args: str) -> int:
+        out = self.run(["sbatch", "--parsable", *args, str(script)])
+        return int(out.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict[str, str]:
+        return _parse_kv(self.run(["scontrol", "show", "job", "-o", str(job_id)]))
+
+    def wait_job(self, job_id: int, timeout: float) -> dict[str, str]:
+        """Until the job reaches a terminal state; on timeout it is cancelled and this raises."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            info = self.job(job_id)
+            if info.get("JobState") in TERMINAL_STATES:
+                return info
+            time.sleep(0.5)
+        self.run(["scancel", str(job_id)], check=False)
+        raise ClusterError(f"job {job_id} did not finish within {timeout:.0f}s (cancelled): {self.job(job_id)}")
+
+    def queue(self) -> list[str]:
+        """Ids of jobs pending, running or completing (squeue's default states)."""
+        return self.run(["squeue", "-h", "-o", "%i"]).split()
+
+    def partition(self, name: str) -> dict[str, str]:
+        return _parse_kv(self.run(["scontrol", "show", "partition", "-o", name]))
+
+    def node_states(self) -> dict[str, str]:
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"])
+        return dict(line.split()[:2] for line in out.splitlines() if line.strip())
+
+    def node_processes(self, node: str) -> list[int]:
+        """Every live process on `node` except its slurmd: what jobs left behind."""
+        daemon = next(x for x in read_state(self.dir) if x.name == node)
+        if daemon.namespace is None:
+            raise ClusterError(f"no namespace recorded for node {node}")
+        return [p for p in namespace_members(daemon.namespace) if p != daemon.pid]
+
+    def daemon_rss_kb(self) -> dict[str, int]:
+        out = {}
+        for x in read_state(self.dir):
+            try:
+                with open(f"/proc/{x.pid}/status") as f:
+                    out[x.name] = next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                continue
+        return out
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _free_port(port: int) -> bool:
+    for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def pick_ports(count: int) -> list[int]:
+    """`count` consecutive free ports from a random start: parallel clusters rarely race."""
+    low, high = PORT_RANGE
+    starts = list(range(low, high - count, count))
+    random.shuffle(starts)
+    for s in starts:
+        block = list(range(s, s + count))
+        if all(_free_port(p) for p in block):
+            return block
+    raise ClusterError(f"no {count} consecutive free ports in {low}-{high}")
+
+
+def _spawn(argv: list[str], log: Path, **kw: object) -> int:
+    with open(log, "ab") as out:
+        p = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kw
+        )  # type: ignore[call-overload]
+    return p.pid
+
+
+def _in_namespace(hostname: str, hosts: Path, argv: Sequence[str]) -> list[str]:
+    """argv run with its own hostname and `hosts` as /etc/hosts, in fresh UTS+mount namespaces.
+    Propagation is private: the bind mount never reaches the host's /etc/hosts."""
+    script = f"hostname {shlex.quote(hostname)} && mount --bind {shlex.quote(str(hosts))} /etc/hosts && exec " + (
+        " ".join(shlex.quote(a) for a in argv)
+    )
+    return [_which("unshare") or "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
+
+
+def _wait(what: str, ok: Callable[[], bool], timeout: float, watch: Sequence[tuple[int, Path]] = ()) -> None:
+    """Until ok(); fails at once when a watched daemon has died, showing its log."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if ok():
+            return
+        for pid, log in watch:
+            if not alive(pid):
+                raise ClusterError(f"{what}: daemon {pid} exited; {log}:\n{_tail(log)}")
+        time.sleep(0.2)
+    logs = "\n".join(f"--- {log}\n{_tail(log)}" for _, log in watch)
+    raise ClusterError(f"{what}: not within {timeout:.0f}s\n{logs}")
+
+
+def _munge_ok(sock: Path) -> bool:
+    if not sock.exists():
+        return False
+    try:
+        enc = subprocess.run(
+            [_which("munge") or "munge", "-n", "-S", str(sock)], capture_output=True, timeout=5, check=True
+        ).stdout
+        subprocess.run(
+            [_which("unmunge") or "unmunge", "-S", str(sock)], input=enc, capture_output=True, timeout=5, check=True
+        )
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def is_up(d: Path) -> bool:
+    daemons = read_state(d)
+    names = {x.name for x in daemons if _ours(x, d)}
+    return (d / "slurm.conf").exists() and {"munged", "slurmctld"} <= names and len(names) == len(daemons) > 2
+
+
+def up(d: Path = DEFAULT_DIR, layout: Layout = DEFAULT_LAYOUT, log: Log = print) -> Cluster:
+    """Start the cluster in `d` and wait until every node is idle. A live cluster in `d` is
+    reused; leftovers of a dead or partial one are taken down first."""
+    d = Path(d).absolute()
+    cluster = Cluster(d, layout)
+    if is_up(d):
+        _wait("nodes idle", lambda: _all_idle(cluster), UP_TIMEOUT)
+        return cluster
+    if read_state(d) or _unrecorded_daemons(d, set()):
+        down(d, log=log, remove_dir=False)  # leftovers of a dead or partial cluster
+    ensure_installed(log)
+    try:
+        _start(cluster, log)
+    except BaseException:
+        down(d, log=log, remove_dir=False)  # the caller owns `d` (and maybe a guard watching it)
+        raise
+    return cluster
+
+
+def _all_idle(c: Cluster) -> bool:
+    try:
+        states = c.node_states()
+    except ClusterError:
+        return False
+    return sorted(states) == sorted(n.name for n in c.layout.nodes) and set(states.values()) == {"idle"}
+
+
+def _start(c: Cluster, log: Log) -> None:
+    d, layout = c.dir, c.layout
+    d.mkdir(parents=True, exist_ok=True)
+    d.chmod(0o755)  # munged (user munge) must reach its directory below
+    for sub in ("state", "run", "log", "dev", *(f"spool/{n.name}" for n in layout.nodes)):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    for i in range(max((n.gpus for n in layout.nodes), default=0)):
+        dev = d / "dev" / f"gpu{i}"
+        if not dev.exists():
+            os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # inert: same numbers as /dev/null
+    ports = pick_ports(1 + len(layout.nodes))
+    node_ports = {n.name: ports[1 + i] for i, n in enumerate(layout.nodes)}
+    c.conf.write_text(render_slurm_conf(layout, d, ports[0], node_ports))
+    (d / "gres.conf").write_text(render_gres_conf(layout, d))
+    hosts = d / "hosts"
+    hosts.write_text(render_hosts(layout, Path("/etc/hosts").read_text()))
+
+    # munged: our own instance and socket, as the munge user (it refuses root-owned state).
+    mdir = d / "munge"
+    mdir.mkdir(exist_ok=True)
+    shutil.chown(mdir, "munge", "munge")
+    mdir.chmod(0o755)  # munged insists that everyone may reach its socket
+    sock = mdir / "munge.socket"
+    mlog = d / "log" / "munged.console"
+    margv = [
+        _which("munged") or "munged",
+        "--foreground",
+        f"--socket={sock}",
+        f"--pid-file={mdir / 'munged.pid'}",
+        f"--log-file={mdir / 'munged.log'}",
+        f"--seed-file={mdir / 'munged.seed'}",
+        f"--key-file={MUNGE_KEY}",
+    ]
+    pid = _spawn(margv, mlog, user="munge", group="munge", extra_groups=[])
+    _record(d, Daemon("munged", pid, None))
+    _wait("munged answering", lambda: _munge_ok(sock), 20, [(pid, mlog)])
+
+    clog = d / "log" / "slurmctld.console"
+    cargv = [_which("slurmctld") or "slurmctld", "-D", "-f", str(c.conf)]
+    pid = _spawn(_in_namespace(layout.controller, hosts, cargv), clog)
+    _record(d, Daemon("slurmctld", pid, _namespace_after_unshare(pid)))
+    watch = [(pid, clog), (pid, d / "log" / "slurmctld.log")]
+
+    def ctl_up() -> bool:
+        try:
+            return "is UP" in c.run(["scontrol", "ping"], timeout=5, check=False)
+        except ClusterError:
+            return False
+
+    _wait("slurmctld answering", ctl_up, 30, watch)
+
+    for n in layout.nodes:
+        nlog = d / "log" / f"slurmd-{n.name}.console"
+        nargv = [_which("slurmd") or "slurmd", "-D", "-N", n.name, "-f", str(c.conf)]
+        pid = _spawn(_in_namespace(n.name, hosts, nargv), nlog)
+        _record(d, Daemon(n.name, pid, _namespace_after_unshare(pid)))
+        watch += [(pid, nlog), (pid, d / "log" / f"slurmd-{n.name}.log")]
+    _wait("every node idle", lambda: _all_idle(c), UP_TIMEOUT, watch)
+    log(f"slurm cluster up in {d}: {', '.join(n.name for n in layout.nodes)}; SLURM_CONF={c.conf}")
+
+
+def _namespace_after_unshare(pid: int, timeout: float = 5.0) -> str:
+    """The UTS namespace `pid` runs in once `unshare` has made it (it differs from ours)."""
+    host = uts_namespace(os.getpid())
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ns = uts_namespace(pid)
+        if ns is None:
+            break
+        if ns != host:
+            return ns
+        time.sleep(0.02)
+    raise ClusterError(f"process {pid} did not enter its own UTS namespace (unshare failed?)")
+
+
+def _host_mounts_under(d: Path) -> list[str]:
+    """Mount points on the host whose source lies in d (there should be none: see _in_namespace)."""
+    out = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            root, point = fields[3], fields[4]
+            if root.startswith(str(d)) or point.startswith(str(d)):
+                out.append(point)
+    return out
+
+
+def _ancestors() -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        out.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def _unrecorded_daemons(d: Path, known: set[int]) -> list[int]:
+    marks = (str(d / "slurm.conf"), str(d / "munge" / "munge.socket"))
+    skip = known | _ancestors()
+    return [
+        int(e)
+        for e in os.listdir("/proc")
+        if e.isdigit() and int(e) not in skip and alive(int(e)) and any(m in _cmdline(int(e)) for m in marks)
+    ]
+
+
+def down(d: Path = DEFAULT_DIR, log: Log = print, remove_dir: bool = True) -> list[str]:
+    """Stop everything of the cluster in `d` by pid and namespace, then remove `d` (or only its
+    contents). Works after a partial `up` and when nothing runs; returns what it did."""
+    d = Path(d).absolute()
+    done: list[str] = []
+    daemons = read_state(d)
+    ctl = next((x for x in daemons if x.name == "slurmctld"), None)
+    if ctl and _ours(ctl, d) and (d / "slurm.conf").exists():
+        c = Cluster(d, DEFAULT_LAYOUT)
+        with contextlib.suppress(ClusterError):
+            jobs = c.queue()
+            if jobs:
+                # A clean end for whatever still runs: SIGTERM to its steps, as a user's scancel.
+                c.run(["scancel", *jobs], check=False)
+                done.append(f"cancelled jobs {' '.join(jobs)}")
+                end = time.monotonic() + 20
+                while c.queue() and time.monotonic() < end:
+                    time.sleep(0.5)
+    nodes = [x for x in daemons if x.name not in ("munged", "slurmctld")]
+    # Nodes first (their slurmd may still talk to the controller), then the controller, then munge.
+    for group in (nodes, [x for x in daemons if x.name == "slurmctld"], [x for x in daemons if x.name == "munged"]):
+        for x in group:
+            how = stop_pid(x.pid) if _ours(x, d) else "already gone"
+            swept = sweep_namespace(x.namespace) if x.namespace else 0
+            done.append(f"{x.name} (pid {x.pid}): {how}" + (f", {swept} left-over process(es) killed" if swept else ""))
+    # A daemon started by an `up` killed before it could record the pid: found by this cluster's
+    # own config or socket path in its argv (unique to `d`), never by a program name.
+    for pid in _unrecorded_daemons(d, {x.pid for x in daemons}):
+        ns = uts_namespace(pid)
+        how = stop_pid(pid)
+        swept = sweep_namespace(ns) if ns and ns != uts_namespace(os.getpid()) else 0
+        done.append(f"unrecorded daemon {pid}: {how}" + (f", {swept} left-over process(es) killed" if swept else ""))
+    for point in _host_mounts_under(d):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+        done.append(f"unmounted {point}")
+    if d.exists() and remove_dir:
+        shutil.rmtree(d, ignore_errors=True)
+        done.append(f"removed {d}")
+    elif d.exists():
+        for entry in d.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    for line in done:
+        log(line)
+    return done
+
+
+def status(d: Path = DEFAULT_DIR) -> str:
+    d = Path(d).absolute()
+    daemons = read_state(d)
+    if not daemons:
+        return f"no cluster in {d}"
+    lines = [f"{x.name}: pid {x.pid} {'running' if _ours(x, d) else 'NOT running'}" for x in daemons]
+    if is_up(d):
+        with contextlib.suppress(ClusterError):
+            lines.append(Cluster(d, DEFAULT_LAYOUT).run(["sinfo"], timeout=10).rstrip())
+    lines.append(f"export SLURM_CONF={d / 'slurm.conf'}")
+    return "\n".join(lines)
+
+
+def guard(owner: int, d: Path, poll: float = 1.0) -> None:
+    """Take the cluster down once `owner` (a test session) is gone, even if it was SIGKILLed;
+    return quietly when `d` disappears (the session took it down itself)."""
+    while d.exists():
+        if not alive(owner):
+            down(d, log=lambda _line: None)
+            return
+        time.sleep(poll)
+
+
+def start_guard(owner: int, d: Path) -> int:
+    """The guard in its own session, so a signal to the test session's group does not reach it."""
+    argv = [sys.executable, str(Path(__file__).absolute()), "guard", str(d), "--owner", str(owner)]
+    p = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    return p.pid
+
+
+def new_dir() -> Path:
+    """A short, unique cluster directory (munge's socket path must stay under 108 bytes)."""
+    return Path(tempfile.mkdtemp(prefix="gym-slurm-", dir="/tmp"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.slurm.cluster", description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=("up", "down", "status", "guard"))
+    ap.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help=f"cluster directory (default {DEFAULT_DIR})")
+    ap.add_argument("--owner", type=int, help="guard: the pid whose exit takes the cluster down")
+    args = ap.parse_args(argv)
+    d = Path(args.dir).absolute()
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        if args.command == "up":
+            t0 = time.monotonic()
+            up(d, log=say)
+            say(f"up in {time.monotonic() - t0:.1f}s")
+            say(f"export SLURM_CONF={d / 'slurm.conf'}")
+        elif args.command == "down":
+            if not down(d, log=say):
+                say(f"nothing to do in {d}")
+        elif args.command == "status":
+            say(status(d))
+        elif args.command == "guard":
+            if args.owner is None:
+                ap.error("guard needs --owner PID")
+            guard(args.owner, d)
+    except SlurmUnavailable as exc:
+        print(f"slurm cluster: unavailable: {exc}", file=sys.stderr)
+        return 2
+    except ClusterError as exc:
+        print(f"slurm cluster: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,8 @@ process in its own session (`cluster.py guard`) covers SIGTERM/SIGKILL of pytest
 cluster down within a second of the session's pid disappearing. When a test that ran
 real agents fails, the report carries `gym-audit`'s text for each run directory under its
 tmp_path, plus every failure record and the tail of every log: a failure seen only on CI can
-then be diagnosed from CI's output alone.
+then be diagnosed from CI's output alone; a failing Slurm test also carries the tail of every
+Slurm daemon's log.
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
         return
+    cluster = getattr(item, "funcargs", {}).get("slurm_cluster")
+    if isinstance(cluster, slurm.Cluster):
+        for log in sorted((cluster.dir / "log").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"slurm {log.name} (last {LOG_TAIL_LINES} lines)", "\n".join(tail)))
     tmp = getattr(item, "funcargs", {}).get("tmp_path")
     if not isinstance(tmp, Path):
         return

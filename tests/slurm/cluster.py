@@ -21,21 +21,21 @@ How it works (recipe and traps: notes/slurm.md):
   The bind mounts exist only in those namespaces and vanish with their last process.
 - DIR/state.json is written after every start, so `down` also works after a partial `up`.
 
-Standard library only: the CLI must run before the project's venv exists.
+Beside this module: layout.py (the shape and the files, pure), procs.py (pids and namespaces),
+install.py (Debian packages), errors.py. Standard library only: the CLI must run before the
+project's venv exists.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import random
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -45,10 +45,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
-SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-DAEMONS = ("slurmctld", "slurmd", "munged")
-CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")
+from .errors import ClusterError, SlurmUnavailable
+from .install import SYSTEM_PATH, ensure_installed, which
+from .install import unavailable_reason as unavailable_reason  # re-exported: the fixture's skip decision
+from .layout import DEFAULT_LAYOUT, Layout, render_gres_conf, render_hosts, render_slurm_conf
+from .procs import alive, ancestors, cmdline, namespace_members, stop_pid, sweep_namespace, uts_namespace
+
 MUNGE_KEY = Path("/etc/munge/munge.key")
 DEFAULT_DIR = Path("/tmp/gym-slurm")
 # Below Ray's port blocks (agent/ray_node.py PORT_FLOOR = 10000) and the kernel's ephemeral range,
@@ -56,214 +58,10 @@ DEFAULT_DIR = Path("/tmp/gym-slurm")
 PORT_RANGE = (6800, 9900)
 UP_TIMEOUT = 60.0
 CLIENT_TIMEOUT = 30.0
-STOP_GRACE = 10.0
 TERMINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 )
 Log = Callable[[str], None]
-
-
-class SlurmUnavailable(Exception):
-    """Slurm cannot exist here (not root, no apt); tests skip with this reason."""
-
-
-class ClusterError(Exception):
-    """The cluster did not come up or a client call failed; the message says where to look."""
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    address: str  # this node's own loopback address: `hostname --ip-address` in its jobs
-    gpus: int
-    partition: str
-
-
-@dataclass(frozen=True)
-class PartitionSpec:
-    name: str
-    max_time: str
-    default: bool
-
-
-@dataclass(frozen=True)
-class Layout:
-    controller: str
-    controller_address: str
-    nodes: tuple[NodeSpec, ...]
-    partitions: tuple[PartitionSpec, ...]
-    cpus_per_node: int = 4  # declared (config_overrides): lets two small jobs share a node
-    memory_mb: int = 4000
-
-
-DEFAULT_LAYOUT = Layout(
-    controller="gymctl",
-    controller_address="127.0.10.254",
-    nodes=(
-        NodeSpec("n1", "127.0.10.1", 8, "gpu"),
-        NodeSpec("n2", "127.0.10.2", 8, "gpu"),
-        NodeSpec("n3", "127.0.10.3", 8, "gpu"),
-        NodeSpec("c1", "127.0.10.11", 0, "cpu"),
-    ),
-    partitions=(PartitionSpec("gpu", "02:00:00", True), PartitionSpec("cpu", "01:00:00", False)),
-)
-
-
-# --- pure rendering ------------------------------------------------------------------------
-
-
-def render_slurm_conf(layout: Layout, d: Path, ctl_port: int, node_ports: Mapping[str, int]) -> str:
-    lines = [
-        "# Written by tests/slurm/cluster.py: a throwaway test cluster.",
-        "ClusterName=gymtest",
-        f"SlurmctldHost={layout.controller}({layout.controller_address})",
-        f"SlurmctldPort={ctl_port}",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={d / 'munge' / 'munge.socket'}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={d / 'state'}",
-        f"SlurmdSpoolDir={d / 'spool' / '%n'}",
-        f"SlurmctldPidFile={d / 'run' / 'slurmctld.pid'}",
-        f"SlurmdPidFile={d / 'run' / 'slurmd-%n.pid'}",
-        f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
-        f"SlurmdLogFile={d / 'log' / 'slurmd-%n.log'}",
-        "SlurmctldDebug=info",
-        "SlurmdDebug=info",
-        # No cgroups here: processes are tracked through /proc, tasks are not confined.
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SlurmdParameters=config_overrides",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
-        "MailProg=/bin/true",
-        "MpiDefault=none",
-        # Impossible requests (over MaxTime, too many nodes) are refused at submit, never pend forever.
-        "EnforcePartLimits=ALL",
-        "ReturnToService=2",
-        "KillWait=15",
-        "MinJobAge=3600",  # finished jobs stay visible to `scontrol show job` (there is no sacct)
-        "SlurmdTimeout=30",
-        "InactiveLimit=0",
-        "GresTypes=gpu",
-    ]
-    for n in layout.nodes:
-        gres = f" Gres=gpu:{n.gpus}" if n.gpus else ""
-        lines.append(
-            f"NodeName={n.name} NodeHostname={n.name} NodeAddr={n.address} Port={node_ports[n.name]} "
-            f"CPUs={layout.cpus_per_node} RealMemory={layout.memory_mb}{gres} State=UNKNOWN"
-        )
-    for p in layout.partitions:
-        members = ",".join(n.name for n in layout.nodes if n.partition == p.name)
-        default = "YES" if p.default else "NO"
-        lines.append(f"PartitionName={p.name} Nodes={members} Default={default} MaxTime={p.max_time} State=UP")
-    return "\n".join(lines) + "\n"
-
-
-def render_gres_conf(layout: Layout, d: Path) -> str:
-    lines = []
-    for n in layout.nodes:
-        if n.gpus:
-            lines.append(f"NodeName={n.name} Name=gpu File={d / 'dev' / 'gpu'}[0-{n.gpus - 1}]")
-    return "\n".join(lines) + "\n"
-
-
-def render_hosts(layout: Layout, base: str) -> str:
-    """The host's own entries (localhost, ...) plus one line per cluster name."""
-    ours = {layout.controller, *(n.name for n in layout.nodes)}
-    keep = [ln for ln in base.splitlines() if not (set(ln.split("#")[0].split()[1:]) & ours)]
-    lines = [*keep, f"{layout.controller_address} {layout.controller}"]
-    lines += [f"{n.address} {n.name}" for n in layout.nodes]
-    return "\n".join(lines) + "\n"
-
-
-# --- processes, by pid and namespace ---------------------------------------------------------
-
-
-def _proc_state(pid: int) -> str | None:
-    """The one-letter state from /proc/PID/stat, or None when the pid does not exist."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap our own child so it does not linger as a zombie
-    state = _proc_state(pid)
-    return state is not None and state not in ("Z", "X")
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def uts_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/uts")
-    except OSError:
-        return None
-
-
-def namespace_members(ns: str) -> list[int]:
-    """Live pids in UTS namespace `ns` (never the host's own: refused)."""
-    if ns == uts_namespace(os.getpid()) or ns == uts_namespace(1):
-        raise ClusterError(f"refusing to treat the host's namespace {ns} as a node's")
-    me = os.getpid()
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and uts_namespace(int(entry)) == ns and alive(int(entry)):
-            out.append(int(entry))
-    return out
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def stop_pid(pid: int, grace: float = STOP_GRACE) -> str:
-    """SIGTERM, wait up to `grace`, then SIGKILL. Returns how it ended."""
-    if not alive(pid):
-        return "already gone"
-    _signal(pid, signal.SIGTERM)
-    end = time.monotonic() + grace
-    while time.monotonic() < end:
-        if not alive(pid):
-            return "sigterm"
-        time.sleep(0.1)
-    _signal(pid, signal.SIGKILL)
-    end = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < end:
-        time.sleep(0.05)
-    return "sigkill"
-
-
-def sweep_namespace(ns: str, timeout: float = 10.0) -> int:
-    """SIGKILL everything left in a node's namespace; returns how many processes were killed."""
-    killed: set[int] = set()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        members = namespace_members(ns)
-        if not members:
-            return len(killed)
-        for pid in members:
-            _signal(pid, signal.SIGKILL)
-            killed.add(pid)
-        time.sleep(0.1)
-    left = namespace_members(ns)
-    if left:
-        raise ClusterError(f"processes survived SIGKILL in namespace {ns}: {left}")
-    return len(killed)
 
 
 # --- state ---------------------------------------------------------------------------------
@@ -297,67 +95,10 @@ def _record(d: Path, daemon: Daemon) -> None:
 
 def _ours(daemon: Daemon, d: Path) -> bool:
     """The recorded pid still runs one of this cluster's daemons (pids can be reused)."""
-    return alive(daemon.pid) and str(d) in _cmdline(daemon.pid)
+    return alive(daemon.pid) and str(d) in cmdline(daemon.pid)
 
 
 # --- installation --------------------------------------------------------------------------
-
-
-def _which(name: str) -> str | None:
-    return shutil.which(name, path=SYSTEM_PATH + os.pathsep + os.environ.get("PATH", ""))
-
-
-def missing_binaries() -> list[str]:
-    return [b for b in (*DAEMONS, *CLIENTS, "munge", "unshare") if _which(b) is None]
-
-
-def unavailable_reason() -> str | None:
-    """Why Slurm cannot run here, or None. Root is needed for namespaces, mounts and mknod."""
-    if sys.platform != "linux":
-        return "a local Slurm cluster needs Linux"
-    if os.geteuid() != 0:
-        return "a local Slurm cluster needs root (namespaces, bind mounts, mknod, installing packages)"
-    if missing_binaries() and _which("apt-get") is None:
-        return f"Slurm is not installed ({', '.join(missing_binaries())} missing) and there is no apt-get"
-    return None
-
-
-def ensure_installed(log: Log = print) -> float:
-    """Install Debian's packages when missing; returns the seconds it took (0 when present)."""
-    reason = unavailable_reason()
-    if reason:
-        raise SlurmUnavailable(reason)
-    if not missing_binaries():
-        return 0.0
-    t0 = time.monotonic()
-    # One installer at a time on this machine (parallel test sessions); dpkg's own lock then waits.
-    with open("/tmp/gym-slurm-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not missing_binaries():
-            return time.monotonic() - t0
-        log(f"installing {' '.join(PACKAGES)} (missing: {', '.join(missing_binaries())})")
-        policy = Path("/usr/sbin/policy-rc.d")
-        ours = not policy.exists()
-        if ours:
-            # Without an init system the packages' postinst would try to start the daemons and fail.
-            policy.write_text("#!/bin/sh\n# temporary, from tests/slurm/cluster.py\nexit 101\n")
-            policy.chmod(0o755)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        apt = [_which("apt-get") or "apt-get", "-o", "DPkg::Lock::Timeout=300", "-q"]
-        try:
-            for argv in (
-                [*apt, "update", "-qq"],
-                [*apt, "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-            ):
-                r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-                if r.returncode != 0:
-                    raise ClusterError(f"`{' '.join(argv)}` failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
-        finally:
-            if ours:
-                policy.unlink(missing_ok=True)
-    if missing_binaries():
-        raise ClusterError(f"still missing after installing {' '.join(PACKAGES)}: {', '.join(missing_binaries())}")
-    return time.monotonic() - t0
 
 
 # --- the running cluster -------------------------------------------------------------------
@@ -490,7 +231,7 @@ def _in_namespace(hostname: str, hosts: Path, argv: Sequence[str]) -> list[str]:
     script = f"hostname {shlex.quote(hostname)} && mount --bind {shlex.quote(str(hosts))} /etc/hosts && exec " + (
         " ".join(shlex.quote(a) for a in argv)
     )
-    return [_which("unshare") or "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
+    return [which("unshare") or "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script]
 
 
 def _wait(what: str, ok: Callable[[], bool], timeout: float, watch: Sequence[tuple[int, Path]] = ()) -> None:
@@ -512,10 +253,10 @@ def _munge_ok(sock: Path) -> bool:
         return False
     try:
         enc = subprocess.run(
-            [_which("munge") or "munge", "-n", "-S", str(sock)], capture_output=True, timeout=5, check=True
+            [which("munge") or "munge", "-n", "-S", str(sock)], capture_output=True, timeout=5, check=True
         ).stdout
         subprocess.run(
-            [_which("unmunge") or "unmunge", "-S", str(sock)], input=enc, capture_output=True, timeout=5, check=True
+            [which("unmunge") or "unmunge", "-S", str(sock)], input=enc, capture_output=True, timeout=5, check=True
         )
         return True
     except (OSError, subprocess.SubprocessError):
@@ -580,7 +321,7 @@ def _start(c: Cluster, log: Log) -> None:
     sock = mdir / "munge.socket"
     mlog = d / "log" / "munged.console"
     margv = [
-        _which("munged") or "munged",
+        which("munged") or "munged",
         "--foreground",
         f"--socket={sock}",
         f"--pid-file={mdir / 'munged.pid'}",
@@ -593,9 +334,9 @@ def _start(c: Cluster, log: Log) -> None:
     _wait("munged answering", lambda: _munge_ok(sock), 20, [(pid, mlog)])
 
     clog = d / "log" / "slurmctld.console"
-    cargv = [_which("slurmctld") or "slurmctld", "-D", "-f", str(c.conf)]
+    cargv = [which("slurmctld") or "slurmctld", "-D", "-f", str(c.conf)]
     pid = _spawn(_in_namespace(layout.controller, hosts, cargv), clog)
-    _record(d, Daemon("slurmctld", pid, _namespace_after_unshare(pid)))
+    _record(d, Daemon("slurmctld", pid, _namespace_after_unshare(pid, clog)))
     watch = [(pid, clog), (pid, d / "log" / "slurmctld.log")]
 
     def ctl_up() -> bool:
@@ -608,15 +349,15 @@ def _start(c: Cluster, log: Log) -> None:
 
     for n in layout.nodes:
         nlog = d / "log" / f"slurmd-{n.name}.console"
-        nargv = [_which("slurmd") or "slurmd", "-D", "-N", n.name, "-f", str(c.conf)]
+        nargv = [which("slurmd") or "slurmd", "-D", "-N", n.name, "-f", str(c.conf)]
         pid = _spawn(_in_namespace(n.name, hosts, nargv), nlog)
-        _record(d, Daemon(n.name, pid, _namespace_after_unshare(pid)))
+        _record(d, Daemon(n.name, pid, _namespace_after_unshare(pid, nlog)))
         watch += [(pid, nlog), (pid, d / "log" / f"slurmd-{n.name}.log")]
     _wait("every node idle", lambda: _all_idle(c), UP_TIMEOUT, watch)
     log(f"slurm cluster up in {d}: {', '.join(n.name for n in layout.nodes)}; SLURM_CONF={c.conf}")
 
 
-def _namespace_after_unshare(pid: int, timeout: float = 5.0) -> str:
+def _namespace_after_unshare(pid: int, log: Path, timeout: float = 5.0) -> str:
     """The UTS namespace `pid` runs in once `unshare` has made it (it differs from ours)."""
     host = uts_namespace(os.getpid())
     end = time.monotonic() + timeout
@@ -627,7 +368,10 @@ def _namespace_after_unshare(pid: int, timeout: float = 5.0) -> str:
         if ns != host:
             return ns
         time.sleep(0.02)
-    raise ClusterError(f"process {pid} did not enter its own UTS namespace (unshare failed?)")
+    raise ClusterError(
+        f"process {pid} did not get its own UTS namespace: `unshare --uts --mount` needs root with "
+        f"CAP_SYS_ADMIN (not available in an unprivileged container); {log}:\n{_tail(log)}"
+    )
 
 
 def _host_mounts_under(d: Path) -> list[str]:
@@ -642,25 +386,13 @@ def _host_mounts_under(d: Path) -> list[str]:
     return out
 
 
-def _ancestors() -> set[int]:
-    out, pid = set(), os.getpid()
-    while pid > 1:
-        out.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return out
-
-
 def _unrecorded_daemons(d: Path, known: set[int]) -> list[int]:
     marks = (str(d / "slurm.conf"), str(d / "munge" / "munge.socket"))
-    skip = known | _ancestors()
+    skip = known | ancestors()
     return [
         int(e)
         for e in os.listdir("/proc")
-        if e.isdigit() and int(e) not in skip and alive(int(e)) and any(m in _cmdline(int(e)) for m in marks)
+        if e.isdigit() and int(e) not in skip and any(m in cmdline(int(e)) for m in marks) and alive(int(e))
     ]
 
 
@@ -738,9 +470,16 @@ def guard(owner: int, d: Path, poll: float = 1.0) -> None:
 
 def start_guard(owner: int, d: Path) -> int:
     """The guard in its own session, so a signal to the test session's group does not reach it."""
-    argv = [sys.executable, str(Path(__file__).absolute()), "guard", str(d), "--owner", str(owner)]
+    # Run as a module of this package, however it was imported (`slurm` in pytest, `tests.slurm` from the CLI).
+    top = Path(__file__).resolve().parents[len(__package__.split("."))]
+    argv = [sys.executable, "-m", f"{__package__}.cluster", "guard", str(d), "--owner", str(owner)]
     p = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        argv,
+        cwd=top,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return p.pid
 

@@ -8,7 +8,7 @@ How it works (recipe and traps: notes/slurm.md):
 - Debian's `slurmctld slurmd slurm-client munge` are installed when missing (root only; a
   temporary policy-rc.d keeps the packages from starting daemons: there is no init system).
 - Everything lives in DIR: slurm.conf, gres.conf, a hosts file, state, spool, logs, pid files,
-  a private munged (own socket, so other clusters on the machine are not touched) and the fake
+  a private munged (own key and socket: other clusters on the machine are not touched) and the fake
   GPUs (inert character devices: gres needs `File=` naming devices to set CUDA_VISIBLE_DEVICES).
 - Each daemon runs in its own UTS + mount namespace (`unshare`): its own hostname (gymctl, n1..n3,
   c1), and DIR/hosts bind-mounted over /etc/hosts inside that namespace only, mapping every name
@@ -51,7 +51,6 @@ from .install import unavailable_reason as unavailable_reason  # re-exported: th
 from .layout import DEFAULT_LAYOUT, Layout, render_gres_conf, render_hosts, render_slurm_conf
 from .procs import alive, ancestors, cmdline, namespace_members, stop_pid, sweep_namespace, uts_namespace
 
-MUNGE_KEY = Path("/etc/munge/munge.key")
 DEFAULT_DIR = Path("/tmp/gym-slurm")
 # Below Ray's port blocks (agent/ray_node.py PORT_FLOOR = 10000) and the kernel's ephemeral range,
 # so nothing the agents start can take a Slurm daemon's port.
@@ -318,6 +317,16 @@ def _start(c: Cluster, log: Log) -> None:
     mdir.mkdir(exist_ok=True)
     shutil.chown(mdir, "munge", "munge")
     mdir.chmod(0o755)  # munged insists that everyone may reach its socket
+    # A key of our own: nothing depends on (or changes) the machine's /etc/munge.
+    key = mdir / "munge.key"
+    if not key.exists():
+        r = subprocess.run(
+            [which("mungekey") or "mungekey", "--create", f"--keyfile={key}"], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            raise ClusterError(f"mungekey --create failed: {(r.stderr or r.stdout).strip()}")
+    shutil.chown(key, "munge", "munge")
+    key.chmod(0o600)
     sock = mdir / "munge.socket"
     mlog = d / "log" / "munged.console"
     margv = [
@@ -327,7 +336,7 @@ def _start(c: Cluster, log: Log) -> None:
         f"--pid-file={mdir / 'munged.pid'}",
         f"--log-file={mdir / 'munged.log'}",
         f"--seed-file={mdir / 'munged.seed'}",
-        f"--key-file={MUNGE_KEY}",
+        f"--key-file={key}",
     ]
     pid = _spawn(margv, mlog, user="munge", group="munge", extra_groups=[])
     _record(d, Daemon("munged", pid, None))

@@ -24,7 +24,7 @@ def which(name: str) -> str | None:
 
 
 def missing_binaries() -> list[str]:
-    return [b for b in (*DAEMONS, *CLIENTS, "munge", "unshare") if which(b) is None]
+    return [b for b in (*DAEMONS, *CLIENTS, "munge", "unmunge", "mungekey", "unshare") if which(b) is None]
 
 
 def unavailable_reason() -> str | None:

@@ -97,9 +97,6 @@ def _ours(daemon: Daemon, d: Path) -> bool:
     return alive(daemon.pid) and str(d) in cmdline(daemon.pid)
 
 
-# --- installation --------------------------------------------------------------------------
-
-
 # --- the running cluster -------------------------------------------------------------------
 
 
@@ -111,6 +108,9 @@ def _parse_kv(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Cluster:
+    """A running cluster, for tests: `sbatch` a script, `wait_job`, read `job`/`partition`/`queue`,
+    and `node_processes` to check that a job left nothing behind on a node."""
+
     dir: Path
     layout: Layout
 

@@ -9,7 +9,7 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install test lint demo bench clean browser
+.PHONY: install test lint demo bench clean browser slurm-up slurm-down slurm-status
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,18 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.coordination
+
+# A real Slurm cluster on this machine (root; installs Debian's Slurm when missing), the one the
+# tests use: `make slurm-up`, then `export SLURM_CONF=$(SLURM_DIR)/slurm.conf` and sbatch away.
+SLURM_DIR ?= /tmp/gym-slurm
+slurm-up:
+	$(PYTHON) -m tests.slurm.cluster up $(SLURM_DIR)
+
+slurm-status:
+	$(PYTHON) -m tests.slurm.cluster status $(SLURM_DIR)
+
+slurm-down:
+	$(PYTHON) -m tests.slurm.cluster down $(SLURM_DIR)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache

@@ -1,19 +1,29 @@
 """Shared fixtures and hooks.
 
-`judge_server` starts real reference judge servers (see _judge_server.py). When a test that ran
+`judge_server` starts real reference judge servers (see _judge_server.py). `slurm_cluster` is a
+real Slurm cluster on this machine (tests/slurm/cluster.py), brought up once per session by the
+first test that asks for it and taken down at the session's end. A session that dies anyway still
+takes it down: an atexit hook covers an interpreter that exits without finalizers, and a guard
+process in its own session (`cluster.py guard`) covers SIGTERM/SIGKILL of pytest, taking the
+cluster down within a second of the session's pid disappearing. When a test that ran
 real agents fails, the report carries `gym-audit`'s text for each run directory under its
 tmp_path, plus every failure record and the tail of every log: a failure seen only on CI can
-then be diagnosed from CI's output alone.
+then be diagnosed from CI's output alone; a failing Slurm test also carries the tail of every
+Slurm daemon's log.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from _judge_server import RunningServer, server_factory
 from hypothesis import HealthCheck, settings
+from slurm import cluster as slurm
 
 from schemas import names
 
@@ -29,6 +39,46 @@ settings.load_profile("gym")
 def judge_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     """A factory for real reference judge servers, each stopped by its PID at teardown."""
     yield from server_factory(tmp_path)
+
+
+SLURM_STATS: dict[str, float] = {}  # for the terminal summary: how long the Slurm part took
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[slurm.Cluster]:
+    """A real Slurm cluster: n1..n3 (8 fake GPUs each, partition gpu) and c1 (partition cpu).
+
+    Skips only where it cannot exist (not root; no Slurm and no apt-get). As root with apt-get
+    (CI), any failure to install or start is a test error, never a skip."""
+    reason = slurm.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    d = slurm.new_dir()
+    guard = slurm.start_guard(os.getpid(), d)
+    atexit.register(slurm.down, d, log=lambda _line: None)  # no-op once the finalizer ran
+    try:
+        t0 = time.monotonic()
+        SLURM_STATS["install_s"] = slurm.ensure_installed(log=lambda _line: None)
+        t1 = time.monotonic()
+        cluster = slurm.up(d, log=lambda _line: None)
+        SLURM_STATS["up_s"] = time.monotonic() - t1
+        SLURM_STATS["setup_s"] = time.monotonic() - t0
+        SLURM_STATS["daemons_rss_mb"] = sum(cluster.daemon_rss_kb().values()) / 1024
+        yield cluster
+    finally:
+        t2 = time.monotonic()
+        slurm.stop_pid(guard, grace=2)  # first, so it does not race us taking the cluster down
+        slurm.down(d, log=lambda _line: None)
+        SLURM_STATS["down_s"] = time.monotonic() - t2
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SLURM_STATS:
+        s = SLURM_STATS
+        terminalreporter.write_line(
+            f"slurm cluster: install {s.get('install_s', 0):.1f}s, up {s.get('up_s', 0):.1f}s, "
+            f"down {s.get('down_s', 0):.1f}s, daemons {s.get('daemons_rss_mb', 0):.0f} MB RSS"
+        )
 
 
 def run_dir_diagnostics(run_dir: Path) -> str:
@@ -62,6 +112,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
         return
+    cluster = getattr(item, "funcargs", {}).get("slurm_cluster")
+    if isinstance(cluster, slurm.Cluster):
+        for log in sorted((cluster.dir / "log").glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"slurm {log.name} (last {LOG_TAIL_LINES} lines)", "\n".join(tail)))
     tmp = getattr(item, "funcargs", {}).get("tmp_path")
     if not isinstance(tmp, Path):
         return

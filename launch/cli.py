@@ -150,6 +150,20 @@ def _run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- schema -----------------------------------------------------------------
+
+
+def _configure_schema(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--markdown", action="store_true", help="print docs/spec.md instead of the JSON Schema")
+
+
+def _run_schema(args: argparse.Namespace) -> int:
+    from launch.reference import run_spec_schema, spec_markdown
+
+    print(spec_markdown() if args.markdown else json.dumps(run_spec_schema(), indent=2))
+    return EXIT_OK
+
+
 # --- judge-command -----------------------------------------------------------
 
 
@@ -232,6 +246,12 @@ def _run_local(args: argparse.Namespace) -> int:
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
+    Command(
+        "schema",
+        "print the run spec's JSON Schema (2020-12), generated from the model, for editors",
+        _configure_schema,
+        _run_schema,
+    ),
     Command(
         "judge-command",
         "print the exact argv and environment the agent runs for a managed judge",

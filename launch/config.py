@@ -326,7 +326,7 @@ class JudgeConfig:
         doc="chat template passed to the server",
         rule=SEED_JUDGES,
         modes=MANAGED,
-        derived='"qwen3-no-thinking" for a managed judge',
+        derived=f'"{names.DEFAULT_CHAT_TEMPLATE}" for a managed judge',
     )
     max_context_length: int = key(
         keys.Int(1, MAX_CONTEXT),

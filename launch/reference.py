@@ -165,7 +165,7 @@ def spec_markdown() -> str:
         "every run (the driver's command, trainer and rollout sizes, a judge's mode and model, and for an",
         "SGLang judge its pinned revision and prepared weights). A judge's context and concurrency and a",
         "rubric's output reservation and temperature default to the MILES run file's values, so both",
-        "spellings resolve alike; a judge's `timeout` defaults to 600 s per request (seed 000).",
+        "spellings resolve alike; a judge's `timeout` is per HTTP request, not a total budget (seed 000).",
         "",
     ]
     _section("", model.RunConfig, "The run's name.", lines)

@@ -188,6 +188,7 @@ def test_bindings_from_registry(judge_server: Factory) -> None:
                 "model": "judge-a",
                 "timeout": 30,
                 "max_context_length": 8192,
+                "max_concurrent_calls": 4,
             }
         },
         "rubrics": {"quality_ref": QUALITY_REF.to_json()},

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .client import DEFAULT_TIMEOUT_S, Grade, JudgeClient
+from .client import Grade, JudgeClient
 from .rubrics import Rubric, resolve_rubric
 
 
@@ -32,13 +32,13 @@ def clients_from_registry(registry: Mapping[str, Any], **client_options: Any) ->
     """One client (one connection pool) per judge service, shared by every binding that uses it."""
     clients: dict[str, JudgeClient] = {}
     for name, judge in registry.get("judges", {}).items():
-        concurrency = judge.get("max_concurrent_calls") or 16
+        # The registry is written from the resolved spec: every value is there, defaults applied.
         clients[name] = JudgeClient(
             str(judge["endpoint"]),
             str(judge["model"]),
-            timeout=float(judge.get("timeout") or DEFAULT_TIMEOUT_S),
+            timeout=float(judge["timeout"]),
             max_context_length=judge.get("max_context_length"),
-            max_connections=int(concurrency),
+            max_connections=int(judge["max_concurrent_calls"]),
             **client_options,
         )
     return clients

@@ -24,7 +24,6 @@ import httpx
 from .framing import GradingPrompt, build_messages
 from .rubrics import SCORE_MAX, ReplyFormatError, Rubric, parse_reply
 
-DEFAULT_TIMEOUT_S = 600.0
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 REPLY_EXCERPT_CHARS = 300
 
@@ -93,7 +92,7 @@ class JudgeClient:
         endpoint: str,
         model: str,
         *,
-        timeout: float = DEFAULT_TIMEOUT_S,
+        timeout: float,
         max_context_length: int | None = None,
         max_retries: int = 3,
         backoff_s: float = 0.5,

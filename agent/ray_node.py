@@ -2,7 +2,7 @@
 
 Several Ray nodes can share one host (tests, `gym-launch local`) when each has its own loopback
 address, its own short local temp dir and its own ports: GCS and raylet listen on every
-interface, so distinct addresses alone do not separate ports (notes/ray.md).
+interface, so distinct addresses alone do not separate ports (docs/runtime-notes.md, "Ray").
 """
 
 from __future__ import annotations
@@ -20,9 +20,14 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from . import tempdirs
 from .procgroup import sweep_session
 
 WORKER_PORT_SPAN = 40
+
+
+class PortsError(RuntimeError):
+    """No free port (block) could be allocated on this host."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
         if all(_free(p) for p in range(base, base + 8 + WORKER_PORT_SPAN)):
             singles = list(range(base, base + 7))
             return RayPorts(*singles, min_worker=base + 8, max_worker=base + 8 + WORKER_PORT_SPAN - 1)
-    raise RuntimeError("no free block of ports for Ray outside the ephemeral port range")
+    raise PortsError("no free block of ports for Ray outside the ephemeral port range")
 
 
 def listening(address: str, port: int) -> bool:
@@ -125,8 +130,7 @@ def ray_executable() -> str:
 
 def short_temp_dir() -> str:
     """AF_UNIX paths are limited to 107 bytes: keep Ray's temp dir short and on local disk."""
-    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
-    return tempfile.mkdtemp(prefix="gr-", dir=base)
+    return tempdirs.make(tempdirs.RAY_PREFIX)
 
 
 @dataclass(frozen=True)

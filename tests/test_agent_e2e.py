@@ -69,7 +69,7 @@ def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
 
 def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     hb_timeout = 6.0
-    temp_before = agent_temp_dirs()
+    temp_before = agent_temp_dirs(tmp_path)
     run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout), uid("kill9"))
     try:
         wait_phase(run.run_dir, 0, "driver", 120)
@@ -92,7 +92,7 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
-    assert agent_temp_dirs() - temp_before == set(), "the killed agent's Ray temp dir was left behind"
+    assert agent_temp_dirs(tmp_path) - temp_before == set(), "the killed agent's Ray temp dir was left behind"
     audit(run.run_dir, verdict="fail", rank=1, kind="agent_died")
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from . import tempdirs
 from .procgroup import sweep_session
+from .waits import poll_until
 
 WORKER_PORT_SPAN = 40
 
@@ -250,13 +251,10 @@ def probe_live_nodes(
     ]
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
-        end = time.monotonic() + timeout
         try:
-            while proc.poll() is None:
-                if abort() or time.monotonic() > end:
-                    why = "interrupted" if abort() else f"timed out after {timeout:g}s"
-                    raise RuntimeError(f"Ray probe {why}")
-                time.sleep(0.1)
+            poll_until(lambda: abort() or proc.poll() is not None, deadline=time.monotonic() + timeout, interval=0.1)
+            if proc.poll() is None:
+                raise RuntimeError(f"Ray probe {'interrupted' if abort() else f'timed out after {timeout:g}s'}")
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -28,6 +28,7 @@ from schemas.vocab import PHASE_UNKNOWN
 from . import clock, tempdirs
 from .failure import Failure, write_failure_record
 from .procgroup import StopRecord, session_members, sweep_session
+from .waits import poll_until
 
 
 def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
@@ -39,10 +40,7 @@ def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and session_members(pid):
-            time.sleep(0.1)
-        if session_members(pid):
+        if not poll_until(lambda: not session_members(pid), deadline=time.monotonic() + grace, interval=0.1):
             how = "sigkill"
     swept = sweep_session(pid)
     return StopRecord(name, pid, pid, how, None, swept, time.monotonic() - t0)

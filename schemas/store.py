@@ -24,6 +24,7 @@ import orjson
 from . import names, safe_io
 from .safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
 from .validation import SCHEMA_VERSION, check
+from .vocab import WriterKind
 
 RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, errno.EINTR}
 
@@ -35,7 +36,7 @@ class Writer:
     fingerprint: str
     rank: int | None
     incarnation: str
-    kind: str = "agent"
+    kind: WriterKind = WriterKind.AGENT
     clock_offset: float = 0.0  # a test hook that simulates a host with a skewed wall clock
 
 

@@ -95,12 +95,14 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^driver-result\.json$"), "driver-result"),
 )
 
-LOG_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"^driver-(\d+)\.log$"),
-    re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"),
-    re.compile(r"^agent-(\d+)\.log$"),
-    re.compile(r"^ray-(\d+)\.log$"),
+# (pattern, log kind) for every log; the kind is who writes it.
+LOG_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^driver-(\d+)\.log$"), "driver"),
+    (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "judge"),
+    (re.compile(r"^agent-(\d+)\.log$"), "agent"),
+    (re.compile(r"^ray-(\d+)\.log$"), "ray"),
 )
+LOG_PATTERNS: tuple[re.Pattern[str], ...] = tuple(p for p, _ in LOG_KINDS)
 
 
 # Discovery by listing: the leaf names inside the small subdirectories carry the rank.
@@ -137,11 +139,13 @@ def is_temp(leaf_name: str) -> bool:
 
 @dataclass(frozen=True)
 class Parsed:
-    """What a run-directory name says: its schema (or "log"), the rank and judge it carries."""
+    """What a run-directory name says: its schema (or "log"), the rank and judge it carries,
+    and for a log who writes it (driver, judge, agent, ray)."""
 
     schema: str
     rank: int | None
     judge: str | None
+    log: str | None = None
 
 
 def parse(relpath: str) -> Parsed | None:
@@ -150,10 +154,10 @@ def parse(relpath: str) -> Parsed | None:
         m = pattern.match(relpath)
         if m:
             return Parsed(schema, *_rank_judge(m))
-    for pattern in LOG_PATTERNS:
+    for pattern, kind in LOG_KINDS:
         m = pattern.match(relpath)
         if m:
-            return Parsed("log", *_rank_judge(m))
+            return Parsed("log", *_rank_judge(m), log=kind)
     return None
 
 

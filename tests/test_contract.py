@@ -167,8 +167,8 @@ def test_names_round_trip_through_the_parser() -> None:
         parsed = names.parse(build(17))
         assert parsed is not None and (parsed.schema, parsed.rank, parsed.judge) == (schema, 17, None)
     assert names.parse(names.judge_endpoint("general", 3)) == names.Parsed("judge-endpoint", 3, "general")
-    assert names.parse(names.judge_log("my-judge", 12)) == names.Parsed("log", 12, "my-judge")
-    assert names.parse(names.driver_log(2)) == names.Parsed("log", 2, None)
+    assert names.parse(names.judge_log("my-judge", 12)) == names.Parsed("log", 12, "my-judge", "judge")
+    assert names.parse(names.driver_log(2)) == names.Parsed("log", 2, None, "driver")
     assert names.parse(names.REGISTRY) == names.Parsed("registry", None, None)
     assert names.parse("notes.txt") is None
     for sub, build in (
@@ -186,3 +186,36 @@ def test_names_round_trip_through_the_parser() -> None:
 def test_one_address_order() -> None:
     addrs = {0: "10.0.0.10", 1: "10.0.0.9", 2: "::1", 3: "127.0.0.2", 4: "not-an-ip"}
     assert order.node_owners(addrs) == [1, 0, 3, 2, 4]
+
+
+def test_the_placement_record_builder_and_the_audit_view_agree(tmp_path: Path) -> None:
+    from audit.load import SafeDir, load_run
+    from audit.views import placements
+    from schemas import RunDir, Writer, records
+
+    fields = records.placement_fields(
+        node_index=2,
+        address="10.0.0.3",
+        visible_devices=("4", "5", "6", "7"),
+        trainer_gpus=0,
+        rollout_gpus=2,
+        ray_devices=(0, 1),
+        ray_num_gpus=2,
+        judge_devices={"general": (3,)},
+        unused_devices=(2,),
+        is_head=False,
+        is_driver_node=True,
+    )
+    with RunDir.create(tmp_path, "place") as run:
+        run.write_artifact(names.placement(5), "placement", Writer("d" * 64, 5, "me"), fields)  # validates
+        with SafeDir(run.path) as safe:
+            rec = placements(load_run(safe))[5]
+    assert (rec.node_index, rec.address, rec.ray_devices, rec.ray_mask, rec.ray_num_gpus) == (
+        2,
+        "10.0.0.3",
+        (0, 1),
+        "4,5",
+        2,
+    )
+    assert rec.judges["general"].devices == (3,) and rec.judges["general"].mask == "7"
+    assert (rec.unused_devices, rec.is_head, rec.is_driver_node) == ((2,), False, True)

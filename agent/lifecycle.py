@@ -1,13 +1,12 @@
-"""One replica's lifecycle: a table of steps run in order, with an enforced overall state.
+"""One replica's lifecycle: two tables of steps run in order, under an enforced overall state.
 
-    INIT -> STARTING -> (STARTUP_STEPS) -> RUNNING -> (RUN_STEPS) -> STOPPING -> SUCCEEDED
-      \\________________\\___________________\\______-> STOPPING -> FAILED
+    INIT -> STARTING (STARTUP_STEPS) -> RUNNING (RUN_STEPS) -> STOPPING -> SUCCEEDED
+    any failure, from INIT, STARTING or RUNNING:               STOPPING -> FAILED
 
-Each step names its phase, the nodes it applies to, and what it runs (ARCHITECTURE.md draws
-the whole machine). Any failure (a child exits, the driver fails, SIGTERM/SIGINT, a peer's
-failure record, a silent peer, the single startup deadline) writes this replica's failure
-record, stops every local process group and writes its cleanup record; the agent then exits
-non-zero.
+Each step names its phase, the nodes it applies to, and what it runs (ARCHITECTURE.md has the
+table). Any failure (a child exits, the driver fails, SIGTERM/SIGINT, a peer's failure record,
+a silent peer, the single startup deadline) writes this replica's failure record, stops every
+local process group and writes its cleanup record; the agent then exits non-zero.
 """
 
 from __future__ import annotations

@@ -182,6 +182,7 @@ class Agent:
         self.log = PhaseLog(run, self.writer, ident.rank, out)
         self.out = out
         self.deadline = started_mono + self.coord.startup_timeout
+        self._peers: list[rendezvous.Peer] = []  # in rank order, until plan agreement orders them
         self.topo: Topology | None = None
         self.gcs_address: str | None = None
         self.temp_dir: str | None = None

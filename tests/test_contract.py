@@ -219,3 +219,25 @@ def test_the_placement_record_builder_and_the_audit_view_agree(tmp_path: Path) -
     )
     assert rec.judges["general"].devices == (3,) and rec.judges["general"].mask == "7"
     assert (rec.unused_devices, rec.is_head, rec.is_driver_node) == ((2,), False, True)
+
+
+def test_the_reference_judge_server_stays_stdlib_only() -> None:
+    """It writes its port file through schemas.safe_io; importing that must not pull in the
+    third-party modules the rest of the contract uses."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agent.judges.reference_server as s, schemas.safe_io; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'jsonschema', 'orjson', 'httpx', 'psutil'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_lazy_exports_are_complete() -> None:
+    import schemas
+
+    assert sorted(schemas.__all__) == sorted([*schemas._EXPORTS, *schemas._SUBMODULES])
+    for name in schemas.__all__:
+        assert getattr(schemas, name) is not None

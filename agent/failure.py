@@ -1,10 +1,13 @@
-"""Failures: what tripped this agent, recorded once, seen by every thread."""
+"""Failures: what tripped this agent, recorded once, seen by every thread, written in one place."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from schemas import FailureKind, RunDir, Writer, names, records
 
 from . import clock
 
@@ -13,7 +16,7 @@ from . import clock
 class Failure:
     """Why this replica is stopping. `reacting_to` names the peer failure it reacts to, if any."""
 
-    kind: str
+    kind: FailureKind
     cause: str
     phase: str = ""
     log: str | None = None
@@ -60,3 +63,43 @@ class FailureSignal:
     def raise_if_set(self) -> None:
         if self._failure is not None:
             raise AgentFailed(self._failure)
+
+
+def write_failure_record(run: RunDir, writer: Writer, rank: int, failure: Failure, phase: str) -> bool:
+    """Write failure-RANK.json (the agent's own, or the reaper's for a killed agent).
+
+    A hung or broken shared filesystem (OSError) is survivable: peers still see our silence.
+    A record that does not match its schema is an agent bug, and must not cost the evidence:
+    it is reported on stderr and replaced by an `internal` record that quotes it."""
+    fields = records.failure_fields(
+        kind=failure.kind,
+        cause=failure.cause,
+        phase=failure.phase or phase,
+        wall_time=failure.wall_time,
+        monotonic_time=failure.monotonic_time,
+        log=failure.log,
+        reacting_to=failure.reacting_to,
+        peers=failure.peers,
+    )
+    try:
+        run.write_artifact(names.failure(rank), "failure", writer, fields)
+        return True
+    except OSError:
+        return False
+    except ValueError as exc:
+        print(f"gym-agent: [rank {rank}] failure record rejected by its schema: {exc}", file=sys.stderr, flush=True)
+        fallback = {
+            **fields,
+            "kind": str(FailureKind.INTERNAL),
+            "cause": f"the failure record did not match its schema ({exc}); it said: "
+            f"{fields['kind']!r}: {fields['cause']!r}",
+            "reacting_to": None,
+            "peers": [],
+            "log": names.agent_log(rank),
+            "phase": str(fields["phase"]),
+        }
+        try:
+            run.write_artifact(names.failure(rank), "failure", writer, fallback)
+            return True
+        except OSError:
+            return False

@@ -10,6 +10,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from schemas import order
+
 
 class IdentityError(Exception):
     """A user-fixable problem with rank, count, address or GPUs; the message says what to set."""
@@ -86,10 +88,8 @@ def resolve_address(explicit: str | None, env: Mapping[str, str]) -> tuple[str, 
     return num, False
 
 
-def address_sort_key(addr: str) -> tuple[int, int]:
-    """Numeric order, IPv4 before IPv6 — never string order ("10.0.0.10" > "10.0.0.9")."""
-    ip = ipaddress.ip_address(addr)
-    return (ip.version, int(ip))
+# The node order is part of the run-directory contract (the audit re-derives it): one key.
+address_sort_key = order.address_key
 
 
 def visible_devices(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -9,22 +9,18 @@ own; three consecutive failures fail the run — there is no reward-zero fallbac
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import tempfile
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import httpx
+from typing import Any
 
 from launch.config import JudgeConfig
 from launch.data_check import DataError, check_data
 from launch.sglang_argv import judge_command
-from schemas import names
+from schemas import DriverEnv, FailureKind, names
 
-from . import clock
+from . import clock, tempdirs
+from .context import RunContext, Topology
 from .failure import Failure
 from .judges.bindings import clients_from_registry, rubrics_from_registry
 from .judges.canary import run_canaries
@@ -34,9 +30,7 @@ from .judges.reference_server import read_port_file
 from .judges.rubrics import resolve_rubric
 from .procgroup import ProcessGroup
 from .supervisor import ExitPolicy, child_env
-
-if TYPE_CHECKING:
-    from .lifecycle import Agent
+from .waits import poll_until
 
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
 HEALTH_FAILURES = 3
@@ -62,117 +56,125 @@ class LocalJudge:
 
 
 class JudgeRuntime:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    """The judge steps of one agent. Sees the run context and, after plan agreement, the
+    topology; never the Agent itself."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
         self.local: dict[str, LocalJudge] = {}
         self.health: EngineHealthRegistry | None = None
         self.registry: dict[str, Any] | None = None
+        self._epochs: dict[str, int] = {}
         self._tmp: str | None = None
 
     # -- data -------------------------------------------------------------------------------------
 
     def check_data(self) -> str:
         """Every judge-graded verifier in the data has a binding (before any GPU work)."""
-        cfg = self.agent.config
+        cfg = self.ctx.config
         if not (cfg.data.train or cfg.data.eval):
             return "no [data]"
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         try:
             report = check_data(*cfg.data_paths(), bindings)
         except DataError as exc:
-            raise self.agent.fail("data", str(exc)) from None
+            raise self.ctx.fail(FailureKind.DATA, str(exc)) from None
         if not report.ok:
-            raise self.agent.fail("data", "; ".join(p.message for p in report.problems))
+            raise self.ctx.fail(FailureKind.DATA, "; ".join(p.message for p in report.problems))
         unused = f"; bindings unused by the data: {', '.join(report.unused_bindings)}" if report.unused_bindings else ""
         rows = sum(f.rows for f in report.files)
         return f"{rows} rows, {len(report.judged_verifiers)} judge-graded verifier(s){unused}"
 
     # -- managed judges on this node --------------------------------------------------------------
 
-    def start_local(self) -> int:
-        a = self.agent
-        node = a.node
-        assert node is not None
-        if not node.judges:
-            return 0
+    def start_local(self, topo: Topology) -> str:
+        ctx = self.ctx
+        node = topo.node
         for name in node.judges:
-            judge_cfg = a.config.judges[name]
+            judge_cfg = ctx.config.judges[name]
             if judge_cfg.backend == "sglang" and judge_cfg.revision and judge_cfg.prepared_dir:
                 # The pinned revision must mean something at run time: refuse other weights.
                 proof = prove_revision(judge_cfg.prepared_dir, judge_cfg.revision)
                 if not proof.ok:
-                    raise a.fail("judge", f"judge {name}: {proof.detail}")
-        self._tmp = tempfile.mkdtemp(prefix="gj-", dir="/tmp" if os.path.isdir("/tmp") else None)
-        assert a.supervisor is not None
-        a.supervisor.tell_reaper(f"tmp {self._tmp}")  # removed by the reaper if we are SIGKILLed
-        vis = a.ident.visible_devices
+                    raise ctx.fail(FailureKind.JUDGE, f"judge {name}: {proof.detail}")
+        if node.judges:
+            self._tmp = tempdirs.make(tempdirs.JUDGE_PREFIX)
+            ctx.reaper.temp_dir(self._tmp)  # removed by the reaper if we are SIGKILLed
+        vis = ctx.visible_devices
         for name in node.judges:
             devices = list(node.judge_devices[name])
             judge = LocalJudge(
-                a.config.judges[name],
+                ctx.config.judges[name],
                 devices,
                 ",".join(vis[i] for i in devices),
                 f"{self._tmp}/{name}.port.json",
-                names.judge_log(name, a.rank),
+                names.judge_log(name, ctx.rank),
             )
             self.local[name] = judge
             self._spawn(judge)
-        return len(self.local)
+        return f"{len(self.local)} managed judge(s) on this node"
 
     def _spawn(self, j: LocalJudge) -> None:
-        a = self.agent
+        ctx = self.ctx
         j.attempts += 1
         j.exits.clear()
         j.port = None
-        port = 0 if j.config.backend == "reference" else _free_port(a.ident.address)
-        cmd = judge_command(j.config, host=a.ident.address, port=port, port_file=j.port_file)
+        try:
+            port = 0 if j.config.backend == "reference" else _free_port(ctx.address)
+        except OSError as exc:
+            raise ctx.fail(
+                FailureKind.PORTS, f"no free port for judge {j.config.name} on {ctx.address}: {exc}"
+            ) from None
+        cmd = judge_command(j.config, host=ctx.address, port=port, port_file=j.port_file)
         if j.config.backend != "reference":
             j.port = port
         j.argv = list(cmd.argv)
         env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
-        assert a.supervisor is not None
         # On probation until healthy: an early exit may be a lost port race, retried below.
-        j.group = a.supervisor.start(
+        j.group = ctx.supervisor.start(
             f"judge-{j.config.name}",
             j.argv,
             env=env,
-            log_fd=a.run.open_log(j.log),
-            policy=ExitPolicy("judge", j.log, on_exit=j.exits.append),
+            log_fd=ctx.run.open_log(j.log),
+            policy=ExitPolicy(FailureKind.JUDGE, j.log, on_exit=j.exits.append),
         )
         j.started = clock.mono()
 
-    def wait_local_healthy(self) -> None:
-        a = self.agent
+    def wait_local_healthy(self) -> str:
+        """Every local judge answers /health (probed through the health registry's own pool),
+        then the registry keeps probing them for the rest of the run."""
+        ctx = self.ctx
         if not self.local:
-            return
-        probe = httpx.Client(timeout=2.0)
-        try:
-            for name, j in self.local.items():
-                while not self._healthy_once(probe, j):
-                    a.signal.raise_if_set()
-                    if clock.mono() >= a.deadline:
-                        raise a.fail(
-                            "startup_timeout",
-                            f"judge {name} did not answer /health within startup_timeout {a.coord.startup_timeout:g}s",
-                            log=j.log,
-                        )
-                    time.sleep(min(0.5, a.coord.poll_interval))
-                assert j.group is not None and a.supervisor is not None
-                a.supervisor.set_policy(j.group, ExitPolicy("judge", j.log))
-                self._write_endpoint(j, ready_after=clock.mono() - j.started)
-        finally:
-            probe.close()
-        self._start_health_probes()
+            return ""
+        self.health = self._new_health_registry()
+        poll = min(0.5, ctx.config.coordination.poll_interval)
+        for name, j in self.local.items():
+            if not poll_until(
+                lambda j=j: self._healthy_once(j), deadline=ctx.deadline, interval=poll, signal=ctx.signal
+            ):
+                raise ctx.fail(
+                    FailureKind.STARTUP_TIMEOUT,
+                    f"judge {name} did not answer /health within startup_timeout "
+                    f"{ctx.config.coordination.startup_timeout:g}s",
+                    log=j.log,
+                )
+            assert j.group is not None
+            ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log))
+            self._write_endpoint(j, ready_after=clock.mono() - j.started)
+        self.health.start()
+        return ""
 
-    def _healthy_once(self, probe: httpx.Client, j: LocalJudge) -> bool:
-        a = self.agent
+    def _healthy_once(self, j: LocalJudge) -> bool:
+        ctx = self.ctx
+        assert self.health is not None
         if j.exits:
             code = j.exits[0]
             if j.attempts < SPAWN_ATTEMPTS and self._lost_port_race(j):
                 self._spawn(j)
+                self._epochs.pop(j.config.name, None)
                 return False
-            raise a.fail(
-                "judge",
+            raise ctx.fail(
+                FailureKind.JUDGE,
                 f"judge {j.config.name} exited with code {code} before it became healthy (attempt {j.attempts})",
                 log=j.log,
             )
@@ -180,34 +182,62 @@ class JudgeRuntime:
             j.port = read_port_file(j.port_file)
             if j.port is None:
                 return False
-        try:
-            return probe.get(f"http://{_host(a.ident.address)}:{j.port}/health").status_code == 200
-        except httpx.HTTPError:
-            return False
+        name = j.config.name
+        if name not in self._epochs:
+            self._epochs[name] = self.health.register(name, self._endpoint(j))
+        # A failed probe while starting is no health failure (the judge is still loading): only
+        # a success is recorded, which makes the engine healthy in the registry.
+        result = self.health.probe(name, self._epochs[name], self._endpoint(j))
+        if result.ok:
+            self.health.record(result)
+        return result.ok
+
+    def _new_health_registry(self) -> EngineHealthRegistry:
+        ctx = self.ctx
+        interval = ctx.config.coordination.heartbeat_interval
+
+        def quarantined(status: EngineStatus) -> None:
+            j = self.local[status.engine_id]
+            ctx.signal.trip(
+                Failure(
+                    kind=FailureKind.JUDGE_HEALTH,
+                    cause=f"judge {status.engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
+                    f"(last: {status.last_error or 'no answer'})",
+                    phase=ctx.phase(),
+                    log=j.log,
+                )
+            )
+
+        return EngineHealthRegistry(
+            failure_threshold=HEALTH_FAILURES,
+            interval=interval,
+            probe_timeout=max(1.0, min(5.0, 2 * interval)),
+            on_quarantine=quarantined,
+        )
 
     def _lost_port_race(self, j: LocalJudge) -> bool:
         try:
-            tail = self.agent.run.read_bytes(j.log)[-20000:].decode(errors="replace").lower()
+            tail = self.ctx.run.read_bytes(j.log)[-20000:].decode(errors="replace").lower()
         except OSError:
             return False
         return any(m in tail for m in PORT_RACE_MARKERS)
 
     def _endpoint(self, j: LocalJudge) -> str:
-        return f"http://{_host(self.agent.ident.address)}:{j.port}"
+        return f"http://{_host(self.ctx.address)}:{j.port}"
 
     def _write_endpoint(self, j: LocalJudge, ready_after: float) -> None:
-        a = self.agent
+        ctx = self.ctx
         assert j.group is not None and j.port is not None
-        a.run.write_artifact(
-            names.judge_endpoint(j.config.name, a.rank),
+        ctx.run.write_artifact(
+            names.judge_endpoint(j.config.name, ctx.rank),
             "judge-endpoint",
-            a.writer,
+            ctx.writer,
             {
                 "name": j.config.name,
                 "backend": j.config.backend or "sglang",
                 "model": j.config.model,
                 "endpoint": self._endpoint(j),
-                "host": a.ident.address,
+                "host": ctx.address,
                 "port": j.port,
                 "pid": j.group.pid,
                 "devices": j.devices,
@@ -217,32 +247,6 @@ class JudgeRuntime:
                 "log": j.log,
             },
         )
-
-    def _start_health_probes(self) -> None:
-        a = self.agent
-        interval = a.coord.heartbeat_interval
-
-        def quarantined(status: EngineStatus) -> None:
-            j = self.local[status.engine_id]
-            a.signal.trip(
-                Failure(
-                    kind="judge_health",
-                    cause=f"judge {status.engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
-                    f"(last: {status.last_error or 'no answer'})",
-                    phase=a.log.phase_name(),
-                    log=j.log,
-                )
-            )
-
-        self.health = EngineHealthRegistry(
-            failure_threshold=HEALTH_FAILURES,
-            interval=interval,
-            probe_timeout=max(1.0, min(5.0, 2 * interval)),
-            on_quarantine=quarantined,
-        )
-        for name, j in self.local.items():
-            self.health.register(name, self._endpoint(j))
-        self.health.start()
 
     def stop(self) -> None:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
@@ -254,9 +258,9 @@ class JudgeRuntime:
 
     # -- registry and canaries (the driver's node) -------------------------------------------------
 
-    def write_registry(self) -> str:
-        a = self.agent
-        cfg = a.config
+    def write_registry(self, topo: Topology) -> str:
+        ctx = self.ctx
+        cfg = ctx.config
         judges: dict[str, Any] = {}
         for j in cfg.bound_judges:
             entry: dict[str, Any] = {
@@ -268,22 +272,22 @@ class JudgeRuntime:
                 "max_concurrent_calls": j.max_concurrent_calls,
             }
             if j.managed:
-                index = a.plan.judge_node(j.name)
+                index = ctx.plan.judge_node(j.name)
                 assert index is not None
-                rank = a.peers[index].rank
+                rank = topo.rank_of_node(index)
                 rel = names.judge_endpoint(j.name, rank)
                 doc: dict[str, Any] = {}
 
                 def ready(rel: str = rel, doc: dict[str, Any] = doc) -> bool:
-                    if not a.listed(rel):
+                    if not ctx.listed(rel):
                         return False
-                    got = a.run.read_json(rel)
+                    got = ctx.run.read_json(rel)
                     if got and got.get("ready") and got.get("fingerprint") == cfg.fingerprint:
                         doc.update(got)
                         return True
                     return False
 
-                a.wait_for(f"judge {j.name}'s endpoint record from rank {rank}", ready)
+                ctx.wait_startup(f"judge {j.name}'s endpoint record from rank {rank}", ready)
                 entry.update(endpoint=doc["endpoint"], rank=rank, devices=doc["devices"])
             else:
                 entry.update(endpoint=j.endpoint, rank=None, devices=[])
@@ -296,11 +300,11 @@ class JudgeRuntime:
                 rubrics[name] = {**table, "digest": resolve_rubric(name, table).profile.digest}
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         self.registry = {"judges": judges, "rubrics": rubrics, "bindings": bindings}
-        a.run.write_artifact(names.REGISTRY, "registry", a.writer, self.registry)
+        ctx.run.write_artifact(names.REGISTRY, "registry", ctx.writer, self.registry)
         return f"{len(judges)} judge(s), {len(rubrics)} rubric(s), {len(bindings)} binding(s)"
 
-    def run_canaries(self) -> str:
-        a = self.agent
+    def run_canaries(self, topo: Topology) -> str:
+        ctx = self.ctx
         registry = self.registry or {"judges": {}, "rubrics": {}, "bindings": {}}
         clients = clients_from_registry(registry)
         try:
@@ -310,23 +314,22 @@ class JudgeRuntime:
         finally:
             for c in clients.values():
                 c.close()
-        a.run.write_artifact(names.CANARIES, "judge-canaries", a.writer, report.to_json())
+        ctx.run.write_artifact(names.CANARIES, "judge-canaries", ctx.writer, report.to_json())
         if not report.passed:
-            logs = [self._judge_log(b.judge) for b in report.failures()]
-            raise a.fail("canary", report.summary(), log=next((x for x in logs if x), None))
+            logs = [self._judge_log(topo, b.judge) for b in report.failures()]
+            raise ctx.fail(FailureKind.CANARY, report.summary(), log=next((x for x in logs if x), None))
         return report.summary()
 
-    def _judge_log(self, judge: str) -> str | None:
-        a = self.agent
-        index = a.plan.judge_node(judge)
-        return names.judge_log(judge, a.peers[index].rank) if index is not None else None
+    def _judge_log(self, topo: Topology, judge: str) -> str | None:
+        index = self.ctx.plan.judge_node(judge)
+        return names.judge_log(judge, topo.rank_of_node(index)) if index is not None else None
 
     def driver_env(self) -> dict[str, str]:
         if self.registry is None:
             return {}
         return {
-            "GYM_REGISTRY": json.dumps(self.registry, sort_keys=True),
-            "GYM_REGISTRY_FILE": str(self.agent.run.path / names.REGISTRY),
+            DriverEnv.REGISTRY: json.dumps(self.registry, sort_keys=True),
+            DriverEnv.REGISTRY_FILE: str(self.ctx.run.path / names.REGISTRY),
         }
 
 

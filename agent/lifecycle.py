@@ -1,14 +1,17 @@
-"""One replica's lifecycle: an explicit sequence of phases with a printable state.
+"""One replica's lifecycle: two tables of steps run in order, under an enforced overall state.
 
-rendezvous -> plan agreement -> devices -> placement -> judges start -> Ray start -> judge health
--> readiness (head) -> registry + canaries (driver node) -> driver -> complete -> acknowledge
--> teardown. Any failure (a child exits, the driver fails, SIGTERM/SIGINT, a peer's failure
-record, a silent peer, the single startup deadline) writes this replica's failure record, stops
-every local process group and writes its cleanup record; the agent then exits non-zero.
+    INIT -> STARTING (STARTUP_STEPS) -> RUNNING (RUN_STEPS) -> STOPPING -> SUCCEEDED
+    any failure, from INIT, STARTING or RUNNING:               STOPPING -> FAILED
+
+Each step names its phase, the nodes it applies to, and what it runs (ARCHITECTURE.md has the
+table). Any failure (a child exits, the driver fails, SIGTERM/SIGINT, a peer's failure record,
+a silent peer, the single startup deadline) writes this replica's failure record, stops every
+local process group and writes its cleanup record; the agent then exits non-zero.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import shutil
@@ -16,26 +19,42 @@ import signal as signal_mod
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from launch.config import RunConfig
-from launch.plan import NodePlan, Plan
-from schemas import RunDir, Writer, names
+from launch.plan import Plan
+from schemas import (
+    AgentState,
+    DriverEnv,
+    FailureKind,
+    Phase,
+    PhaseOutcome,
+    RunDir,
+    RunDirError,
+    RunOutcome,
+    Writer,
+    names,
+    records,
+)
+from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
 
-from . import clock, judges_runtime, ray_node, rendezvous
-from .failure import AgentFailed, Failure, FailureSignal
+from . import clock, ray_node, rendezvous
+from .context import RunContext, Topology
+from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from .identity import Identity
+from .judges_runtime import JudgeRuntime
 from .liveness import Liveness
-from .phases import AgentState, Phase
 from .procgroup import session_members
+from .reaper import ReaperChannel
 from .supervisor import ExitPolicy, Supervisor, child_env
+from .waits import poll_until
 
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
+RAY_UP_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,10 @@ class RunResult:
     state: AgentState
     failure: Failure | None
     exit_code: int
+
+
+class IllegalTransition(RuntimeError):
+    """An agent bug: a state change STATE_TRANSITIONS does not allow."""
 
 
 class PhaseLog:
@@ -64,7 +87,7 @@ class PhaseLog:
         self._lock = threading.Lock()
 
     def phase_name(self) -> str:
-        return str(self.current) if self.current else "init"
+        return str(self.current) if self.current else PHASE_INIT
 
     def begin(self, phase: Phase, detail: str = "") -> None:
         with self._lock:
@@ -74,7 +97,7 @@ class PhaseLog:
                     "phase": str(phase),
                     "started_at": clock.wall(),
                     "ended_at": None,
-                    "outcome": "running",
+                    "outcome": str(PhaseOutcome.RUNNING),
                     "detail": detail,
                 }
             )
@@ -82,13 +105,13 @@ class PhaseLog:
         self.on_phase(str(phase))
         self._save()
 
-    def end(self, outcome: str = "ok", detail: str = "") -> None:
+    def end(self, outcome: PhaseOutcome = PhaseOutcome.OK, detail: str = "") -> None:
         with self._lock:
-            if not self.entries or self.entries[-1]["outcome"] != "running":
+            if not self.entries or self.entries[-1]["outcome"] != PhaseOutcome.RUNNING:
                 return
             e = self.entries[-1]
             e["ended_at"] = clock.wall()
-            e["outcome"] = outcome
+            e["outcome"] = str(outcome)
             if detail:
                 e["detail"] = detail
             took = e["ended_at"] - e["started_at"]
@@ -96,6 +119,8 @@ class PhaseLog:
         self._save()
 
     def set_state(self, state: AgentState) -> None:
+        if state not in STATE_TRANSITIONS[self.state]:
+            raise IllegalTransition(f"agent state {self.state} -> {state} is not allowed")
         self.state = state
         self._save()
 
@@ -111,6 +136,27 @@ class PhaseLog:
             self.run.write_artifact(names.phases(self.rank), "phases", self.writer, fields)
         except OSError:
             pass  # the timeline is evidence, not control: never fail the run over it
+
+
+class Nodes(enum.Enum):
+    """Which nodes a step runs on (known once the plan is agreed; before that every node)."""
+
+    ALL = "all"
+    HEAD = "head"
+    DRIVER_NODE = "driver node"
+    DRIVER_NOT_HEAD = "driver node, unless it is the head"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One phase of the lifecycle: where it runs and what it does. `run` returns the detail
+    printed when the phase ends; `detail` the one printed when it begins."""
+
+    phase: Phase
+    nodes: Nodes
+    run: Callable[[Agent], str]
+    needs_ray: bool = False
+    detail: Callable[[Agent], str] = lambda _agent: ""
 
 
 class Agent:
@@ -136,64 +182,72 @@ class Agent:
         self.log = PhaseLog(run, self.writer, ident.rank, out)
         self.out = out
         self.deadline = started_mono + self.coord.startup_timeout
-        self.node: NodePlan | None = None
-        self.peers: list[rendezvous.Peer] = []
-        self.head_address: str | None = None
+        self._peers: list[rendezvous.Peer] = []  # in rank order, until plan agreement orders them
+        self.topo: Topology | None = None
         self.gcs_address: str | None = None
         self.temp_dir: str | None = None
         self.reaper: subprocess.Popen | None = None
         self.supervisor: Supervisor | None = None
         self.liveness: Liveness | None = None
-        self.judges = judges_runtime.JudgeRuntime(self)
+        self._ctx: RunContext | None = None
+        self._judges: JudgeRuntime | None = None
         self._driver_done = threading.Event()
+        self._driver_seconds = 0.0
         self._agent_log_fd = run.open_log(names.agent_log(self.rank))
 
-    # -- helpers ---------------------------------------------------------------------------------
-
-    def fail(self, kind: str, cause: str, **kw: Any) -> AgentFailed:
-        return AgentFailed(Failure(kind=kind, cause=cause, phase=self.log.phase_name(), **kw))
-
-    def wait_for(
-        self, what: str, predicate: Callable[[], bool], *, startup: bool = True, timeout: float | None = None
-    ) -> None:
-        """Poll `predicate` every poll interval until true, a failure, or the deadline."""
-        end = self.deadline if startup else clock.mono() + (timeout or 0)
-        while True:
-            self.signal.raise_if_set()
-            if predicate():
-                return
-            if clock.mono() >= end:
-                if startup:
-                    raise self.fail(
-                        "startup_timeout",
-                        f"{what} not reached within startup_timeout "
-                        f"{self.coord.startup_timeout:g}s (counted from agent start)",
-                    )
-                raise self.fail("ack_timeout", f"{what} not reached within {timeout:g}s")
-            self.signal.wait(self.coord.poll_interval)
-
-    def listed(self, name: str, subdir: str = "") -> bool:
-        """Is `name` in the run directory (or `subdir`)? By listing: NFS caches negative lookups."""
-        return name in self.run.listdir(subdir)
+    # -- parts that exist once the lifecycle runs --------------------------------------------------
 
     @property
-    def is_head(self) -> bool:
-        return self.node is not None and self.node.index == 0
+    def ctx(self) -> RunContext:
+        assert self._ctx is not None, "the run context exists once run_lifecycle started"
+        return self._ctx
 
     @property
-    def is_driver_node(self) -> bool:
-        return self.node is not None and self.node.index == self.plan.driver_node
+    def judges(self) -> JudgeRuntime:
+        assert self._judges is not None
+        return self._judges
+
+    @property
+    def node_topo(self) -> Topology:
+        assert self.topo is not None, "the topology is known after plan agreement"
+        return self.topo
+
+    def applies(self, step: Step) -> bool:
+        if step.needs_ray and not self.config.ray.enabled:
+            return False
+        if step.nodes is Nodes.ALL:
+            return True
+        topo = self.node_topo
+        if step.nodes is Nodes.HEAD:
+            return topo.is_head
+        if step.nodes is Nodes.DRIVER_NODE:
+            return topo.is_driver_node
+        return topo.is_driver_node and not topo.is_head
 
     # -- entry -----------------------------------------------------------------------------------
 
     def run_lifecycle(self) -> RunResult:
         self._install_signal_handlers()
         self._start_reaper()
-        supervisor = Supervisor(
-            self.signal, self.coord.teardown_grace, self.reaper.stdin if self.reaper else None, self.log.phase_name
-        )
+        channel = ReaperChannel(self.reaper.stdin if self.reaper else None)
+        supervisor = Supervisor(self.signal, self.coord.teardown_grace, channel, self.log.phase_name)
         self.supervisor = supervisor
-        self.log.on_phase = lambda phase: supervisor.tell_reaper(f"phase {phase}")
+        self.log.on_phase = channel.phase
+        self._ctx = RunContext(
+            config=self.config,
+            plan=self.plan,
+            rank=self.rank,
+            address=self.ident.address,
+            visible_devices=tuple(self.ident.visible_devices),
+            run=self.run,
+            writer=self.writer,
+            signal=self.signal,
+            supervisor=supervisor,
+            reaper=channel,
+            phase=self.log.phase_name,
+            deadline=self.deadline,
+        )
+        self._judges = JudgeRuntime(self._ctx)
         self.liveness = Liveness(
             self.run,
             self.writer,
@@ -206,193 +260,142 @@ class Agent:
             phase=self.log.phase_name,
         )
         self.liveness.start()
-        self.log.set_state(AgentState.STARTING)
         try:
-            self._startup()
+            self.log.set_state(AgentState.STARTING)
+            self._run_steps(STARTUP_STEPS)
             self.log.set_state(AgentState.RUNNING)
-            self._drive()
-            self._complete_and_acknowledge()
+            self._run_steps(RUN_STEPS)
         except AgentFailed as exc:
             self.signal.trip(exc.failure)
+        except RunDirError as exc:
+            self.signal.trip(self._unexpected(FailureKind.RUN_DIR, str(exc)))
+        except ray_node.PortsError as exc:
+            self.signal.trip(self._unexpected(FailureKind.PORTS, str(exc)))
         except Exception as exc:  # noqa: BLE001 - an agent bug still must clean up and say why
-            self.signal.trip(
-                Failure(
-                    kind="internal",
-                    cause=f"{type(exc).__name__}: {exc}",
-                    phase=self.log.phase_name(),
-                    log=names.agent_log(self.rank),
-                )
-            )
+            self.signal.trip(self._unexpected(FailureKind.INTERNAL, f"{type(exc).__name__}: {exc}"))
         if self.signal.is_set():
             return self._teardown_failed()
         return self._teardown_succeeded()
 
-    # -- startup phases --------------------------------------------------------------------------
+    def _unexpected(self, kind: FailureKind, cause: str) -> Failure:
+        return Failure(kind=kind, cause=cause, phase=self.log.phase_name(), log=names.agent_log(self.rank))
+
+    def _run_steps(self, steps: tuple[Step, ...]) -> None:
+        for step in steps:
+            if not self.applies(step):
+                continue
+            self.log.begin(step.phase, step.detail(self))
+            detail = step.run(self)
+            self.log.end(detail=detail)
+
+    # -- startup steps ---------------------------------------------------------------------------
 
     def _check_host_allowed(self) -> None:
         """launch.hostnames is the one shared allowlist: a replica on another host fails the run."""
         allowed = self.config.hostnames
         host = self.ident.hostname
         if allowed and host not in allowed and host.split(".")[0] not in allowed:
-            raise self.fail(
-                "placement",
+            raise self.ctx.fail(
+                FailureKind.PLACEMENT,
                 f"host {host!r} is not in launch.hostnames ({', '.join(allowed)}); run on a listed host or add "
                 "it to the allowlist",
             )
 
-    def _startup(self) -> None:
-        lg = self.log
-        lg.begin(Phase.RENDEZVOUS, f"rank {self.rank}/{self.ident.count} at {self.ident.address}")
+    def _rendezvous(self) -> str:
         self._check_host_allowed()
         rendezvous.publish(self.run, self.writer, self.ident)
-        peers = rendezvous.gather(
-            self.run,
-            self.ident.count,
-            deadline=self.deadline,
-            poll=self.coord.poll_interval,
-            signal=self.signal,
-            phase=lg.phase_name(),
-            startup_timeout=self.coord.startup_timeout,
-        )
-        lg.end()
+        self._peers = rendezvous.gather(self.ctx, self.ident.count)
+        assert self.liveness is not None
         self.liveness.start_watching()
+        return ""
 
-        lg.begin(Phase.PLAN_AGREEMENT)
-        rendezvous.agree(peers, self.config.fingerprint, lg.phase_name())
-        self.peers = rendezvous.node_order(peers, lg.phase_name())
-        if len(self.peers) != self.plan.replicas:
-            raise self.fail(
-                "plan_mismatch",
-                f"{len(self.peers)} replicas started but the plan has "
+    def _agree_plan(self) -> str:
+        phase = self.log.phase_name()
+        rendezvous.agree(self._peers, self.config.fingerprint, phase)
+        peers = rendezvous.node_order(self._peers, phase)
+        if len(peers) != self.plan.replicas:
+            raise self.ctx.fail(
+                FailureKind.PLAN_MISMATCH,
+                f"{len(peers)} replicas started but the plan has "
                 f"{self.plan.replicas}; start exactly {self.plan.replicas} replicas",
             )
-        index = next(i for i, p in enumerate(self.peers) if p.rank == self.rank)
-        self.node = self.plan.nodes[index]
-        self.head_address = self.peers[0].address
-        lg.node_index, lg.address = index, self.ident.address
-        lg.end(detail=f"node {index} of {self.plan.replicas}; head {self.head_address}")
+        index = next(i for i, p in enumerate(peers) if p.rank == self.rank)
+        self.topo = Topology(self.plan.nodes[index], tuple(peers), self.plan.driver_node)
+        self.log.node_index, self.log.address = index, self.ident.address
+        return f"node {index} of {self.plan.replicas}; head {self.topo.head_address}"
 
-        lg.begin(Phase.DEVICES)
-        data_detail = self.judges.check_data()
+    def _check_devices(self) -> str:
         devices = self.ident.visible_devices
         if len(devices) != self.plan.gpus_per_replica:
-            raise self.fail(
-                "placement",
+            raise self.ctx.fail(
+                FailureKind.PLACEMENT,
                 f"rank {self.rank} sees {len(devices)} GPUs "
                 f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
                 f"gpus_per_replica={self.plan.gpus_per_replica}; fix the allocation or "
                 "launch.gpus_per_replica",
             )
-        lg.end(detail=f"data: {data_detail}")
+        return f"{len(devices)} GPU(s) visible"
 
-        lg.begin(Phase.PLACEMENT)
-        self._write_placement()
-        lg.end()
-
-        lg.begin(Phase.JUDGES_START)
-        started = self.judges.start_local()
-        lg.end(detail=f"{started} managed judge(s) on this node")
-
-        if self.config.ray.enabled:
-            lg.begin(Phase.RAY_START, "head" if self.is_head else f"worker of {self.head_address}")
-            self._start_ray()
-            lg.end()
-
-        lg.begin(Phase.JUDGE_HEALTH)
-        self.judges.wait_local_healthy()
-        lg.end()
-
-        if self.is_head and self.config.ray.enabled:
-            lg.begin(Phase.READINESS)
-            self._readiness_gate()
-            lg.end()
-
-        if self.is_driver_node:
-            if not self.is_head and self.config.ray.enabled:
-                lg.begin(Phase.READINESS, "waiting for the head's layout check")
-                self.wait_for("ray-layout.json from the head", lambda: self.listed(names.RAY_LAYOUT))
-                layout = self.run.read_json(names.RAY_LAYOUT) or {}
-                if not layout.get("passed"):
-                    raise self.fail(
-                        "layout", "the head's readiness gate failed: " + "; ".join(layout.get("problems", []))
-                    )
-                lg.end()
-            lg.begin(Phase.REGISTRY)
-            lg.end(detail=self.judges.write_registry())
-            lg.begin(Phase.CANARIES)
-            detail = self.judges.run_canaries()
-            lg.end(detail=detail)
-
-    def _write_placement(self) -> None:
-        node = self.node
-        assert node is not None
+    def _write_placement(self) -> str:
+        topo = self.node_topo
+        node = topo.node
         vis = self.ident.visible_devices
-        ray_devs = list(node.ray_devices)
-        judge_devs = {name: list(devs) for name, devs in node.judge_devices.items()}
-        ray_mask = {vis[i] for i in ray_devs}
-        for name, devs in judge_devs.items():
+        ray_mask = {vis[i] for i in node.ray_devices}
+        for name, devs in node.judge_devices.items():
             if ray_mask & {vis[i] for i in devs}:
-                raise self.fail("placement", f"judge {name}'s devices overlap Ray's on node {node.index}")
-        self.run.write_artifact(
-            names.placement(self.rank),
-            "placement",
-            self.writer,
-            {
-                "node_index": node.index,
-                "address": self.ident.address,
-                "visible_devices": list(vis),
-                "trainer_gpus": node.trainer_gpus,
-                "rollout_gpus": node.rollout_gpus,
-                "ray": {
-                    "devices": ray_devs,
-                    "cuda_visible_devices": ",".join(vis[i] for i in ray_devs),
-                    "num_gpus": node.ray_gpus,
-                },
-                "judges": {
-                    n: {"devices": d, "cuda_visible_devices": ",".join(vis[i] for i in d)}
-                    for n, d in judge_devs.items()
-                },
-                "unused_devices": list(node.unused_devices),
-                "is_head": self.is_head,
-                "is_driver_node": self.is_driver_node,
-            },
+                raise self.ctx.fail(FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}")
+        fields = records.placement_fields(
+            node_index=node.index,
+            address=self.ident.address,
+            visible_devices=vis,
+            trainer_gpus=node.trainer_gpus,
+            rollout_gpus=node.rollout_gpus,
+            ray_devices=node.ray_devices,
+            ray_num_gpus=node.ray_gpus,
+            judge_devices=node.judge_devices,
+            unused_devices=node.unused_devices,
+            is_head=topo.is_head,
+            is_driver_node=topo.is_driver_node,
         )
+        self.run.write_artifact(names.placement(self.rank), "placement", self.writer, fields)
+        return ""
+
+    def _ray_role(self) -> str:
+        return "head" if self.node_topo.is_head else f"worker of {self.node_topo.head_address}"
 
     def _ray_resources(self) -> dict[str, float]:
-        node = self.node
-        assert node is not None
+        node = self.node_topo.node
         res: dict[str, float] = {}
         if node.pool and node.pool in self.config.ray.resources:
             res.update({k: float(v) for k, v in self.config.ray.resources[node.pool].items()})
         return res
 
-    def _start_ray(self) -> None:
-        node = self.node
-        assert node is not None
+    def _start_ray(self) -> str:
+        topo = self.node_topo
         self.temp_dir = ray_node.short_temp_dir()
-        assert self.supervisor is not None
-        self.supervisor.tell_reaper(f"tmp {self.temp_dir}")  # removed by the reaper if we are SIGKILLed
-        if not self.is_head:
-            self.wait_for("the Ray head's address", self._head_known)
+        self.ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
+        if not topo.is_head:
+            self.ctx.wait_startup("the Ray head's address", self._head_known)
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
             ports = ray_node.pick_ports(
                 self.run.path.name, self.rank + (attempt - 1) * self.ident.count, self.ident.count * RAY_START_ATTEMPTS
             )
-            if self.is_head:
+            if topo.is_head:
                 self.gcs_address = f"{self.ident.address}:{ports.gcs}"
-            if self._spawn_ray(ports, node):
+            if self._spawn_ray(ports):
                 break
             if attempt == RAY_START_ATTEMPTS:
-                raise self.fail(
-                    "child_exit",
+                raise self.ctx.fail(
+                    FailureKind.CHILD_EXIT,
                     f"ray start exited at once {attempt} times (ports taken?)",
                     log=names.ray_log(self.rank),
                 )
-        if self.is_head:
+        if topo.is_head:
             self.run.write_artifact(names.RAY_HEAD, "ray-head", self.writer, {"gcs_address": self.gcs_address})
+        return ""
 
     def _head_known(self) -> bool:
-        if not self.listed(names.RAY_HEAD):
+        if not self.ctx.listed(names.RAY_HEAD):
             return False
         doc = self.run.read_json(names.RAY_HEAD)
         if not doc or doc.get("fingerprint") != self.config.fingerprint:
@@ -400,14 +403,16 @@ class Agent:
         self.gcs_address = str(doc["gcs_address"])
         return True
 
-    def _spawn_ray(self, ports: ray_node.RayPorts, node: NodePlan) -> bool:
+    def _spawn_ray(self, ports: ray_node.RayPorts) -> bool:
         """Start Ray on probation until every port it should bind accepts connections. Ports are
         picked and then bound by Ray: if another process took one, Ray exits during probation,
         which is retried with new ports instead of failing the run. A fixed probation time is
         not enough: on a loaded host a node can take several seconds to bind its last port."""
+        topo = self.node_topo
+        node = topo.node
         vis = self.ident.visible_devices
         spec = ray_node.RayNodeSpec(
-            is_head=self.is_head,
+            is_head=topo.is_head,
             address=self.ident.address,
             head_address=self.gcs_address or "",
             ports=ports,
@@ -419,36 +424,39 @@ class Agent:
             extra_args=self.config.ray.extra_args,
         )
         env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir or "")
-        assert self.supervisor is not None
+        supervisor = self.ctx.supervisor
         early: list[int] = []
         log = names.ray_log(self.rank)
-        group = self.supervisor.start(
-            "ray-head" if self.is_head else "ray-worker",
+        group = supervisor.start(
+            "ray-head" if topo.is_head else "ray-worker",
             ray_node.ray_start_argv(spec),
             env=env,
             log_fd=self.run.open_log(log),
-            policy=ExitPolicy("child_exit", log, on_exit=early.append),
+            policy=ExitPolicy(FailureKind.CHILD_EXIT, log, on_exit=early.append),
             term_leader_only=True,
         )
         t0 = clock.mono()
         limit = max(RAY_UP_MIN_WAIT_S, self.deadline - t0)
-        while not early and not ray_node.ray_is_up(self.ident.address, ports, self.is_head):
-            self.signal.raise_if_set()
-            if clock.mono() - t0 > limit:
-                raise self.fail(
-                    "startup_timeout",
-                    f"Ray did not open its ports within {limit:.0f}s (ports {ports.gcs}-{ports.max_worker})",
-                    log=log,
-                )
-            time.sleep(0.2)
+
+        def up_or_exited() -> bool:
+            return bool(early) or ray_node.ray_is_up(self.ident.address, ports, topo.is_head)
+
+        if not poll_until(up_or_exited, deadline=t0 + limit, interval=RAY_UP_POLL_S, signal=self.signal):
+            raise self.ctx.fail(
+                FailureKind.STARTUP_TIMEOUT,
+                f"Ray did not open its ports within {limit:.0f}s (ports {ports.gcs}-{ports.max_worker})",
+                log=log,
+            )
         if early:
             return False
-        self.supervisor.set_policy(group, ExitPolicy("child_exit", log))
+        supervisor.set_policy(group, ExitPolicy(FailureKind.CHILD_EXIT, log))
         return True
 
-    def _readiness_gate(self) -> None:
+    def _readiness_gate(self) -> str:
+        """The head checks Ray's live nodes against the plan and writes ray-layout.json."""
         assert self.gcs_address is not None
-        expected = {p.address: float(self.plan.nodes[i].ray_gpus) for i, p in enumerate(self.peers)}
+        peers = self.node_topo.peers
+        expected = {p.address: float(self.plan.nodes[i].ray_gpus) for i, p in enumerate(peers)}
         t0 = clock.mono()
         remaining = max(5.0, self.deadline - clock.mono())
         try:
@@ -457,7 +465,9 @@ class Agent:
             )
         except (RuntimeError, ValueError) as exc:
             self.signal.raise_if_set()
-            raise self.fail("layout", f"could not read Ray's live nodes: {exc}", log=names.ray_log(self.rank)) from None
+            raise self.ctx.fail(
+                FailureKind.LAYOUT, f"could not read Ray's live nodes: {exc}", log=names.ray_log(self.rank)
+            ) from None
         check = ray_node.compare_layout(expected, live)
         self.run.write_artifact(
             names.RAY_LAYOUT,
@@ -475,24 +485,37 @@ class Agent:
             },
         )
         if not check.passed:
-            raise self.fail("layout", "Ray's live layout differs from the plan: " + "; ".join(check.problems))
+            raise self.ctx.fail(
+                FailureKind.LAYOUT, "Ray's live layout differs from the plan: " + "; ".join(check.problems)
+            )
+        return ""
 
-    # -- driver ----------------------------------------------------------------------------------
+    def _await_readiness(self) -> str:
+        """The driver's node, when it is not the head, waits for the head's readiness verdict."""
+        self.ctx.wait_startup(f"{names.RAY_LAYOUT} from the head", lambda: self.ctx.listed(names.RAY_LAYOUT))
+        layout = self.run.read_json(names.RAY_LAYOUT) or {}
+        if not layout.get("passed"):
+            raise self.ctx.fail(
+                FailureKind.LAYOUT, "the head's readiness gate failed: " + "; ".join(layout.get("problems", []))
+            )
+        return ""
+
+    # -- run steps -------------------------------------------------------------------------------
 
     def driver_env(self) -> dict[str, str]:
-        assert self.node is not None
+        topo = self.node_topo
         plan_json = self.plan.to_json()
-        plan_json["addresses"] = [p.address for p in self.peers]
+        plan_json["addresses"] = [p.address for p in topo.peers]
         extra = {
-            **({"RAY_ADDRESS": self.gcs_address or ""} if self.config.ray.enabled else {}),
-            "GYM_RUN_DIR": str(self.run.path),
-            "GYM_RANK": str(self.rank),
-            "GYM_NODE_INDEX": str(self.node.index),
-            "GYM_NODE_ADDRESS": self.ident.address,
-            "GYM_FINGERPRINT": self.config.fingerprint,
-            "GYM_INCARNATION": self.writer.incarnation,
-            "GYM_PLAN": json.dumps(plan_json, sort_keys=True),
-            "GYM_DRIVER_RESULT": str(self.run.path / names.DRIVER_RESULT),
+            **({DriverEnv.RAY_ADDRESS: self.gcs_address or ""} if self.config.ray.enabled else {}),
+            DriverEnv.RUN_DIR: str(self.run.path),
+            DriverEnv.RANK: str(self.rank),
+            DriverEnv.NODE_INDEX: str(topo.node.index),
+            DriverEnv.NODE_ADDRESS: self.ident.address,
+            DriverEnv.FINGERPRINT: self.config.fingerprint,
+            DriverEnv.INCARNATION: self.writer.incarnation,
+            DriverEnv.PLAN: json.dumps(plan_json, sort_keys=True),
+            DriverEnv.DRIVER_RESULT: str(self.run.path / names.DRIVER_RESULT),
             **self._run_file_env(),
             **self.judges.driver_env(),
             **self._spec_env(),
@@ -505,9 +528,9 @@ class Agent:
         if text is None:
             return {}
         rel = names.run_file(text)
-        if not self.listed(rel):
+        if not self.ctx.listed(rel):
             self.run.write_bytes(rel, text.encode("utf-8"))
-        return {"GYM_RUN_FILE": str(self.run.path / rel)}
+        return {DriverEnv.RUN_FILE: str(self.run.path / rel)}
 
     def _spec_env(self) -> dict[str, str]:
         """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment (seed 001)."""
@@ -516,43 +539,41 @@ class Agent:
             if value.startswith("runtime:"):
                 var = value[len("runtime:") :]
                 if var not in os.environ:
-                    raise self.fail(
-                        "placement",
+                    raise self.ctx.fail(
+                        FailureKind.PLACEMENT,
                         f"driver.env.{key} = {value!r} but {var} is not set in the job's environment",
                     )
                 value = os.environ[var]
             out[key] = value
         return out
 
-    def _drive(self) -> None:
-        lg = self.log
-        if not self.is_driver_node:
-            lg.begin(Phase.DRIVER, f"supervising; the driver runs on node {self.plan.driver_node}")
+    def _driver_argv(self) -> tuple[list[str], bool]:
+        cmd = self.config.driver.command
+        shell = isinstance(cmd, str)
+        return ([cmd] if shell else list(cmd)), shell
+
+    def _driver_detail(self) -> str:
+        if not self.node_topo.is_driver_node:
+            return f"supervising; the driver runs on node {self.plan.driver_node}"
+        return " ".join(self._driver_argv()[0])
+
+    def _drive(self) -> str:
+        topo = self.node_topo
+        if not topo.is_driver_node:
             # The driver's node acknowledges right after writing complete.json. Its ack is found by
             # listing acks/ (empty while the driver runs), not the large top-level directory:
             # O(1) per poll per agent instead of O(N).
-            driver_ack = f"ack-{self.peers[self.plan.driver_node].rank}.json"
-            self.wait_for(
-                "the driver node's completion",
-                lambda: self.listed(driver_ack, names.ACKS_DIR),
-                startup=False,
-                timeout=float("inf"),
-            )
-            if self.run.read_json(names.COMPLETE) is None:
-                raise self.fail("internal", "the driver's node acknowledged but complete.json is unreadable")
-            lg.end()
-            return
-        cmd = self.config.driver.command
-        shell = isinstance(cmd, str)
-        argv = [cmd] if shell else list(cmd)
-        lg.begin(Phase.DRIVER, " ".join(argv))
+            driver_ack = names.leaf(names.ack(topo.rank_of_node(self.plan.driver_node)))
+            self.ctx.wait_unbounded(lambda: self.ctx.listed(driver_ack, names.ACKS_DIR))
+            return ""
+        argv, shell = self._driver_argv()
         t0 = clock.mono()
 
         def on_exit(code: int) -> None:
             if code != 0:
                 self.signal.trip(
                     Failure(
-                        kind="driver_exit",
+                        kind=FailureKind.DRIVER_EXIT,
                         cause=f"the driver exited with code {code}",
                         phase=str(Phase.DRIVER),
                         log=names.driver_log(self.rank),
@@ -560,55 +581,63 @@ class Agent:
                 )
             self._driver_done.set()
 
-        assert self.supervisor is not None
-        self.supervisor.start(
+        self.ctx.supervisor.start(
             "driver",
             argv,
             env=self.driver_env(),
             log_fd=self.run.open_log(names.driver_log(self.rank)),
-            policy=ExitPolicy("driver_exit", names.driver_log(self.rank), on_exit),
+            policy=ExitPolicy(FailureKind.DRIVER_EXIT, names.driver_log(self.rank), on_exit),
             shell=shell,
         )
-        while not self._driver_done.is_set():
-            self.signal.raise_if_set()
-            self._driver_done.wait(self.coord.poll_interval)
+        self.ctx.wait_unbounded(self._driver_done.is_set)
         self.signal.raise_if_set()
-        lg.end(detail="exit 0")
-        self.run.write_artifact(
-            names.COMPLETE,
-            "complete",
-            self.writer,
-            {"driver_rank": self.rank, "driver_exit_code": 0, "driver_seconds": round(clock.mono() - t0, 3)},
-        )
+        self._driver_seconds = clock.mono() - t0
+        return "exit 0"
 
-    def _complete_and_acknowledge(self) -> None:
-        lg = self.log
-        lg.begin(Phase.COMPLETE)
-        lg.end()
-        lg.begin(Phase.ACKNOWLEDGE)
-        self.run.write_artifact(names.ack(self.rank), "ack", self.writer, {"outcome": "success"})
+    def _complete(self) -> str:
+        """The driver's node records completion; every other node confirms it can read it."""
+        if self.node_topo.is_driver_node:
+            self.run.write_artifact(
+                names.COMPLETE,
+                "complete",
+                self.writer,
+                {"driver_rank": self.rank, "driver_exit_code": 0, "driver_seconds": round(self._driver_seconds, 3)},
+            )
+            return ""
+        if self.run.read_json(names.COMPLETE) is None:
+            raise self.ctx.fail(FailureKind.INTERNAL, "the driver's node acknowledged but complete.json is unreadable")
+        return ""
+
+    def _acknowledge(self) -> str:
+        self.run.write_artifact(names.ack(self.rank), "ack", self.writer, {"outcome": str(RunOutcome.SUCCESS)})
+        every_ack = {names.leaf(names.ack(r)) for r in range(self.ident.count)}
 
         def all_acked() -> bool:
-            listed = set(self.run.listdir(names.ACKS_DIR))
-            return all(f"ack-{r}.json" in listed for r in range(self.ident.count))
+            return every_ack <= set(self.run.listdir(names.ACKS_DIR))
 
-        self.wait_for("an acknowledgement from every replica", all_acked, startup=False, timeout=self.coord.ack_timeout)
+        self.ctx.wait_bounded(
+            "an acknowledgement from every replica",
+            all_acked,
+            kind=FailureKind.ACK_TIMEOUT,
+            timeout=self.coord.ack_timeout,
+        )
         assert self.liveness is not None
         self.liveness.stop_watching()  # peers may now exit: their silence is expected
-        lg.end()
+        return ""
 
     # -- teardown --------------------------------------------------------------------------------
 
     def _stop_everything(self) -> list[dict]:
         assert self.supervisor is not None
-        self.judges.stop()
-        records = self.supervisor.stop_all()
+        if self._judges is not None:
+            self._judges.stop()
+        records_ = self.supervisor.stop_all()
         self.supervisor.halt()
         if self.liveness:
             self.liveness.stop()
         if self.temp_dir:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
-        return [r.to_json() for r in records]
+        return [r.to_json() for r in records_]
 
     def _leftovers(self, groups: list[dict]) -> list[int]:
         return [p.pid for g in groups for p in session_members(int(g["session"]))]
@@ -622,7 +651,7 @@ class Agent:
             names.cleanup(self.rank),
             "cleanup",
             self.writer,
-            {"outcome": "success", "groups": groups, "leftover_pids": leftovers},
+            {"outcome": str(RunOutcome.SUCCESS), "groups": groups, "leftover_pids": leftovers},
         )
         self.log.end(detail=f"{len(groups)} process group(s) stopped")
         self.log.set_state(AgentState.SUCCEEDED)
@@ -635,12 +664,16 @@ class Agent:
     def _teardown_failed(self) -> RunResult:
         failure = self.signal.failure
         assert failure is not None
-        self.log.end("failed", failure.cause[:300])
+        self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
         self.log.set_state(AgentState.STOPPING)
         self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
         # Write the failure record first (peers react to it) but never let a hung shared
         # filesystem delay killing our children: the write gets a bounded budget on its own thread.
-        writer = threading.Thread(target=self._write_failure, args=(failure,), daemon=True)
+        writer = threading.Thread(
+            target=write_failure_record,
+            args=(self.run, self.writer, self.rank, failure, self.log.phase_name()),
+            daemon=True,
+        )
         writer.start()
         groups = self._stop_everything()
         writer.join(FAILURE_WRITE_BUDGET_S)
@@ -650,7 +683,7 @@ class Agent:
                 names.cleanup(self.rank),
                 "cleanup",
                 self.writer,
-                {"outcome": "failure", "groups": groups, "leftover_pids": leftovers},
+                {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
             )
         except OSError:
             pass
@@ -659,26 +692,6 @@ class Agent:
         self.supervisor.finish_reaper()
         self._reap_reaper()
         return RunResult(AgentState.FAILED, failure, 1)
-
-    def _write_failure(self, failure: Failure) -> None:
-        try:
-            self.run.write_artifact(
-                names.failure(self.rank),
-                "failure",
-                self.writer,
-                {
-                    "kind": failure.kind,
-                    "cause": failure.cause,
-                    "phase": failure.phase or self.log.phase_name(),
-                    "wall_time": failure.wall_time,
-                    "monotonic_time": failure.monotonic_time,
-                    "log": failure.log,
-                    "reacting_to": failure.reacting_to,
-                    "peers": list(failure.peers),
-                },
-            )
-        except OSError:
-            pass
 
     # -- reaper and signals ----------------------------------------------------------------------
 
@@ -722,7 +735,41 @@ class Agent:
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: object) -> None:
             name = signal_mod.Signals(signum).name
-            self.signal.trip(Failure(kind="signal", cause=f"received {name}", phase=self.log.phase_name()))
+            self.signal.trip(Failure(kind=FailureKind.SIGNAL, cause=f"received {name}", phase=self.log.phase_name()))
 
         signal_mod.signal(signal_mod.SIGTERM, handler)
         signal_mod.signal(signal_mod.SIGINT, handler)
+
+
+# The lifecycle, in order. Before plan agreement every node runs every step; after it, each
+# step runs only on the nodes it names.
+STARTUP_STEPS: tuple[Step, ...] = (
+    Step(
+        Phase.RENDEZVOUS,
+        Nodes.ALL,
+        Agent._rendezvous,
+        detail=lambda a: f"rank {a.rank}/{a.ident.count} at {a.ident.address}",
+    ),
+    Step(Phase.PLAN_AGREEMENT, Nodes.ALL, Agent._agree_plan),
+    Step(Phase.DATA_CHECK, Nodes.ALL, lambda a: a.judges.check_data()),
+    Step(Phase.DEVICES, Nodes.ALL, Agent._check_devices),
+    Step(Phase.PLACEMENT, Nodes.ALL, Agent._write_placement),
+    Step(Phase.JUDGES_START, Nodes.ALL, lambda a: a.judges.start_local(a.node_topo)),
+    Step(Phase.RAY_START, Nodes.ALL, Agent._start_ray, needs_ray=True, detail=Agent._ray_role),
+    Step(Phase.JUDGE_HEALTH, Nodes.ALL, lambda a: a.judges.wait_local_healthy()),
+    Step(Phase.READINESS, Nodes.HEAD, Agent._readiness_gate, needs_ray=True),
+    Step(
+        Phase.AWAIT_READINESS,
+        Nodes.DRIVER_NOT_HEAD,
+        Agent._await_readiness,
+        needs_ray=True,
+        detail=lambda _a: "waiting for the head's layout check",
+    ),
+    Step(Phase.REGISTRY, Nodes.DRIVER_NODE, lambda a: a.judges.write_registry(a.node_topo)),
+    Step(Phase.CANARIES, Nodes.DRIVER_NODE, lambda a: a.judges.run_canaries(a.node_topo)),
+)
+RUN_STEPS: tuple[Step, ...] = (
+    Step(Phase.DRIVER, Nodes.ALL, Agent._drive, detail=Agent._driver_detail),
+    Step(Phase.COMPLETE, Nodes.ALL, Agent._complete),
+    Step(Phase.ACKNOWLEDGE, Nodes.ALL, Agent._acknowledge),
+)

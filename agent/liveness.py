@@ -1,6 +1,6 @@
 """Heartbeats, peer watching and failure discovery through the run directory.
 
-Beats the anchor agent on four counts (notes/anchors.md):
+Rules (docs/runtime-notes.md, "Liveness"):
 - clock skew: a peer's heartbeat is aged by THIS agent's monotonic clock since it last saw the
   peer's sequence number change; no two hosts' wall clocks are ever compared;
 - O(N): each agent writes its own heartbeat and reads only its K ring successors' (K = 2), and
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from schemas import RunDir, Writer, names
+from schemas import FailureKind, RunDir, Writer, names
 
 from . import clock
 from .failure import Failure, FailureSignal
@@ -55,6 +55,7 @@ class Liveness(threading.Thread):
         poll_interval: float,
         signal: FailureSignal,
         phase: Callable[[], str],
+        now: Callable[[], float] = clock.mono,
     ) -> None:
         super().__init__(name=f"liveness-{rank}", daemon=True)
         self.run_dir = run
@@ -66,7 +67,9 @@ class Liveness(threading.Thread):
         self.poll = poll_interval
         self.signal = signal
         self.phase = phase
+        self.now = now  # monotonic; a test passes a fake clock and calls tick() itself
         self.seq = 0
+        self._next_beat: float | None = None
         self._watch: dict[int, _PeerView] = {}
         self._seen_failures: set[str] = set()
         self._watching = threading.Event()
@@ -78,7 +81,7 @@ class Liveness(threading.Thread):
 
     def start_watching(self) -> None:
         """Begin aging peers' heartbeats (after rendezvous: before it, the startup deadline rules)."""
-        now = clock.mono()
+        now = self.now()
         self._watch = {p: _PeerView(None, now) for p in watched_peers(self.rank, self.count)}
         self._watching.set()
 
@@ -123,26 +126,35 @@ class Liveness(threading.Thread):
 
     def run(self) -> None:
         self._start_inotify()
-        next_beat = clock.mono()
         while not self._stop.is_set():
-            now = clock.mono()
+            if self.signal.is_set():
+                # Stopping: nothing left to watch. Drop inotify too: in a failure wave every
+                # peer's record write would otherwise still be dispatched to us in Python.
+                self._stop_inotify()
+                self._stop.wait(self.poll)
+                continue
             try:
-                if self.signal.is_set():
-                    # Stopping: nothing left to watch. Drop inotify too: in a failure wave every
-                    # peer's record write would otherwise still be dispatched to us in Python.
-                    self._stop_inotify()
-                    self._stop.wait(self.poll)
-                    continue
-                if now >= next_beat:
-                    self._beat()
-                    if self._watching.is_set():
-                        self._check_peers()
-                    next_beat = now + self.hb_interval
-                self._check_failures()
+                pause = self.tick()
             except Exception as exc:  # noqa: BLE001 - the liveness thread must never die
                 log.warning("liveness tick failed (%s: %s); retrying", type(exc).__name__, exc)
-            self.wake.wait(min(self.poll, max(0.0, next_beat - clock.mono())) or 0.01)
+                pause = self.poll
+            self.wake.wait(pause or 0.01)
             self.wake.clear()
+
+    def tick(self) -> float:
+        """One round: beat and age the watched peers when a heartbeat is due, then look for
+        failure records. Returns how long to sleep before the next round. The thread calls it
+        in a loop; a test calls it directly on a fake clock."""
+        if self.signal.is_set():
+            return self.poll
+        now = self.now()
+        if self._next_beat is None or now >= self._next_beat:
+            self._beat()
+            if self._watching.is_set():
+                self._check_peers()
+            self._next_beat = now + self.hb_interval
+        self._check_failures()
+        return min(self.poll, max(0.0, self._next_beat - self.now()))
 
     def _beat(self) -> None:
         self.seq += 1
@@ -161,7 +173,7 @@ class Liveness(threading.Thread):
             log.warning("heartbeat write failed (%s: %s)", type(exc).__name__, exc)
 
     def _check_peers(self) -> None:
-        now = clock.mono()
+        now = self.now()
         for peer, view in self._watch.items():
             doc = self.run_dir.read_json(names.heartbeat(peer))
             seq = doc.get("seq") if doc else None
@@ -171,11 +183,11 @@ class Liveness(threading.Thread):
             elif now - view.changed_at > self.hb_timeout and self._watching.is_set():
                 self.signal.trip(
                     Failure(
-                        kind="peer_silent",
+                        kind=FailureKind.PEER_SILENT,
                         cause=f"rank {peer}'s heartbeat has not changed for {now - view.changed_at:.1f}s "
                         f"(heartbeat_timeout {self.hb_timeout:g}s); last seq {view.seq}",
                         phase=str(self.phase()),
-                        reacting_to={"rank": peer, "kind": "peer_silent"},
+                        reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
                         peers=(peer,),
                     )
                 )
@@ -185,15 +197,12 @@ class Liveness(threading.Thread):
             return  # already stopping: further records cannot change what we do (and N agents
             # re-reading N records on every peer's write would be O(N^2) work in a failure wave)
         for name in self.run_dir.listdir(names.FAILURES_DIR):
-            if name in self._seen_failures or not name.startswith("failure-") or not name.endswith(".json"):
+            if name in self._seen_failures:
                 continue
-            try:
-                peer = int(name[len("failure-") : -len(".json")])
-            except ValueError:
+            peer = names.rank_in(names.FAILURES_DIR, name)
+            if peer is None or peer == self.rank:
                 continue
-            if peer == self.rank:
-                continue
-            doc = self.run_dir.read_json(f"{names.FAILURES_DIR}/{name}")
+            doc = self.run_dir.read_json(names.failure(peer))
             if doc is None:
                 continue  # partial or unreadable: seen again next poll
             self._seen_failures.add(name)
@@ -201,7 +210,7 @@ class Liveness(threading.Thread):
                 continue  # not this run's record
             self.signal.trip(
                 Failure(
-                    kind="peer_failure",
+                    kind=FailureKind.PEER_FAILURE,
                     cause=f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
                     phase=str(self.phase()),
                     reacting_to={

@@ -1,5 +1,8 @@
 """`gym-launch local`: the embedded default backend — every replica of a run on this machine.
 
+`gym-launch local` validates the spec, then execs `python -m agent.local_run` with the same
+arguments (launch/ never imports agent/); `main` here is that entry.
+
 Each replica is a real `gym-agent` process with its own loopback address (127.0.0.2, .3, ...)
 and `CUDA_VISIBLE_DEVICES=0..C-1` (Ray advertises them as GPUs; no GPU is touched). Their phase
 lines are streamed prefixed by rank; the exit code is the run's outcome.
@@ -7,6 +10,7 @@ lines are streamed prefixed by rank; the exit code is the run's outcome.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import ipaddress
 import os
@@ -21,9 +25,10 @@ from pathlib import Path
 from typing import IO
 
 from launch.config import RunConfig
+from launch.errors import SpecError, UsageError
 from launch.plan import plan as make_plan
 from launch.spec import load_spec, spec_record
-from schemas import RunDir, Writer, names
+from schemas import RunDir, RunDirError, Writer, WriterKind, names
 
 FIRST_LOCAL_ADDRESS = ipaddress.ip_address("127.0.0.2")
 
@@ -86,7 +91,7 @@ def run_local(
     uuid = uuid or new_uuid()
     root = Path(output_root or config.output_root).absolute()
     run = RunDir.create(root, uuid, mode=config.dir_mode)
-    writer = Writer(config.fingerprint, None, "launcher", kind="launcher")
+    writer = Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)
     if run.read_json(names.SPEC) is not None:
         out(f"gym-launch: error: run directory {run.path} already holds a run; pick a new --uuid")
         return 2
@@ -143,3 +148,32 @@ def run_local(
     out(f"gym-launch: run directory: {run.path}")
     run.close()
     return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gym-launch local", description="Run every replica on this machine.")
+    ap.add_argument("spec", metavar="RUN.toml")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--uuid")
+    ap.add_argument("--output-root")
+    args = ap.parse_args(argv)
+    try:
+        return run_local(
+            args.spec,
+            args.overrides,
+            uuid=args.uuid,
+            output_root=args.output_root,
+            out=lambda line: print(line, flush=True),
+        )
+    except SpecError as exc:
+        print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=sys.stderr)
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    except (UsageError, RunDirError) as exc:
+        print(f"gym-launch: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

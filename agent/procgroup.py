@@ -1,8 +1,8 @@
 """Child processes in their own sessions, and stopping them without leaving anything behind.
 
 Each child is started with `start_new_session=True`; its session id is its pid. Ray task workers
-and SGLang schedulers leave the child's process group or tree but keep the session (notes/ray.md,
-notes/sglang.md), so the session is what a final sweep matches. Nothing is ever killed by name.
+and SGLang schedulers leave the child's process group or tree but keep the session
+(docs/runtime-notes.md, "Processes"), so the session is what a final sweep matches. Nothing is ever killed by name.
 If the agent itself is SIGKILLed, its reaper sidecar (agent/reaper.py) sweeps the same sessions.
 """
 
@@ -103,7 +103,7 @@ class ProcessGroup:
         self.name = name
         self.argv = list(argv)
         # Ray's `ray start --block` stops cleanly on SIGTERM to itself; SIGTERM to its whole
-        # group starts a 30 s drain and gcs_server ignores it (notes/ray.md).
+        # group starts a 30 s drain and gcs_server ignores it (docs/runtime-notes.md, "Ray").
         self.term_leader_only = term_leader_only
         self.proc = subprocess.Popen(
             self.argv[0] if shell else self.argv,
@@ -158,7 +158,7 @@ class ProcessGroup:
         lingering = session_members(self.session)
         if lingering and how != "sigkill":
             # The leader stopped cleanly; what remains (idle Ray workers, agents) only needs a moment
-            # to follow it before the sweep (notes/ray.md: stop the leader, then kill the rest).
+            # to follow it before the sweep (docs/runtime-notes.md, "Ray": stop the leader, then kill the rest).
             _, alive = psutil.wait_procs(lingering, timeout=min(LINGER_S, max(0.0, grace - (time.monotonic() - t0))))
             lingering = alive
         swept = sweep_session(self.session) if lingering else 0

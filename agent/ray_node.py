@@ -2,7 +2,7 @@
 
 Several Ray nodes can share one host (tests, `gym-launch local`) when each has its own loopback
 address, its own short local temp dir and its own ports: GCS and raylet listen on every
-interface, so distinct addresses alone do not separate ports (notes/ray.md).
+interface, so distinct addresses alone do not separate ports (docs/runtime-notes.md, "Ray").
 """
 
 from __future__ import annotations
@@ -20,9 +20,15 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from . import tempdirs
 from .procgroup import sweep_session
+from .waits import poll_until
 
 WORKER_PORT_SPAN = 40
+
+
+class PortsError(RuntimeError):
+    """No free port (block) could be allocated on this host."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
         if all(_free(p) for p in range(base, base + 8 + WORKER_PORT_SPAN)):
             singles = list(range(base, base + 7))
             return RayPorts(*singles, min_worker=base + 8, max_worker=base + 8 + WORKER_PORT_SPAN - 1)
-    raise RuntimeError("no free block of ports for Ray outside the ephemeral port range")
+    raise PortsError("no free block of ports for Ray outside the ephemeral port range")
 
 
 def listening(address: str, port: int) -> bool:
@@ -125,8 +131,7 @@ def ray_executable() -> str:
 
 def short_temp_dir() -> str:
     """AF_UNIX paths are limited to 107 bytes: keep Ray's temp dir short and on local disk."""
-    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
-    return tempfile.mkdtemp(prefix="gr-", dir=base)
+    return tempdirs.make(tempdirs.RAY_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -246,13 +251,10 @@ def probe_live_nodes(
     ]
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
-        end = time.monotonic() + timeout
         try:
-            while proc.poll() is None:
-                if abort() or time.monotonic() > end:
-                    why = "interrupted" if abort() else f"timed out after {timeout:g}s"
-                    raise RuntimeError(f"Ray probe {why}")
-                time.sleep(0.1)
+            poll_until(lambda: abort() or proc.poll() is not None, deadline=time.monotonic() + timeout, interval=0.1)
+            if proc.poll() is None:
+                raise RuntimeError(f"Ray probe {'interrupted' if abort() else f'timed out after {timeout:g}s'}")
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -1,20 +1,24 @@
 """Rendezvous through address records, plan agreement, and the node order.
 
 Replica ranks are not roles: the replica whose address sorts i-th lowest (numerically) owns
-planned node i, and the lowest address is the Ray head.
+planned node i, and the lowest address is the Ray head (schemas.order).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from schemas import RunDir, RunDirError, Writer, names
+from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
 
 from . import clock
-from .failure import AgentFailed, Failure, FailureSignal
-from .identity import Identity, address_sort_key
+from .failure import AgentFailed, Failure
+from .identity import Identity
+from .waits import poll_until
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 
 @dataclass(frozen=True)
@@ -50,68 +54,57 @@ def publish(run: RunDir, writer: Writer, ident: Identity) -> None:
     )
 
 
-def gather(
-    run: RunDir,
-    count: int,
-    *,
-    deadline: float,
-    poll: float,
-    signal: FailureSignal,
-    phase: str,
-    startup_timeout: float,
-    on_wait: Callable[[], None] | None = None,
-) -> list[Peer]:
+def gather(ctx: RunContext, count: int) -> list[Peer]:
     """Wait (inside the one startup deadline) until every rank has an address record."""
-    while True:
-        signal.raise_if_set()
-        present = set()
-        for name in run.listdir(names.ADDRESSES_DIR):
-            if name.startswith("address-") and name.endswith(".json"):
-                try:
-                    present.add(int(name[8:-5]))
-                except ValueError:
-                    pass
-        if all(r in present for r in range(count)):
-            peers = []
-            for r in range(count):
-                doc = run.read_json(names.address(r))
-                if doc is None:
-                    break  # listed but not readable yet: try again next poll
-                peers.append(
-                    Peer(
-                        r,
-                        str(doc["address"]),
-                        str(doc["incarnation"]),
-                        str(doc["fingerprint"]),
-                        str(doc.get("hostname", "")),
-                        tuple(doc.get("visible_devices", ())),
-                    )
-                )
-            if len(peers) == count:
-                return peers
-        if clock.mono() >= deadline:
-            missing = sorted(set(range(count)) - present)
-            raise AgentFailed(
-                Failure(
-                    kind="startup_timeout",
-                    cause=f"replicas {missing} never wrote an address record within startup_timeout "
-                    f"{startup_timeout:g}s (counted from agent start)",
-                    phase=phase,
-                    peers=tuple(missing),
+    present: set[int] = set()
+    peers: list[Peer] = []
+
+    def everyone() -> bool:
+        nonlocal peers
+        listed = (names.rank_in(names.ADDRESSES_DIR, n) for n in ctx.run.listdir(names.ADDRESSES_DIR))
+        present.update(r for r in listed if r is not None)
+        if not all(r in present for r in range(count)):
+            return False
+        peers = []
+        for r in range(count):
+            doc = ctx.run.read_json(names.address(r))
+            if doc is None:
+                return False  # listed but not readable yet: try again next poll
+            peers.append(
+                Peer(
+                    r,
+                    str(doc["address"]),
+                    str(doc["incarnation"]),
+                    str(doc["fingerprint"]),
+                    str(doc.get("hostname", "")),
+                    tuple(doc.get("visible_devices", ())),
                 )
             )
-        if on_wait:
-            on_wait()
-        signal.wait(poll)
+        return True
+
+    poll = ctx.config.coordination.poll_interval
+    if poll_until(everyone, deadline=ctx.deadline, interval=poll, signal=ctx.signal):
+        return peers
+    missing = sorted(set(range(count)) - present)
+    raise AgentFailed(
+        Failure(
+            kind=FailureKind.STARTUP_TIMEOUT,
+            cause=f"replicas {missing} never wrote an address record within startup_timeout "
+            f"{ctx.config.coordination.startup_timeout:g}s (counted from agent start)",
+            phase=ctx.phase(),
+            peers=tuple(missing),
+        )
+    )
 
 
 def agree(peers: list[Peer], fingerprint: str, phase: str) -> None:
-    """Every replica must have resolved the same spec (anchor weakness 8)."""
+    """Every replica must have resolved the same spec: a replica started with other overrides
+    would otherwise place work on GPUs its peers planned differently."""
     differ = [p.rank for p in peers if p.fingerprint != fingerprint]
     if differ:
         raise AgentFailed(
             Failure(
-                kind="plan_mismatch",
+                kind=FailureKind.PLAN_MISMATCH,
                 cause=f"ranks {differ} resolved a different run spec (fingerprint differs from "
                 f"{fingerprint[:12]}); start every replica with the same spec and --set overrides",
                 phase=phase,
@@ -127,7 +120,7 @@ def node_order(peers: list[Peer], phase: str) -> list[Peer]:
         if p.address in seen:
             raise AgentFailed(
                 Failure(
-                    kind="address_conflict",
+                    kind=FailureKind.ADDRESS_CONFLICT,
                     cause=f"ranks {seen[p.address]} and {p.rank} both claim address {p.address}; "
                     "each replica must run on its own node",
                     phase=phase,
@@ -135,4 +128,4 @@ def node_order(peers: list[Peer], phase: str) -> list[Peer]:
                 )
             )
         seen[p.address] = p.rank
-    return sorted(peers, key=lambda p: address_sort_key(p.address))
+    return sorted(peers, key=lambda p: order.address_key(p.address))

@@ -1,7 +1,7 @@
 """Supervises this replica's process groups from a thread that does no shared-filesystem I/O.
 
 A hard NFS mount can block any thread that touches it; the thread that notices a dead child and
-kills the others must not be one of those (notes/shared-filesystems.md).
+kills the others must not be one of those (docs/runtime-notes.md, "Shared filesystems").
 """
 
 from __future__ import annotations
@@ -11,28 +11,28 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+
+from schemas import FailureKind
 
 from .failure import Failure, FailureSignal
 from .procgroup import ProcessGroup, StopRecord
+from .reaper import ReaperChannel
 
 
 @dataclass(frozen=True)
 class ExitPolicy:
     """What a child's exit means: `fail` (kind, log) or a callback (the driver)."""
 
-    kind: str
+    kind: FailureKind
     log: str | None
     on_exit: Callable[[int], None] | None = None
 
 
 class Supervisor:
-    def __init__(
-        self, signal: FailureSignal, grace: float, reaper_stdin: IO[str] | None, phase: Callable[[], str]
-    ) -> None:
+    def __init__(self, signal: FailureSignal, grace: float, reaper: ReaperChannel, phase: Callable[[], str]) -> None:
         self.signal = signal
         self.grace = grace
-        self._reaper = reaper_stdin
+        self.reaper = reaper
         self._phase = phase
         self._groups: list[tuple[ProcessGroup, ExitPolicy]] = []
         self._lock = threading.Lock()
@@ -41,15 +41,6 @@ class Supervisor:
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
         self._thread.start()
-
-    def tell_reaper(self, line: str) -> None:
-        if self._reaper is None:
-            return
-        try:
-            self._reaper.write(line + "\n")
-            self._reaper.flush()
-        except (OSError, ValueError):
-            pass
 
     def start(
         self,
@@ -70,7 +61,7 @@ class Supervisor:
                 name, argv, env=env, log_fd=log_fd, term_leader_only=term_leader_only, shell=shell, cwd=cwd
             )
             self._groups.append((group, policy))
-        self.tell_reaper(f"group {name} {group.session}")
+        self.reaper.group(name, group.session)
         return group
 
     def set_policy(self, group: ProcessGroup, policy: ExitPolicy) -> None:
@@ -144,12 +135,7 @@ class Supervisor:
 
     def finish_reaper(self) -> None:
         """Everything is cleaned and recorded: the reaper may exit without acting."""
-        self.tell_reaper("done")
-        if self._reaper is not None:
-            try:
-                self._reaper.close()
-            except OSError:
-                pass
+        self.reaper.done()
 
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:

@@ -14,11 +14,11 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from launch.console import quiet_broken_pipe
+from schemas import safe_io
 
 from . import report_html, report_json, report_text
 from .api import audit_run
@@ -64,15 +64,7 @@ def _inside(path: Path, directory: Path) -> bool:
 
 def _write_html(target: Path, text: str) -> None:
     # temp + rename: a reader (a browser auto-reloading the report) never sees half a page.
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_io.write_atomic_path(target, text.encode("utf-8"), mode=0o644)
 
 
 def _audit(argv: Sequence[str]) -> int:

@@ -3,12 +3,11 @@ and what the run's outcome was. Built once so that checks stay small and agree w
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import names
+from schemas import names, order
 
 from .expected import PlanView
 from .load import LoadedRun
@@ -24,16 +23,6 @@ from .views import (
     placements,
     ranks_of,
 )
-
-
-def address_key(addr: str) -> tuple[int, int, int, str]:
-    """Numeric order of addresses (IPv4 before IPv6, never string order: 10.0.0.9 < 10.0.0.10).
-    A hostname that is not an IP sorts after every IP, by name."""
-    try:
-        ip = ipaddress.ip_address(addr.split("%", 1)[0])
-        return (0, ip.version, int(ip), addr)
-    except ValueError:
-        return (1, 0, 0, addr)
 
 
 @dataclass(frozen=True)
@@ -69,8 +58,7 @@ def _owners(
     published an address; otherwise the placement records' own claims."""
     known = {r: a.address for r, a in addrs.items() if r in expected and a.address}
     if expected and len(known) == len(expected):
-        ordered = sorted(known, key=lambda r: address_key(known[r]))
-        return {i: r for i, r in enumerate(ordered)}
+        return dict(enumerate(order.node_owners(known)))
     out: dict[int, int] = {}
     for rank, rec in sorted(places.items()):
         if rec.node_index is not None and rec.node_index not in out:

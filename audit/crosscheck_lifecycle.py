@@ -6,13 +6,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from schemas import names
+from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 
 from .context import AuditContext
 from .model import Finding
 from .views import as_int, as_list, as_str, rank_of
-
-SUCCESS_STATES = {"SUCCEEDED", "SUCCESS", "COMPLETE", "COMPLETED"}
 
 
 def check_phases(ctx: AuditContext) -> list[Finding]:
@@ -20,10 +18,10 @@ def check_phases(ctx: AuditContext) -> list[Finding]:
     for rank, rec in sorted(ctx.phases.items()):
         f = rec.relpath
         if ctx.succeeded:
-            if (rec.state or "").upper() not in SUCCESS_STATES:
+            if rec.state != AgentState.SUCCEEDED:
                 out.append(Finding("error", "phases.state", f"final state {rec.state!r} on a successful run", f, rank))
             for span in rec.spans:
-                if span.outcome != "ok":
+                if span.outcome != PhaseOutcome.OK:
                     out.append(Finding("error", "phases.not_ok", f"phase {span.phase} ended {span.outcome!r}", f, rank))
         prev = None
         for span in rec.spans:
@@ -109,13 +107,13 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
         doc = art.doc
         if doc is None:
             continue
-        if as_str(doc.get("writer")) == "reaper":
+        if as_str(doc.get("writer")) == WriterKind.REAPER:
             out.append(
                 Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank)
             )
         # `outcome` is how this replica ended (not whether teardown worked: leftover_pids says that).
         outcome = as_str(doc.get("outcome"))
-        if outcome == "failure" and ctx.succeeded:
+        if outcome == RunOutcome.FAILURE and ctx.succeeded:
             out.append(
                 Finding(
                     "error",
@@ -126,7 +124,7 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
                     "$.outcome",
                 )
             )
-        elif outcome == "success" and rank in ctx.failures:
+        elif outcome == RunOutcome.SUCCESS and rank in ctx.failures:
             out.append(
                 Finding(
                     "error",
@@ -137,7 +135,7 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
                     "$.outcome",
                 )
             )
-        elif outcome == "failure" and not ctx.failures:
+        elif outcome == RunOutcome.FAILURE and not ctx.failures:
             out.append(
                 Finding(
                     "warning",
@@ -233,7 +231,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
                 json_path="$.judge_replies",
             )
         )
-    if as_str(doc.get("writer")) not in (None, "driver"):
+    if as_str(doc.get("writer")) not in (None, WriterKind.DRIVER):
         out.append(Finding("warning", "driver.writer", f"written by {doc.get('writer')!r}, not the driver", f))
     return out
 
@@ -260,7 +258,7 @@ def check_logs(ctx: AuditContext) -> list[Finding]:
     if driver_rank is None and node is not None:
         driver_rank = ctx.owner_of_node.get(node)
     if driver_rank is not None:
-        expected = ctx.complete is not None or ctx.phase_started(driver_rank, "driver")
+        expected = ctx.complete is not None or ctx.phase_started(driver_rank, Phase.DRIVER)
         if expected and names.driver_log(driver_rank) not in logs:
             out.append(
                 Finding(
@@ -315,7 +313,11 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
     seen: dict[int, set[str]] = defaultdict(set)
     for art in ctx.run.artifacts.values():
-        if art.file_rank is None or art.doc is None or as_str(art.doc.get("writer")) not in ("agent", "reaper"):
+        if (
+            art.file_rank is None
+            or art.doc is None
+            or as_str(art.doc.get("writer")) not in (WriterKind.AGENT, WriterKind.REAPER)
+        ):
             continue
         inc = as_str(art.doc.get("incarnation"))
         if inc:

@@ -18,6 +18,7 @@ from launch.errors import SpecError, UsageError
 from launch.plan import NodePlan as LaunchNodePlan
 from launch.plan import plan as make_plan
 from launch.spec import resolved_from_dict
+from schemas import names
 
 from .load import LoadedRun
 from .model import Finding
@@ -111,7 +112,7 @@ def _resolve(spec: dict[str, Any]) -> tuple[RunConfig | None, str | None, list[F
         return (
             None,
             None,
-            [Finding("error", "spec.unplannable", f"the recorded spec does not resolve: {reason}", "spec.json")],
+            [Finding("error", "spec.unplannable", f"the recorded spec does not resolve: {reason}", names.SPEC)],
         )
 
 
@@ -120,7 +121,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         plan = make_plan(config)
     except SpecError as exc:
         reason = str(exc).splitlines()[0][:300]
-        return None, [Finding("error", "spec.unplannable", f"the recorded spec does not plan: {reason}", "spec.json")]
+        return None, [Finding("error", "spec.unplannable", f"the recorded spec does not plan: {reason}", names.SPEC)]
     view = PlanView(
         source="launch",
         replicas=plan.replicas,
@@ -187,7 +188,7 @@ def expected_plan(
                 f"spec.json's fingerprint {recorded_fingerprint[:12]}… is not the fingerprint of its own "
                 f"spec ({view.fingerprint[:12]}…): the spec was edited after the run, "
                 "or planned by another version",
-                "spec.json",
+                names.SPEC,
                 json_path="$.fingerprint",
             )
         )

@@ -16,33 +16,39 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from schemas import names
+from schemas import FailureKind, Phase, names
 
 from .load import SafeDir
 from .logs import log_excerpt
 from .model import Cause
 from .views import FailureRec, PhasesRec
 
-# Lower is a likelier first cause when wall times tie.
+# Lower is a likelier first cause when wall times tie (every FailureKind has one: a test checks).
 KIND_PRIORITY: dict[str, int] = {
-    "agent_died": 0,
-    "child_exit": 1,
-    "driver_exit": 2,
-    "judge_health": 3,
-    "canary": 4,
-    "judge": 5,
-    "layout": 6,
-    "plan_mismatch": 7,
-    "address_conflict": 8,
-    "placement": 9,
-    "data": 10,
-    "internal": 11,
-    "peer_silent": 12,
-    "ack_timeout": 13,
-    "signal": 20,
-    "startup_timeout": 21,
-    "peer_failure": 30,
+    FailureKind.AGENT_DIED: 0,
+    FailureKind.CHILD_EXIT: 1,
+    FailureKind.DRIVER_EXIT: 2,
+    FailureKind.JUDGE_HEALTH: 3,
+    FailureKind.CANARY: 4,
+    FailureKind.JUDGE: 5,
+    FailureKind.LAYOUT: 6,
+    FailureKind.PLAN_MISMATCH: 7,
+    FailureKind.ADDRESS_CONFLICT: 8,
+    FailureKind.PLACEMENT: 9,
+    FailureKind.DATA: 10,
+    FailureKind.RUN_DIR: 10,
+    FailureKind.PORTS: 10,
+    FailureKind.INTERNAL: 11,
+    FailureKind.PEER_SILENT: 12,
+    FailureKind.ACK_TIMEOUT: 13,
+    FailureKind.SIGNAL: 20,
+    FailureKind.STARTUP_TIMEOUT: 21,
+    FailureKind.PEER_FAILURE: 30,
 }
+
+
+JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY}
+JUDGE_PHASES = {Phase.JUDGES_START, Phase.JUDGE_HEALTH}
 
 
 def _priority(kind: str) -> int:
@@ -56,13 +62,16 @@ def _order_key(c: Cause) -> tuple[float, int, int]:
 def _default_log(kind: str, rank: int, phase: str | None, logs: Mapping[str, int], cause: str) -> str | None:
     """The most relevant log when the record names none."""
     candidates: list[str] = []
-    if kind == "driver_exit" or phase == "driver":
+    if kind == FailureKind.DRIVER_EXIT or phase == Phase.DRIVER:
         candidates.append(names.driver_log(rank))
-    if kind in ("judge_health", "judge", "canary") or (phase or "").startswith("judge"):
-        judge_logs = sorted(p for p in logs if p.startswith("judge-") and p.endswith(f"-{rank}.log"))
+    if kind in JUDGE_KINDS or phase in JUDGE_PHASES:
+        judge_logs = {}
+        for p in logs:
+            parsed = names.parse(p)
+            if parsed and parsed.schema == "log" and parsed.judge and parsed.rank == rank:
+                judge_logs[p] = parsed.judge
         # Prefer the judge the cause text mentions.
-        judge_logs.sort(key=lambda p: p.removeprefix("judge-").rsplit("-", 1)[0] not in cause)
-        candidates.extend(judge_logs)
+        candidates.extend(sorted(judge_logs, key=lambda p: (judge_logs[p] not in cause, p)))
     candidates.append(names.agent_log(rank))
     return next((c for c in candidates if c in logs), None)
 
@@ -122,7 +131,7 @@ def analyse(
             roots.append(_from_record(rec))
         elif target in failures:
             reactions.append(_from_record(rec))
-        elif rec.kind == "peer_silent":
+        elif rec.kind == FailureKind.PEER_SILENT:
             if target not in silent_seen:
                 silent_seen.add(target)
                 roots.append(_silent_culprit(rec, phases, heartbeat_phases.get(target)))

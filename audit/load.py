@@ -4,32 +4,29 @@ Why not just `open(path)`: a run directory lives on a shared filesystem that oth
 and crashed processes write to. A planted symlink must not make the audit read (or hang on)
 something outside the run; a FIFO must not block it; a multi-GB "artifact" must not exhaust
 memory; bytes that are not UTF-8 or not JSON must become findings, never tracebacks.
-Every open goes through a directory fd with O_NOFOLLOW, and files are opened O_NONBLOCK
-and checked to be regular before the first read. Nothing here ever writes.
+Every read goes through schemas.safe_io (the writers' own safe reader): a directory fd with
+O_NOFOLLOW, files opened O_NONBLOCK and checked to be regular before the first read, reads
+capped. Nothing here ever writes.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from schemas import names
+from schemas import names, safe_io
+from schemas.safe_io import MAX_ARTIFACT_BYTES, UnsafeEntry
 
 from .model import Finding
 from .sanitize import clean_text
 
-MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # same cap as the writers' side (schemas.store)
 MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
-TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")  # schemas.store's temp names: an interrupted write
 
 
 class UnusableRunDir(Exception):
@@ -44,8 +41,14 @@ class UnsafeFile(Exception):
         self.code = code
 
 
-def _open_dir(name: str | Path, dir_fd: int | None = None) -> int:
-    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+def _reason(exc: UnsafeEntry) -> str:
+    """The finding's message: the file is named by the finding itself, except for a directory
+    on the way to it."""
+    if exc.code == "file.symlink" and exc.relpath.endswith("/"):
+        return f"{exc.relpath} {exc.reason}"
+    if exc.code == "file.symlink":
+        return "is a symlink; the audit does not follow it"
+    return exc.reason
 
 
 class SafeDir:
@@ -56,7 +59,7 @@ class SafeDir:
         if p.is_symlink():
             raise UnusableRunDir(f"{p} is a symlink; pass the real run directory (the audit never follows links)")
         try:
-            self._fd = _open_dir(p)
+            self._fd = safe_io.open_dir(p)
         except FileNotFoundError:
             raise UnusableRunDir(f"{p} does not exist; pass OUTPUT/cluster/UUID of a run") from None
         except NotADirectoryError:
@@ -78,54 +81,17 @@ class SafeDir:
 
     def open_file(self, relpath: str) -> int:
         """A read-only fd of a regular file inside the run directory. Raises UnsafeFile / OSError."""
-        parts = relpath.split("/")
-        if any(p in ("", ".", "..") for p in parts):
-            raise UnsafeFile("file.bad_name", f"{relpath!r} is not a plain run-directory name")
-        fd = self._fd
-        opened: list[int] = []
         try:
-            for part in parts[:-1]:
-                try:
-                    fd = _open_dir(part, fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise UnsafeFile("file.symlink", f"{part}/ is a symlink or not a directory") from None
-                    raise
-                opened.append(fd)
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            try:
-                ffd = os.open(parts[-1], flags, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise UnsafeFile("file.symlink", "is a symlink; the audit does not follow it") from None
-                raise
-        finally:
-            for o in opened:
-                os.close(o)
-        st = os.fstat(ffd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(ffd)
-            raise UnsafeFile("file.not_regular", "is not a regular file")
-        return ffd
+            return safe_io.open_regular(self._fd, relpath)
+        except UnsafeEntry as exc:
+            raise UnsafeFile(exc.code, _reason(exc)) from None
 
     def read_capped(self, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
         """The whole file if it is at most `cap` bytes; UnsafeFile('file.too_large') otherwise."""
-        fd = self.open_file(relpath)
         try:
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > cap:
-                    # Stop reading at the cap: the file may be endless (or growing).
-                    raise UnsafeFile("file.too_large", f"is larger than {cap} bytes; not read")
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+            return safe_io.read_capped(self._fd, relpath, cap)
+        except UnsafeEntry as exc:
+            raise UnsafeFile(exc.code, _reason(exc)) from None
 
     def size(self, relpath: str) -> int | None:
         try:
@@ -170,7 +136,7 @@ class SafeDir:
                 # reported as an unknown directory rather than explored.
                 if kind == "dir" and depth == 0 and entry.name in names.SUBDIRS:
                     try:
-                        sub = _open_dir(entry.name, fd)
+                        sub = safe_io.open_dir(entry.name, fd)
                     except OSError:
                         continue
                     try:
@@ -206,19 +172,6 @@ class LoadedRun:
     def doc(self, relpath: str) -> dict[str, Any] | None:
         art = self.artifacts.get(relpath)
         return art.doc if art else None
-
-
-def _file_rank(relpath: str, schema: str) -> tuple[int | None, str | None]:
-    for pattern, name in names.ARTIFACT_PATTERNS:
-        if name != schema:
-            continue
-        m = pattern.match(relpath)
-        if not m or not m.groups():
-            return None, None
-        if schema == "judge-endpoint":
-            return int(m.group(2)), m.group(1)
-        return int(m.group(1)), None
-    return None, None
 
 
 def _has_nonfinite(value: Any) -> bool:
@@ -284,8 +237,7 @@ def load_run(safe: SafeDir) -> LoadedRun:
         if kind == "other":
             run.findings.append(Finding("error", "file.not_regular", "is not a regular file; not read", relpath))
             continue
-        leaf = relpath.rsplit("/", 1)[-1]
-        if TEMP_RE.match(leaf):
+        if names.is_temp(names.leaf(relpath)):
             run.findings.append(
                 Finding("info", "file.temp", "leftover temporary file of an interrupted write", relpath)
             )
@@ -301,7 +253,8 @@ def load_run(safe: SafeDir) -> LoadedRun:
         if schema is None:
             run.findings.append(Finding("info", "file.unknown", "not part of the run-directory contract", relpath))
             continue
-        file_rank, judge = _file_rank(relpath, schema)
+        parsed = names.parse(relpath)
+        file_rank, judge = (parsed.rank, parsed.judge) if parsed else (None, None)
         doc: Any = None
         try:
             data = safe.read_capped(relpath)

@@ -33,7 +33,6 @@ ERROR_LINE = re.compile(
     r"(?i)(error|exception|fatal|critical|killed|failed|failure|panic|out of memory|oom|segmentation fault|"
     r"traceback|exit code|exited with|signal)"
 )
-_LOG_KIND = re.compile(r"^(driver|judge|agent|ray)-(?:([a-z][a-z0-9_-]*)-)?(\d+)\.log$")
 _KIND_ORDER = {"driver": 0, "judge": 1, "agent": 2, "ray": 3}
 
 
@@ -46,13 +45,10 @@ class LogFile:
 
 
 def parse_log_name(relpath: str) -> LogFile | None:
-    if not names.is_known_log(relpath):
+    parsed = names.parse(relpath)
+    if parsed is None or parsed.log is None or parsed.rank is None:
         return None
-    m = _LOG_KIND.match(relpath)
-    if not m:
-        return None
-    kind, judge, rank = m.group(1), m.group(2), int(m.group(3))
-    return LogFile(relpath, kind, rank, judge if kind == "judge" else None)
+    return LogFile(relpath, parsed.log, parsed.rank, parsed.judge)
 
 
 def list_logs(safe: SafeDir, rank: int | None = None, judge: str | None = None) -> list[LogFile]:

@@ -8,25 +8,29 @@ from __future__ import annotations
 import html
 import math
 
+from schemas import Phase
+
 from .model import AuditResult, Cause, NodeMap, RankSummary
 from .report_text import cause_headline
 from .sanitize import clean_text
 
 PHASE_COLORS = {
-    "rendezvous": "#4e79a7",
-    "plan_agreement": "#a0cbe8",
-    "devices": "#f28e2b",
-    "placement": "#ffbe7d",
-    "judges_start": "#b07aa1",
-    "judge_health": "#d4a6c8",
-    "ray_start": "#59a14f",
-    "readiness": "#8cd17d",
-    "registry": "#b6992d",
-    "canaries": "#f1ce63",
-    "driver": "#499894",
-    "complete": "#86bcb6",
-    "acknowledge": "#9d7660",
-    "teardown": "#bab0ac",
+    Phase.RENDEZVOUS: "#4e79a7",
+    Phase.PLAN_AGREEMENT: "#a0cbe8",
+    Phase.DATA_CHECK: "#e15759",
+    Phase.DEVICES: "#f28e2b",
+    Phase.PLACEMENT: "#ffbe7d",
+    Phase.JUDGES_START: "#b07aa1",
+    Phase.JUDGE_HEALTH: "#d4a6c8",
+    Phase.RAY_START: "#59a14f",
+    Phase.READINESS: "#8cd17d",
+    Phase.AWAIT_READINESS: "#c2e0b8",
+    Phase.REGISTRY: "#b6992d",
+    Phase.CANARIES: "#f1ce63",
+    Phase.DRIVER: "#499894",
+    Phase.COMPLETE: "#86bcb6",
+    Phase.ACKNOWLEDGE: "#9d7660",
+    Phase.TEARDOWN: "#bab0ac",
 }
 OTHER_PHASE = "#79706e"
 ROLE_COLORS = {

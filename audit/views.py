@@ -1,4 +1,4 @@
-"""Typed, tolerant views of parsed artifacts.
+"""Typed, tolerant views of parsed artifacts (shapes built by schemas.records where shared).
 
 A document that fails its schema is still worth reading (a failure record with one extra
 field still names the first cause), so views never trust types: every accessor returns None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from audit.load import SafeDir
 from audit.logs import Matcher, grep_log
+from schemas import names
 
 LINE = b"2025-01-01T00:00:00.000Z INFO step=%08d loss=1.2345 lr=3e-06 tokens/s=12345.6 rollout batch ok\n"
 NEEDLE = b"2025-01-01T00:00:00.000Z ERROR RuntimeError: CUDA error: out of memory at step %08d\n"
@@ -45,7 +46,7 @@ def time_grep(run_dir: Path, pattern: str, ignore_case: bool) -> tuple[float, in
     matcher = Matcher.compile(pattern, ignore_case)
     t0 = time.perf_counter()
     with SafeDir(run_dir) as safe:
-        hits = sum(1 for _ in grep_log(safe, "driver-0.log", matcher))
+        hits = sum(1 for _ in grep_log(safe, names.driver_log(0), matcher))
     return time.perf_counter() - t0, hits
 
 
@@ -56,7 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="audit-logs-bench-") as tmp:
         run_dir = Path(tmp)
-        log = run_dir / "driver-0.log"
+        log = run_dir / names.driver_log(0)
         t0 = time.perf_counter()
         errors = generate(log, args.size_mb)
         size_mb = log.stat().st_size / 1e6

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import orjson
 
+from schemas import names
+
 SPEC = """
 name = "bench"
 [launch]
@@ -51,7 +53,7 @@ def _heartbeats(run_dir: Path, n: int) -> dict[int, dict]:
     out = {}
     for r in range(n):
         try:
-            out[r] = orjson.loads((run_dir / "heartbeats" / f"heartbeat-{r}.json").read_bytes())
+            out[r] = orjson.loads((run_dir / names.heartbeat(r)).read_bytes())
         except (OSError, ValueError):
             pass
     return out
@@ -113,7 +115,7 @@ def bench(n: int, hb: float, poll: float, window: float) -> dict:
 
         victim = procs[n // 2]
         victim.send_signal(signal.SIGTERM)
-        fail_file = run_dir / "failures" / f"failure-{n // 2}.json"
+        fail_file = run_dir / names.failure(n // 2)
         while not fail_file.exists():
             time.sleep(0.005)
         written = orjson.loads(fail_file.read_bytes())["written_at"]
@@ -122,7 +124,7 @@ def bench(n: int, hb: float, poll: float, window: float) -> dict:
         last_exit = time.time()
         seen = []
         for r in range(n):
-            f = run_dir / "failures" / f"failure-{r}.json"
+            f = run_dir / names.failure(r)
             if r != n // 2 and f.exists():
                 seen.append(orjson.loads(f.read_bytes())["wall_time"] - written)
         return {

@@ -16,7 +16,6 @@ import os
 import random
 import sys
 import tomllib
-from pathlib import Path
 
 import ray
 
@@ -94,10 +93,10 @@ def _check_where(role: str, expect_address: str, expect_gpus: int) -> dict:
 
 def show_run_file() -> None:
     """A MILES run file's trainer sections, as the trainer would read them (GYM_RUN_FILE)."""
-    path = os.environ.get("GYM_RUN_FILE")
-    if not path:
+    path = driver_api.run_file()
+    if path is None:
         return
-    raw = Path(path).read_bytes()
+    raw = path.read_bytes()
     print(f"run file {path}: {len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}", flush=True)
     if os.environ.get("DEMO_PRINT_RUN_FILE"):
         doc = tomllib.loads(raw.decode("utf-8"))

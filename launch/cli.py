@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -228,19 +229,30 @@ def _configure_local(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-root", help="default: [output] root of the spec")
 
 
+# The local runner starts agent processes, so it lives in agent/; launch/ stays pure and never
+# imports agent/. `gym-launch local` hands over to it by exec: same process, same output, same
+# exit code and signals, and the runner's module is named here as a string only.
+LOCAL_RUNNER = "agent.local_run"
+
+
+def local_runner_argv(args: argparse.Namespace) -> list[str]:
+    argv = [sys.executable, "-m", LOCAL_RUNNER, args.spec]
+    for override in args.overrides:
+        argv += ["--set", override]
+    if args.uuid:
+        argv += ["--uuid", args.uuid]
+    if args.output_root:
+        argv += ["--output-root", args.output_root]
+    return argv
+
+
 def _run_local(args: argparse.Namespace) -> int:
     load_valid(args)  # every problem reported before any process starts
-    # The one command with side effects: it starts agent processes. The runner lives in agent/
-    # (launch stays pure); imported here only, so plan/validate never load it.
-    from agent.local_run import run_local
-
-    return run_local(
-        args.spec,
-        args.overrides,
-        uuid=args.uuid,
-        output_root=args.output_root,
-        out=lambda line: print(line, flush=True),
-    )
+    argv = local_runner_argv(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return EXIT_USAGE  # not reached: execv replaces this process or raises
 
 
 COMMANDS: list[Command] = [

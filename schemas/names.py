@@ -8,6 +8,7 @@ cheap on a shared filesystem.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 SPEC = "spec.json"
 RAY_LAYOUT = "ray-layout.json"
@@ -101,12 +102,78 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^driver-result\.json$"), "driver-result"),
 )
 
-LOG_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"^driver-(\d+)\.log$"),
-    re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"),
-    re.compile(r"^agent-(\d+)\.log$"),
-    re.compile(r"^ray-(\d+)\.log$"),
+# (pattern, log kind) for every log; the kind is who writes it.
+LOG_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^driver-(\d+)\.log$"), "driver"),
+    (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "judge"),
+    (re.compile(r"^agent-(\d+)\.log$"), "agent"),
+    (re.compile(r"^ray-(\d+)\.log$"), "ray"),
 )
+LOG_PATTERNS: tuple[re.Pattern[str], ...] = tuple(p for p, _ in LOG_KINDS)
+
+
+# Discovery by listing: the leaf names inside the small subdirectories carry the rank.
+_LISTED = {
+    ADDRESSES_DIR: re.compile(r"^address-(\d+)\.json$"),
+    HEARTBEATS_DIR: re.compile(r"^heartbeat-(\d+)\.json$"),
+    FAILURES_DIR: re.compile(r"^failure-(\d+)\.json$"),
+    ACKS_DIR: re.compile(r"^ack-(\d+)\.json$"),
+}
+# schemas.store's temporary names (".LEAF.<12 hex>.tmp"): a leftover is an interrupted write.
+TEMP_RE = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
+
+
+def leaf(relpath: str) -> str:
+    """The file name of a run-directory path, as a listing of its directory shows it."""
+    return relpath.rsplit("/", 1)[-1]
+
+
+def rank_in(subdir: str, name: str) -> int | None:
+    """The rank a listed name in `subdir` (addresses/, heartbeats/, failures/, acks/) belongs to,
+    or None when the name is not one of ours (a temp file, something planted)."""
+    m = _LISTED[subdir].match(name)
+    return int(m.group(1)) if m else None
+
+
+def temp_name(leaf_name: str, token: str) -> str:
+    """The temporary name a write of `leaf_name` goes through (token: 12 hex digits)."""
+    return f".{leaf_name}.{token}.tmp"
+
+
+def is_temp(leaf_name: str) -> bool:
+    return TEMP_RE.match(leaf_name) is not None
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What a run-directory name says: its schema (or "log"), the rank and judge it carries,
+    and for a log who writes it (driver, judge, agent, ray)."""
+
+    schema: str
+    rank: int | None
+    judge: str | None
+    log: str | None = None
+
+
+def parse(relpath: str) -> Parsed | None:
+    """Parse any JSON artifact or log name; None when it is not part of the contract."""
+    for pattern, schema in ARTIFACT_PATTERNS:
+        m = pattern.match(relpath)
+        if m:
+            return Parsed(schema, *_rank_judge(m))
+    for pattern, kind in LOG_KINDS:
+        m = pattern.match(relpath)
+        if m:
+            return Parsed("log", *_rank_judge(m), log=kind)
+    return None
+
+
+def _rank_judge(m: re.Match[str]) -> tuple[int | None, str | None]:
+    """Judge names come first in the two names that carry one (judge-NAME-RANK.json/.log)."""
+    groups = m.groups()
+    if len(groups) == 2:
+        return int(groups[1]), groups[0]
+    return (int(groups[0]), None) if groups else (None, None)
 
 
 def schema_for(relpath: str) -> str | None:

@@ -1,6 +1,6 @@
 """The run directory on a shared filesystem: safe creation, atomic writes, tolerant reads.
 
-Rules from notes/shared-filesystems.md: one writer per file; temp + fsync + rename so no reader
+Rules (docs/runtime-notes.md, "Shared filesystems"): one writer per file; temp + fsync + rename so no reader
 ever sees a torn file; readers open and read CONTENT (close-to-open consistency) rather than
 trusting stat(); new files are discovered by listing small directories; no cross-node locks.
 Every operation goes through a directory file descriptor opened with O_NOFOLLOW, so a symlink
@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import stat
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -22,15 +21,12 @@ from typing import Any
 
 import orjson
 
-from . import names
+from . import names, safe_io
+from .safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
 from .validation import SCHEMA_VERSION, check
+from .vocab import WriterKind
 
-MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # artifacts are small; a huge one is hostile or broken
 RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, errno.EINTR}
-
-
-class RunDirError(Exception):
-    """The run directory cannot be used safely; the message says why and what to change."""
 
 
 @dataclass(frozen=True)
@@ -40,13 +36,8 @@ class Writer:
     fingerprint: str
     rank: int | None
     incarnation: str
-    kind: str = "agent"
+    kind: WriterKind = WriterKind.AGENT
     clock_offset: float = 0.0  # a test hook that simulates a host with a skewed wall clock
-
-
-def _open_dir(path: str | Path, dir_fd: int | None = None) -> int:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(path, flags, dir_fd=dir_fd)
 
 
 def _ensure_owned_dir(parent_fd: int | None, name: str | Path, mode: int) -> int:
@@ -57,7 +48,7 @@ def _ensure_owned_dir(parent_fd: int | None, name: str | Path, mode: int) -> int
     except FileExistsError:
         created = False
     try:
-        fd = _open_dir(name, parent_fd)
+        fd = open_dir(name, parent_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise RunDirError(f"{name} is a symlink or not a directory; refusing to follow it") from None
@@ -87,7 +78,7 @@ class RunDir:
             raise RunDirError(f"uuid {uuid!r} is not allowed: use 1-128 letters, digits, '-' or '_' (no '/', no '..')")
         root = Path(output_root)
         root.mkdir(parents=True, exist_ok=True)
-        root_fd = _open_dir(root) if not root.is_symlink() else os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        root_fd = open_dir(root) if not root.is_symlink() else os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             cluster_fd = _ensure_owned_dir(root_fd, "cluster", mode)
         finally:
@@ -108,7 +99,7 @@ class RunDir:
         if p.is_symlink():
             raise RunDirError(f"{p} is a symlink; refusing to follow it")
         try:
-            fd = _open_dir(p)
+            fd = open_dir(p)
         except FileNotFoundError:
             raise RunDirError(f"{p} does not exist") from None
         except NotADirectoryError:
@@ -130,18 +121,11 @@ class RunDir:
 
     def _parent_fd(self, relpath: str) -> tuple[int, str, bool]:
         """(directory fd, leaf name, must_close) for a relative name, without following symlinks."""
-        parts = relpath.split("/")
-        if any(p in ("", ".", "..") for p in parts):
-            raise RunDirError(f"bad run-directory name {relpath!r}")
-        if len(parts) == 1:
-            return self._fd, parts[0], False
-        fd = self._fd
-        for p in parts[:-1]:
-            nfd = _open_dir(p, fd)
-            if fd != self._fd:
-                os.close(fd)
-            fd = nfd
-        return fd, parts[-1], True
+        try:
+            fd, leaf = safe_io.open_parent(self._fd, relpath)
+        except safe_io.UnsafeEntry as exc:
+            raise RunDirError(str(exc)) from None
+        return fd, leaf, fd != self._fd
 
     def open_log(self, relpath: str) -> int:
         """An append-only fd for a child's log: never follows a planted symlink."""
@@ -168,7 +152,7 @@ class RunDir:
             "fingerprint": writer.fingerprint,
             "rank": writer.rank,
             "incarnation": writer.incarnation,
-            "writer": writer.kind,
+            "writer": str(writer.kind),
             "written_at": time.time() + writer.clock_offset,
             **fields,
         }
@@ -178,30 +162,9 @@ class RunDir:
 
     def write_bytes(self, relpath: str, data: bytes) -> None:
         fd, leaf, close = self._parent_fd(relpath)
-        tmp = f".{leaf}.{secrets.token_hex(6)}.tmp"
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            tfd = os.open(tmp, flags, 0o640, dir_fd=fd)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(tfd, view) :]
-                os.fsync(tfd)
-            finally:
-                os.close(tfd)
-            # rename never follows a symlink at the destination: it replaces the link itself.
-            os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+            safe_io.write_atomic(fd, leaf, data)
             self.ops["write"] += 1
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass  # some filesystems refuse fsync on directories; the rename is still atomic
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=fd)
-            except OSError:
-                pass
-            raise
         finally:
             if close:
                 os.close(fd)
@@ -209,43 +172,16 @@ class RunDir:
     # -- reading --------------------------------------------------------------------------------
 
     def read_bytes(self, relpath: str, limit: int = MAX_ARTIFACT_BYTES) -> bytes:
-        """Raw content; raises FileNotFoundError, RunDirError (symlink, too big) or OSError."""
-        fd, leaf, close = self._parent_fd(relpath)
-        try:
-            try:
-                # O_NONBLOCK: a FIFO planted in the run directory must not block the reader forever.
-                ffd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise RunDirError(f"{relpath} is a symlink; refusing to follow it") from None
-                raise
-            try:
-                st = os.fstat(ffd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise RunDirError(f"{relpath} is not a regular file")
-                chunks = []
-                total = 0
-                while True:
-                    chunk = os.read(ffd, 1 << 20)
-                    if not chunk:
-                        break
-                    total += len(chunk)
-                    if total > limit:
-                        raise RunDirError(f"{relpath} is larger than {limit} bytes")
-                    chunks.append(chunk)
-                self.ops["read"] += 1
-                return b"".join(chunks)
-            finally:
-                os.close(ffd)
-        finally:
-            if close:
-                os.close(fd)
+        """Raw content; raises FileNotFoundError, RunDirError (symlink, FIFO, too big) or OSError."""
+        data = safe_io.read_capped(self._fd, relpath, limit)
+        self.ops["read"] += 1
+        return data
 
     def read_json(self, relpath: str, *, attempts: int = 3, delay: float = 0.05) -> dict | None:
         """A peer's artifact, or None when it is missing or still unreadable after a few tries.
 
         Never raises for a missing, partial, unreadable or planted file: one bad read must not
-        fail a run (a weakness of the anchor agent).
+        fail a run (docs/runtime-notes.md, "Shared filesystems").
         """
         for attempt in range(attempts):
             try:
@@ -269,7 +205,7 @@ class RunDir:
         try:
             if not subdir:
                 return sorted(os.listdir(self._fd))
-            fd = _open_dir(subdir, self._fd)
+            fd = open_dir(subdir, self._fd)
             try:
                 return sorted(os.listdir(fd))
             finally:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import orjson
 import psutil
 
+from agent import tempdirs
 from schemas import RunDir, names, violations
 
 BIN = Path(sys.executable).parent
@@ -109,6 +111,21 @@ class LocalRun:
         return "".join(self.output)
 
 
+_AGENT_TMP: dict[Path, Path] = {}
+
+
+def agent_tmp_root(tmp: Path) -> Path:
+    """This test's own root for the agents' local temp dirs (GYM_AGENT_TMP). Short, because Ray's
+    AF_UNIX socket paths below it are limited to 107 bytes; conftest removes it after the test."""
+    if tmp not in _AGENT_TMP:
+        _AGENT_TMP[tmp] = Path(tempfile.mkdtemp(prefix="gt", dir="/tmp"))
+    return _AGENT_TMP[tmp]
+
+
+def forget_agent_tmp_root(tmp: Path) -> Path | None:
+    return _AGENT_TMP.pop(tmp, None)
+
+
 def launch_local(
     tmp: Path, spec_text: str, uuid: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
 ) -> LocalRun:
@@ -121,7 +138,7 @@ def launch_local(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, tempdirs.ROOT_ENV: str(agent_tmp_root(tmp)), **(env or {})},
         start_new_session=True,
     )
     return LocalRun(proc, root / "cluster" / uuid, uuid, [])
@@ -152,7 +169,12 @@ def start_agent(
         "--address",
         address,
     ]
-    full_env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))), **(env or {})}
+    full_env = {
+        **os.environ,
+        tempdirs.ROOT_ENV: str(agent_tmp_root(tmp)),
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))),
+        **(env or {}),
+    }
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
     )
@@ -246,9 +268,11 @@ def run_processes(run_dir: Path, extra_pids: tuple[int, ...] = ()) -> list[psuti
     return found
 
 
-def agent_temp_dirs() -> set[Path]:
-    """The agents' local temp dirs (Ray's gr-*, judges' gj-*) that exist right now."""
-    return {p for prefix in ("gr-", "gj-") for p in Path("/tmp").glob(f"{prefix}*")}
+def agent_temp_dirs(tmp: Path) -> set[Path]:
+    """The local temp dirs (Ray's, judges') that this test's agents have right now: only this
+    test's own root is looked at, never another run's dirs in /tmp."""
+    root = agent_tmp_root(tmp)
+    return {p for prefix in tempdirs.PREFIXES for p in root.glob(f"{prefix}*")}
 
 
 def assert_nothing_left(run_dir: Path, extra_pids: tuple[int, ...] = (), timeout: float = 15) -> None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from _judge_server import RunningServer, server_factory
+from agent_harness import forget_agent_tmp_root
 from hypothesis import HealthCheck, settings
 from slurm import cluster as slurm
 
@@ -33,6 +35,17 @@ LOG_TAIL_LINES = 15
 # be slow, which must not fail a run (speed is measured by `make bench`).
 settings.register_profile("gym", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("gym")
+
+
+@pytest.fixture(autouse=True)
+def _own_agent_temp_root(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Agents started by a test keep their local temp dirs under that test's own root
+    (agent_harness.agent_tmp_root); it is removed once the test is over."""
+    yield
+    tmp = getattr(request.node, "funcargs", {}).get("tmp_path")
+    root = forget_agent_tmp_root(tmp) if isinstance(tmp, Path) else None
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from agent_harness import (
     small_spec,
     start_agent,
     wait_all,
+    wait_for_file,
     wait_phase,
 )
 
@@ -69,7 +70,7 @@ def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
 
 def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     hb_timeout = 6.0
-    temp_before = agent_temp_dirs()
+    temp_before = agent_temp_dirs(tmp_path)
     run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout), uid("kill9"))
     try:
         wait_phase(run.run_dir, 0, "driver", 120)
@@ -92,7 +93,7 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
-    assert agent_temp_dirs() - temp_before == set(), "the killed agent's Ray temp dir was left behind"
+    assert agent_temp_dirs(tmp_path) - temp_before == set(), "the killed agent's Ray temp dir was left behind"
     audit(run.run_dir, verdict="fail", rank=1, kind="agent_died")
 
 
@@ -294,3 +295,28 @@ def test_uuid_escaping_output_root_is_refused(tmp_path: Path) -> None:
     p = start_agent(tmp_path, spec, "../../etc", 0, 2, "127.0.0.2")
     out = p.communicate(timeout=30)[0]
     assert p.returncode == 2 and "uuid" in out and "Traceback" not in out
+
+
+def test_a_second_agent_for_a_claimed_rank_fails_as_a_run_directory_problem(tmp_path: Path) -> None:
+    spec = tmp_path / "claim.toml"
+    spec.write_text(small_spec(replicas=2, startup_timeout=60))
+    u = uid("claim")
+    run_dir = tmp_path / "out" / "cluster" / u
+    first = start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2")
+    try:
+        wait_for_file(run_dir / names.address(0), 30)
+        second = start_agent(tmp_path, spec, u, 0, 2, "127.0.0.3")
+        try:
+            assert second.wait(60) == 1
+        finally:
+            kill_tree_by_session(second)
+        record = read(run_dir, names.failure(0))  # the second agent's: the first is still waiting
+        assert record["kind"] == "run_dir" and "already started" in record["cause"], record
+        assert record["phase"] == "rendezvous" and record["log"] == names.agent_log(0)
+        assert record["incarnation"] != read(run_dir, names.address(0))["incarnation"]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 1
+    finally:
+        kill_tree_by_session(first)
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)

@@ -130,7 +130,7 @@ def test_missing_binding_in_data_fails_before_any_gpu_work(tmp_path: Path) -> No
     fails = failures(run.run_dir)
     assert fails and all(f["kind"] in ("data", "peer_failure") for f in fails.values())
     data_fail = next(f for f in fails.values() if f["kind"] == "data")
-    assert data_fail["phase"] == "devices"
+    assert data_fail["phase"] == "data_check"  # the phase that runs the data check, named for it
     assert '[judging.bindings."general-helpfulness"]' in data_fail["cause"]
     assert not (run.run_dir / names.RAY_HEAD).exists()  # Ray never started
     assert not list(run.run_dir.glob("judge-general-*.json"))  # nor the judge

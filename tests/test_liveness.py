@@ -141,3 +141,119 @@ def test_heartbeats_count_filesystem_operations(tmp_path: Path) -> None:
     doc = run.read_json(names.heartbeat(0))
     assert doc is not None and doc["seq"] >= 3
     assert doc["fs_ops"]["write"] >= 2 and doc["fs_ops"]["list"] >= 2
+
+
+# --- the same rules on a fake clock: tick() without the thread ---------------------------------
+
+
+class FakeClock:
+    """A monotonic clock the test advances by hand."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make_ticked(tmp_path: Path, timeout: float = 10.0) -> tuple[RunDir, Liveness, FailureSignal, FakeClock]:
+    run = RunDir.create(tmp_path, "ticked")
+    signal = FailureSignal()
+    clock = FakeClock()
+    live = Liveness(
+        run,
+        Writer(FP, 0, "me"),
+        0,
+        3,
+        heartbeat_interval=1.0,
+        heartbeat_timeout=timeout,
+        poll_interval=0.5,
+        signal=signal,
+        phase=lambda: "driver",
+        now=clock,
+    )
+    return run, live, signal, clock
+
+
+def test_silence_fails_exactly_after_the_timeout_on_the_observers_clock(tmp_path: Path) -> None:
+    run, live, signal, clock = make_ticked(tmp_path, timeout=10.0)
+    live.start_watching()
+    for seq in range(1, 31):  # 30 s: both peers beat, with wall clocks an hour apart; one torn file
+        beat(run, 1, seq, skew=3600.0)
+        beat(run, 2, seq, skew=-3600.0)
+        if seq == 5:
+            (run.path / names.heartbeat(2)).write_bytes(b'{"seq": ')
+        live.tick()
+        clock.t += 1.0
+    assert not signal.is_set(), signal.failure
+    last_change = clock.t - 1.0  # the tick that last saw peer 2's sequence move
+    seq = 30
+    while clock.t - last_change <= 10.0:  # peer 2 is silent now; peer 1 goes on
+        seq += 1
+        beat(run, 1, seq)
+        live.tick()
+        assert not signal.is_set(), f"failed early, {clock.t - last_change:.0f}s after the last change"
+        clock.t += 1.0
+    live.tick()
+    failure = signal.failure
+    assert failure is not None and failure.kind == "peer_silent" and failure.reacting_to["rank"] == 2
+    assert failure.peers == (2,)
+
+
+def test_no_silence_failure_before_watching_or_after_stop_watching(tmp_path: Path) -> None:
+    _, live, signal, clock = make_ticked(tmp_path, timeout=2.0)
+    for _ in range(10):  # nobody beats, but rendezvous is not over: the startup deadline rules
+        live.tick()
+        clock.t += 1.0
+    assert not signal.is_set()
+    live.start_watching()
+    live.stop_watching()  # every replica acknowledged: peers may exit
+    for _ in range(10):
+        live.tick()
+        clock.t += 1.0
+    assert not signal.is_set()
+
+
+def test_tick_beats_once_per_interval_and_finds_failure_records(tmp_path: Path) -> None:
+    run, live, signal, clock = make_ticked(tmp_path)
+    assert live.tick() == 0.5  # beat now; next look at failures after one poll interval
+    assert live.tick() == 0.5 and live.seq == 1  # no second beat within the interval
+    clock.t += 1.0
+    live.tick()
+    assert live.seq == 2 and run.read_json(names.heartbeat(0))["seq"] == 2
+    (run.path / names.FAILURES_DIR / names.temp_name(names.leaf(names.failure(1)), "0" * 12)).write_text("{")
+    run.write_artifact(
+        names.failure(0),
+        "failure",
+        Writer(FP, 0, "me"),
+        {
+            "kind": "signal",
+            "cause": "ours",
+            "phase": "driver",
+            "wall_time": 1.0,
+            "monotonic_time": 1.0,
+            "reacting_to": None,
+        },
+    )
+    live.tick()
+    assert not signal.is_set()  # our own record and a temp file are no peer failure
+    run.write_artifact(
+        names.failure(2),
+        "failure",
+        Writer(FP, 2, "p2"),
+        {
+            "kind": "judge",
+            "cause": "x",
+            "phase": "driver",
+            "wall_time": 1.0,
+            "monotonic_time": 1.0,
+            "reacting_to": None,
+        },
+    )
+    live.tick()
+    f = signal.failure
+    assert (
+        f is not None
+        and f.kind == "peer_failure"
+        and f.reacting_to == {"rank": 2, "incarnation": "p2", "kind": "judge"}
+    )

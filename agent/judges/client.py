@@ -1,4 +1,4 @@
-"""The judge client drivers import to grade samples through a named judge (DESIGN §7).
+"""The judge client drivers import to grade samples through a named judge (docs/runtime-notes.md, "Judges").
 
 Contract:
 - the full grading request (rubric, question, optional reference, candidate, chat framing) is

@@ -1,6 +1,6 @@
 """Health of HTTP inference engines (judges, rollout engines): probes, quarantine, epochs.
 
-Rules (seed 000, "Policy-engine health"):
+Rules (docs/runtime-notes.md, "Judges"):
 - probes use their own httpx connection pool, never the generation/grading pool, so a
   saturated generation pool cannot starve them;
 - ``failure_threshold`` consecutive failures (default 3) quarantine an engine and fire

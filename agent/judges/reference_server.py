@@ -37,7 +37,6 @@ import re
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import zlib
@@ -46,6 +45,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from schemas import safe_io
 
 from .framing import GradingPrompt, message_text, parse_messages
 
@@ -421,18 +422,8 @@ class Handler(BaseHTTPRequestHandler):
 
 def write_port_file(path: str | os.PathLike[str], host: str, port: int) -> None:
     """Temp file + fsync + rename in the same directory: readers see nothing or the whole record."""
-    target = Path(path)
     payload = json.dumps({"host": host, "port": port, "pid": os.getpid()}).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    safe_io.write_atomic_path(path, payload)
 
 
 def read_port_file(path: str | os.PathLike[str]) -> int | None:

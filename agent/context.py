@@ -1,0 +1,89 @@
+"""What the parts of one agent share: the run context (fixed at start) and the topology
+(known after plan agreement). The judge runtime and the lifecycle steps see only these, never
+the Agent object itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launch.config import RunConfig
+from launch.plan import NodePlan, Plan
+from schemas import FailureKind, RunDir, Writer
+
+from . import clock
+from .failure import AgentFailed, Failure, FailureSignal
+from .reaper import ReaperChannel
+from .rendezvous import Peer
+from .supervisor import Supervisor
+from .waits import poll_until
+
+
+@dataclass(frozen=True)
+class RunContext:
+    config: RunConfig
+    plan: Plan
+    rank: int
+    address: str
+    visible_devices: tuple[str, ...]
+    run: RunDir
+    writer: Writer
+    signal: FailureSignal
+    supervisor: Supervisor
+    reaper: ReaperChannel
+    phase: Callable[[], str]  # the phase the agent is in now
+    deadline: float  # the single startup deadline, monotonic
+
+    def fail(self, kind: FailureKind, cause: str, **kw: object) -> AgentFailed:
+        return AgentFailed(Failure(kind=kind, cause=cause, phase=self.phase(), **kw))  # type: ignore[arg-type]
+
+    def listed(self, name: str, subdir: str = "") -> bool:
+        """Is `name` in the run directory (or `subdir`)? By listing: NFS caches negative lookups."""
+        return name in self.run.listdir(subdir)
+
+    def wait_startup(self, what: str, predicate: Callable[[], bool]) -> None:
+        """Wait inside the single startup deadline; past it the run fails as startup_timeout."""
+        poll = self.config.coordination.poll_interval
+        if not poll_until(predicate, deadline=self.deadline, interval=poll, signal=self.signal):
+            raise self.fail(
+                FailureKind.STARTUP_TIMEOUT,
+                f"{what} not reached within startup_timeout "
+                f"{self.config.coordination.startup_timeout:g}s (counted from agent start)",
+            )
+
+    def wait_bounded(self, what: str, predicate: Callable[[], bool], *, kind: FailureKind, timeout: float) -> None:
+        """Wait with a timeout of its own; past it the run fails with `kind`, which names what
+        was waited for (ack_timeout: the acknowledgements)."""
+        poll = self.config.coordination.poll_interval
+        deadline = clock.mono() + timeout
+        if not poll_until(predicate, deadline=deadline, interval=poll, signal=self.signal):
+            raise self.fail(kind, f"{what} not reached within {timeout:g}s")
+
+    def wait_unbounded(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate` or a failure (the driver runs as long as it needs)."""
+        poll = self.config.coordination.poll_interval
+        poll_until(predicate, deadline=float("inf"), interval=poll, signal=self.signal)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Who is who, once every replica agreed on the plan."""
+
+    node: NodePlan
+    peers: tuple[Peer, ...]  # in node order: peers[i] owns planned node i
+    driver_node: int
+
+    @property
+    def head_address(self) -> str:
+        return self.peers[0].address
+
+    @property
+    def is_head(self) -> bool:
+        return self.node.index == 0
+
+    @property
+    def is_driver_node(self) -> bool:
+        return self.node.index == self.driver_node
+
+    def rank_of_node(self, index: int) -> int:
+        return self.peers[index].rank

@@ -1,0 +1,33 @@
+"""The agent's own short local temp dirs (Ray's sockets, judges' port files).
+
+AF_UNIX socket paths are limited to 107 bytes, so they live directly under a short root:
+`GYM_AGENT_TMP` when set (a test gives each run its own root, so it only ever looks at its own
+dirs), else /tmp, else the system temp dir. The reaper removes only dirs that match this rule.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+ROOT_ENV = "GYM_AGENT_TMP"
+RAY_PREFIX = "gr-"
+JUDGE_PREFIX = "gj-"
+PREFIXES = (RAY_PREFIX, JUDGE_PREFIX)
+
+
+def root() -> str:
+    explicit = os.environ.get(ROOT_ENV)
+    if explicit and os.path.isdir(explicit):
+        return explicit
+    return "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+
+
+def make(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=root())
+
+
+def is_ours(path: Path) -> bool:
+    roots = {Path(root()), Path("/tmp"), Path(tempfile.gettempdir())}
+    return path.parent in roots and path.name.startswith(PREFIXES)

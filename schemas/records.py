@@ -1,0 +1,77 @@
+"""Builders of the records whose shape more than one writer (or a writer and the audit) share.
+
+Each returns the fields of one artifact; `RunDir.write_artifact` stamps the header and
+validates them against the schema, so a builder and its schema cannot silently disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .vocab import FailureKind
+
+
+def failure_fields(
+    *,
+    kind: FailureKind | str,
+    cause: str,
+    phase: str,
+    wall_time: float,
+    monotonic_time: float,
+    log: str | None,
+    reacting_to: Mapping[str, Any] | None,
+    peers: Sequence[int] = (),
+) -> dict[str, Any]:
+    """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL."""
+    return {
+        "kind": str(kind),
+        "cause": cause,
+        "phase": phase,
+        "wall_time": wall_time,
+        "monotonic_time": monotonic_time,
+        "log": log,
+        "reacting_to": dict(reacting_to) if reacting_to is not None else None,
+        "peers": list(peers),
+    }
+
+
+def _mask(visible: Sequence[str], devices: Sequence[int]) -> str:
+    """CUDA_VISIBLE_DEVICES for local device indices: the physical ids this node was given."""
+    return ",".join(visible[i] for i in devices)
+
+
+def placement_fields(
+    *,
+    node_index: int,
+    address: str,
+    visible_devices: Sequence[str],
+    trainer_gpus: int,
+    rollout_gpus: int,
+    ray_devices: Sequence[int],
+    ray_num_gpus: int,
+    judge_devices: Mapping[str, Sequence[int]],
+    unused_devices: Sequence[int],
+    is_head: bool,
+    is_driver_node: bool,
+) -> dict[str, Any]:
+    """placement-RANK.json: which local device does what on one node (audit/views.py reads it)."""
+    return {
+        "node_index": node_index,
+        "address": address,
+        "visible_devices": list(visible_devices),
+        "trainer_gpus": trainer_gpus,
+        "rollout_gpus": rollout_gpus,
+        "ray": {
+            "devices": list(ray_devices),
+            "cuda_visible_devices": _mask(visible_devices, ray_devices),
+            "num_gpus": ray_num_gpus,
+        },
+        "judges": {
+            name: {"devices": list(devs), "cuda_visible_devices": _mask(visible_devices, devs)}
+            for name, devs in judge_devices.items()
+        },
+        "unused_devices": list(unused_devices),
+        "is_head": is_head,
+        "is_driver_node": is_driver_node,
+    }

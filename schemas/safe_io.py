@@ -1,0 +1,149 @@
+"""The one safe reader and the one atomic writer of the project.
+
+Reading: every open goes through a directory fd with O_NOFOLLOW, so a symlink planted in a run
+directory is never followed; files are opened O_NONBLOCK (a planted FIFO must not block) and
+checked to be regular before the first read; reads stop at a cap (an endless or huge file must
+not exhaust memory). The agent's RunDir and the audit's SafeDir both read through this.
+
+Writing: temp file in the same directory, fsync, rename, fsync the directory, so a reader sees
+nothing or the whole file, never a torn one (docs/runtime-notes.md, "Shared filesystems").
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from . import names
+
+MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # artifacts are small; a huge one is hostile or broken
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class RunDirError(Exception):
+    """The run directory cannot be used safely; the message says why and what to change."""
+
+
+class UnsafeEntry(RunDirError):
+    """An entry a reader refuses: `code` is a stable identifier (the audit's finding code) and
+    `reason` says why without the path (callers add the path in their own wording)."""
+
+    def __init__(self, code: str, relpath: str, reason: str) -> None:
+        super().__init__(f"{relpath} {reason}")
+        self.code = code
+        self.relpath = relpath
+        self.reason = reason
+
+
+def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def split(relpath: str) -> list[str]:
+    parts = relpath.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UnsafeEntry("file.bad_name", repr(relpath), "is not a plain run-directory name")
+    return parts
+
+
+def open_parent(root_fd: int, relpath: str) -> tuple[int, str]:
+    """(fd of the directory holding `relpath`, leaf). The fd is `root_fd` itself for a top-level
+    name; otherwise the caller closes it. Never follows a symlinked directory."""
+    parts = split(relpath)
+    fd = root_fd
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = open_dir(part, fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafeEntry("file.symlink", f"{part}/", "is a symlink or not a directory") from None
+                raise
+            if fd != root_fd:
+                os.close(fd)
+            fd = nfd
+    except BaseException:
+        if fd != root_fd:
+            os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def open_regular(root_fd: int, relpath: str) -> int:
+    """A read-only fd of a regular file below `root_fd`. Raises UnsafeEntry or OSError
+    (FileNotFoundError when it is missing)."""
+    fd, leaf = open_parent(root_fd, relpath)
+    try:
+        try:
+            ffd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeEntry("file.symlink", relpath, "is a symlink; not followed") from None
+            raise
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+    if not stat.S_ISREG(os.fstat(ffd).st_mode):
+        os.close(ffd)
+        raise UnsafeEntry("file.not_regular", relpath, "is not a regular file")
+    return ffd
+
+
+def read_capped(root_fd: int, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
+    """The whole file if it is at most `cap` bytes; UnsafeEntry('file.too_large') otherwise."""
+    fd = open_regular(root_fd, relpath)
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > cap:
+                # Stop at the cap: the file may be endless (or growing).
+                raise UnsafeEntry("file.too_large", relpath, f"is larger than {cap} bytes; not read")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None:
+    """Write `leaf` in the directory `dir_fd` atomically (temp + fsync + rename)."""
+    tmp = names.temp_name(leaf, secrets.token_hex(6))
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        tfd = os.open(tmp, flags, mode, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(tfd, view) :]
+            os.fsync(tfd)
+        finally:
+            os.close(tfd)
+        # rename never follows a symlink at the destination: it replaces the link itself.
+        os.replace(tmp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def write_atomic_path(path: str | os.PathLike[str], data: bytes, mode: int = 0o640) -> None:
+    """write_atomic for a plain path (a report, a port file): creates the parent if needed."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        write_atomic(dir_fd, target.name, data, mode)
+    finally:
+        os.close(dir_fd)

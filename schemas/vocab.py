@@ -1,0 +1,119 @@
+"""The shared vocabularies of the run directory: phases, states, outcomes, failure kinds, writers,
+and the environment the agent gives a driver. Writers and the audit both use these; a test ties
+every enum here to the matching enum in the JSON Schemas, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+
+class Phase(enum.StrEnum):
+    """Lifecycle phases in the order a replica runs them (each node runs the ones that apply)."""
+
+    RENDEZVOUS = "rendezvous"  # address records exchanged through the run directory
+    PLAN_AGREEMENT = "plan_agreement"  # every replica resolved the same spec fingerprint
+    DATA_CHECK = "data_check"  # every judge-graded verifier in [data] has a binding
+    DEVICES = "devices"  # this node sees the GPUs the plan gives a replica
+    PLACEMENT = "placement"  # placement-RANK.json written (judge devices kept out of Ray's)
+    JUDGES_START = "judges_start"  # managed judges started in their own process groups
+    RAY_START = "ray_start"  # head on the lowest address, workers on the others
+    JUDGE_HEALTH = "judge_health"  # managed judges answer /health
+    READINESS = "readiness"  # head: Ray's live nodes equal the plan, per address (ray-layout.json)
+    AWAIT_READINESS = "await_readiness"  # driver node that is not the head: waits for that verdict
+    REGISTRY = "registry"  # registry.json: judges, rubrics, bindings
+    CANARIES = "canaries"  # known-good scores above known-bad through every binding
+    DRIVER = "driver"  # the training driver runs (on one node); the others supervise
+    COMPLETE = "complete"  # driver node writes complete.json; the others read it
+    ACKNOWLEDGE = "acknowledge"  # every replica acknowledged before Ray is torn down
+    TEARDOWN = "teardown"  # every process group stopped; cleanup-RANK.json
+
+
+# Where a failure happened before the first phase began, or when the reaper never heard one.
+PHASE_INIT = "init"
+PHASE_UNKNOWN = "unknown"
+
+
+class AgentState(enum.StrEnum):
+    """What the agent is doing overall (printed with every phase line, kept in phases-RANK.json)."""
+
+    INIT = "INIT"  # parsing arguments, resolving identity
+    STARTING = "STARTING"  # inside the single startup deadline
+    RUNNING = "RUNNING"  # the driver runs
+    STOPPING = "STOPPING"  # tearing down after success or failure
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+# The only allowed state changes. A failure may stop the agent from any non-final state;
+# success is reached only through RUNNING -> STOPPING.
+STATE_TRANSITIONS: Mapping[AgentState, frozenset[AgentState]] = {
+    AgentState.INIT: frozenset({AgentState.STARTING, AgentState.STOPPING}),
+    AgentState.STARTING: frozenset({AgentState.RUNNING, AgentState.STOPPING}),
+    AgentState.RUNNING: frozenset({AgentState.STOPPING}),
+    AgentState.STOPPING: frozenset({AgentState.SUCCEEDED, AgentState.FAILED}),
+    AgentState.SUCCEEDED: frozenset(),
+    AgentState.FAILED: frozenset(),
+}
+
+
+class PhaseOutcome(enum.StrEnum):
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+
+
+class RunOutcome(enum.StrEnum):
+    """How a replica's run ended (ack and cleanup records)."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+class WriterKind(enum.StrEnum):
+    AGENT = "agent"
+    REAPER = "reaper"
+    LAUNCHER = "launcher"
+    DRIVER = "driver"
+
+
+class FailureKind(enum.StrEnum):
+    """Why a replica failed (failure-RANK.json `kind`)."""
+
+    CHILD_EXIT = "child_exit"  # a supervised child (Ray) exited
+    DRIVER_EXIT = "driver_exit"  # the driver exited non-zero
+    JUDGE_HEALTH = "judge_health"  # a healthy judge stopped answering /health
+    JUDGE = "judge"  # a managed judge exited
+    CANARY = "canary"  # a binding scored known-bad at or above known-good
+    SIGNAL = "signal"  # SIGTERM / SIGINT
+    PEER_FAILURE = "peer_failure"  # a peer wrote a failure record
+    PEER_SILENT = "peer_silent"  # a watched peer's heartbeat stopped changing
+    STARTUP_TIMEOUT = "startup_timeout"  # the single startup deadline passed
+    ACK_TIMEOUT = "ack_timeout"  # not every replica acknowledged within ack_timeout
+    PLAN_MISMATCH = "plan_mismatch"  # replicas resolved different specs, or the wrong count
+    ADDRESS_CONFLICT = "address_conflict"  # two replicas on one address
+    LAYOUT = "layout"  # Ray's live nodes differ from the plan
+    PLACEMENT = "placement"  # GPUs seen differ from the plan
+    DATA = "data"  # a judge-graded verifier without a binding
+    RUN_DIR = "run_dir"  # the run directory refused an operation (symlink, owner, reuse)
+    PORTS = "ports"  # no free port (block) could be allocated
+    AGENT_DIED = "agent_died"  # written by the reaper: the agent was killed
+    INTERNAL = "internal"  # an agent bug
+
+
+class DriverEnv:
+    """The environment variables the agent sets for the driver (agent/driver_api.py reads them)."""
+
+    RAY_ADDRESS = "RAY_ADDRESS"
+    RUN_DIR = "GYM_RUN_DIR"
+    RANK = "GYM_RANK"
+    NODE_INDEX = "GYM_NODE_INDEX"
+    NODE_ADDRESS = "GYM_NODE_ADDRESS"
+    FINGERPRINT = "GYM_FINGERPRINT"
+    INCARNATION = "GYM_INCARNATION"
+    PLAN = "GYM_PLAN"
+    DRIVER_RESULT = "GYM_DRIVER_RESULT"
+    REGISTRY = "GYM_REGISTRY"
+    REGISTRY_FILE = "GYM_REGISTRY_FILE"
+    RUN_FILE = "GYM_RUN_FILE"  # the user's run file, byte for byte (a MILES trainer reads it)

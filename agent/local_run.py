@@ -11,10 +11,8 @@ lines are streamed prefixed by rank; the exit code is the run's outcome.
 from __future__ import annotations
 
 import argparse
-import datetime
 import ipaddress
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -41,11 +39,6 @@ class LocalReplica:
     address: str
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
-
-
-def new_uuid() -> str:
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def local_replicas(
@@ -88,7 +81,7 @@ def run_local(
     resolved = load_spec(spec_path, overrides)
     config = RunConfig.from_spec(resolved)
     plan = make_plan(config)
-    uuid = uuid or new_uuid()
+    uuid = uuid or names.new_uuid()
     root = Path(output_root or config.output_root).absolute()
     run = RunDir.create(root, uuid, mode=config.dir_mode)
     writer = Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)

@@ -250,6 +250,8 @@ def load_run(safe: SafeDir) -> LoadedRun:
                 run.logs[relpath] = size
             continue
         schema = names.schema_for(relpath)
+        if schema is None and any(p.match(relpath) for p in names.OTHER_FILES):
+            continue  # the user's run file, the rendered job: part of the contract, not artifacts
         if schema is None:
             run.findings.append(Finding("info", "file.unknown", "not part of the run-directory contract", relpath))
             continue

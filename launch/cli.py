@@ -20,8 +20,10 @@ from launch.config import RunConfig
 from launch.console import quiet_broken_pipe
 from launch.errors import SpecError, UsageError
 from launch.plan import Plan, plan
+from launch.render import RenderRequest, render
 from launch.spec import ResolvedSpec, load_spec
 from launch.validate import validate
+from schemas import names
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # invalid spec or bad command line, as argparse does
@@ -255,6 +257,99 @@ def _run_local(args: argparse.Namespace) -> int:
     return EXIT_USAGE  # not reached: execv replaces this process or raises
 
 
+# --- render / submit ----------------------------------------------------------
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument("--backend", choices=("slurm", "beaker"), help="default: [launch] backend of the spec")
+    parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
+    parser.add_argument("--output-root", help="default: [output] root of the spec; must be a shared filesystem")
+
+
+def backend_of(args: argparse.Namespace, config: RunConfig) -> str:
+    backend = args.backend or config.backend
+    if backend == "local":
+        raise UsageError(
+            "this command renders for a scheduler: pass --backend slurm|beaker (or set [launch] backend); "
+            "for this machine use gym-launch local"
+        )
+    return backend
+
+
+def render_request(args: argparse.Namespace, spec_path: str | None = None) -> tuple[RenderRequest, str]:
+    """The render request of ``args`` (validated spec, plan, uuid, absolute output root) and its backend."""
+    resolved, config, p = load_valid(args)
+    backend = backend_of(args, config)
+    uuid = args.uuid or names.new_uuid()
+    if not names.UUID_RE.match(uuid):
+        raise UsageError(f"--uuid {uuid!r}: use letters, digits, '_' and '-' (at most 128)")
+    root = args.output_root or config.output_root
+    request = RenderRequest(
+        config=config,
+        plan=p,
+        uuid=uuid,
+        output_root=os.path.abspath(root),
+        spec_path=spec_path or os.path.abspath(args.spec),
+        overrides=tuple(args.overrides),
+        resume=bool(getattr(args, "resume", False)),
+        output_root_given=root,
+    )
+    return request, backend
+
+
+def _configure_render(parser: argparse.ArgumentParser) -> None:
+    add_backend_arguments(parser)
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the rendered job to FILE instead of stdout")
+
+
+def _run_render(args: argparse.Namespace) -> int:
+    request, backend = render_request(args)
+    rendered = render(request, backend)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(rendered.text)
+        except OSError as exc:
+            raise UsageError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
+        print(f"wrote {args.output} ({rendered.backend})", file=sys.stderr)
+    else:
+        sys.stdout.write(rendered.text)
+    return EXIT_OK
+
+
+def _configure_submit(parser: argparse.ArgumentParser) -> None:
+    add_backend_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true", help="print what would be submitted; submit nothing")
+
+
+# Submitting creates the run directory and talks to a scheduler: a side effect, so it lives in
+# agent/ (launch/ stays pure). Like `local`, `submit` validates here, then hands over by exec.
+SUBMITTER = "agent.submit"
+
+
+def submitter_argv(args: argparse.Namespace, backend: str) -> list[str]:
+    argv = [sys.executable, "-m", SUBMITTER, args.spec, "--backend", backend]
+    for override in args.overrides:
+        argv += ["--set", override]
+    for flag, value in (("--uuid", args.uuid), ("--output-root", args.output_root)):
+        if value:
+            argv += [flag, value]
+    if args.dry_run:
+        argv.append("--dry-run")
+    return argv
+
+
+def _run_submit(args: argparse.Namespace) -> int:
+    request, backend = render_request(args)
+    render(request, backend)  # every problem of rendering reported before anything is created
+    argv = submitter_argv(args, backend)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return EXIT_USAGE  # not reached
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
@@ -275,6 +370,18 @@ COMMANDS: list[Command] = [
         "check that every judge-graded verifier in [data] has a binding",
         _configure_check_data,
         _run_check_data,
+    ),
+    Command(
+        "render",
+        "print (or write with -o) the job a scheduler takes: a Slurm batch script or a Beaker experiment spec",
+        _configure_render,
+        _run_render,
+    ),
+    Command(
+        "submit",
+        "render the job, write it into the run directory and submit it (sbatch, or Beaker's API)",
+        _configure_submit,
+        _run_submit,
     ),
     Command(
         "local",

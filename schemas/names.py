@@ -7,7 +7,9 @@ cheap on a shared filesystem.
 
 from __future__ import annotations
 
+import datetime
 import re
+import secrets
 from dataclasses import dataclass
 
 SPEC = "spec.json"
@@ -18,12 +20,20 @@ COMPLETE = "complete.json"
 DRIVER_RESULT = "driver-result.json"
 
 
+RAY_HEAD = "ray-head.json"
+SUBMISSION = "submission.json"
+JOB_FILE_PREFIX = "job"  # job.sbatch, job.beaker.yaml: the rendered job as submitted
+
+
 def run_file(text: str) -> str:
     """The user's run file, byte for byte, as the driver reads it (a MILES trainer parses it)."""
     return "run-file.json" if text.lstrip().startswith("{") else "run-file.toml"
 
 
-RAY_HEAD = "ray-head.json"
+def job_file(suffix: str) -> str:
+    """The rendered job inside the run directory, e.g. ``job_file(".sbatch")``."""
+    return f"{JOB_FILE_PREFIX}{suffix}"
+
 
 ADDRESSES_DIR = "addresses"
 HEARTBEATS_DIR = "heartbeats"
@@ -33,6 +43,12 @@ SUBDIRS = (ADDRESSES_DIR, HEARTBEATS_DIR, FAILURES_DIR, ACKS_DIR)
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
 UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def new_uuid() -> str:
+    """A fresh run id: UTC time (sorts by start) plus randomness (unique across submitters)."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
 
 
 def address(rank: int) -> str:
@@ -100,6 +116,12 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^registry\.json$"), "registry"),
     (re.compile(r"^complete\.json$"), "complete"),
     (re.compile(r"^driver-result\.json$"), "driver-result"),
+    (re.compile(r"^submission\.json$"), "submission"),
+)
+# Files of the run directory that are neither artifacts nor logs (the audit knows them).
+OTHER_FILES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"^run-file\.(toml|json)$"),
+    re.compile(r"^job\.[a-z.]+$"),
 )
 
 # (pattern, log kind) for every log; the kind is who writes it.

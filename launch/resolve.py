@@ -34,6 +34,7 @@ from launch.config import (
     MAX_RUBRICS,
     REQUIRED,
     Binding,
+    InferenceConfig,
     JudgeConfig,
     PoolConfig,
     RubricConfig,
@@ -152,8 +153,8 @@ def walk(
     unsupported: Mapping[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Check ``raw`` against ``cls``'s declared keys; return its constructor arguments, or None
-    when this table (or one below it) has a problem. Keys the mode does not accept must be in
-    ``unsupported`` (with their message) or they are reported as unknown."""
+    when this table (or one below it) has a problem. With a ``mode``, keys that mode does not accept
+    must be in ``unsupported`` (with their message) or they are reported as unknown."""
     start = c.mark()
     fields = _declared(cls)
     unsupported = unsupported or {}
@@ -297,22 +298,11 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
     return built if c.clean_since(start) else None
 
 
+# Known-but-unsupported keys per table, with what to do instead (reported instead of "unknown key").
 UNSUPPORTED: dict[type, Mapping[str, str]] = {
     RubricConfig: dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
+    InferenceConfig: {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
 }
-
-
-def _inference_unsupported() -> None:
-    from launch.config import InferenceConfig
-
-    UNSUPPORTED[InferenceConfig] = {
-        "eval_gpus": EVAL_POOLS,
-        "eval_tensor_parallel_size": EVAL_POOLS,
-        "nnodes": CROSS_NODE_TP,
-    }
-
-
-_inference_unsupported()
 
 
 # --- rules across keys ------------------------------------------------------------------------

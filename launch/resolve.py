@@ -121,7 +121,10 @@ class Checker:
         self.problems: list[Problem] = []
 
     def add(self, path: Path_, message: str) -> None:
-        self.problems.append(Problem(format_key(path), message))
+        key = format_key(path)
+        if any(p.key == key for p in self.problems):
+            return  # one problem per key: the first says what to change
+        self.problems.append(Problem(key, message))
 
     def mark(self) -> int:
         return len(self.problems)
@@ -158,8 +161,11 @@ def walk(
     start = c.mark()
     fields = _declared(cls)
     unsupported = unsupported or {}
+    # A judge's keys depend on its mode; without a (valid) mode every key a judge may carry is accepted.
     accepted = {
-        k for k, f in fields.items() if not (key_info(f) and key_info(f).modes and mode not in key_info(f).modes)
+        k
+        for k, f in fields.items()
+        if mode is None or not (key_info(f) and key_info(f).modes) or mode in key_info(f).modes
     }
     for k in raw:
         if k in unsupported:

@@ -93,19 +93,24 @@ class Cluster:
 
     def start(self) -> None:
         for r in range(self.n):
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
-            env.pop("GYM_TEST_CLOCK_SKEW_S", None)
-            if r in self.skew:
-                env["GYM_TEST_CLOCK_SKEW_S"] = str(self.skew[r])
-            self.procs.append(
-                subprocess.Popen(
-                    self.argv(r),
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+            self.start_one(r)
+
+    def start_one(self, r: int) -> None:
+        """Start rank r (ranks are started in order: procs[r] is rank r)."""
+        assert len(self.procs) == r
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+        env.pop("GYM_TEST_CLOCK_SKEW_S", None)
+        if r in self.skew:
+            env["GYM_TEST_CLOCK_SKEW_S"] = str(self.skew[r])
+        self.procs.append(
+            subprocess.Popen(
+                self.argv(r),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
             )
+        )
 
     def heartbeats(self) -> dict[int, dict]:
         out = {}

@@ -92,8 +92,9 @@ class AnchorNode:
 
     def check_failed_files(self) -> None:
         """One main-loop pass: glob the run directory for failure files."""
-        self.ops["list"] += 1
-        for path in glob.glob(str(self.dir / "failed-*.json")):
+        found = glob.glob(str(self.dir / "failed-*.json"))
+        self.ops["list"] += 1  # counted once done, as schemas.RunDir counts a read
+        for path in found:
             name = os.path.basename(path)
             if name == f"failed-{self.rank}.json":
                 continue

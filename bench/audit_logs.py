@@ -5,7 +5,7 @@
 Prints MB/s for a literal pattern, a regex and a case-insensitive search, plus peak memory growth,
 which must stay near the chunk size whatever the log size; then `gym-audit logs DIR --grep P` and
 `grep -nF P` / `grep -F P` as processes on the same file (warm page cache, output to /dev/null,
-best of 3 alternating runs) and the throughput ratio. Not part of `make test`.
+best of 5 alternating runs) and the throughput ratio. Not part of `make test`.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _timed(argv: list[str], out: Path) -> float:
         return time.perf_counter() - t0
 
 
-def versus_grep(run_dir: Path, log: Path, pattern: str, repeats: int = 3) -> dict:
+def versus_grep(run_dir: Path, log: Path, pattern: str, repeats: int = 5) -> dict:
     """`gym-audit logs --grep` against GNU grep on the same file, both as processes writing their
     matches to a file."""
     exe = Path(sys.executable).with_name("gym-audit")
@@ -133,7 +133,10 @@ def run(size_mb_target: int, pattern: str, where: str | None = None, say=print) 
             say(f"{label:12} {pat!r:32} {hits:6} hits  {seconds:6.2f} s  {size_mb / seconds:8.0f} MB/s")
         rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         result["peak_rss_growth_mb"] = (rss1 - rss0) / 1024
-        say(f"peak RSS growth while grepping: {(rss1 - rss0) / 1024:.0f} MB (log is {size_mb:.0f} MB)")
+        say(
+            f"peak RSS growth while grepping: {(rss1 - rss0) / 1024:.0f} MB (log is {size_mb:.0f} MB; this process's "
+            "peak, so 0 when an earlier part of `make bench` peaked higher: run bench.audit_logs alone)"
+        )
         result["versus_grep"] = v = versus_grep(run_dir, log, pattern)
         for k, r in v["runs"].items():
             say(f"{k:24} {r['seconds']:6.2f} s  {r['mb_per_s']:8.0f} MB/s")

@@ -18,7 +18,9 @@ from pathlib import Path
 from . import audit_logs, audit_scale, coordination, fstrace, procstat, projection
 from .clusters import Settings
 
-PARTS = ("coordination", "skew", "projection", "audit", "logs")
+# The log search first: its peak-RSS figure is this process's peak. The projection after the
+# coordination runs, whose measured points it plots too.
+PARTS = ("logs", "audit", "coordination", "skew", "projection")
 
 
 def _ratio(a: float | None, b: float | None) -> str:

@@ -1,7 +1,7 @@
 """The anchor protocol's coordination loop, re-implemented for side-by-side benchmarks.
 
-Behaviour follows notes/anchors.md (open-instruct's MILES cluster agent), written from that
-description, not from its code:
+Behaviour follows the published description of open-instruct's MILES cluster agent (the system
+this project's agent replaces), written from that description, not from its code:
 - a heartbeat thread, every `heartbeat` seconds, writes `heartbeat-RANK.json` {time, rank} with the
   host's WALL clock and then reads EVERY peer's heartbeat file; a peer is failed when
   `time.time() - peer.time > stale` (wall clocks of two hosts compared), or when its file is still

@@ -2,7 +2,7 @@
 
 The resolved spec is the data exactly as spelled after overrides: no defaults
 are injected, so an omitted key and a key set to its default value are
-different specs with different fingerprints (seed 000: omitted ``cuda_graphs``
+different specs with different fingerprints (omitted ``cuda_graphs``
 vs ``cuda_graphs = false``). Defaults live in ``launch.config``.
 """
 

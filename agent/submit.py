@@ -107,6 +107,10 @@ def submit(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         out(f"# it would be written to {Path(request.output_root) / 'cluster' / request.uuid / job_rel}")
         sys.stdout.write(rendered.text)
         return EXIT_OK
+    if args.backend == "beaker":
+        from agent.beaker_submit import preflight
+
+        preflight()  # no Beaker client or configuration: say so before anything is created
     run = RunDir.create(request.output_root, request.uuid, mode=config.dir_mode)
     if run.read_json(names.SPEC) is not None:
         raise UsageError(f"run directory {run.path} already holds a run; pick a new --uuid")

@@ -146,4 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main, not this __main__ copy: agent.beaker_submit raises
+    # agent.submit.SubmitError, which must be the class main() catches.
+    from agent.submit import main as module_main
+
+    sys.exit(module_main())

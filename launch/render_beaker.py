@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import posixpath
+import re
 from collections.abc import Mapping
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from launch.config import RunConfig
@@ -46,6 +48,21 @@ RESERVED_PREFIXES = ("BEAKER_",)
 
 def _duration_s(seconds: float) -> str:
     return f"{math.ceil(seconds)}s"
+
+
+NANOS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h|d)")
+
+
+def beaker_duration(text: str) -> str:
+    """A spec duration ("2d", "1h30m", already checked by the resolver) in units Beaker reads:
+    Beaker, like Go, has no days, so it is written in the largest of h, m, s, ms, ns that is exact."""
+    nanos = sum(Decimal(n) * NANOS[u] for n, u in DURATION_PART.findall(text))
+    total = int(nanos.to_integral_value(rounding=ROUND_CEILING))
+    for unit in ("h", "m", "s", "ms"):
+        if total % NANOS[unit] == 0:
+            return f"{total // NANOS[unit]}{unit}"
+    return f"{total}ns"
 
 
 def _under(path: str, mount: str) -> bool:
@@ -144,7 +161,7 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
     if beaker.preemptible is not None:
         context["preemptible"] = beaker.preemptible
     if beaker.min_runtime is not None:
-        context["minRuntime"] = beaker.min_runtime
+        context["minRuntime"] = beaker_duration(beaker.min_runtime)
     if beaker.auto_resume is not None:
         context["autoResume"] = beaker.auto_resume
     resources: dict[str, Any] = {"gpuCount": plan.gpus_per_replica}
@@ -182,7 +199,7 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
             }
         )
     if beaker.timeout is not None:
-        out["timeout"] = beaker.timeout
+        out["timeout"] = beaker_duration(beaker.timeout)
     return out
 
 

@@ -5,7 +5,9 @@ rendering is pure, and beaker-py's loader needs no Beaker account."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -198,7 +200,7 @@ def beaker_specs(draw: st.DrawFn) -> tuple[dict, str]:
     for k, strat in (
         ("budget", st.from_regex(r"[a-z]+/[a-z-]{1,12}", fullmatch=True)),
         ("priority", st.sampled_from(["low", "normal", "high", "urgent"])),
-        ("timeout", st.sampled_from(["90m", "3h", "1h30m", "2d"])),
+        ("timeout", st.sampled_from(["90m", "3h", "1h30m", "2d", "1.5d", "0.25s", "7 h 3 m", "10us"])),
         ("shared_memory", st.sampled_from(["10 GiB", "200 GiB"])),
     ):
         if draw(st.booleans()):
@@ -207,7 +209,7 @@ def beaker_specs(draw: st.DrawFn) -> tuple[dict, str]:
         beaker["preemptible"] = draw(st.booleans())
     else:
         if draw(st.booleans()):
-            beaker["min_runtime"] = draw(st.sampled_from(["0s", "1h", "45m"]))
+            beaker["min_runtime"] = draw(st.sampled_from(["0s", "1h", "45m", "1d", "500ms"]))
         if draw(st.booleans()):
             beaker["auto_resume"] = draw(st.booleans())
     data = {
@@ -227,6 +229,12 @@ def beaker_specs(draw: st.DrawFn) -> tuple[dict, str]:
         "driver": {"command": ["python", "train.py"]},
     }
     return data, draw(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,30}", fullmatch=True))
+
+
+def beaker_ns(text: str) -> int:
+    """Our duration grammar, evaluated independently of the renderer: what Beaker must get."""
+    units = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9, "d": 86400e9}
+    return math.ceil(sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)\s*([a-z]+)", text)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -266,7 +274,8 @@ def test_property_generated_specs_load_in_beaker_py(tmp_path_factory: pytest.Tem
     assert task.context.priority == (BeakerJobPriority.from_any(b["priority"]) if "priority" in b else None)
     assert task.context.auto_resume == b.get("auto_resume")
     assert task.resources.shared_memory == b.get("shared_memory")
-    assert (task.timeout is None) == ("timeout" not in b)
+    assert task.timeout == (beaker_ns(b["timeout"]) if "timeout" in b else None)
+    assert task.context.min_runtime == (beaker_ns(b["min_runtime"]) if "min_runtime" in b else None)
     env = env_of(task)
     for k, v in data["launch"]["env"].items():
         assert env[k] == (v, None)  # any text reads back exactly

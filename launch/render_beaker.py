@@ -42,6 +42,7 @@ RESERVED_ENV = (
     "GYM_REPLICA_RANK",
     "GYM_REPLICA_COUNT",
     "CUDA_VISIBLE_DEVICES",
+    "GYM_TEST_REPLICA_ADDRESS",  # agent.identity's loopback test hook: never in a real job
 )
 RESERVED_PREFIXES = ("BEAKER_",)
 

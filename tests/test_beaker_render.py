@@ -317,3 +317,7 @@ def test_loopback_hostname_is_still_refused_and_the_test_hook_is_loopback_only()
     )
     with pytest.raises(IdentityError, match="loopback addresses only"):
         resolve_address(None, {TEST_ADDRESS_ENV: "10.1.2.3"})
+    # A rendered job cannot carry the hook.
+    from launch.render_beaker import RESERVED_ENV
+
+    assert TEST_ADDRESS_ENV in RESERVED_ENV

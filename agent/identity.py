@@ -127,4 +127,5 @@ def resolve(rank: int | None, count: int | None, address: str | None, env: Mappi
     env = os.environ if env is None else env
     r, n = resolve_rank(rank, count, env)
     addr, explicit = resolve_address(address, env)
-    return Identity(r, n, addr, explicit, socket.gethostname(), visible_devices(env))
+    host = env.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
+    return Identity(r, n, addr, explicit, host, visible_devices(env))

@@ -235,7 +235,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
                 renames.setdefault(target, f"{section}.{key}")
             elif close := _close(key, list(owned)):
                 problem([section, key], f"unknown key; did you mean {section}.{close}?")
-        if section in ("trainer", "inference", "driver"):
+        if section in ("trainer", "inference"):
             out.setdefault(section, {})
 
     inference = data.get("inference") if isinstance(data.get("inference"), Mapping) else {}

@@ -20,12 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from beaker import BeakerExperimentSpec
-
-from agent import tempdirs
-from agent.identity import TEST_ADDRESS_ENV
-from launch.cli import main as launch_main
-from tests.agent_harness import (
+from agent_harness import (
     agent_tmp_root,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -33,6 +28,11 @@ from tests.agent_harness import (
     failures,
     wait_phase,
 )
+from beaker import BeakerExperimentSpec
+
+from agent import tempdirs
+from agent.identity import TEST_ADDRESS_ENV
+from launch.cli import main as launch_main
 
 pytestmark = pytest.mark.slow
 

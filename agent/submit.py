@@ -107,6 +107,10 @@ def submit(args: argparse.Namespace, out: Callable[[str], None]) -> int:
         out(f"# it would be written to {Path(request.output_root) / 'cluster' / request.uuid / job_rel}")
         sys.stdout.write(rendered.text)
         return EXIT_OK
+    if args.backend == "beaker":
+        from agent.beaker_submit import preflight
+
+        preflight()  # no Beaker client or configuration: say so before anything is created
     run = RunDir.create(request.output_root, request.uuid, mode=config.dir_mode)
     if run.read_json(names.SPEC) is not None:
         raise UsageError(f"run directory {run.path} already holds a run; pick a new --uuid")
@@ -142,4 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main, not this __main__ copy: agent.beaker_submit raises
+    # agent.submit.SubmitError, which must be the class main() catches.
+    from agent.submit import main as module_main
+
+    sys.exit(module_main())

@@ -65,6 +65,11 @@ def test_without_a_beaker_configuration_it_says_so_and_creates_nothing(tmp_path:
     assert "no Beaker configuration found" in result.stderr and "--dry-run" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "weka").exists()
+    # What would have been submitted is printed, and loads as a Beaker spec.
+    job = tmp_path / "printed.yaml"
+    job.write_text(result.stdout)
+    [task] = BeakerExperimentSpec.from_file(job).tasks
+    assert task.command[:3] == ["gym-agent", "--uuid", "noconf"]
 
 
 @pytest.fixture

@@ -230,6 +230,9 @@ object_store_memory = 100000000
     assert facts["host"] == "n2" and facts["env"][JobEnv.DRIVER_RANK] == "1" == facts["env"][DriverEnv.RANK]
     assert facts["env"]["JUDGE_HOST"] == "n3" == facts["env"][JobEnv.pool_nodes("judge")]
     assert facts["env"][JobEnv.pool_nodes("policy")] == "n1,n2"
+    # The Ray head moved with the driver (seed 001); without ray.node_pools every node joins it.
+    assert read(run_dir, names.RAY_HEAD)["gcs_address"].startswith("127.0.10.2:")
+    assert sorted(read(run_dir, names.RAY_LAYOUT)["expected"]) == ["127.0.10.1", "127.0.10.2", "127.0.10.3"]
     # The judge runs only on the judge node (rank 2), nowhere else.
     judge_records = sorted(p.name for p in run_dir.glob("judge-general-*.json"))
     assert judge_records == [names.judge_endpoint("general", 2)], judge_records

@@ -48,6 +48,17 @@ def _problems(config: RunConfig, plan: Plan) -> list[Problem]:
                 f"takes every listed host, so list exactly {plan.replicas}",
             )
         )
+    named = {p.partition for p in config.pool_list if p.partition}
+    job = config.launch.slurm.partition
+    if len(named) > 1 or (job and named and named != {job}):
+        want = ", ".join(sorted(named | ({job} if job else set())))
+        out.append(
+            Problem(
+                "pools",
+                f"name partitions {want}, but pools share one allocation in one partition: give every pool "
+                "the same partition (or none, and set launch.slurm.partition)",
+            )
+        )
     seen: dict[str, str] = {}
     for pool in config.pool_list:
         var = JobEnv.pool_nodes(pool.name)
@@ -69,8 +80,9 @@ def _directives(request: RenderRequest, run_dir: str) -> list[str]:
     ]
     if request.workdir:
         lines.append(f"--chdir={request.workdir}")
+    pool_partition = next((p.partition for p in config.pool_list if p.partition), None)
     for flag, value in (
-        ("--partition", slurm.partition),
+        ("--partition", slurm.partition or pool_partition),
         ("--account", slurm.account),
         ("--qos", slurm.qos),
         ("--time", slurm.time),

@@ -256,3 +256,15 @@ def test_submit_dry_run_prints_the_script_and_creates_nothing(tmp_path: Path) ->
     assert r.returncode == 0, r.stderr
     assert "#SBATCH --nodes=3" in r.stdout and f"--output={out}/cluster/dry/job-slurm-%j.out" in r.stdout
     assert not out.exists()
+
+
+def test_pool_partitions_become_the_job_partition_and_must_agree(tmp_path: Path) -> None:
+    spec = pooled(tmp_path).read_text().replace("[pools.judge]", '[pools.judge]\npartition = "batch"')
+    (tmp_path / "p.toml").write_text(spec)
+    assert "--partition=batch" in directive_lines(render(request(tmp_path / "p.toml")).text)
+    spec = spec.replace("[pools.policy]", '[pools.policy]\npartition = "other"')
+    (tmp_path / "p.toml").write_text(spec)
+    r = subprocess.run(
+        [GYM_LAUNCH, "render", str(tmp_path / "p.toml"), "--backend", "slurm"], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "pools: name partitions batch, other" in r.stderr, r.stderr

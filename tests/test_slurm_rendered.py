@@ -220,7 +220,7 @@ object_store_memory = 100000000
     # Each pool is its own step, named after the pool.
     steps: set[str] = set()
     end = time.monotonic() + 60
-    while time.monotonic() < end and steps != {"policy", "judge"}:
+    while time.monotonic() < end and not {"policy", "judge"} <= steps:
         steps |= set(c.run(["squeue", "-h", "-s", "-j", str(job), "-o", "%j"], check=False).split())
         time.sleep(0.5)
     assert {"policy", "judge"} <= steps, steps

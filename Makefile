@@ -9,7 +9,7 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install test lint demo bench soak clean browser strace slurm-up slurm-down slurm-status
+.PHONY: install test lint demo demo-slurm bench soak clean browser strace slurm-up slurm-down slurm-status
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,22 @@ slurm-status:
 
 slurm-down:
 	$(PYTHON) -m tests.slurm.cluster down $(SLURM_DIR)
+
+# `make demo` on the local Slurm cluster: bring it up, submit the rendered job, wait, audit, take it
+# down (also when a step fails). The nodes share this machine, so they run this venv's gym-agent, and
+# their hostnames resolve to loopback addresses, which the agent takes only as an explicit --address.
+demo-slurm: $(STAMP)
+	$(PYTHON) -m tests.slurm.cluster up $(SLURM_DIR)
+	@export SLURM_CONF=$(SLURM_DIR)/slurm.conf; \
+	trap '$(PYTHON) -m tests.slurm.cluster down $(SLURM_DIR)' EXIT; \
+	run=$(DEMO_OUT)/cluster/$(DEMO_UUID); \
+	$(VENV)/bin/gym-launch submit examples/demo.toml --backend slurm --output-root $(DEMO_OUT) --uuid $(DEMO_UUID) \
+	  --set 'launch.slurm.agent="$(abspath $(VENV))/bin/gym-agent"' --set launch.slurm.explicit_address=true || exit $$?; \
+	job=$$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' $$run/submission.json); \
+	while timeout 10 squeue -h -j $$job 2>/dev/null | grep -q .; do sleep 1; done; \
+	timeout 10 scontrol show job -o $$job | grep -o 'JobState=[A-Z]* .*ExitCode=[0-9:]*' | sed 's/ .*ExitCode/ ExitCode/'; \
+	$(VENV)/bin/gym-audit $$run --html $(DEMO_OUT)/$(DEMO_UUID)-audit.html; rc=$$?; \
+	echo "job output: $$run/job-slurm-$$job.out; audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"; exit $$rc
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache bench-out

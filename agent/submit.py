@@ -95,6 +95,7 @@ def prepare(args: argparse.Namespace) -> tuple[RenderRequest, Rendered, RunConfi
         # Every replica loads the run directory's copy: one spec, one fingerprint, overrides applied.
         spec_path=str(Path(root) / "cluster" / uuid / names.SPEC),
         output_root_given=root_given,
+        workdir=os.getcwd(),
     )
     return request, render(request, args.backend), config
 

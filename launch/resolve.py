@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launch import keys, miles, names
+from launch import keys, miles, names, slurm_directives
 from launch.config import (
     MAX_BINDINGS,
     MAX_JUDGES,
@@ -37,6 +37,7 @@ from launch.config import (
     InferenceConfig,
     JudgeConfig,
     PoolConfig,
+    RayConfig,
     RubricConfig,
     RunConfig,
     _frozen,
@@ -304,10 +305,17 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
     return built if c.clean_since(start) else None
 
 
+RAY_NODE_POOL = (
+    "is singular, but a Ray cluster spans pools: write node_pools = [...] (a list; [] starts a "
+    "single-node cluster on the driver's node)"
+)
+
+
 # Known-but-unsupported keys per table, with what to do instead (reported instead of "unknown key").
 UNSUPPORTED: dict[type, Mapping[str, str]] = {
     RubricConfig: dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
     InferenceConfig: {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
+    RayConfig: {"node_pool": RAY_NODE_POOL},
 }
 
 
@@ -374,6 +382,11 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
                 "so every pool and the replica size must agree",
             )
 
+    directives = table("launch", "slurm").get("directives")
+    if isinstance(directives, list) and all(isinstance(d, str) for d in directives):
+        for i, msg in slurm_directives.problems(directives):
+            c.add(("launch", "slurm", "directives", str(i)), msg)
+
     check_env(c, table("driver").get("env"), ("driver", "env"))
     check_env(c, launch.get("env"), ("launch", "env"))
     secrets = launch.get("secrets")
@@ -428,10 +441,19 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
                 f"must not set {', '.join(owned)}: the agent owns GPUs, ports, addresses and temp dirs of "
                 "ray start (the readiness gate checks the cluster it planned)",
             )
+    spanned = ray.get("node_pools")
+    if isinstance(spanned, list):
+        for i, pool in enumerate(spanned):
+            if isinstance(pool, str) and pool not in pools:
+                c.add(("ray", "node_pools"), f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
+            elif pool in spanned[:i]:
+                c.add(("ray", "node_pools"), f"lists pool {pool} twice")
     for pool, res in table("ray", "resources").items():
         rp: Path_ = ("ray", "resources", pool)
         if pool not in pools:
             c.add(rp, f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
+        elif isinstance(spanned, list) and pool not in spanned:
+            c.add(rp, f"pool {pool} is not in ray.node_pools ({', '.join(map(str, spanned)) or 'empty'}): add it there")
         if not isinstance(res, dict):
             c.add(rp, f"must be a table of resource = amount, not {keys.describe(res)}")
             continue

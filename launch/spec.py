@@ -53,7 +53,7 @@ def key_order(data: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def _restore_order(data: dict[str, Any], order: Any) -> None:
+def restore_key_order(data: dict[str, Any], order: Any) -> None:
     if not isinstance(order, dict):
         return
     for dotted, keys in order.items():
@@ -165,7 +165,7 @@ def _read_json(path: Path, text: str) -> tuple[dict[str, Any], _Recorded]:
     # schema name; a bare spec has no "spec" key (it would be an unknown key).
     if isinstance(doc.get("spec"), dict):
         spec = doc["spec"]
-        _restore_order(spec, doc.get("key_order"))
+        restore_key_order(spec, doc.get("key_order"))
         base, overrides, source = doc.get("base_dir"), doc.get("overrides"), doc.get("source_text")
         return spec, _Recorded(
             base if isinstance(base, str) else None,

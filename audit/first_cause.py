@@ -6,8 +6,8 @@ Rules (the agent's failure records are the evidence):
 - a `peer_silent` record about X where X has NO record makes X the culprit: X died without
   a word (host lost, SIGKILL with no reaper), so the cause is placed on X, reported by the
   observer; any other reaction whose target left no record is treated as a root;
-- a signal (SIGTERM from a scheduler propagating a failure) is not the first cause when another
-  rank's real failure was recorded within SCHEDULER_REACTION_S after it;
+- a signal (SIGTERM from a scheduler propagating a failure), or a driver/child killed by one, is not
+  the first cause when another rank's real failure was recorded within SCHEDULER_REACTION_S after it;
 - among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
   the agent explains a later signal or timeout better than the other way round). Wall times
   come from different hosts whose clocks may differ, so the order across hosts is best effort.
@@ -15,6 +15,7 @@ Rules (the agent's failure records are the evidence):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -121,15 +122,28 @@ def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_
     )
 
 
+# A driver or child killed by SIGTERM, SIGINT or SIGHUP was signalled by someone else (a scheduler
+# signals every process of a step): like the agent's own signal record, a reaction, not a cause.
+# SIGKILL (-9) is not among them: the kernel's OOM killer sends it, and that is a real failure.
+_SIGNALLED_CHILD = re.compile(r"exited with code -(1|2|15)\b")
+
+
+def _signal_like(c: Cause) -> bool:
+    if c.kind == FailureKind.SIGNAL:
+        return True
+    return c.kind in (FailureKind.DRIVER_EXIT, FailureKind.CHILD_EXIT) and bool(_SIGNALLED_CHILD.search(c.cause))
+
+
 def _signals_after_real_failures(roots: list[Cause]) -> list[Cause]:
     """Move a leading signal behind a real failure of another rank recorded shortly after it."""
     first = roots[0]
-    if first.kind != FailureKind.SIGNAL or first.wall_time is None:
+    if not _signal_like(first) or first.wall_time is None:
         return roots
     real = [
         c
         for c in roots
         if c.kind not in REACTION_KINDS
+        and not _signal_like(c)
         and c.rank != first.rank
         and c.wall_time is not None
         and c.wall_time - first.wall_time <= SCHEDULER_REACTION_S

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from audit.first_cause import analyse
 from audit.views import FailureRec
 
@@ -89,3 +91,15 @@ def test_a_signal_well_before_any_real_failure_stays_the_first_cause() -> None:
     # And a signal followed only by timeouts or peer reactions stays first too.
     fc, _, _ = first(rec(0, "signal", 100.0), rec(1, "startup_timeout", 101.0))
     assert (fc.rank, fc.kind) == (0, "signal")
+
+
+def test_a_driver_killed_by_the_schedulers_sigterm_is_a_reaction_too() -> None:
+    # Measured on the local Slurm cluster: the scheduler's SIGTERM reached rank 0's driver before its
+    # agent, so rank 0 recorded driver_exit with code -15; rank 1 (SIGKILLed) is still the first cause.
+    killed_driver = replace(rec(0, "driver_exit", 100.38), cause="the driver exited with code -15")
+    fc, _, _ = first(rec(2, "signal", 100.32), killed_driver, rec(1, "agent_died", 100.97))
+    assert (fc.rank, fc.kind) == (1, "agent_died")
+    # A driver that crashed on its own (or was OOM-killed: -9) stays a real failure.
+    crashed = replace(killed_driver, cause="the driver exited with code -9")
+    fc, _, _ = first(rec(2, "signal", 100.32), crashed, rec(1, "agent_died", 100.97))
+    assert (fc.rank, fc.kind) == (0, "driver_exit")

@@ -337,7 +337,8 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             phase=str(Phase.DRIVER),
             log=names.agent_log(victim.rank),
         )
-        assert write_failure_record(run, reaper, victim.rank, died, str(Phase.DRIVER))
+        if not write_failure_record(run, reaper, victim.rank, died, str(Phase.DRIVER)):
+            raise OSError(f"could not write rank {victim.rank}'s failure record in {run.path}")
         run.write_artifact(
             names.cleanup(victim.rank),
             "cleanup",

@@ -212,9 +212,10 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
                 sigterm = Failure(
                     kind=FailureKind.SIGNAL, cause="received SIGTERM", phase=str(Phase.DRIVER), monotonic_time=t_write
                 )
-                assert write_failure_record(
+                if not write_failure_record(
                     run_dir, Writer(FP, victim, f"sim{victim}"), victim, sigterm, str(Phase.DRIVER)
-                )
+                ):
+                    raise OSError(f"could not write rank {victim}'s failure record in {path}")
             else:
                 (path / f"failed-{victim}.json").write_text(json.dumps({"error": "received SIGTERM"}))
             deadline = time.monotonic() + 4 * poll + 30

@@ -4,13 +4,16 @@
     python -m bench.audit_scale [--replicas 1024] [--scenario success|killed] [--root DIR]
 
 Nothing is hand-made JSON: every artifact goes through schemas.RunDir.write_artifact (stamped,
-schema-checked, atomic), built by the agent's own code where it has a builder: address records
-by rendezvous.publish, phase timelines by the lifecycle's PhaseLog, placements and failure
-records by lifecycle.Agent (one Agent object per replica, never started), heartbeats by
-liveness.Liveness (never started), the Ray layout by ray_node.compare_layout, the registry and
-canaries by the judge runtime (no judges in this spec). Records without a builder of their own
-(ray-head, complete, ack, cleanup, driver-result: a few fields each in lifecycle.py) are written
-with the same write_artifact call and fields as there. Rank order differs from address order.
+schema-checked, atomic), built by the project's own code where it has a builder: address records
+by rendezvous.publish, phase timelines by the lifecycle's PhaseLog walking the agent's own step
+table (lifecycle.STARTUP_STEPS, on the nodes each step names), placements by
+schemas.records.placement_fields, heartbeats and every peer's failure (found by listing
+failures/) by each replica's own liveness.Liveness, never started but ticked on a clock the
+generator advances, failure records by failure.write_failure_record (the reaper's too), the Ray
+layout by ray_node.compare_layout, the data check, registry and canaries by the judge runtime
+(no judges in this spec). Records without a builder of their own (ray-head, complete, ack,
+cleanup, driver-result: a few fields each in lifecycle.py) are written with the same
+write_artifact call and fields as there. Rank order differs from address order.
 
 Generated on tmpfs when available (each write fsyncs twice; on a disk 60,000 writes take
 minutes); the audit is then timed on that directory, warm, as `gym-audit` CLI processes.
@@ -25,7 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SPEC = """
 name = "scale"
@@ -48,35 +54,85 @@ placement = "trainer"
 [ray]
 num_cpus = 32
 """
-PHASES = (
-    "rendezvous",
-    "plan_agreement",
-    "devices",
-    "placement",
-    "judges_start",
-    "ray_start",
-    "judge_health",
-)
+HEARTBEAT_INTERVAL = 2.0  # the spec's default heartbeat and poll intervals, on the generator's clock
+POLL_INTERVAL = 1.0
+BEATS = 3
 
 
 def _address(i: int) -> str:
     return f"10.{i // 250}.{(i * 7) % 250}.{1 + i % 250}"
 
 
-def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") -> Path:
-    from agent.phases import AgentState, Phase
+class _Clock:
+    """The monotonic clock every replica's Liveness runs on here: advanced by the generator, so
+    heartbeats and failure discovery come from the real Liveness.tick() without waiting."""
 
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _applies(step: Any, topo: Any, ray_enabled: bool) -> bool:
+    """Which nodes run a lifecycle step: Agent.applies' rule, on a replica's topology."""
+    from agent.lifecycle import Nodes
+
+    if step.needs_ray and not ray_enabled:
+        return False
+    if step.nodes is Nodes.ALL:
+        return True
+    if step.nodes is Nodes.HEAD:
+        return topo.is_head
+    if step.nodes is Nodes.DRIVER_NODE:
+        return topo.is_driver_node
+    return topo.is_driver_node and not topo.is_head
+
+
+@dataclass
+class _Replica:
+    """One replica as the generator keeps it: what an agent writes its records with."""
+
+    ident: Any  # agent.identity.Identity
+    writer: Any  # schemas.Writer
+    log: Any  # agent.lifecycle.PhaseLog
+    signal: Any  # agent.failure.FailureSignal
+    topo: Any = None  # agent.context.Topology, after plan agreement
+    live: Any = None  # agent.liveness.Liveness, never started: ticked on a _Clock
+
+    @property
+    def rank(self) -> int:
+        return self.ident.rank
+
+
+def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") -> Path:
     from agent import clock, rendezvous
-    from agent.failure import Failure, FailureSignal
+    from agent.context import RunContext, Topology
+    from agent.failure import Failure, FailureSignal, write_failure_record
     from agent.identity import Identity
-    from agent.lifecycle import Agent
+    from agent.judges_runtime import JudgeRuntime
+    from agent.lifecycle import STARTUP_STEPS, PhaseLog
     from agent.liveness import Liveness
     from agent.procgroup import StopRecord
     from agent.ray_node import compare_layout
+    from agent.reaper import ReaperChannel
+    from agent.supervisor import Supervisor
     from launch.config import RunConfig
     from launch.plan import plan as make_plan
-    from launch.spec import load_spec
-    from schemas import RunDir, Writer, names, new_incarnation
+    from launch.spec import load_spec, spec_record
+    from schemas import (
+        AgentState,
+        FailureKind,
+        Phase,
+        PhaseOutcome,
+        RunDir,
+        RunOutcome,
+        Writer,
+        WriterKind,
+        names,
+        new_incarnation,
+        records,
+    )
 
     trainer_nodes = max(1, replicas // 8)
     spec_file = root / "scale.toml"
@@ -85,89 +141,151 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     config = RunConfig.from_spec(resolved)
     plan = make_plan(config)
     assert plan.replicas == replicas, plan.replicas
+    assert not any(node.judges for node in plan.nodes)  # one JudgeRuntime below serves every node
+    fp = config.fingerprint
     run = RunDir.create(root / "out", uuid)
     rng = random.Random(7)
     addresses = [_address(i) for i in range(replicas)]
     rng.shuffle(addresses)  # rank order is not address order
-    agents: list[Agent] = []
+    now = _Clock()
+
+    def quiet(_line: str) -> None:
+        """The agent prints its phase lines; the logs are written below instead."""
+
+    reps: list[_Replica] = []
     for rank in range(replicas):
-        inc = new_incarnation()
+        writer = Writer(fp, rank, new_incarnation(), clock_offset=clock.skew())
         if rank == 0:
-            run.write_artifact(
-                names.SPEC,
-                "spec",
-                Writer(config.fingerprint, rank, inc),
-                {"spec": resolved.data, "source": str(spec_file)},
-            )
+            run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(spec_file)))
         ident = Identity(rank, replicas, addresses[rank], True, f"gpu-{rank:04d}", tuple(str(i) for i in range(8)))
-        lines: list[str] = []
-        agent = Agent(config, plan, ident, run, incarnation=inc, started_mono=clock.mono(), out=lines.append)
-        os.close(agent._agent_log_fd)  # one fd per replica is not needed to write records
-        rendezvous.publish(run, agent.writer, ident)
-        agents.append(agent)
-    peers = rendezvous.node_order(
-        [
-            rendezvous.Peer(a.rank, a.ident.address, a.writer.incarnation, config.fingerprint, a.ident.hostname, ())
-            for a in agents
-        ],
-        "plan_agreement",
-    )
-    head = agents[peers[0].rank]
-    driver = agents[peers[plan.driver_node].rank]
-    for index, peer in enumerate(peers):
-        a = agents[peer.rank]
-        a.peers, a.node, a.head_address = peers, plan.nodes[index], peers[0].address
-        a.log.node_index, a.log.address = index, a.ident.address
-        a.log.set_state(AgentState.STARTING)
-        for p in PHASES:
-            a.log.begin(Phase(p))
-            if p == "placement":
-                a._write_placement()
-            a.log.end()
-        live = Liveness(
+        rep = _Replica(ident, writer, PhaseLog(run, writer, rank, quiet), FailureSignal())
+        rep.live = Liveness(
             run,
-            a.writer,
-            a.rank,
+            writer,
+            rank,
             replicas,
-            heartbeat_interval=2.0,
+            heartbeat_interval=HEARTBEAT_INTERVAL,
             heartbeat_timeout=120.0,
-            poll_interval=1.0,
-            signal=FailureSignal(),
-            phase=a.log.phase_name,
+            poll_interval=POLL_INTERVAL,
+            signal=rep.signal,
+            phase=rep.log.phase_name,
+            now=now,
         )
-        for _ in range(3):
-            live._beat()
-    expected = {p.address: float(plan.nodes[i].ray_gpus) for i, p in enumerate(peers)}
-    live_nodes = [{"address": addr, "gpus": g, "node_id": f"{i:056x}"} for i, (addr, g) in enumerate(expected.items())]
-    check = compare_layout(expected, live_nodes)
-    gcs = f"{head.ident.address}:6379"
-    run.write_artifact(names.RAY_HEAD, "ray-head", head.writer, {"gcs_address": gcs})
-    head.log.begin(Phase.READINESS)
-    run.write_artifact(
-        names.RAY_LAYOUT,
-        "ray-layout",
-        head.writer,
-        {
-            "head_address": head.ident.address,
-            "ray_address": gcs,
-            "expected": check.expected,
-            "actual": check.actual,
-            "live_nodes": check.live_nodes,
-            "passed": check.passed,
-            "problems": check.problems,
-            "waited_s": 4.2,
-        },
+        rep.log.set_state(AgentState.STARTING)
+        rep.log.begin(Phase.RENDEZVOUS, f"rank {rank}/{replicas} at {ident.address}")
+        rendezvous.publish(run, writer, ident)
+        reps.append(rep)
+    peers = [
+        rendezvous.Peer(r.rank, r.ident.address, r.writer.incarnation, fp, r.ident.hostname, r.ident.visible_devices)
+        for r in reps
+    ]
+    rendezvous.agree(peers, fp, str(Phase.PLAN_AGREEMENT))
+    peers = rendezvous.node_order(peers, str(Phase.PLAN_AGREEMENT))
+    for index, peer in enumerate(peers):
+        rep = reps[peer.rank]
+        rep.topo = Topology(plan.nodes[index], tuple(peers), plan.driver_node)
+        rep.log.node_index, rep.log.address = index, rep.ident.address
+    head = reps[peers[0].rank]
+    driver = reps[peers[plan.driver_node].rank]
+
+    # The judge steps run through the agent's own JudgeRuntime (no judges in this spec) on the
+    # driver node's run context; nothing is ever started under its supervisor.
+    supervisor = Supervisor(
+        driver.signal, config.coordination.teardown_grace, ReaperChannel(None), driver.log.phase_name
     )
-    head.log.end()
-    driver.log.begin(Phase.REGISTRY)
-    driver.log.end(detail=driver.judges.write_registry())
-    driver.log.begin(Phase.CANARIES)
-    driver.log.end(detail=driver.judges.run_canaries())
-    for a in agents:
-        a.log.set_state(AgentState.RUNNING)
-        a.log.begin(Phase.DRIVER)
-        _log(run, names.agent_log(a.rank), f"[rank {a.rank}] RUNNING driver ...\n")
-        _log(run, names.ray_log(a.rank), "Ray runtime started.\n")
+    judges = JudgeRuntime(
+        RunContext(
+            config=config,
+            plan=plan,
+            rank=driver.rank,
+            address=driver.ident.address,
+            visible_devices=driver.ident.visible_devices,
+            run=run,
+            writer=driver.writer,
+            signal=driver.signal,
+            supervisor=supervisor,
+            reaper=ReaperChannel(None),
+            phase=driver.log.phase_name,
+            deadline=clock.mono() + config.coordination.startup_timeout,
+        )
+    )
+    gcs = f"{head.ident.address}:6379"
+
+    def placement(rep: _Replica) -> str:
+        node = rep.topo.node
+        fields = records.placement_fields(
+            node_index=node.index,
+            address=rep.ident.address,
+            visible_devices=rep.ident.visible_devices,
+            trainer_gpus=node.trainer_gpus,
+            rollout_gpus=node.rollout_gpus,
+            ray_devices=node.ray_devices,
+            ray_num_gpus=node.ray_gpus,
+            judge_devices=node.judge_devices,
+            unused_devices=node.unused_devices,
+            is_head=rep.topo.is_head,
+            is_driver_node=rep.topo.is_driver_node,
+        )
+        run.write_artifact(names.placement(rep.rank), "placement", rep.writer, fields)
+        return ""
+
+    def ray_start(rep: _Replica) -> str:
+        if rep.topo.is_head:
+            run.write_artifact(names.RAY_HEAD, "ray-head", rep.writer, {"gcs_address": gcs})
+        return ""
+
+    def readiness(rep: _Replica) -> str:
+        expected = {p.address: float(plan.nodes[i].ray_gpus) for i, p in enumerate(peers)}
+        live_nodes = [
+            {"address": addr, "gpus": g, "node_id": f"{i:056x}"} for i, (addr, g) in enumerate(expected.items())
+        ]
+        check = compare_layout(expected, live_nodes)
+        run.write_artifact(
+            names.RAY_LAYOUT,
+            "ray-layout",
+            rep.writer,
+            {
+                "head_address": rep.ident.address,
+                "ray_address": gcs,
+                "expected": check.expected,
+                "actual": check.actual,
+                "live_nodes": check.live_nodes,
+                "passed": check.passed,
+                "problems": check.problems,
+                "waited_s": 4.2,
+            },
+        )
+        return ""
+
+    steps: dict[Phase, Callable[[_Replica], str]] = {
+        Phase.RENDEZVOUS: lambda _rep: "",  # begun above, before every address was published
+        Phase.PLAN_AGREEMENT: lambda r: f"node {r.topo.node.index} of {replicas}; head {r.topo.head_address}",
+        Phase.DATA_CHECK: lambda _rep: judges.check_data(),
+        Phase.DEVICES: lambda r: f"{len(r.ident.visible_devices)} GPU(s) visible",
+        Phase.PLACEMENT: placement,
+        Phase.JUDGES_START: lambda r: judges.start_local(r.topo),  # no node hosts a judge: a count
+        Phase.RAY_START: ray_start,
+        Phase.READINESS: readiness,
+        Phase.REGISTRY: lambda r: judges.write_registry(r.topo),
+        Phase.CANARIES: lambda r: judges.run_canaries(r.topo),
+    }
+    for step in STARTUP_STEPS:  # the agent's own step table, step by step across the replicas
+        for rep in reps:
+            if not _applies(step, rep.topo, config.ray.enabled):
+                continue
+            if step.phase is not Phase.RENDEZVOUS:
+                rep.log.begin(step.phase)
+            rep.log.end(detail=steps.get(step.phase, lambda _rep: "")(rep))
+    supervisor.halt()
+    for rep in reps:
+        rep.log.set_state(AgentState.RUNNING)
+        rep.log.begin(Phase.DRIVER)
+        _log(run, names.agent_log(rep.rank), f"[rank {rep.rank}] RUNNING driver ...\n")
+        _log(run, names.ray_log(rep.rank), "Ray runtime started.\n")
+    for beat in range(BEATS):  # every replica's own Liveness beats, as its thread would
+        now.t = beat * HEARTBEAT_INTERVAL
+        for rep in reps:
+            rep.live.tick()
     _log(run, names.driver_log(driver.rank), "".join(f"step {i} loss {2.0 / (i + 1):.3f}\n" for i in range(200)))
     driver_group = StopRecord("driver", 40000, 40000, "exited", 0, 0, 0.0).to_json()
     ray_group = StopRecord("ray-worker", 30000, 30000, "sigterm", 0, 0, 1.2).to_json()
@@ -175,7 +293,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         run.write_artifact(
             names.DRIVER_RESULT,
             "driver-result",
-            Writer(config.fingerprint, driver.rank, driver.writer.incarnation, "driver"),
+            Writer(fp, driver.rank, driver.writer.incarnation, WriterKind.DRIVER),
             {
                 "optimizer_steps": 200,
                 "losses": [2.0, 1.0],
@@ -191,71 +309,62 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             driver.writer,
             {"driver_rank": driver.rank, "driver_exit_code": 0, "driver_seconds": 3600.0},
         )
-        for a in agents:
-            a.log.end(detail="exit 0" if a is driver else "")
-            a.log.begin(Phase.COMPLETE)
-            a.log.end()
-            a.log.begin(Phase.ACKNOWLEDGE)
-            run.write_artifact(names.ack(a.rank), "ack", a.writer, {"outcome": "success"})
-            a.log.end()
-            a.log.set_state(AgentState.STOPPING)
-            a.log.begin(Phase.TEARDOWN)
-            groups = [ray_group] + ([driver_group] if a is driver else [])
+        for rep in reps:
+            rep.log.end(detail="exit 0" if rep is driver else "")
+            rep.log.begin(Phase.COMPLETE)
+            rep.log.end()
+            rep.log.begin(Phase.ACKNOWLEDGE)
+            run.write_artifact(names.ack(rep.rank), "ack", rep.writer, {"outcome": str(RunOutcome.SUCCESS)})
+            rep.log.end()
+            rep.log.set_state(AgentState.STOPPING)
+            rep.log.begin(Phase.TEARDOWN)
+            groups = [ray_group] + ([driver_group] if rep is driver else [])
             run.write_artifact(
-                names.cleanup(a.rank),
+                names.cleanup(rep.rank),
                 "cleanup",
-                a.writer,
-                {"outcome": "success", "groups": groups, "leftover_pids": []},
+                rep.writer,
+                {"outcome": str(RunOutcome.SUCCESS), "groups": groups, "leftover_pids": []},
             )
-            a.log.end(detail=f"{len(groups)} process group(s) stopped")
-            a.log.set_state(AgentState.SUCCEEDED)
+            rep.log.end(detail=f"{len(groups)} process group(s) stopped")
+            rep.log.set_state(AgentState.SUCCEEDED)
     else:  # one replica SIGKILLed in the driver phase; its reaper and every peer react
-        victim = agents[peers[replicas // 2].rank]
-        t = clock.wall()
-        reaper = Writer(config.fingerprint, victim.rank, victim.writer.incarnation, kind="reaper")
-        run.write_artifact(
-            names.failure(victim.rank),
-            "failure",
-            reaper,
-            {
-                "kind": "agent_died",
-                "cause": f"agent process 4242 of rank {victim.rank} died without cleaning up (killed or crashed) "
-                "during phase driver",
-                "phase": "driver",
-                "wall_time": t,
-                "monotonic_time": clock.mono(),
-                "log": names.agent_log(victim.rank),
-                "reacting_to": None,
-            },
+        victim = reps[peers[replicas // 2].rank]
+        reaper = Writer(fp, victim.rank, victim.writer.incarnation, kind=WriterKind.REAPER)
+        died = Failure(
+            kind=FailureKind.AGENT_DIED,
+            cause=f"agent process 4242 of rank {victim.rank} died without cleaning up (killed or crashed) "
+            f"during phase {Phase.DRIVER}",
+            phase=str(Phase.DRIVER),
+            log=names.agent_log(victim.rank),
         )
+        if not write_failure_record(run, reaper, victim.rank, died, str(Phase.DRIVER)):
+            raise OSError(f"could not write rank {victim.rank}'s failure record in {run.path}")
         run.write_artifact(
             names.cleanup(victim.rank),
             "cleanup",
             reaper,
-            {"outcome": "failure", "groups": [ray_group], "leftover_pids": []},
+            {"outcome": str(RunOutcome.FAILURE), "groups": [ray_group], "leftover_pids": []},
         )
-        for a in agents:
-            if a is victim:
-                continue
-            f = Failure(
-                kind="peer_failure",
-                cause=f"rank {victim.rank} failed (agent_died): agent process 4242 died",
-                phase="driver",
-                reacting_to={"rank": victim.rank, "incarnation": victim.writer.incarnation, "kind": "agent_died"},
-                peers=(victim.rank,),
-            )
-            a.signal.trip(f)
-            a.log.end("failed", f.cause)
-            a.log.set_state(AgentState.STOPPING)
-            a._write_failure(f)
-            groups = [ray_group] + ([driver_group] if a is driver else [])
+        # One poll interval later every peer's own Liveness lists failures/ and trips on the
+        # victim's record (each ticks before any peer record exists, as within one poll).
+        now.t += POLL_INTERVAL  # before the next heartbeat is due: this tick only polls
+        others = [rep for rep in reps if rep is not victim]
+        for rep in others:
+            rep.live.tick()
+            assert rep.signal.failure is not None, f"rank {rep.rank} did not see rank {victim.rank}'s record"
+        for rep in others:
+            failure = rep.signal.failure
+            rep.log.end(PhaseOutcome.FAILED, failure.cause[:300])
+            rep.log.set_state(AgentState.STOPPING)
+            write_failure_record(run, rep.writer, rep.rank, failure, rep.log.phase_name())
+            groups = [ray_group] + ([driver_group] if rep is driver else [])
             run.write_artifact(
-                names.cleanup(a.rank),
+                names.cleanup(rep.rank),
                 "cleanup",
-                a.writer,
-                {"outcome": "failure", "groups": groups, "leftover_pids": []},
+                rep.writer,
+                {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": []},
             )
-            a.log.set_state(AgentState.FAILED)
+            rep.log.set_state(AgentState.FAILED)
     run.close()
     return run.path
 

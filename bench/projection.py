@@ -45,7 +45,7 @@ class _OursSlice:
         sys.modules["watchdog.observers"] = None  # type: ignore[assignment]  # no inotify across hosts
         from agent.failure import FailureSignal
         from agent.liveness import Liveness
-        from schemas import RunDir, Writer
+        from schemas import Phase, RunDir, Writer
 
         self.agents = []
         for r in ranks:
@@ -59,7 +59,7 @@ class _OursSlice:
                 heartbeat_timeout=timeout,
                 poll_interval=poll,
                 signal=sig,
-                phase=lambda: "driver",
+                phase=lambda: str(Phase.DRIVER),
             )
             self.agents.append((r, live, sig))
         # Agents start spread over one heartbeat interval, as real ones do, so their polls are
@@ -205,21 +205,17 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
             victim = n // 2
             t_write = time.monotonic()
             if protocol == "ours":
-                from schemas import Writer, names
+                from agent.failure import Failure, write_failure_record
+                from schemas import FailureKind, Phase, Writer
 
-                run_dir.write_artifact(
-                    names.failure(victim),
-                    "failure",
-                    Writer(FP, victim, f"sim{victim}"),
-                    {
-                        "kind": "signal",
-                        "cause": "received SIGTERM",
-                        "phase": "driver",
-                        "wall_time": time.time(),
-                        "monotonic_time": t_write,
-                        "reacting_to": None,
-                    },
+                # The victim's own SIGTERM record, written the way its lifecycle writes it.
+                sigterm = Failure(
+                    kind=FailureKind.SIGNAL, cause="received SIGTERM", phase=str(Phase.DRIVER), monotonic_time=t_write
                 )
+                if not write_failure_record(
+                    run_dir, Writer(FP, victim, f"sim{victim}"), victim, sigterm, str(Phase.DRIVER)
+                ):
+                    raise OSError(f"could not write rank {victim}'s failure record in {path}")
             else:
                 (path / f"failed-{victim}.json").write_text(json.dumps({"error": "received SIGTERM"}))
             deadline = time.monotonic() + 4 * poll + 30

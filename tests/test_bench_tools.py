@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from bench import anchor_agent, fstrace
+from schemas import names
 
 
 def test_anchor_node_fails_a_peer_on_wall_clock_skew_and_finds_failure_files(
@@ -65,3 +66,39 @@ def test_strace_counts_match_the_agents_own_counts(tmp_path: Path) -> None:
     assert comp.self_counted["write"] == comp.heartbeats
     assert comp.strace_total > 0 and comp.disagreement <= 0.10, comp.to_json()
     assert own["read"] >= comp.self_counted["read"]
+
+
+@pytest.mark.parametrize("scenario", ["success", "killed"])
+def test_audit_scale_writes_a_run_directory_gym_audit_reads_as_that_run(tmp_path: Path, scenario: str) -> None:
+    from bench import audit_scale
+
+    # Every record went through RunDir.write_artifact, which checks it against its schema.
+    run_dir = audit_scale.generate(tmp_path, 16, scenario)
+    proc = subprocess.run([sys.executable, "-m", "audit.cli", str(run_dir), "--json"], capture_output=True)
+    report = orjson.loads(proc.stdout)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    if scenario == "success":
+        assert (proc.returncode, report["verdict"], errors) == (0, "pass", []), proc.stdout[:2000]
+        return
+    assert proc.returncode == 1 and report["verdict"] == "fail"
+    assert report["first_cause"]["kind"] == "agent_died"
+    victim = report["first_cause"]["rank"]
+    failures = sorted((run_dir / names.FAILURES_DIR).iterdir())
+    assert len(failures) == 16
+    for path in failures:
+        doc = orjson.loads(path.read_bytes())
+        if doc["rank"] == victim:
+            assert (doc["writer"], doc["kind"]) == ("reaper", "agent_died")
+        else:  # found by the replica's own Liveness listing failures/
+            assert doc["kind"] == "peer_failure" and doc["reacting_to"]["rank"] == victim, doc
+    assert [e["code"] for e in errors] == ["run.failed"], errors
+
+
+@pytest.mark.slow
+def test_projection_runs_the_real_liveness_and_every_peer_trips(tmp_path: Path) -> None:
+    from bench import projection
+
+    r = projection.run("ours", 8, scale=0.25, procs=2, root=tmp_path)
+    assert r["ops_per_agent"] == pytest.approx(5.0, abs=0.5), r  # a write, two ring reads, two listings
+    assert (r["tripped"], r["false_failures"]) == (7, 0), r
+    assert r["detect_max_polls"] is not None and r["detect_max_polls"] <= 2.0, r

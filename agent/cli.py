@@ -41,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from launch.errors import SpecError, UsageError
     from schemas import RunDir, RunDirError, Writer, names, new_incarnation
+    from schemas.timefmt import iso_ms
 
     from .identity import IdentityError, resolve
 
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunDirError, OSError) as exc:
         return err(f"run directory: {exc}")
 
+    from .logsetup import configure as route_library_logs
+
+    route_library_logs(rank_tag, log_fd)
     incarnation = new_incarnation()
 
     console = {"open": True}
@@ -75,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def out(line: str) -> None:
         text = f"{rank_tag} {line}"
         try:
-            os.write(log_fd, f"{clock.wall():.3f} {text}\n".encode())
+            os.write(log_fd, f"{iso_ms(clock.wall())} {text}\n".encode())
         except OSError:
             pass
         if not console["open"]:

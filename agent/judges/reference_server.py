@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import safe_io
+from schemas.timefmt import iso_ms
 
 from .framing import GradingPrompt, message_text, parse_messages
 
@@ -247,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _log(self, started: float, note: str = "") -> None:
         line = (
-            f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.client_address[0]} {self.command} {self.path} "
+            f"{iso_ms(time.time())} {self.client_address[0]} {self.command} {self.path} "
             f"{self._status} {time.monotonic() - started:.3f}s{(' ' + note) if note else ''}\n"
         )
         with self.server.log_lock:
@@ -468,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _crash_later(after_s: float) -> None:
     def crash() -> None:
-        sys.stdout.write(f"crash-after fault: exiting with status {CRASH_EXIT_CODE}\n")
+        sys.stdout.write(f"{iso_ms(time.time())} crash-after fault: exiting with status {CRASH_EXIT_CODE}\n")
         sys.stdout.flush()
         os._exit(CRASH_EXIT_CODE)
 
@@ -495,7 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.port_file:
         write_port_file(args.port_file, args.host, port)
     print(
-        f"reference judge serving {args.model!r} on {args.host}:{port} pid={os.getpid()} faults={faults}",
+        f"{iso_ms(time.time())} reference judge serving {args.model!r} on {args.host}:{port} "
+        f"pid={os.getpid()} faults={faults}",
         flush=True,
     )
     if faults.crash_after_s is not None:

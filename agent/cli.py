@@ -11,15 +11,25 @@ import os
 import sys
 from collections.abc import Sequence
 
-from launch.console import quiet_broken_pipe
+from launch.console import quiet_broken_pipe, version
 
 from . import clock
 
 STARTED = clock.mono()  # the single startup deadline counts from here
+EXIT_CODES = """exit codes:
+  0    the run succeeded
+  1    the run failed (failures/failure-RANK.json says why; `gym-audit RUN` names the first cause)
+  2    a usage or configuration problem found before this replica joined the run"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gym-agent", description="Run one replica of a gym-agent run.")
+    ap = argparse.ArgumentParser(
+        prog="gym-agent",
+        description="Run one replica of a gym-agent run.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=version("gym-agent"))
     ap.add_argument("--uuid", required=True, help="the run's unique id: its directory is OUTPUT/cluster/UUID")
     ap.add_argument("--config", help="run spec (TOML, or the run directory's spec.json); default $GYM_RUN_SPEC")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=TOML_VALUE")

@@ -65,10 +65,12 @@ def _tail(path: Path, limit: int) -> bytes:
         size = os.fstat(fh.fileno()).st_size
         if size <= limit:
             return fh.read(limit)
-        fh.seek(size - limit)
-        data = fh.read(limit)
+        note = CUT_NOTE % size  # counted in the limit: the budget is what lands on disk
+        room = max(0, limit - len(note))
+        fh.seek(size - room)
+        data = fh.read(room)
     nl = data.find(b"\n")
-    return CUT_NOTE % size + (data[nl + 1 :] if 0 <= nl < 4096 else data)
+    return note + (data[nl + 1 :] if 0 <= nl < 4096 else data)
 
 
 def keep(temp_dir: str, run: RunDir, subdir: str, budget: int) -> Kept:

@@ -168,6 +168,9 @@ def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
     assert waiting, rank0[:20]
     assert re.fullmatch(r"\[rank 0\] 2/3 replicas joined; waiting for rank 2, \d+ s left", waiting[0]), waiting
     assert len(waiting) <= 3.0 / 0.5 + 2  # a calm rate: one line per progress_interval, not per poll
+    # The head's readiness gate waits for Ray's nodes through a probe process (importing Ray alone
+    # takes longer than the 0.5 s progress interval).
+    assert any(re.fullmatch(r"\[rank 0\] Ray: (connecting|\d/3 nodes); \d+ s left", ln) for ln in rank0), rank0
     driver_rank = next(r for r, a in enumerate(agents) if any(ln.endswith("driver] tick 0") for ln in a.lines))
     ticks = [ln for ln in agents[driver_rank].lines if "driver] tick" in ln]
     assert ticks == [f"[rank {driver_rank} driver] tick {i}" for i in range(12)]
@@ -197,3 +200,41 @@ def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
 
     assert audit_run(run_dir).outcome == "succeeded"  # (this driver writes no driver-result.json: not a pass)
     assert_nothing_left(run_dir)
+
+
+SLEEPY_DRIVER = 'command = ["python", "-c", "import time; time.sleep(120)"]'
+
+
+def test_a_killed_raylet_leaves_its_evidence_and_the_audit_cites_it(tmp_path: Path) -> None:
+    """SIGKILL (by pid) the raylet of rank 1's Ray node during the driver: `ray start --block` exits,
+    rank 1 fails as child_exit, and Ray's own logs of that node are in ray-session-1/ and cited."""
+    import psutil
+    from agent_harness import agent_tmp_root, wait_phase
+
+    u = uid("raylet")
+    run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER), u)
+    try:
+        for r in range(3):
+            wait_phase(run.run_dir, r, "driver", 120)
+        root = str(agent_tmp_root(tmp_path))
+        raylets = [
+            p
+            for p in psutil.process_iter(["name", "cmdline"])
+            if (p.info["name"] or "").startswith("raylet")
+            and any(root in a for a in p.info["cmdline"] or ())
+            and any(a.endswith("=127.0.0.3") and "node_ip_address" in a for a in p.info["cmdline"] or ())
+        ]
+        assert len(raylets) == 1, [p.info for p in raylets]
+        raylets[0].kill()
+        assert run.wait(120) == 1
+    finally:
+        kill_tree_by_session(run.proc)
+    result = audit(run.run_dir, verdict="fail", rank=1, kind="child_exit")
+    fc = result.first_cause
+    assert fc.log == names.ray_log(1)
+    assert names.ray_session_log(1, "raylet.out") in fc.ray_logs, fc
+    text = subprocess.run([BIN / "gym-audit", run.run_dir], capture_output=True, text=True).stdout
+    assert f"Ray's own logs of rank 1: {names.ray_session_log(1, 'raylet.out')}" in text
+    assert "gym-launch: first cause: rank 1 child_exit" in run.text
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)

@@ -377,6 +377,14 @@ class Agent:
 
     def _start_ray(self) -> str:
         topo = self.node_topo
+        if self.config.ray.dashboard and topo.is_head:
+            missing = ray_node.dashboard_missing()
+            if missing:
+                raise self.ctx.fail(
+                    FailureKind.PLACEMENT,
+                    f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
+                    "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
+                )
         self.temp_dir = ray_node.short_temp_dir()
         self.ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
         if not topo.is_head:

@@ -135,6 +135,20 @@ def ray_executable() -> str:
     return local if os.path.exists(local) else (shutil.which("ray") or "ray")
 
 
+def dashboard_missing(timeout: float = 60.0) -> str | None:
+    """Why Ray's dashboard cannot start here (a minimal `ray` without `ray[default]`'s packages),
+    or None. Asked of a child, as Ray itself asks it, so that Ray is never imported in the agent."""
+    probe = "import ray.dashboard.optional_deps"
+    try:
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None  # undecided: let `ray start` try and report
+    if proc.returncode == 0:
+        return None
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit code {proc.returncode}"
+
+
 def short_temp_dir() -> str:
     """AF_UNIX paths are limited to 107 bytes: keep Ray's temp dir short and on local disk."""
     return tempdirs.make(tempdirs.RAY_PREFIX)

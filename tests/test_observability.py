@@ -82,6 +82,40 @@ def test_console_tee_survives_a_closed_console(tmp_path: Path) -> None:
     assert (tmp_path / "d.log").read_text() == "a\nb\n"
 
 
+def test_a_console_that_falls_behind_never_stalls_the_driver(tmp_path: Path) -> None:
+    """Nobody reads the console (a paused terminal): the driver still finishes at once, the log
+    has every line, and the console is told how many lines it missed."""
+    log_fd = os.open(tmp_path / "d.log", os.O_WRONLY | os.O_CREAT, 0o640)
+    r, w = os.pipe()
+    tee = ConsoleTee(log_fd, "[rank 0 driver] ", console_fd=w)
+    n = 60_000
+    proc = subprocess.Popen([sys.executable, "-c", f"for i in range({n}): print(f'line {{i}}')"], stdout=tee.write_fd)
+    tee.close_child_end()
+    assert proc.wait(30) == 0  # a blocked console would have blocked the driver's writes
+    tee._thread.join(10)
+    assert (tmp_path / "d.log").read_text().count("\n") == n
+    assert tee.dropped > 0
+    os.set_blocking(r, False)  # now read the console: the writer drains its backlog
+    seen = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        alive = tee._writer.is_alive()
+        try:
+            chunk = os.read(r, 1 << 20)
+        except BlockingIOError:
+            chunk = b""
+        seen += chunk
+        if not chunk:
+            if not alive:
+                break
+            time.sleep(0.05)
+    os.close(w)
+    os.close(r)
+    text = seen.decode()
+    assert "line(s) not shown here" in text
+    assert text.count("[rank 0 driver] line ") == n - tee.dropped
+
+
 # -- 4. progress during long waits ----------------------------------------------------------------
 
 

@@ -238,3 +238,50 @@ def test_a_killed_raylet_leaves_its_evidence_and_the_audit_cites_it(tmp_path: Pa
     assert "gym-launch: first cause: rank 1 child_exit" in run.text
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)
+
+
+def _dashboard_installed() -> bool:
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", "import ray.dashboard.optional_deps"], capture_output=True)
+    return probe.returncode == 0
+
+
+def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
+    """With ray[default] the head serves the dashboard at the printed URL; with a minimal Ray the
+    run fails at once, naming the key and the package, instead of retrying `ray start`."""
+    import urllib.request
+
+    u = uid("dash")
+    spec = small_spec(driver='command = ["python", "-c", "import time; time.sleep(8)"]', extra="dashboard = true")
+    run = launch_local(tmp_path, spec, u)
+    try:
+        if not _dashboard_installed():
+            assert run.wait(120) == 1
+            assert "ray.dashboard = true but this node's Ray cannot serve it" in run.text
+            assert "ray[default]" in run.text
+            audit(run.run_dir, verdict="fail", rank=0, kind="placement")
+            assert_nothing_left(run.run_dir)
+            return
+        from agent_harness import wait_phase
+
+        wait_phase(run.run_dir, 0, "driver", 120)
+        url = None
+        for ln in (run.run_dir / names.agent_log(0)).read_text().splitlines():
+            m = re.search(r"Ray dashboard: (http://\S+)", ln)
+            url = m.group(1) if m else url
+        assert url and url.startswith("http://127.0.0.2:"), url
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/api/version", timeout=3) as resp:
+                    assert resp.status == 200 and b"ray_version" in resp.read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        assert run.wait(120) == 0
+    finally:
+        kill_tree_by_session(run.proc)
+    assert_nothing_left(run.run_dir)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import datetime
 import heapq
+import json
 import os
 import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+from schemas import Phase, names
 
 from .load import SafeDir, UnsafeFile
 from .logs import MAX_LINE, TRUNCATED, LogFile, Matcher
@@ -88,8 +91,10 @@ def read_lines(safe: SafeDir, relpath: str, start: int = 0, first_number: int = 
         os.close(fd)
 
 
-def timed(relpath: str, lines: Iterable[tuple[int, bytes, int]]) -> Iterator[Line]:
-    last: float | None = None
+def timed(relpath: str, lines: Iterable[tuple[int, bytes, int]], base: float | None = None) -> Iterator[Line]:
+    """Lines with their times; `base` is the time of lines before the first stamp (a driver's
+    output has none: it is placed at the start of its driver phase)."""
+    last: float | None = base
     for number, text, _ in lines:
         t = line_time(text)
         last = t if t is not None else last
@@ -137,11 +142,39 @@ def file_view(
     return with_context(timed(log.relpath, read_lines(safe, log.relpath)), selector(matcher, since), before, after)
 
 
+def driver_starts(safe: SafeDir) -> dict[int, float]:
+    """rank -> when its driver phase began (phases-RANK.json), for placing untimed driver output."""
+    out: dict[int, float] = {}
+    entries, _ = safe.scan()
+    for rel, kind in entries:
+        parsed = names.parse(rel)
+        if kind != "file" or parsed is None or parsed.schema != "phases" or parsed.rank is None:
+            continue
+        try:
+            doc = json.loads(safe.read_capped(rel))
+            start = next(p["started_at"] for p in doc["phases"] if p.get("phase") == Phase.DRIVER)
+        except (UnsafeFile, OSError, ValueError, KeyError, TypeError, StopIteration):
+            continue
+        if isinstance(start, int | float):
+            out[parsed.rank] = float(start)
+    return out
+
+
 def merged_view(safe: SafeDir, logs: list[LogFile], matcher: Matcher, since: float | None) -> Iterator[Line]:
     """Every selected line of every log, in time order (lines without any time first)."""
     keep = selector(matcher, since)
+    starts = driver_starts(safe)
     streams = [
-        _keyed(i, (ln for ln in timed(log.relpath, _safe_lines(safe, log.relpath)) if keep(ln)))
+        _keyed(
+            i,
+            (
+                ln
+                for ln in timed(
+                    log.relpath, _safe_lines(safe, log.relpath), starts.get(log.rank) if log.kind == "driver" else None
+                )
+                if keep(ln)
+            ),
+        )
         for i, log in enumerate(logs)
     ]
     for *_, ln in heapq.merge(*streams):

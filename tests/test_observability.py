@@ -345,6 +345,15 @@ def test_logs_context_since_and_merge(tmp_path: Path) -> None:
     merged = run(BIN / "gym-audit", "logs", path, "--merge", "--grep", r"\[rank [01]\] line")
     order = [re.search(r"rank (\d)\] line (\d)", ln).groups() for ln in merged.stdout.splitlines()]
     assert order[:4] == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")] and len(order) == 20
+    # The driver's own output has no times: the merged view places it where its driver phase began.
+    b = success(tmp_path / "out2")
+    d = b.driver_rank
+    start = b.phase_start(d, "driver")
+    b.log(names.agent_log(d), "".join(f"{iso_ms(start + k)} [rank {d}] agent {k}\n" for k in (-2, -1, 1, 2)))
+    b.log(names.driver_log(d), "step 1 loss 2.3\nstep 2 loss 2.1\n")
+    seq = run(BIN / "gym-audit", "logs", b.path, "--merge", "--rank", str(d), "--grep", "agent -?\\d|loss")
+    texts = [ln.split(":", 2)[2].split("] ")[-1] for ln in seq.stdout.splitlines()]
+    assert texts == ["agent -2", "agent -1", "step 1 loss 2.3", "step 2 loss 2.1", "agent 1", "agent 2"], texts
     bad = run(BIN / "gym-audit", "logs", path, "--since", "tuesday")
     assert bad.returncode == 2 and "--since" in bad.stderr
 

@@ -548,11 +548,20 @@ def test_html_report_is_0640_and_a_directory_is_refused_up_front(tmp_path: Path)
 
 
 def test_the_wheel_builds_without_warnings_and_carries_its_metadata(tmp_path: Path) -> None:
-    # The build runs as a user's would: pip's isolated build environment with setuptools>=77.
-    proc = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp_path, REPO, timeout=300)
+    # The build runs as a user's would: pip's isolated build environment with setuptools>=77; from
+    # a copy, so that setuptools' build/ never lands in the working tree.
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(".venv", ".git", "build", "output", "*.egg-info", "__pycache__", "tests"),
+    )
+    proc = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp_path / "dist", src, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not re.search(r"SetuptoolsDeprecationWarning|_Warning|Package .* is absent", proc.stdout + proc.stderr)
-    wheel = next(tmp_path.glob("*.whl"))
+    wheel = next((tmp_path / "dist").glob("*.whl"))
     with zipfile.ZipFile(wheel) as z:
         files = set(z.namelist())
         meta = z.read(next(n for n in files if n.endswith("METADATA"))).decode()

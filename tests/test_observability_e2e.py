@@ -285,3 +285,23 @@ def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
+
+
+def test_a_loading_judge_says_so_while_the_replicas_wait(tmp_path: Path) -> None:
+    """The reference judge answers /health 503 for 12 s (a model loading; Ray's start takes some
+    of that time before the health wait begins): its agent prints
+    "judge general: loading, N s" at the spec's calm rate instead of staying silent."""
+    from agent_harness import judge_spec
+
+    u = uid("loading")
+    spec = with_progress(judge_spec(driver='command = ["python", "-c", "print(1)"]'), 0.5)
+    run = launch_local(tmp_path, spec, u, env={"GYM_REFERENCE_JUDGE_FAULTS": "loading=12"})
+    try:
+        run.wait(180)
+    finally:
+        kill_tree_by_session(run.proc)
+    loading = [ln for ln in run.text.splitlines() if "judge general: loading" in ln]
+    assert loading, run.text[-3000:]
+    assert all(re.fullmatch(r"\[rank \d\] judge general: loading, \d+ s; \d+ s left", ln) for ln in loading), loading
+    assert 2 <= len(loading) <= 12 / 0.5 + 2, loading  # one per progress_interval at most
+    assert_nothing_left(run.run_dir)

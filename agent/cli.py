@@ -30,6 +30,19 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--version", action="version", version=version("gym-agent"))
+    loud = ap.add_mutually_exclusive_group()
+    loud.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=1,
+        default=0,
+        help="library info on the console",
+    )
+    loud.add_argument(
+        "-q", "--quiet", dest="verbosity", action="store_const", const=-1, help="library errors only on the console"
+    )
     ap.add_argument("--uuid", required=True, help="the run's unique id: its directory is OUTPUT/cluster/UUID")
     ap.add_argument("--config", help="run spec (TOML, or the run directory's spec.json); default $GYM_RUN_SPEC")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=TOML_VALUE")
@@ -79,9 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunDirError, OSError) as exc:
         return err(f"run directory: {exc}")
 
+    import logging
+
     from .logsetup import configure as route_library_logs
 
-    route_library_logs(rank_tag, log_fd)
+    console_level = {1: logging.INFO, 0: logging.WARNING, -1: logging.ERROR}[args.verbosity]
+    route_library_logs(rank_tag, log_fd, console_level=console_level)
     incarnation = new_incarnation()
 
     console = {"open": True}

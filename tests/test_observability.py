@@ -192,6 +192,21 @@ t.start(); t.join()
     assert "debug only" not in log.read_text()
 
 
+def test_quiet_agent_keeps_library_warnings_in_the_log_only(tmp_path: Path) -> None:
+    log = tmp_path / "agent-1.log"
+    script = f"""
+import logging, os
+from agent.logsetup import configure
+fd = os.open({str(log)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+configure("[rank 1]", fd, console_level=logging.ERROR)
+logging.getLogger("watchdog").warning("only in the file")
+"""
+    proc = run(sys.executable, "-c", script)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert "[rank 1] warning (watchdog): only in the file" in log.read_text()
+    assert run(BIN / "gym-agent", "-q", "-v", "--uuid", "x").returncode == 2  # one or the other
+
+
 # -- 2. Ray's session logs kept -------------------------------------------------------------------
 
 

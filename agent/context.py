@@ -81,14 +81,20 @@ class Topology:
     node: NodePlan
     peers: tuple[Peer, ...]  # in node order: peers[i] owns planned node i
     driver_node: int
+    ray_nodes: tuple[int, ...] = ()  # planned nodes that run Ray (seed 001: the spanned pools)
 
     @property
     def head_address(self) -> str:
-        return self.peers[0].address
+        # The Ray head runs on the driver's node (seed 001), where the driver reaches it locally.
+        return self.peers[self.driver_node].address
 
     @property
     def is_head(self) -> bool:
-        return self.node.index == 0
+        return self.node.index == self.driver_node
+
+    @property
+    def in_ray(self) -> bool:
+        return self.node.index in self.ray_nodes
 
     @property
     def is_driver_node(self) -> bool:

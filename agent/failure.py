@@ -22,6 +22,7 @@ class Failure:
     log: str | None = None
     reacting_to: dict[str, Any] | None = None
     peers: tuple[int, ...] = ()
+    sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.signals)
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 
@@ -80,6 +81,7 @@ def write_failure_record(run: RunDir, writer: Writer, rank: int, failure: Failur
         log=failure.log,
         reacting_to=failure.reacting_to,
         peers=failure.peers,
+        sender=failure.sender,
     )
     try:
         run.write_artifact(names.failure(rank), "failure", writer, fields)

@@ -15,7 +15,6 @@ import enum
 import json
 import os
 import shutil
-import signal as signal_mod
 import subprocess
 import sys
 import threading
@@ -40,7 +39,7 @@ from schemas import (
 )
 from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
 
-from . import clock, ray_logs, ray_node, rendezvous
+from . import clock, ray_logs, ray_node, rendezvous, signals
 from .console_tee import ConsoleTee
 from .context import RunContext, Topology
 from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
@@ -147,6 +146,7 @@ class Nodes(enum.Enum):
     HEAD = "head"
     DRIVER_NODE = "driver node"
     DRIVER_NOT_HEAD = "driver node, unless it is the head"
+    RAY = "nodes of the Ray cluster"
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,8 @@ class Agent:
             return topo.is_head
         if step.nodes is Nodes.DRIVER_NODE:
             return topo.is_driver_node
+        if step.nodes is Nodes.RAY:
+            return topo.in_ray
         return topo.is_driver_node and not topo.is_head
 
     # -- entry -----------------------------------------------------------------------------------
@@ -325,7 +327,7 @@ class Agent:
                 f"{self.plan.replicas}; start exactly {self.plan.replicas} replicas",
             )
         index = next(i for i, p in enumerate(peers) if p.rank == self.rank)
-        self.topo = Topology(self.plan.nodes[index], tuple(peers), self.plan.driver_node)
+        self.topo = Topology(self.plan.nodes[index], tuple(peers), self.plan.driver_node, self.plan.ray_nodes)
         self.log.node_index, self.log.address = index, self.ident.address
         return f"node {index} of {self.plan.replicas}; head {self.topo.head_address}"
 
@@ -473,7 +475,8 @@ class Agent:
         """The head checks Ray's live nodes against the plan and writes ray-layout.json."""
         assert self.gcs_address is not None
         peers = self.node_topo.peers
-        expected = {p.address: float(self.plan.nodes[i].ray_gpus) for i, p in enumerate(peers)}
+        # Exactly the nodes that join: the head and the nodes of the spanned pools.
+        expected = {peers[i].address: float(self.plan.nodes[i].ray_gpus) for i in self.plan.ray_nodes}
         t0 = clock.mono()
         remaining = max(5.0, self.deadline - clock.mono())
         try:
@@ -531,7 +534,11 @@ class Agent:
         plan_json = self.plan.to_json()
         plan_json["addresses"] = [p.address for p in topo.peers]
         extra = {
-            **({DriverEnv.RAY_ADDRESS: self.gcs_address or ""} if self.config.ray.enabled else {}),
+            **(
+                {DriverEnv.RAY_ADDRESS: self.gcs_address or "", DriverEnv.RAY_ADDRESS_CLUSTER: self.gcs_address or ""}
+                if self.config.ray.enabled
+                else {}
+            ),
             DriverEnv.RUN_DIR: str(self.run.path),
             DriverEnv.RANK: str(self.rank),
             DriverEnv.NODE_INDEX: str(topo.node.index),
@@ -557,7 +564,7 @@ class Agent:
         return {DriverEnv.RUN_FILE: str(self.run.path / rel)}
 
     def _spec_env(self) -> dict[str, str]:
-        """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment (seed 001)."""
+        """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment."""
         out: dict[str, str] = {}
         for key, value in self.config.driver.env.items():
             if value.startswith("runtime:"):
@@ -767,16 +774,17 @@ class Agent:
             "--grace",
             str(self.coord.teardown_grace),
         ]
-        self.reaper = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            stdout=self._agent_log_fd,
-            stderr=self._agent_log_fd,
-            close_fds=True,
-            env=child_env({}),
-        )
+        with signals.unblocked():
+            self.reaper = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+                stdout=self._agent_log_fd,
+                stderr=self._agent_log_fd,
+                close_fds=True,
+                env=child_env({}),
+            )
 
     def _reap_reaper(self) -> None:
         if self.reaper is not None:
@@ -787,12 +795,13 @@ class Agent:
                 self.reaper.wait()
 
     def _install_signal_handlers(self) -> None:
-        def handler(signum: int, _frame: object) -> None:
-            name = signal_mod.Signals(signum).name
-            self.signal.trip(Failure(kind=FailureKind.SIGNAL, cause=f"received {name}", phase=self.log.phase_name()))
+        def received(sig: signals.Received) -> None:
+            self.signal.trip(
+                Failure(kind=FailureKind.SIGNAL, cause=sig.describe(), phase=self.log.phase_name(), sender=sig.sender())
+            )
 
-        signal_mod.signal(signal_mod.SIGTERM, handler)
-        signal_mod.signal(signal_mod.SIGINT, handler)
+        # SIGTERM/SIGINT with their sender (si_pid): a scheduler's reaction is told from a cause.
+        signals.start(received)
 
 
 # The lifecycle, in order. Before plan agreement every node runs every step; after it, each
@@ -809,7 +818,7 @@ STARTUP_STEPS: tuple[Step, ...] = (
     Step(Phase.DEVICES, Nodes.ALL, Agent._check_devices),
     Step(Phase.PLACEMENT, Nodes.ALL, Agent._write_placement),
     Step(Phase.JUDGES_START, Nodes.ALL, lambda a: a.judges.start_local(a.node_topo)),
-    Step(Phase.RAY_START, Nodes.ALL, Agent._start_ray, needs_ray=True, detail=Agent._ray_role),
+    Step(Phase.RAY_START, Nodes.RAY, Agent._start_ray, needs_ray=True, detail=Agent._ray_role),
     Step(Phase.JUDGE_HEALTH, Nodes.ALL, lambda a: a.judges.wait_local_healthy()),
     Step(Phase.READINESS, Nodes.HEAD, Agent._readiness_gate, needs_ray=True),
     Step(

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from . import signals
+
 LINGER_S = 1.0  # after a clean leader exit, how long its session's leftovers may take to follow
 
 
@@ -105,7 +107,15 @@ class ProcessGroup:
         # Ray's `ray start --block` stops cleanly on SIGTERM to itself; SIGTERM to its whole
         # group starts a 30 s drain and gcs_server ignores it (docs/runtime-notes.md, "Ray").
         self.term_leader_only = term_leader_only
-        self.proc = subprocess.Popen(
+        with signals.unblocked():  # the child must be stoppable with SIGTERM
+            self.proc = self._spawn(shell, env, cwd, log_fd)
+        self.pid = self.proc.pid
+        self.session = self.proc.pid
+        self.started = time.monotonic()
+        self._stopping = False
+
+    def _spawn(self, shell: bool, env: Mapping[str, str], cwd: str | None, log_fd: int | None) -> subprocess.Popen:
+        return subprocess.Popen(
             self.argv[0] if shell else self.argv,
             shell=shell,
             env=dict(env),
@@ -116,10 +126,6 @@ class ProcessGroup:
             start_new_session=True,
             close_fds=True,
         )
-        self.pid = self.proc.pid
-        self.session = self.proc.pid
-        self.started = time.monotonic()
-        self._stopping = False
 
     def poll(self) -> int | None:
         return self.proc.poll()

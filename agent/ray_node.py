@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import tempdirs
+from . import signals, tempdirs
 from .procgroup import sweep_session
 from .ray_probe import PROGRESS_MARK
 from .waits import Progress, poll_until
@@ -291,7 +291,8 @@ def probe_live_nodes(
         str(max(1.0, timeout - 5)),
     ]
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
-        proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
+        with signals.unblocked():
+            proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
         try:
 
             def describe(left: float) -> str:

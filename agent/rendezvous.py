@@ -1,7 +1,7 @@
 """Rendezvous through address records, plan agreement, and the node order.
 
 Replica ranks are not roles: the replica whose address sorts i-th lowest (numerically) owns
-planned node i, and the lowest address is the Ray head (schemas.order).
+planned node i; the Ray head runs on the driver's planned node (launch.plan: Plan.ray_head).
 """
 
 from __future__ import annotations

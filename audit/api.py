@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from launch.spec import restore_key_order
 from schemas import names
 
 from .context import AuditContext, build_context
@@ -75,6 +76,9 @@ def _read_spec(run) -> tuple[dict, str | None]:
     spec = art.doc.get("spec")
     if not isinstance(spec, dict):
         raise UnusableRunDir("spec.json has no `spec` object; the audit needs the run's resolved spec")
+    # JSON writers sort keys: pools are laid out in declaration order, which key_order keeps.
+    spec = dict(spec)
+    restore_key_order(spec, art.doc.get("key_order"))
     return spec, as_str(art.doc.get("fingerprint"))
 
 

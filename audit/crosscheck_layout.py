@@ -216,12 +216,12 @@ def _check_against_plan(ctx: AuditContext, rec, node_index: int) -> list[Finding
                 "$.is_driver_node",
             )
         )
-    if rec.is_head is not None and rec.is_head != (node_index == 0):
+    if known and rec.is_head is not None and rec.is_head != (node_index == plan.driver_node):
         out.append(
             Finding(
                 "error",
                 "placement.head",
-                f"is_head={rec.is_head}, but the Ray head is the lowest address (node 0)",
+                f"is_head={rec.is_head}, but the Ray head is on the driver's node (node {plan.driver_node})",
                 f,
                 rank,
                 "$.is_head",
@@ -242,7 +242,10 @@ def check_ray_layout(ctx: AuditContext) -> list[Finding]:
     actual_doc = {str(k): v for k, v in as_dict(doc.get("actual")).items()}
     if ctx.plan.source == "launch" and ctx.plan.nodes and len(ctx.owner_of_node) == len(ctx.plan.nodes):
         want: dict[str, float] = {}
+        joined = ctx.plan.ray_nodes
         for node in ctx.plan.nodes:
+            if joined is not None and node.index not in joined:
+                continue  # a node outside ray.node_pools runs no Ray
             rank = ctx.owner_of_node.get(node.index)
             addr = ctx.addresses.get(rank) if rank is not None else None
             if addr is None or addr.address is None:

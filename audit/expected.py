@@ -46,6 +46,7 @@ class PlanView:
     bindings: tuple[Binding, ...]
     judge_modes: Mapping[str, str]  # every declared judge -> "managed" | "external"
     fingerprint: str | None  # the fingerprint launch computes for the recorded spec
+    ray_nodes: tuple[int, ...] | None = None  # nodes that join Ray (None: unknown, every node)
 
     @property
     def bound_judges(self) -> frozenset[str]:
@@ -131,6 +132,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         bindings=config.bindings,
         judge_modes={name: j.mode for name, j in config.judges.items()},
         fingerprint=fingerprint,
+        ray_nodes=plan.ray_nodes,
     )
     return view, []
 

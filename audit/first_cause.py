@@ -6,6 +6,8 @@ Rules (the agent's failure records are the evidence):
 - a `peer_silent` record about X where X has NO record makes X the culprit: X died without
   a word (host lost, SIGKILL with no reaper), so the cause is placed on X, reported by the
   observer; any other reaction whose target left no record is treated as a root;
+- a signal (SIGTERM from a scheduler propagating a failure) is not the first cause when another
+  rank's real failure was recorded within SCHEDULER_REACTION_S after it;
 - among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
   the agent explains a later signal or timeout better than the other way round). Wall times
   come from different hosts whose clocks may differ, so the order across hosts is best effort.
@@ -47,6 +49,13 @@ KIND_PRIORITY: dict[str, int] = {
     FailureKind.PEER_FAILURE: 30,
 }
 
+
+# A scheduler that propagates a failure by signalling every task (Slurm's --kill-on-bad-exit,
+# Beaker) makes the signal records of healthy ranks land before the failed rank's own record
+# (its reaper needs a moment). A signal is taken as that reaction when a real failure of another
+# rank was recorded within this many seconds after it.
+SCHEDULER_REACTION_S = 10.0
+REACTION_KINDS = {FailureKind.SIGNAL, FailureKind.STARTUP_TIMEOUT, FailureKind.PEER_FAILURE, FailureKind.PEER_SILENT}
 
 JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY}
 JUDGE_PHASES = {Phase.JUDGES_START, Phase.JUDGE_HEALTH}
@@ -113,6 +122,24 @@ def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_
     )
 
 
+def _signals_after_real_failures(roots: list[Cause]) -> list[Cause]:
+    """Move a leading signal behind a real failure of another rank recorded shortly after it."""
+    first = roots[0]
+    if first.kind != FailureKind.SIGNAL or first.wall_time is None:
+        return roots
+    real = [
+        c
+        for c in roots
+        if c.kind not in REACTION_KINDS
+        and c.rank != first.rank
+        and c.wall_time is not None
+        and c.wall_time - first.wall_time <= SCHEDULER_REACTION_S
+    ]
+    if not real:
+        return roots
+    return [real[0], *(c for c in roots if c is not real[0])]
+
+
 def analyse(
     failures: Mapping[int, FailureRec],
     phases: Mapping[int, PhasesRec],
@@ -140,6 +167,7 @@ def analyse(
         else:
             roots.append(_from_record(rec))  # reacts to a failure nobody recorded: best explanation left
     roots.sort(key=_order_key)
+    roots = _signals_after_real_failures(roots)
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.cause)
     excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()

@@ -339,6 +339,7 @@ def render_request(args: argparse.Namespace, spec_path: str | None = None) -> tu
         overrides=tuple(args.overrides),
         resume=bool(getattr(args, "resume", False)),
         output_root_given=root,
+        workdir=os.getcwd(),
     )
     return request, backend
 

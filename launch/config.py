@@ -193,6 +193,25 @@ class SlurmConfig:
         None,
         doc="walltime of the job",
     )
+    directives: tuple[str, ...] = key(
+        keys.TextList(64, keys.Text(255)),
+        (),
+        doc='extra #SBATCH directives in long form, e.g. ["--exclusive", "--mem=0"]; ones the renderer '
+        "writes (nodes, tasks, GPUs, output, job name, ...) or that a key above sets are refused",
+    )
+    agent: str = key(
+        keys.Text(4096),
+        "gym-agent",
+        doc="the command that runs gym-agent on every node (a name on the nodes' PATH or an absolute path)",
+    )
+    explicit_address: bool = key(
+        keys.Bool(),
+        False,
+        doc="pass each node's `hostname --ip-address` to gym-agent as an explicit --address; this lets a "
+        "loopback address through, so it is for single-machine test clusters only (off: a node whose "
+        "hostname resolves to loopback is refused)",
+        rule=SAFETY,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -453,9 +472,17 @@ class RayConfig:
     object_store_memory: int | None = key(keys.Int(1, 1 << 50), None, doc="bytes of each node's object store")
     # pool name -> {resource name -> amount}
     resources: Mapping[str, Mapping[str, float]] = key(
-        keys.Table(keys.Any_("table of resource = amount", {"type": "object"}), MAX_POOLS),
+        keys.Table(keys.Opaque("table of resource = amount", {"type": "object"}), MAX_POOLS),
         {},
         doc="custom Ray resources per pool: {POOL = {NAME = amount}}",
+        rule=SEED_POOLS,
+    )
+    # None = key absent: every node joins (the cluster spans the whole allocation).
+    node_pools: tuple[str, ...] | None = key(
+        keys.TextList(MAX_POOLS, keys.Text(MAX_NAME)),
+        None,
+        doc="[pools.NAME]s the Ray cluster spans: the head starts on the driver's node and every node of "
+        "these pools joins it; [] = a single-node cluster on the driver's node (absent: every node)",
         rule=SEED_POOLS,
     )
     extra_args: tuple[str, ...] = key(

@@ -1,4 +1,4 @@
-"""GPU placement (DESIGN §4): who gets which GPU on which planned node. Pure.
+"""GPU placement: who gets which GPU on which planned node. Pure.
 
 Packed placement with capacity C = ``launch.gpus_per_replica``:
 
@@ -23,6 +23,9 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
 
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
 (trainer, then rollout), judges the next ones in name order, the tail is unused.
+
+Ray: the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (every node
+when the key is absent; ``[]``: the driver's node alone).
 
 Driver placement: ``"trainer"`` = the node of trainer rank 0; ``"inference"`` = the last
 inference node, a node holding rollout GPUs and no trainer GPUs (no effect without one: rollout
@@ -95,6 +98,13 @@ class Plan:
     driver_placement: str
     placement_mode: str
     nodes: tuple[NodePlan, ...]
+    # Ray (seed 001): the head runs on the driver's node; the nodes of ray.node_pools join it
+    # (every node when node_pools is absent). Empty when Ray is off.
+    ray_nodes: tuple[int, ...] = ()
+
+    @property
+    def ray_head(self) -> int:
+        return self.driver_node
 
     def judge_node(self, name: str) -> int | None:
         """Index of the node running managed judge ``name`` (None if it takes no GPUs)."""
@@ -111,6 +121,8 @@ class Plan:
             "driver_placement": self.driver_placement,
             "placement_mode": self.placement_mode,
             "nodes": [n.to_json() for n in self.nodes],
+            "ray_head": self.ray_head,
+            "ray_nodes": list(self.ray_nodes),
         }
 
 
@@ -271,7 +283,7 @@ def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem
         colocated_rollout=config.inference.gpus if colocated else 0,
     )
     if len(nodes) == 1:
-        # Single node: allocate only what is requested (seed 000).
+        # Single node: allocate only what is requested.
         return nodes, nodes[0].used(), []
     problems: list[Problem] = []
     if colocated and config.trainer.nodes == 1:
@@ -392,6 +404,15 @@ def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
     return trainer_node
 
 
+def _ray_nodes(config: RunConfig, nodes: Sequence[NodePlan], driver: int) -> tuple[int, ...]:
+    if not config.ray.enabled:
+        return ()
+    spanned = config.ray.node_pools
+    if spanned is None:
+        return tuple(n.index for n in nodes)
+    return tuple(n.index for n in nodes if n.index == driver or n.pool in spanned)
+
+
 def plan(config: RunConfig) -> Plan:
     """The placement of a valid config. Raises SpecError naming the key to change."""
     slots, capacity, problems = _layout(config)
@@ -400,14 +421,16 @@ def plan(config: RunConfig) -> Plan:
     nodes = tuple(_node_plan(i, s, capacity) for i, s in enumerate(slots))
     used = sum(n.used_gpus for n in nodes)
     allocated = capacity * len(nodes)
+    driver = _driver_node(config, nodes)
     return Plan(
         replicas=len(nodes),
         gpus_per_replica=capacity,
         allocated_gpus=allocated,
         used_gpus=used,
         unused_gpus=allocated - used,
-        driver_node=_driver_node(config, nodes),
+        driver_node=driver,
         driver_placement=config.driver.placement,
         placement_mode=config.inference.placement_mode,
         nodes=nodes,
+        ray_nodes=_ray_nodes(config, nodes, driver),
     )

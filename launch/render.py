@@ -32,6 +32,7 @@ class RenderRequest:
     overrides: tuple[str, ...] = ()
     resume: bool = False
     output_root_given: str = ""  # as the user wrote it (a Beaker run refuses a relative root)
+    workdir: str = ""  # absolute: where gym-launch ran; the job runs there (relative driver paths)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launch import keys, miles, names
+from launch import keys, miles, names, slurm_directives
 from launch.config import (
     MAX_BINDINGS,
     MAX_JUDGES,
@@ -34,8 +34,10 @@ from launch.config import (
     MAX_RUBRICS,
     REQUIRED,
     Binding,
+    InferenceConfig,
     JudgeConfig,
     PoolConfig,
+    RayConfig,
     RubricConfig,
     RunConfig,
     _frozen,
@@ -120,7 +122,10 @@ class Checker:
         self.problems: list[Problem] = []
 
     def add(self, path: Path_, message: str) -> None:
-        self.problems.append(Problem(format_key(path), message))
+        key = format_key(path)
+        if any(p.key == key for p in self.problems):
+            return  # one problem per key: the first says what to change
+        self.problems.append(Problem(key, message))
 
     def mark(self) -> int:
         return len(self.problems)
@@ -152,13 +157,16 @@ def walk(
     unsupported: Mapping[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Check ``raw`` against ``cls``'s declared keys; return its constructor arguments, or None
-    when this table (or one below it) has a problem. Keys the mode does not accept must be in
-    ``unsupported`` (with their message) or they are reported as unknown."""
+    when this table (or one below it) has a problem. With a ``mode``, keys that mode does not accept
+    must be in ``unsupported`` (with their message) or they are reported as unknown."""
     start = c.mark()
     fields = _declared(cls)
     unsupported = unsupported or {}
+    # A judge's keys depend on its mode; without a (valid) mode every key a judge may carry is accepted.
     accepted = {
-        k for k, f in fields.items() if not (key_info(f) and key_info(f).modes and mode not in key_info(f).modes)
+        k
+        for k, f in fields.items()
+        if mode is None or not (key_info(f) and key_info(f).modes) or mode in key_info(f).modes
     }
     for k in raw:
         if k in unsupported:
@@ -297,22 +305,18 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
     return built if c.clean_since(start) else None
 
 
+RAY_NODE_POOL = (
+    "is singular, but a Ray cluster spans pools: write node_pools = [...] (a list; [] starts a "
+    "single-node cluster on the driver's node)"
+)
+
+
+# Known-but-unsupported keys per table, with what to do instead (reported instead of "unknown key").
 UNSUPPORTED: dict[type, Mapping[str, str]] = {
     RubricConfig: dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
+    InferenceConfig: {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
+    RayConfig: {"node_pool": RAY_NODE_POOL},
 }
-
-
-def _inference_unsupported() -> None:
-    from launch.config import InferenceConfig
-
-    UNSUPPORTED[InferenceConfig] = {
-        "eval_gpus": EVAL_POOLS,
-        "eval_tensor_parallel_size": EVAL_POOLS,
-        "nnodes": CROSS_NODE_TP,
-    }
-
-
-_inference_unsupported()
 
 
 # --- rules across keys ------------------------------------------------------------------------
@@ -378,6 +382,11 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
                 "so every pool and the replica size must agree",
             )
 
+    directives = table("launch", "slurm").get("directives")
+    if isinstance(directives, list) and all(isinstance(d, str) for d in directives):
+        for i, msg in slurm_directives.problems(directives):
+            c.add(("launch", "slurm", "directives", str(i)), msg)
+
     check_env(c, table("driver").get("env"), ("driver", "env"))
     check_env(c, launch.get("env"), ("launch", "env"))
     secrets = launch.get("secrets")
@@ -432,10 +441,19 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
                 f"must not set {', '.join(owned)}: the agent owns GPUs, ports, addresses and temp dirs of "
                 "ray start (the readiness gate checks the cluster it planned)",
             )
+    spanned = ray.get("node_pools")
+    if isinstance(spanned, list):
+        for i, pool in enumerate(spanned):
+            if isinstance(pool, str) and pool not in pools:
+                c.add(("ray", "node_pools"), f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
+            elif pool in spanned[:i]:
+                c.add(("ray", "node_pools"), f"lists pool {pool} twice")
     for pool, res in table("ray", "resources").items():
         rp: Path_ = ("ray", "resources", pool)
         if pool not in pools:
             c.add(rp, f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
+        elif isinstance(spanned, list) and pool not in spanned:
+            c.add(rp, f"pool {pool} is not in ray.node_pools ({', '.join(map(str, spanned)) or 'empty'}): add it there")
         if not isinstance(res, dict):
             c.add(rp, f"must be a table of resource = amount, not {keys.describe(res)}")
             continue

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # static tools see the eager imports; at run time they resolv
     from .safe_io import RunDirError, UnsafeEntry
     from .store import RunDir, Writer, new_incarnation
     from .validation import SCHEMA_VERSION, Violation, check, schema_names, violations
-    from .vocab import AgentState, DriverEnv, FailureKind, Phase, PhaseOutcome, RunOutcome, WriterKind
+    from .vocab import AgentState, DriverEnv, FailureKind, JobEnv, Phase, PhaseOutcome, RunOutcome, WriterKind
 
 _EXPORTS = {
     "RunDirError": "safe_io",
@@ -33,6 +33,7 @@ _EXPORTS = {
     "AgentState": "vocab",
     "DriverEnv": "vocab",
     "FailureKind": "vocab",
+    "JobEnv": "vocab",
     "Phase": "vocab",
     "PhaseOutcome": "vocab",
     "RunOutcome": "vocab",
@@ -45,6 +46,7 @@ __all__ = [  # a literal, so linters see what the lazy exports are
     "AgentState",
     "DriverEnv",
     "FailureKind",
+    "JobEnv",
     "Phase",
     "PhaseOutcome",
     "RunDir",

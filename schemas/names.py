@@ -25,6 +25,15 @@ SUBMISSION = "submission.json"
 JOB_FILE_PREFIX = "job"  # job.sbatch, job.beaker.yaml: the rendered job as submitted
 
 
+# The Slurm job's own output (sbatch --output; %j is the job id): the batch script's and every
+# srun step's stdout and stderr, so the agents' phase lines too.
+SLURM_OUTPUT = "job-slurm-%j.out"
+
+
+def slurm_output(job_id: str) -> str:
+    return SLURM_OUTPUT.replace("%j", job_id)
+
+
 def run_file(text: str) -> str:
     """The user's run file, byte for byte, as the driver reads it (a MILES trainer parses it)."""
     return "run-file.json" if text.lstrip().startswith("{") else "run-file.toml"
@@ -140,6 +149,7 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 OTHER_FILES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^run-file\.(toml|json)$"),
     re.compile(r"^job\.[a-z.]+$"),
+    re.compile(r"^job-slurm-\d+\.out$"),
 )
 
 # (pattern, log kind) for every log; the kind is who writes it.

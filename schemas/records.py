@@ -22,9 +22,13 @@ def failure_fields(
     log: str | None,
     reacting_to: Mapping[str, Any] | None,
     peers: Sequence[int] = (),
+    sender: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL."""
+    """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
+    ``sender``: who sent the signal of a ``signal`` failure (the kernel's si_pid), when known."""
+    extra = {"sender": dict(sender)} if sender is not None else {}
     return {
+        **extra,
         "kind": str(kind),
         "cause": cause,
         "phase": phase,

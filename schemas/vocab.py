@@ -18,7 +18,7 @@ class Phase(enum.StrEnum):
     DEVICES = "devices"  # this node sees the GPUs the plan gives a replica
     PLACEMENT = "placement"  # placement-RANK.json written (judge devices kept out of Ray's)
     JUDGES_START = "judges_start"  # managed judges started in their own process groups
-    RAY_START = "ray_start"  # head on the lowest address, workers on the others
+    RAY_START = "ray_start"  # head on the driver's node, workers on the other nodes of the spanned pools
     JUDGE_HEALTH = "judge_health"  # managed judges answer /health
     READINESS = "readiness"  # head: Ray's live nodes equal the plan, per address (ray-layout.json)
     AWAIT_READINESS = "await_readiness"  # driver node that is not the head: waits for that verdict
@@ -106,6 +106,8 @@ class DriverEnv:
     """The environment variables the agent sets for the driver (agent/driver_api.py reads them)."""
 
     RAY_ADDRESS = "RAY_ADDRESS"
+    # The Ray cluster's head host:port, named after the service (seed 001: GYM_RAY_ADDRESS_<SERVICE>).
+    RAY_ADDRESS_CLUSTER = "GYM_RAY_ADDRESS_CLUSTER"
     RUN_DIR = "GYM_RUN_DIR"
     RANK = "GYM_RANK"
     NODE_INDEX = "GYM_NODE_INDEX"
@@ -117,3 +119,16 @@ class DriverEnv:
     REGISTRY = "GYM_REGISTRY"
     REGISTRY_FILE = "GYM_REGISTRY_FILE"
     RUN_FILE = "GYM_RUN_FILE"  # the user's run file, byte for byte (a MILES trainer reads it)
+
+
+class JobEnv:
+    """What a rendered job script exports to every node (and so to the agents and the driver)."""
+
+    NODES = "GYM_NODES"  # the allocation's hostnames in the agents' node order, comma-separated
+    DRIVER_RANK = "GYM_DRIVER_RANK"  # the rank whose agent runs the driver (seed 004)
+    DRIVER_HOST = "GYM_DRIVER_HOST"  # the hostname of that node
+
+    @staticmethod
+    def pool_nodes(pool: str) -> str:
+        """GYM_POOL_<POOL>_NODES: that pool's hostnames, comma-separated (seed 001)."""
+        return f"GYM_POOL_{pool.upper().replace('-', '_')}_NODES"

@@ -161,6 +161,8 @@ def test_sigterm_to_one_agent_stops_all(tmp_path: Path) -> None:
         assert run.wait(60) != 0
         fails = failures(run.run_dir)
         assert fails[1]["kind"] == "signal" and "SIGTERM" in fails[1]["cause"]
+        # The kernel's si_pid: this test sent it (issue 13 item 13).
+        assert fails[1]["sender"]["pid"] == os.getpid() and f"from pid {os.getpid()}" in fails[1]["cause"]
         assert {fails[0]["reacting_to"]["rank"], fails[2]["reacting_to"]["rank"]} == {1}
         assert read(run.run_dir, names.cleanup(1))["writer"] == "agent"
         assert_artifacts_valid(run.run_dir)

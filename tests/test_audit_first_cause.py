@@ -72,3 +72,20 @@ def test_silence_of_a_rank_that_did_write_a_record_is_a_reaction() -> None:
 def test_unknown_times_sort_last() -> None:
     fc, _, _ = first(rec(0, "child_exit", None), rec(1, "signal", 50.0))
     assert fc.rank == 1
+
+
+def test_a_scheduler_signalling_every_task_is_not_the_first_cause() -> None:
+    # Measured under Slurm --kill-on-bad-exit: rank 1's agent SIGKILLed; Slurm SIGTERMs ranks 0
+    # and 2 within milliseconds; their signal records precede rank 1's reaper record by ~0.5 s.
+    fc, cascade, _ = first(rec(0, "signal", 100.21), rec(2, "signal", 100.25), rec(1, "agent_died", 100.77))
+    assert (fc.rank, fc.kind) == (1, "agent_died")
+    assert [c.rank for c in cascade] == [0, 2]
+
+
+def test_a_signal_well_before_any_real_failure_stays_the_first_cause() -> None:
+    # A user's scancel long before a driver crashed is the cause, not a reaction.
+    fc, _, _ = first(rec(0, "signal", 100.0), rec(1, "driver_exit", 100.0 + 60))
+    assert (fc.rank, fc.kind) == (0, "signal")
+    # And a signal followed only by timeouts or peer reactions stays first too.
+    fc, _, _ = first(rec(0, "signal", 100.0), rec(1, "startup_timeout", 101.0))
+    assert (fc.rank, fc.kind) == (0, "signal")

@@ -238,3 +238,24 @@ def test_a_miles_file_runs_locally_and_the_driver_gets_it_byte_for_byte(tmp_path
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)
     audit(run.run_dir, verdict="pass")
+
+
+def test_a_miles_file_renders_for_slurm_unchanged(tmp_path: Path) -> None:
+    out = cli(
+        "render",
+        "tests/data/miles/three-node.toml",
+        "--backend",
+        "slurm",
+        "--uuid",
+        "miles-u",
+        "--output-root",
+        str(tmp_path),
+        "-o",
+        str(tmp_path / "job.sbatch"),
+    )
+    assert out.returncode == 0, out.stderr
+    script = (tmp_path / "job.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], capture_output=True).returncode == 0
+    assert "#SBATCH --nodes=3" in script and "#SBATCH --gpus-per-node=8" in script
+    assert "export NCCL_SOCKET_IFNAME=ib" in script  # [launch.env] of the MILES file
+    assert f"--config {MILES / 'three-node.toml'}" in script  # every node loads the file itself, unedited

@@ -1,0 +1,223 @@
+"""The Slurm batch script of a run (seeds 000, 001, 004). Pure: reads only the resolved model and
+its plan.
+
+One allocation of ``plan.replicas`` nodes, one task per node, ``gpus_per_replica`` GPUs per node;
+every ``srun`` step runs with ``--kill-on-bad-exit=1`` (an srun option: sbatch refuses it); the
+job's output goes into the run directory. Every node runs
+``gym-agent --uuid U --config SPEC --rank R --replicas N``.
+
+The rank is the node's position in the agents' node order: the agents give planned node i to the
+replica whose address sorts i-th lowest (schemas.order), so the script lists the allocation's
+hosts in that order (``GYM_NODES``) and each task takes its own position in it. Rank R then runs
+planned node R, pools take contiguous ranges of that same order in declaration order, and the
+driver's rank (``GYM_DRIVER_RANK``) is the plan's driver node, known when rendering.
+
+With ``[pools.NAME]`` each pool's agents run as their own ``srun`` step named after the pool
+(``squeue -s`` shows them) on that pool's hosts, and ``GYM_POOL_<POOL>_NODES`` is exported to
+every node. A failing task ends its own step (``--kill-on-bad-exit``); the other steps' agents
+see its failure record and stop within one poll interval, so the job ends either way.
+
+``launch.slurm.explicit_address`` adds ``--address "$(hostname --ip-address)"``: that lets a
+loopback address through, which only a test cluster on one machine needs; without it the agent
+refuses a hostname that resolves to loopback.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from launch.config import RunConfig, SlurmConfig
+from launch.errors import Problem, SpecError
+from launch.plan import Plan
+from launch.render import Rendered, RenderRequest
+from schemas import JobEnv, names
+
+FILE_SUFFIX = ".sbatch"
+q = shlex.quote
+
+
+def _problems(config: RunConfig, plan: Plan) -> list[Problem]:
+    out: list[Problem] = []
+    hosts = config.hostnames
+    if hosts and len(hosts) != plan.replicas:
+        out.append(
+            Problem(
+                "launch.hostnames",
+                f"lists {len(hosts)} host(s) but the job has {plan.replicas} node(s): Slurm's --nodelist "
+                f"takes every listed host, so list exactly {plan.replicas}",
+            )
+        )
+    named = {p.partition for p in config.pool_list if p.partition}
+    job = config.launch.slurm.partition
+    if len(named) > 1 or (job and named and named != {job}):
+        want = ", ".join(sorted(named | ({job} if job else set())))
+        out.append(
+            Problem(
+                "pools",
+                f"name partitions {want}, but pools share one allocation in one partition: give every pool "
+                "the same partition (or none, and set launch.slurm.partition)",
+            )
+        )
+    seen: dict[str, str] = {}
+    for pool in config.pool_list:
+        var = JobEnv.pool_nodes(pool.name)
+        if var in seen:
+            out.append(Problem(f"pools.{pool.name}", f"and pools.{seen[var]} both export {var}; rename one"))
+        seen[var] = pool.name
+    return out
+
+
+def _directives(request: RenderRequest, run_dir: str) -> list[str]:
+    config, plan = request.config, request.plan
+    slurm: SlurmConfig = config.launch.slurm
+    lines = [
+        f"--job-name={config.name}",
+        f"--nodes={plan.replicas}",
+        "--ntasks-per-node=1",
+        f"--gpus-per-node={plan.gpus_per_replica}",
+        f"--output={run_dir}/{names.SLURM_OUTPUT}",
+    ]
+    if request.workdir:
+        lines.append(f"--chdir={request.workdir}")
+    pool_partition = next((p.partition for p in config.pool_list if p.partition), None)
+    for flag, value in (
+        ("--partition", slurm.partition or pool_partition),
+        ("--account", slurm.account),
+        ("--qos", slurm.qos),
+        ("--time", slurm.time),
+    ):
+        if value is not None:
+            lines.append(f"{flag}={value}")
+    if config.hostnames:
+        lines.append(f"--nodelist={','.join(config.hostnames)}")
+    lines.extend(slurm.directives)
+    # A directive must stay one shell word: sbatch reads #SBATCH lines word by word.
+    return [f"#SBATCH {d}" if d == q(d) else f"#SBATCH {q(d)}" for d in lines]
+
+
+def _agent_task(request: RenderRequest) -> str:
+    """What each task runs: find its rank in GYM_NODES, then exec the agent."""
+    config, plan = request.config, request.plan
+    argv = [
+        config.launch.slurm.agent,
+        "--uuid",
+        request.uuid,
+        "--config",
+        request.spec_path,
+        "--output-root",
+        request.output_root,
+    ]
+    for o in request.overrides:
+        argv += ["--set", o]
+    agent = " ".join(q(a) for a in argv) + f' --rank "$rank" --replicas {plan.replicas}'
+    if config.launch.slurm.explicit_address:
+        agent += ' --address "$(hostname --ip-address)"'
+    return "\n".join(
+        [
+            "set -eu",
+            "rank=-1 i=0",
+            f'for h in ${{{JobEnv.NODES}//,/ }}; do [ "$h" = "$SLURMD_NODENAME" ] && rank=$i; i=$((i + 1)); done',
+            f'if [ "$rank" -lt 0 ]; then echo "gym: node $SLURMD_NODENAME is not in {JobEnv.NODES}" >&2; exit 2; fi',
+            f"exec {agent}",
+        ]
+    )
+
+
+NODE_ORDER = r"""# The agents' node order: hosts by numeric IPv4 address (schemas.order), names as Slurm knows them.
+gym_hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+gym_ordered=$(for h in $gym_hosts; do
+  a=$(getent ahostsv4 "$h" | awk 'NR == 1 { print $1 }')
+  echo "${a:?gym: $h has no IPv4 address} $h"
+done | sort -t . -k1,1n -k2,2n -k3,3n -k4,4n | awk '{ print $2 }')
+mapfile -t gym_node < <(printf '%s\n' "$gym_ordered")
+"""
+
+
+def _join(start: int, count: int) -> str:
+    return f'$(IFS=,; echo "${{gym_node[*]:{start}:{count}}}")'
+
+
+def _srun(count: int, name: str, nodelist: str | None) -> str:
+    parts = [
+        "srun",
+        "--kill-on-bad-exit=1",
+        f"--nodes={count}",
+        f"--ntasks={count}",
+        "--ntasks-per-node=1",
+        f"--job-name={q(name)}",
+    ]
+    if nodelist:
+        parts.append(f'--nodelist="${nodelist}"')
+    return " ".join(parts) + ' bash -c "$gym_task"'
+
+
+def _steps(config: RunConfig, plan: Plan) -> list[str]:
+    if not config.pool_list:
+        return [
+            "# One step: every node's agent; a task that fails ends the step, and with it the job.",
+            _srun(plan.replicas, config.name, None),
+        ]
+    lines = [
+        "# One step per pool, named after it (squeue -s), on that pool's hosts. A failed task ends its",
+        "# step; the other pools' agents see its failure record and stop. The job's exit code is the",
+        "# first non-zero one.",
+        "gym_pids=()",
+    ]
+    for pool in config.pool_list:
+        lines.append(_srun(pool.nodes, pool.name, JobEnv.pool_nodes(pool.name)) + " &")
+        lines.append("gym_pids+=($!)")
+    lines += [
+        "gym_rc=0",
+        'for p in "${gym_pids[@]}"; do',
+        '  if wait "$p"; then :; else c=$?; [ "$gym_rc" -ne 0 ] || gym_rc=$c; fi',
+        "done",
+        'exit "$gym_rc"',
+    ]
+    return lines
+
+
+def render(request: RenderRequest) -> Rendered:
+    config, plan = request.config, request.plan
+    problems = _problems(config, plan)
+    if problems:
+        raise SpecError(problems)
+    run_dir = f"{request.output_root}/cluster/{request.uuid}"
+    head = [
+        "#!/bin/bash",
+        f"# gym-launch render --backend slurm: run {config.name} ({request.uuid}), spec fingerprint "
+        f"{config.fingerprint[:16]}.",
+        "# The run directory must exist before the job starts (gym-launch submit creates it).",
+        *_directives(request, run_dir),
+        "set -euo pipefail",
+        "",
+    ]
+    env = [f"export {k}={q(v)}" for k, v in config.launch.env.items()]
+    exports = [f"export {JobEnv.NODES}={_join(0, plan.replicas)}"]
+    offset = 0
+    for pool in config.pool_list:
+        exports.append(f"export {JobEnv.pool_nodes(pool.name)}={_join(offset, pool.nodes)}")
+        offset += pool.nodes
+    driver = plan.driver_node
+    exports += [
+        f"# The driver runs on planned node {driver} ({plan.driver_placement} placement): rank {driver}.",
+        f"export {JobEnv.DRIVER_RANK}={driver}",
+        f'export {JobEnv.DRIVER_HOST}="${{gym_node[{driver}]}}"',
+    ]
+    body = [
+        *env,
+        NODE_ORDER.rstrip("\n"),
+        f'if [ "${{#gym_node[@]}}" -ne {plan.replicas} ]; then',
+        f'  echo "gym: the allocation has ${{#gym_node[@]}} node(s), the plan {plan.replicas}" >&2; exit 2',
+        "fi",
+        *exports,
+        f"gym_task={q(_agent_task(request))}",
+        *_steps(config, plan),
+        "",
+    ]
+    return Rendered(backend="slurm", text="\n".join(head + body), file_name=FILE_SUFFIX)
+
+
+def directive_lines(text: str) -> Sequence[str]:
+    """The ``#SBATCH`` directives of a rendered script, in order (for tests and the audit)."""
+    return [line[len("#SBATCH ") :] for line in text.splitlines() if line.startswith("#SBATCH ")]

@@ -1,0 +1,270 @@
+"""Fast checks of the rendered Slurm script: exact directives, `bash -n`, refused directives and
+specs, and the script's own logic (node order by address, each task's rank, pool steps and the
+exported variables) run for real by bash with stand-ins for scontrol, getent and srun on PATH
+(the real-cluster runs are in test_slurm_rendered.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.config import RunConfig
+from launch.plan import plan as make_plan
+from launch.render import RenderRequest
+from launch.render_slurm import directive_lines, render
+from launch.spec import load_spec
+from schemas import JobEnv
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "demo.toml"
+GYM_LAUNCH = str(Path(sys.executable).parent / "gym-launch")
+
+POOLED = """
+name = "pooled"
+[launch]
+gpus_per_replica = 8
+node_gpus = 8
+[trainer]
+nodes = 1
+gpus_per_node = 4
+[inference]
+gpus = 12
+[driver]
+command = ["python", "driver.py"]
+placement = "inference"
+[driver.env]
+JUDGE_HOST = "runtime:GYM_POOL_JUDGE_NODES"
+[judges.general]
+mode = "managed"
+backend = "reference"
+model = "reference-judge"
+node_pool = "judge"
+[rubrics.q]
+profile = "general-quality"
+[judging.bindings.v]
+judge = "general"
+rubric = "q"
+[pools.policy]
+nodes = 2
+gpus_per_node = 8
+[pools.judge]
+nodes = 1
+gpus_per_node = 8
+"""
+
+
+def request(spec: Path, *overrides: str, uuid: str = "u-1") -> RenderRequest:
+    config = RunConfig.from_spec(load_spec(spec, overrides))
+    return RenderRequest(
+        config=config,
+        plan=make_plan(config),
+        uuid=uuid,
+        output_root="/shared/out",
+        spec_path="/shared/out/cluster/u-1/spec.json",
+        workdir="/home/me/project",
+    )
+
+
+def pooled(tmp: Path, extra: str = "") -> Path:
+    p = tmp / "pooled.toml"
+    p.write_text(POOLED + extra)
+    return p
+
+
+def bash_n(text: str, tmp: Path) -> None:
+    f = tmp / "job.sbatch"
+    f.write_text(text)
+    r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_demo_directives_are_exact_and_the_script_parses(tmp_path: Path) -> None:
+    rendered = render(request(DEMO))
+    assert (rendered.backend, rendered.file_name) == ("slurm", ".sbatch")
+    assert directive_lines(rendered.text) == [
+        "--job-name=demo",
+        "--nodes=3",
+        "--ntasks-per-node=1",
+        "--gpus-per-node=8",
+        "--output=/shared/out/cluster/u-1/job-slurm-%j.out",
+        "--chdir=/home/me/project",
+    ]
+    bash_n(rendered.text, tmp_path)
+    assert f"export {JobEnv.DRIVER_RANK}=0\n" in rendered.text
+    assert rendered.text.count("srun ") == 1 and "--address" not in rendered.text
+
+
+def test_slurm_keys_directives_and_hostnames(tmp_path: Path) -> None:
+    text = render(
+        request(
+            DEMO,
+            'launch.slurm.partition="gpu"',
+            'launch.slurm.account="acct"',
+            'launch.slurm.qos="high"',
+            'launch.slurm.time="01:30:00"',
+            'launch.slurm.directives=["--exclusive", "--mem=0", "--constraint=a100&ib"]',
+            'launch.hostnames=["h1", "h2", "h3"]',
+            "launch.slurm.explicit_address=true",
+        )
+    ).text
+    assert directive_lines(text)[6:] == [
+        "--partition=gpu",
+        "--account=acct",
+        "--qos=high",
+        "--time=01:30:00",
+        "--nodelist=h1,h2,h3",
+        "--exclusive",
+        "--mem=0",
+        "'--constraint=a100&ib'",
+    ]
+    assert '--address "$(hostname --ip-address)"' in text
+    bash_n(text, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "says"),
+    [
+        ('launch.slurm.directives=["--nodes=4"]', "launch.slurm.directives.0", "set by gym-launch"),
+        ('launch.slurm.directives=["--output=x"]', "launch.slurm.directives.0", "run directory"),
+        ('launch.slurm.directives=["--partition=a"]', "launch.slurm.directives.0", "launch.slurm.partition"),
+        ('launch.slurm.directives=["--mem=0", "--mem=1"]', "launch.slurm.directives.1", "given twice"),
+        ('launch.slurm.directives=["--exclusiv"]', "launch.slurm.directives.0", "not an sbatch option"),
+        ('launch.slurm.directives=["-N 3"]', "launch.slurm.directives.0", "long form"),
+        ('launch.hostnames=["h1", "h2"]', "launch.hostnames", "list exactly 3"),
+        ('ray.node_pool="x"', "ray.node_pool", "node_pools = [...]"),
+        ('ray.node_pools=["nope"]', "ray.node_pools", "names no [pools.nope]"),
+    ],
+)
+def test_bad_slurm_settings_exit_2_naming_the_key(setting: str, key: str, says: str) -> None:
+    r = subprocess.run(
+        [GYM_LAUNCH, "render", str(DEMO), "--backend", "slurm", "--set", setting], capture_output=True, text=True
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{key}:" in r.stderr and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_ray_resources_of_a_pool_outside_node_pools_are_refused(tmp_path: Path) -> None:
+    spec = pooled(tmp_path, '[ray]\nnode_pools = ["policy"]\n[ray.resources.judge]\nx = 1\n')
+    r = subprocess.run([GYM_LAUNCH, "render", str(spec), "--backend", "slurm"], capture_output=True, text=True)
+    assert r.returncode == 2 and "ray.resources.judge: pool judge is not in ray.node_pools" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "nodes"),
+    [("", (0, 1, 2)), ("[ray]\nnode_pools = []\n", (1,)), ('[ray]\nnode_pools = ["judge"]\n', (1, 2))],
+)
+def test_ray_nodes_are_the_driver_node_and_the_spanned_pools(tmp_path: Path, extra: str, nodes: tuple) -> None:
+    config = RunConfig.from_spec(load_spec(pooled(tmp_path, extra)))
+    p = make_plan(config)
+    assert (p.driver_node, p.ray_head, p.ray_nodes) == (1, 1, nodes)
+
+
+def fake_slurm(tmp: Path, addresses: dict[str, str]) -> dict[str, str]:
+    """scontrol/getent/srun stand-ins: srun runs the task once per node of its nodelist, with
+    SLURMD_NODENAME set, as Slurm would; the nodes' addresses sort differently from their names."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "scontrol": f"#!/bin/bash\nprintf '%s\\n' {' '.join(addresses)}\n",
+        "getent": "#!/bin/bash\ncase $2 in\n"
+        + "".join(f"  {h}) echo '{a}      STREAM {h}';;\n" for h, a in addresses.items())
+        + "esac\n",
+        "srun": """#!/bin/bash
+set -o pipefail
+rc=0 nodes=$GYM_NODES name=
+for a in "$@"; do case $a in --nodelist=*) nodes=${a#--nodelist=};; --job-name=*) name=${a#--job-name=};; esac; done
+for n in ${nodes//,/ }; do SLURMD_NODENAME=$n bash -c "${@: -1}" | sed "s|^|step=$name node=$n |" || rc=$?; done
+exit $rc
+""",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[1-3]"}
+
+
+def run_script(text: str, tmp: Path, env: dict[str, str]) -> list[str]:
+    f = tmp / "job.sbatch"
+    f.write_text(text)
+    r = subprocess.run(["bash", str(f)], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.splitlines()
+
+
+def test_each_task_runs_its_node_in_address_order_with_pool_steps(tmp_path: Path) -> None:
+    # Names sort n1 < n2 < n3, addresses n2 < n3 < n1: the agents' node order is n2, n3, n1.
+    env = fake_slurm(tmp_path, {"n1": "10.0.0.30", "n2": "10.0.0.4", "n3": "10.0.0.10"})
+    # The "agent" prints its rank and what the job exported.
+    agent = tmp_path / "agent"
+    agent.write_text(
+        "#!/bin/bash\n"
+        f'echo "$* nodes=${JobEnv.NODES} policy=${JobEnv.pool_nodes("policy")} '
+        f'judge=${JobEnv.pool_nodes("judge")} driver=${JobEnv.DRIVER_RANK}@${JobEnv.DRIVER_HOST}"\n'
+    )
+    agent.chmod(0o755)
+    text = render(request(pooled(tmp_path), f'launch.slurm.agent="{agent}"')).text
+    lines = run_script(text, tmp_path, env)
+    assert len(lines) == 3, lines
+    common = "nodes=n2,n3,n1 policy=n2,n3 judge=n1 driver=1@n3"
+    want = {
+        ("policy", "n2", "0"),
+        ("policy", "n3", "1"),
+        ("judge", "n1", "2"),
+    }
+    got = set()
+    for line in lines:
+        step, node, rest = line.split(" ", 2)
+        assert rest.endswith(common), line
+        assert "--uuid u-1 --config /shared/out/cluster/u-1/spec.json --output-root /shared/out" in rest
+        rank = rest.split("--rank ", 1)[1].split()[0]
+        assert "--replicas 3" in rest
+        got.add((step.removeprefix("step="), node.removeprefix("node="), rank))
+    assert got == want
+
+
+def test_a_node_missing_from_the_order_exits_2(tmp_path: Path) -> None:
+    env = fake_slurm(tmp_path, {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"})
+    text = render(request(DEMO, 'launch.slurm.agent="true"')).text.replace('"$SLURMD_NODENAME"', '"x$SLURMD_NODENAME"')
+    f = tmp_path / "job.sbatch"
+    f.write_text(text)
+    r = subprocess.run(["bash", str(f)], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode != 0 and "is not in GYM_NODES" in r.stderr, r.stderr
+
+
+def test_submit_dry_run_prints_the_script_and_creates_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [
+            GYM_LAUNCH,
+            "submit",
+            str(DEMO),
+            "--backend",
+            "slurm",
+            "--dry-run",
+            "--uuid",
+            "dry",
+            "--output-root",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "#SBATCH --nodes=3" in r.stdout and f"--output={out}/cluster/dry/job-slurm-%j.out" in r.stdout
+    assert not out.exists()
+
+
+def test_pool_partitions_become_the_job_partition_and_must_agree(tmp_path: Path) -> None:
+    spec = pooled(tmp_path).read_text().replace("[pools.judge]", '[pools.judge]\npartition = "batch"')
+    (tmp_path / "p.toml").write_text(spec)
+    assert "--partition=batch" in directive_lines(render(request(tmp_path / "p.toml")).text)
+    spec = spec.replace("[pools.policy]", '[pools.policy]\npartition = "other"')
+    (tmp_path / "p.toml").write_text(spec)
+    r = subprocess.run(
+        [GYM_LAUNCH, "render", str(tmp_path / "p.toml"), "--backend", "slurm"], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "pools: name partitions batch, other" in r.stderr, r.stderr

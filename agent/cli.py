@@ -11,15 +11,38 @@ import os
 import sys
 from collections.abc import Sequence
 
-from launch.console import quiet_broken_pipe
+from launch.console import quiet_broken_pipe, version
 
 from . import clock
 
 STARTED = clock.mono()  # the single startup deadline counts from here
+EXIT_CODES = """exit codes:
+  0    the run succeeded
+  1    the run failed (failures/failure-RANK.json says why; `gym-audit RUN` names the first cause)
+  2    a usage or configuration problem found before this replica joined the run"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gym-agent", description="Run one replica of a gym-agent run.")
+    ap = argparse.ArgumentParser(
+        prog="gym-agent",
+        description="Run one replica of a gym-agent run.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=version("gym-agent"))
+    loud = ap.add_mutually_exclusive_group()
+    loud.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=1,
+        default=0,
+        help="library info on the console",
+    )
+    loud.add_argument(
+        "-q", "--quiet", dest="verbosity", action="store_const", const=-1, help="library errors only on the console"
+    )
     ap.add_argument("--uuid", required=True, help="the run's unique id: its directory is OUTPUT/cluster/UUID")
     ap.add_argument("--config", help="run spec (TOML, or the run directory's spec.json); default $GYM_RUN_SPEC")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=TOML_VALUE")
@@ -47,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from launch.errors import SpecError, UsageError
     from launch.spec import SPEC_JSON_ENV, load_spec, load_spec_record, spec_record
     from schemas import RunDir, RunDirError, Writer, names, new_incarnation
+    from schemas.timefmt import iso_ms
 
     from .identity import IdentityError, resolve
 
@@ -84,6 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RunDirError, OSError) as exc:
         return err(f"run directory: {exc}")
 
+    import logging
+
+    from .logsetup import configure as route_library_logs
+
+    console_level = {1: logging.INFO, 0: logging.WARNING, -1: logging.ERROR}[args.verbosity]
+    route_library_logs(rank_tag, log_fd, console_level=console_level)
     incarnation = new_incarnation()
 
     console = {"open": True}
@@ -91,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def out(line: str) -> None:
         text = f"{rank_tag} {line}"
         try:
-            os.write(log_fd, f"{clock.wall():.3f} {text}\n".encode())
+            os.write(log_fd, f"{iso_ms(clock.wall())} {text}\n".encode())
         except OSError:
             pass
         if not console["open"]:

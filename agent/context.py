@@ -16,7 +16,7 @@ from .failure import AgentFailed, Failure, FailureSignal
 from .reaper import ReaperChannel
 from .rendezvous import Peer
 from .supervisor import Supervisor
-from .waits import poll_until
+from .waits import Progress, poll_until
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class RunContext:
     reaper: ReaperChannel
     phase: Callable[[], str]  # the phase the agent is in now
     deadline: float  # the single startup deadline, monotonic
+    out: Callable[[str], None] = lambda _line: None  # the agent's console (and log) line printer
+
+    def progress(self, describe: Callable[[float], str]) -> Progress:
+        """Progress lines for a long wait, at the spec's calm rate (coordination.progress_interval)."""
+        return Progress(describe, self.out, self.config.coordination.progress_interval)
 
     def fail(self, kind: FailureKind, cause: str, **kw: object) -> AgentFailed:
         return AgentFailed(Failure(kind=kind, cause=cause, phase=self.phase(), **kw))  # type: ignore[arg-type]
@@ -41,10 +46,13 @@ class RunContext:
         """Is `name` in the run directory (or `subdir`)? By listing: NFS caches negative lookups."""
         return name in self.run.listdir(subdir)
 
-    def wait_startup(self, what: str, predicate: Callable[[], bool]) -> None:
+    def wait_startup(
+        self, what: str, predicate: Callable[[], bool], describe: Callable[[float], str] | None = None
+    ) -> None:
         """Wait inside the single startup deadline; past it the run fails as startup_timeout."""
         poll = self.config.coordination.poll_interval
-        if not poll_until(predicate, deadline=self.deadline, interval=poll, signal=self.signal):
+        progress = self.progress(describe or (lambda left: f"waiting for {what}; {left:.0f} s left"))
+        if not poll_until(predicate, deadline=self.deadline, interval=poll, signal=self.signal, progress=progress):
             raise self.fail(
                 FailureKind.STARTUP_TIMEOUT,
                 f"{what} not reached within startup_timeout "
@@ -56,7 +64,8 @@ class RunContext:
         was waited for (ack_timeout: the acknowledgements)."""
         poll = self.config.coordination.poll_interval
         deadline = clock.mono() + timeout
-        if not poll_until(predicate, deadline=deadline, interval=poll, signal=self.signal):
+        progress = self.progress(lambda left: f"waiting for {what}; {left:.0f} s left")
+        if not poll_until(predicate, deadline=deadline, interval=poll, signal=self.signal, progress=progress):
             raise self.fail(kind, f"{what} not reached within {timeout:g}s")
 
     def wait_unbounded(self, predicate: Callable[[], bool]) -> None:

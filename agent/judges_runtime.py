@@ -149,8 +149,17 @@ class JudgeRuntime:
         self.health = self._new_health_registry()
         poll = min(0.5, ctx.config.coordination.poll_interval)
         for name, j in self.local.items():
+            progress = ctx.progress(
+                lambda left, name=name, j=j: (
+                    f"judge {name}: loading, {clock.mono() - j.started:.0f} s; {left:.0f} s left"
+                )
+            )
             if not poll_until(
-                lambda j=j: self._healthy_once(j), deadline=ctx.deadline, interval=poll, signal=ctx.signal
+                lambda j=j: self._healthy_once(j),
+                deadline=ctx.deadline,
+                interval=poll,
+                signal=ctx.signal,
+                progress=progress,
             ):
                 raise ctx.fail(
                     FailureKind.STARTUP_TIMEOUT,

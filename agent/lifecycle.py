@@ -39,7 +39,8 @@ from schemas import (
 )
 from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
 
-from . import clock, ray_node, rendezvous, signals
+from . import clock, ray_logs, ray_node, rendezvous, signals
+from .console_tee import ConsoleTee
 from .context import RunContext, Topology
 from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from .identity import Identity
@@ -54,6 +55,7 @@ FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from k
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
 RAY_UP_POLL_S = 0.2
+TEE_DRAIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ class Agent:
         self.topo: Topology | None = None
         self.gcs_address: str | None = None
         self.temp_dir: str | None = None
+        self._ray_ports: ray_node.RayPorts | None = None
         self.reaper: subprocess.Popen | None = None
         self.supervisor: Supervisor | None = None
         self.liveness: Liveness | None = None
@@ -193,6 +196,7 @@ class Agent:
         self._judges: JudgeRuntime | None = None
         self._driver_done = threading.Event()
         self._driver_seconds = 0.0
+        self._driver_tee: ConsoleTee | None = None
         self._agent_log_fd = run.open_log(names.agent_log(self.rank))
 
     # -- parts that exist once the lifecycle runs --------------------------------------------------
@@ -248,6 +252,7 @@ class Agent:
             reaper=channel,
             phase=self.log.phase_name,
             deadline=self.deadline,
+            out=self.out,
         )
         self._judges = JudgeRuntime(self._ctx)
         self.liveness = Liveness(
@@ -374,6 +379,14 @@ class Agent:
 
     def _start_ray(self) -> str:
         topo = self.node_topo
+        if self.config.ray.dashboard and topo.is_head:
+            missing = ray_node.dashboard_missing()
+            if missing:
+                raise self.ctx.fail(
+                    FailureKind.PLACEMENT,
+                    f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
+                    "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
+                )
         self.temp_dir = ray_node.short_temp_dir()
         self.ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
         if not topo.is_head:
@@ -385,6 +398,7 @@ class Agent:
             if topo.is_head:
                 self.gcs_address = f"{self.ident.address}:{ports.gcs}"
             if self._spawn_ray(ports):
+                self._ray_ports = ports
                 break
             if attempt == RAY_START_ATTEMPTS:
                 raise self.ctx.fail(
@@ -394,6 +408,8 @@ class Agent:
                 )
         if topo.is_head:
             self.run.write_artifact(names.RAY_HEAD, "ray-head", self.writer, {"gcs_address": self.gcs_address})
+            if self.config.ray.dashboard:
+                self.out(f"Ray dashboard: http://{self.ident.address}:{self._ray_ports.dashboard}")
         return ""
 
     def _head_known(self) -> bool:
@@ -424,6 +440,7 @@ class Agent:
             temp_dir=self.temp_dir or "",
             resources=self._ray_resources(),
             extra_args=self.config.ray.extra_args,
+            dashboard=self.config.ray.dashboard and topo.is_head,
         )
         env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir or "")
         supervisor = self.ctx.supervisor
@@ -464,7 +481,14 @@ class Agent:
         remaining = max(5.0, self.deadline - clock.mono())
         try:
             live = ray_node.probe_live_nodes(
-                self.gcs_address, self.ident.address, len(expected), remaining, self._agent_log_fd, self.signal.is_set
+                self.gcs_address,
+                self.ident.address,
+                len(expected),
+                remaining,
+                self._agent_log_fd,
+                self.signal.is_set,
+                progress=self.out,
+                progress_every=self.coord.progress_interval,
             )
         except (RuntimeError, ValueError) as exc:
             self.signal.raise_if_set()
@@ -588,14 +612,20 @@ class Agent:
                 )
             self._driver_done.set()
 
-        self.ctx.supervisor.start(
-            "driver",
-            argv,
-            env=self.driver_env(),
-            log_fd=self.run.open_log(names.driver_log(self.rank)),
-            policy=ExitPolicy(FailureKind.DRIVER_EXIT, names.driver_log(self.rank), on_exit),
-            shell=shell,
-        )
+        # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
+        # with a rank prefix.
+        self._driver_tee = ConsoleTee(self.run.open_log(names.driver_log(self.rank)), f"[rank {self.rank} driver] ")
+        try:
+            self.ctx.supervisor.start(
+                "driver",
+                argv,
+                env=self.driver_env(),
+                log_fd=self._driver_tee.write_fd,
+                policy=ExitPolicy(FailureKind.DRIVER_EXIT, names.driver_log(self.rank), on_exit),
+                shell=shell,
+            )
+        finally:
+            self._driver_tee.close_child_end()
         self.ctx.wait_unbounded(self._driver_done.is_set)
         self.signal.raise_if_set()
         self._driver_seconds = clock.mono() - t0
@@ -640,9 +670,18 @@ class Agent:
             self._judges.stop()
         records_ = self.supervisor.stop_all()
         self.supervisor.halt()
+        if self._driver_tee is not None:
+            self._driver_tee.join(TEE_DRAIN_S)  # the driver's last lines (a traceback) reach the console first
         if self.liveness:
             self.liveness.stop()
         if self.temp_dir:
+            # Ray's own logs (raylet, GCS, workers) are the evidence of a Ray-side death: keep
+            # them before the temp dir goes.
+            kept = ray_logs.keep(
+                self.temp_dir, self.run, names.ray_session_dir(self.rank), self.config.ray.session_log_bytes
+            )
+            if kept.files:
+                self.out(f"kept {kept.describe()} of Ray's session logs in {names.ray_session_dir(self.rank)}/")
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         return [r.to_json() for r in records_]
 
@@ -666,6 +705,7 @@ class Agent:
         self.supervisor.finish_reaper()
         self._reap_reaper()
         self.out("SUCCEEDED")
+        self._summary(None)
         return RunResult(AgentState.SUCCEEDED, None, 0)
 
     def _teardown_failed(self) -> RunResult:
@@ -673,6 +713,8 @@ class Agent:
         assert failure is not None
         self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
         self.log.set_state(AgentState.STOPPING)
+        if self._driver_tee is not None and failure.kind == FailureKind.DRIVER_EXIT:
+            self._driver_tee.join(0.5)  # the driver's last words come before our verdict on it
         self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
         # Write the failure record first (peers react to it) but never let a hung shared
         # filesystem delay killing our children: the write gets a bounded budget on its own thread.
@@ -698,7 +740,19 @@ class Agent:
         assert self.supervisor is not None
         self.supervisor.finish_reaper()
         self._reap_reaper()
+        self._summary(failure)
         return RunResult(AgentState.FAILED, failure, 1)
+
+    def _summary(self, failure: Failure | None) -> None:
+        """The last lines of the job log: the outcome, the cause, and where to look next."""
+        if failure is None:
+            self.out(f"summary: run succeeded; details: gym-audit {self.run.path}")
+            return
+        where = failure.phase or self.log.phase_name()
+        self.out(f"summary: run FAILED; this replica: {failure.kind} in {where}: {failure.cause}")
+        if failure.log:
+            self.out(f"summary: log: {self.run.path / failure.log}")
+        self.out(f"summary: the run's first cause and every rank's view: gym-audit {self.run.path}")
 
     # -- reaper and signals ----------------------------------------------------------------------
 

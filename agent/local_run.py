@@ -138,9 +138,29 @@ def run_local(
         t.join(timeout=5)
     ok = all(c == 0 for c in codes)
     out(f"gym-launch: run {'succeeded' if ok else 'FAILED'} (agent exit codes {codes})")
+    if not ok:
+        cause = first_cause_line(run.path)
+        if cause:
+            out(f"gym-launch: first cause: {cause}")
     out(f"gym-launch: run directory: {run.path}")
+    out(f"gym-launch: inspect it with: gym-audit {run.path}   (logs: gym-audit logs {run.path})")
     run.close()
     return 0 if ok else 1
+
+
+def first_cause_line(run_dir: Path) -> str | None:
+    """The audit's first cause in one line (the run's, not one replica's view of it)."""
+    from audit.api import audit_run
+    from audit.load import UnusableRunDir
+
+    try:
+        fc = audit_run(run_dir).first_cause
+    except (UnusableRunDir, OSError):
+        return None
+    if fc is None:
+        return None
+    log = f" (log {fc.log})" if fc.log else ""
+    return f"rank {fc.rank} {fc.kind} in {fc.phase or '?'}: {fc.cause}{log}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from . import signals, tempdirs
 from .procgroup import sweep_session
-from .waits import poll_until
+from .ray_probe import PROGRESS_MARK
+from .waits import Progress, poll_until
 
 WORKER_PORT_SPAN = 40
 
@@ -42,6 +43,11 @@ class RayPorts:
     runtime_env_agent: int
     min_worker: int
     max_worker: int
+
+    @property
+    def dashboard(self) -> int:
+        """The block's spare port, between the singles and the worker range (checked free with them)."""
+        return self.min_worker - 1
 
 
 PORT_BLOCK = 50  # ports per node: 7 singles, a gap, then the worker range
@@ -129,6 +135,20 @@ def ray_executable() -> str:
     return local if os.path.exists(local) else (shutil.which("ray") or "ray")
 
 
+def dashboard_missing(timeout: float = 60.0) -> str | None:
+    """Why Ray's dashboard cannot start here (a minimal `ray` without `ray[default]`'s packages),
+    or None. Asked of a child, as Ray itself asks it, so that Ray is never imported in the agent."""
+    probe = "import ray.dashboard.optional_deps"
+    try:
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None  # undecided: let `ray start` try and report
+    if proc.returncode == 0:
+        return None
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit code {proc.returncode}"
+
+
 def short_temp_dir() -> str:
     """AF_UNIX paths are limited to 107 bytes: keep Ray's temp dir short and on local disk."""
     return tempdirs.make(tempdirs.RAY_PREFIX)
@@ -146,6 +166,7 @@ class RayNodeSpec:
     temp_dir: str
     resources: Mapping[str, float]
     extra_args: Sequence[str]
+    dashboard: bool = False
 
 
 HEAD_ONLY_FLAGS = ("--port", "--redis-shard-ports", "--include-dashboard", "--dashboard-port", "--dashboard-host")
@@ -173,7 +194,11 @@ def ray_start_argv(spec: RayNodeSpec) -> list[str]:
         f"--temp-dir={spec.temp_dir}",
     ]
     if spec.is_head:
-        argv += ["--head", f"--port={p.gcs}", "--include-dashboard=false"]
+        argv += ["--head", f"--port={p.gcs}"]
+        if spec.dashboard:
+            argv += ["--include-dashboard=true", f"--dashboard-host={spec.address}", f"--dashboard-port={p.dashboard}"]
+        else:
+            argv.append("--include-dashboard=false")
     else:
         argv += [f"--address={spec.head_address}"]
     if spec.num_cpus is not None:
@@ -230,8 +255,24 @@ def compare_layout(expected: Mapping[str, float], live_nodes: Sequence[Mapping])
     return LayoutCheck(dict(expected), actual, list(live_nodes), problems)
 
 
+def probe_progress(err: bytes) -> str | None:
+    """The probe's last "live nodes a/b" line, as "a/b"."""
+    mark = PROGRESS_MARK.encode()
+    at = err.rfind(mark)
+    if at < 0:
+        return None
+    return err[at + len(mark) :].split(b"\n", 1)[0].decode(errors="replace").strip() or None
+
+
 def probe_live_nodes(
-    gcs_address: str, node_ip: str, expect: int, timeout: float, log_fd: int | None, abort: Callable[[], bool]
+    gcs_address: str,
+    node_ip: str,
+    expect: int,
+    timeout: float,
+    log_fd: int | None,
+    abort: Callable[[], bool],
+    progress: Callable[[str], None] | None = None,
+    progress_every: float = 30.0,
 ) -> list[dict]:
     """Ask Ray for its live nodes from a short-lived child (keeps Ray out of the agent process).
 
@@ -253,7 +294,20 @@ def probe_live_nodes(
         with signals.unblocked():
             proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
         try:
-            poll_until(lambda: abort() or proc.poll() is not None, deadline=time.monotonic() + timeout, interval=0.1)
+
+            def describe(left: float) -> str:
+                err_f.flush()
+                seen = probe_progress(
+                    os.pread(err_f.fileno(), 1 << 16, max(0, os.fstat(err_f.fileno()).st_size - (1 << 16)))
+                )
+                return f"Ray: {seen} nodes; {left:.0f} s left" if seen else f"Ray: connecting; {left:.0f} s left"
+
+            poll_until(
+                lambda: abort() or proc.poll() is not None,
+                deadline=time.monotonic() + timeout,
+                interval=0.1,
+                progress=Progress(describe, progress, progress_every) if progress else None,
+            )
             if proc.poll() is None:
                 raise RuntimeError(f"Ray probe {'interrupted' if abort() else f'timed out after {timeout:g}s'}")
         finally:
@@ -264,6 +318,7 @@ def probe_live_nodes(
         out_f.seek(0)
         err_f.seek(0)
         stdout, stderr = out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")
+    stderr = "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(PROGRESS_MARK))
     if log_fd is not None and stderr:
         os.write(log_fd, stderr.encode()[-20000:])
     if proc.returncode != 0:

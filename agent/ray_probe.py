@@ -11,6 +11,8 @@ import json
 import sys
 import time
 
+PROGRESS_MARK = "gym-ray-probe live nodes "
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -23,8 +25,12 @@ def main() -> int:
 
     ray.init(address=args.address, _node_ip_address=args.node_ip, logging_level="ERROR", log_to_driver=False)
     deadline = time.monotonic() + args.timeout
+    seen = -1
     while True:
         live = [n for n in ray.nodes() if n.get("Alive")]
+        if len(live) != seen:  # the parent prints this as progress ("Ray: 2/3 nodes")
+            seen = len(live)
+            print(f"{PROGRESS_MARK}{seen}/{args.expect}", file=sys.stderr, flush=True)
         if len(live) >= args.expect or time.monotonic() > deadline:
             break
         time.sleep(0.5)

@@ -82,8 +82,14 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
             )
         return True
 
+    def describe(left: float) -> str:
+        missing = [r for r in range(count) if r not in present]
+        who = f"rank {missing[0]}" if len(missing) == 1 else f"ranks {', '.join(map(str, missing[:8]))}"
+        more = ", ..." if len(missing) > 8 else ""
+        return f"{count - len(missing)}/{count} replicas joined; waiting for {who}{more}, {left:.0f} s left"
+
     poll = ctx.config.coordination.poll_interval
-    if poll_until(everyone, deadline=ctx.deadline, interval=poll, signal=ctx.signal):
+    if poll_until(everyone, deadline=ctx.deadline, interval=poll, signal=ctx.signal, progress=ctx.progress(describe)):
         return peers
     missing = sorted(set(range(count)) - present)
     raise AgentFailed(

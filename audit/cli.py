@@ -1,10 +1,11 @@
-"""`gym-audit`: audit a run directory, or search its logs.
+"""`gym-audit`: audit a run directory, search its logs, list runs.
 
-    gym-audit DIR [--json] [--html FILE] [--no-info]
-    gym-audit logs DIR [--rank R] [--judge NAME] [--grep PATTERN] [-i]
+    gym-audit RUN [--json] [--html FILE] [--no-info] [-v|-q]
+    gym-audit logs RUN [--rank R] [--judge NAME] [--grep PATTERN] [-i] [-A N] [-B N] [--since T] [--merge] [--follow]
+    gym-audit ls OUTPUT
+    gym-audit completion bash
 
-Exit codes (audit): 0 pass, 1 findings (at least one error), 2 unusable input.
-Exit codes (logs): 0 lines printed, 1 no matching line, 2 unusable input or bad pattern.
+RUN is a run directory OUTPUT/cluster/UUID, or a bare UUID with --output-root (default $GYM_OUTPUT_ROOT).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.console import quiet_broken_pipe
+from launch.console import quiet_broken_pipe, use_colour, version
 from schemas import safe_io
 
 from . import report_html, report_json, report_text
@@ -26,32 +28,118 @@ from .load import SafeDir, UnsafeFile, UnusableRunDir
 from .logs import Matcher, grep_log, list_logs
 from .sanitize import terminal_safe
 
+OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
+USAGE = """gym-audit [-h] [--version] [-v | -q] RUN [--json] [--html FILE] [--no-info] [--output-root ROOT]
+       gym-audit logs RUN [--rank R] [--judge NAME] [--grep PATTERN] [-i] [-A N] [-B N] [--since TIME]
+                          [--merge] [--follow]
+       gym-audit ls OUTPUT
+       gym-audit completion bash"""
+AUDIT_EXIT = """exit codes:
+  0    the audit passed (the run succeeded and its evidence is consistent)
+  1    findings: at least one error (a failed run always has one: its first cause)
+  2    unusable input: no such run, not a directory, bad option (the message says what to pass)
+  141  the output pipe was closed"""
+LOGS_EXIT = """exit codes:
+  0    lines printed
+  1    no matching line (or no log matches --rank/--judge)
+  2    unusable run directory, bad --grep pattern or --since time"""
+LS_EXIT = """exit codes:
+  0    runs listed
+  1    no run under OUTPUT
+  2    OUTPUT is not a directory"""
+HTML_MODE = 0o640  # like the rest of the run's evidence: not world-readable
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--version", action="version", version=version("gym-audit"))
+
 
 def _audit_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gym-audit",
+        usage=USAGE,
         description="Validate a run directory OUTPUT/cluster/UUID: schemas, cross-checks, first cause. "
-        "Use `gym-audit logs DIR ...` to search its logs.",
+        "Subcommands: `logs` searches a run's logs, `ls` lists the runs of an output root, "
+        "`completion bash` prints a completion script.",
+        epilog=AUDIT_EXIT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_dir", metavar="DIR", help="the run directory OUTPUT/cluster/UUID")
+    _common(p)
+    p.add_argument("run_dir", metavar="RUN", help="the run directory OUTPUT/cluster/UUID, or a UUID (--output-root)")
+    p.add_argument("--output-root", help=f"where a bare UUID's run lives (default ${OUTPUT_ROOT_ENV})")
     p.add_argument("--json", action="store_true", help="print the machine-readable report (see audit/README.md)")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE (mode 0640)")
     p.add_argument("--no-info", action="store_true", help="leave info findings out of the text report")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help="add each rank's last phase"
+    )
+    g.add_argument(
+        "-q", "--quiet", dest="verbosity", action="store_const", const=-1, help="verdict and first cause only"
+    )
     return p
 
 
 def _logs_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gym-audit logs",
-        description="Stream a run's logs (driver-RANK.log, judge-NAME-RANK.log, agent, ray), optionally "
-        "filtered by rank, judge and a regular expression. Output lines are FILE:LINE:TEXT.",
+        description="Stream a run's logs (driver-RANK.log, judge-NAME-RANK.log, agent, ray, ray-session-RANK/*), "
+        "optionally filtered by rank, judge, a regular expression and time. Output lines are FILE:LINE:TEXT "
+        "(context lines FILE-LINE-TEXT).",
+        epilog=LOGS_EXIT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("run_dir", metavar="DIR")
+    _common(p)
+    p.add_argument("run_dir", metavar="RUN")
+    p.add_argument("--output-root", help=f"where a bare UUID's run lives (default ${OUTPUT_ROOT_ENV})")
     p.add_argument("--rank", type=int, help="only logs of this rank")
     p.add_argument("--judge", metavar="NAME", help="only judge-NAME-*.log")
     p.add_argument("--grep", metavar="PATTERN", help="Python regular expression, matched per line")
     p.add_argument("-i", "--ignore-case", action="store_true")
+    p.add_argument("-A", "--after", type=int, default=0, metavar="N", help="N lines of context after a match")
+    p.add_argument("-B", "--before", type=int, default=0, metavar="N", help="N lines of context before a match")
+    p.add_argument("--since", metavar="TIME", help="only lines from TIME on: 10m, 2h, or 2026-11-30T17:08:00Z")
+    p.add_argument("--merge", action="store_true", help="one view across every selected log, in time order")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends")
+    p.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     return p
+
+
+def _ls_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gym-audit ls",
+        description="One line per run under OUTPUT/cluster/: uuid, start, elapsed, outcome, first cause.",
+        epilog=LS_EXIT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(p)
+    p.add_argument("output", metavar="OUTPUT", nargs="?", help=f"the output root (default ${OUTPUT_ROOT_ENV})")
+    p.add_argument("--json", action="store_true", help="one JSON object per run")
+    return p
+
+
+def _completion_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gym-audit completion", description="print a shell completion script")
+    p.add_argument("shell", choices=("bash",))
+    return p
+
+
+SUBCOMMANDS = {"logs": _logs_parser, "ls": _ls_parser, "completion": _completion_parser}
+
+
+def resolve_run(run: str, output_root: str | None) -> Path:
+    """A run directory as given, or a bare UUID under the output root; UnusableRunDir otherwise."""
+    from schemas import names
+
+    p = Path(run)
+    if p.exists() or p.is_symlink() or "/" in run or not names.UUID_RE.match(run):
+        return p
+    root = output_root or os.environ.get(OUTPUT_ROOT_ENV)
+    if not root:
+        raise UnusableRunDir(
+            f"{run} does not exist; for a bare UUID pass --output-root ROOT (or set {OUTPUT_ROOT_ENV})"
+        )
+    return Path(root) / "cluster" / run
 
 
 def _inside(path: Path, directory: Path) -> bool:
@@ -62,20 +150,35 @@ def _inside(path: Path, directory: Path) -> bool:
         return False
 
 
+def _html_target_problem(target: str, run_dir: Path) -> str | None:
+    """Why --html TARGET cannot be written, found before the audit prints anything."""
+    path = Path(target)
+    if target.endswith(os.sep) or path.is_dir():
+        return f"--html {target}: is a directory; name the file to write, e.g. {path / 'audit.html'}"
+    if not path.parent.is_dir():
+        return f"--html {target}: directory {path.parent} does not exist"
+    if _inside(path.parent, run_dir):
+        return "--html must point outside the run directory (the audit never writes into it)"
+    return None
+
+
 def _write_html(target: Path, text: str) -> None:
     # temp + rename: a reader (a browser auto-reloading the report) never sees half a page.
-    safe_io.write_atomic_path(target, text.encode("utf-8"), mode=0o644)
+    safe_io.write_atomic_path(target, text.encode("utf-8"), mode=HTML_MODE)
 
 
 def _audit(argv: Sequence[str]) -> int:
     args = _audit_parser().parse_args(argv)
-    run_dir = Path(args.run_dir)
-    if args.html and _inside(Path(args.html).parent, run_dir):
-        print(
-            "gym-audit: --html must point outside the run directory (the audit never writes into it)",
-            file=sys.stderr,
-        )
+    try:
+        run_dir = resolve_run(args.run_dir, args.output_root)
+    except UnusableRunDir as exc:
+        print(terminal_safe(f"gym-audit: {exc}"), file=sys.stderr)
         return 2
+    if args.html:
+        problem = _html_target_problem(args.html, run_dir)
+        if problem:
+            print(f"gym-audit: {problem}", file=sys.stderr)
+            return 2
     try:
         result = audit_run(run_dir)
     except UnusableRunDir as exc:
@@ -86,48 +189,190 @@ def _audit(argv: Sequence[str]) -> int:
     if args.json:
         sys.stdout.write(report_json.render(result))
     else:
-        sys.stdout.write(report_text.render(result, show_info=not args.no_info))
+        text = report_text.render(result, show_info=not args.no_info and args.verbosity >= 0)
+        if args.verbosity < 0:
+            text = _quiet(text)
+        elif args.verbosity > 0:
+            text += _ranks_text(result)
+        sys.stdout.write(_colour(text) if use_colour(sys.stdout) else text)
     if args.html:
         try:
             _write_html(Path(args.html), report_html.render(result))
         except OSError as exc:
             print(f"gym-audit: cannot write {args.html}: {exc.strerror}", file=sys.stderr)
             return 2
-        print(f"HTML report: {args.html}", file=sys.stderr if args.json else sys.stdout)
+        if args.verbosity >= 0:
+            print(f"HTML report: {args.html}", file=sys.stderr if args.json else sys.stdout)
     return 0 if result.verdict == "pass" else 1
 
 
+def _quiet(text: str) -> str:
+    """The verdict line and the first cause's headline: what a script or a glance needs."""
+    lines = text.splitlines()
+    keep = lines[:1]
+    if "First cause:" in lines:
+        i = lines.index("First cause:")
+        keep.append(lines[i + 1].strip())
+    return "\n".join(keep) + "\n"
+
+
+def _ranks_text(result: object) -> str:
+    ranks = getattr(result, "ranks", ())
+    if not ranks:
+        return ""
+    out = ["", "Ranks:"]
+    for r in ranks:
+        last = r.phases[-1].phase if r.phases else "-"
+        out.append(terminal_safe(f"  rank {r.rank}: {r.state or '?'}, last phase {last}, address {r.address or '?'}"))
+    return "\n".join(out) + "\n"
+
+
+def _colour(text: str) -> str:
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("gym-audit: FAIL") or line.lstrip().startswith("ERROR"):
+            line = f"\033[31m{line.rstrip(chr(10))}\033[0m\n"
+        elif line.startswith("gym-audit: PASS"):
+            line = f"\033[32m{line.rstrip(chr(10))}\033[0m\n"
+        elif line.lstrip().startswith("WARNING"):
+            line = f"\033[33m{line.rstrip(chr(10))}\033[0m\n"
+        out.append(line)
+    return "".join(out)
+
+
 def _logs(argv: Sequence[str]) -> int:
+    from . import logview
+
     args = _logs_parser().parse_args(argv)
     try:
         matcher = Matcher.compile(args.grep, args.ignore_case)
     except re.error as exc:
         print(f"gym-audit logs: bad --grep pattern: {exc}", file=sys.stderr)
         return 2
+    if args.after < 0 or args.before < 0:
+        print("gym-audit logs: -A/-B take a number of lines >= 0", file=sys.stderr)
+        return 2
     try:
-        safe = SafeDir(args.run_dir)
+        since = logview.parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        print(f"gym-audit logs: {exc}", file=sys.stderr)
+        return 2
+    try:
+        safe = SafeDir(resolve_run(args.run_dir, args.output_root))
     except UnusableRunDir as exc:
         print(terminal_safe(f"gym-audit logs: {exc}"), file=sys.stderr)
         return 2
     out = sys.stdout.buffer
     printed = 0
+    plain = not (args.after or args.before or since is not None or args.merge or args.follow)
     with safe:
         logs = list_logs(safe, rank=args.rank, judge=args.judge)
-        if not logs:
+        if not logs and not args.follow:
             print("gym-audit logs: no log matches --rank/--judge", file=sys.stderr)
             return 1
-        for log in logs:
-            prefix = log.relpath.encode()
-            try:
-                for line_no, line in grep_log(safe, log.relpath, matcher):
-                    out.write(b"%s:%d:%s\n" % (prefix, line_no, line))
-                    printed += 1
-            except BrokenPipeError:
-                raise  # the reader left (`| head`): stop, handled in main()
-            except (UnsafeFile, OSError) as exc:
-                print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
+        if plain:
+            for log in logs:
+                prefix = log.relpath.encode()
+                try:
+                    for line_no, line in grep_log(safe, log.relpath, matcher):
+                        out.write(b"%s:%d:%s\n" % (prefix, line_no, line))
+                        printed += 1
+                except BrokenPipeError:
+                    raise  # the reader left (`| head`): stop, handled in main()
+                except (UnsafeFile, OSError) as exc:
+                    print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
+        elif args.merge:
+            for ln in logview.merged_view(safe, logs, matcher, since):
+                out.write(logview.render(ln))
+                printed += 1
+        else:
+            keep = logview.selector(matcher, since)
+            for log in logs:
+                try:
+                    for ln in logview.file_view(safe, log, matcher, since, args.before, args.after):
+                        out.write(logview.render(ln, ln is None or keep(ln)))
+                        printed += ln is not None and keep(ln)
+                except BrokenPipeError:
+                    raise
+                except (UnsafeFile, OSError) as exc:
+                    print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
         out.flush()
+        if args.follow:
+            printed += _follow(safe, logs, matcher, args, out)
     return 0 if printed else 1
+
+
+def _follow(safe: SafeDir, logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
+    """New complete lines of every selected log (new logs included) until the run has ended."""
+    from . import logview
+
+    follower = logview.Follower(
+        {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in logs}
+    )
+    printed = 0
+    ended_at: float | None = None
+    try:
+        while True:
+            for log in list_logs(safe, rank=args.rank, judge=args.judge):
+                for number, text in follower.new_lines(safe, log.relpath):
+                    if matcher.line_matches(text):
+                        out.write(b"%s:%d:%s\n" % (log.relpath.encode(), number, text))  # type: ignore[attr-defined]
+                        printed += 1
+            out.flush()  # type: ignore[attr-defined]
+            if _run_ended(safe):
+                # One more round after the end: the last lines of a teardown land just after it.
+                if ended_at is not None and time.monotonic() - ended_at > 1.0:
+                    return printed
+                ended_at = ended_at or time.monotonic()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return printed
+
+
+def _count_lines(safe: SafeDir, relpath: str) -> int:
+    n = 1
+    for _ in grep_log(safe, relpath, Matcher.compile(None)):
+        n += 1
+    return n
+
+
+def _run_ended(safe: SafeDir) -> bool:
+    """Every rank that wrote a phases file has written its cleanup record."""
+    from schemas import names
+
+    entries, _ = safe.scan()
+    files = {rel for rel, kind in entries if kind == "file"}
+    ranks = {p.rank for p in (names.parse(f) for f in files) if p is not None and p.schema == "phases"}
+    return bool(ranks) and all(names.cleanup(r) in files for r in ranks)
+
+
+def _ls(argv: Sequence[str]) -> int:
+    from . import runs
+
+    args = _ls_parser().parse_args(argv)
+    root = args.output or os.environ.get(OUTPUT_ROOT_ENV)
+    if not root:
+        print(f"gym-audit ls: pass OUTPUT (the output root) or set {OUTPUT_ROOT_ENV}", file=sys.stderr)
+        return 2
+    try:
+        rows = runs.list_runs(Path(root))
+    except UnusableRunDir as exc:
+        print(terminal_safe(f"gym-audit ls: {exc}"), file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"gym-audit ls: no run under {root}/cluster", file=sys.stderr)
+        return 1
+    sys.stdout.write(runs.render_json(rows) if args.json else runs.render_table(rows))
+    return 0
+
+
+def _completion(argv: Sequence[str]) -> int:
+    from launch.completion import bash_script
+
+    _completion_parser().parse_args(argv)
+    subs = {name: make() for name, make in SUBCOMMANDS.items()}
+    print(bash_script("gym-audit", _audit_parser(), subs))
+    return 0
 
 
 @quiet_broken_pipe
@@ -136,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] == "logs":
             return _logs(argv[1:])
+        if argv and argv[0] == "ls":
+            return _ls(argv[1:])
+        if argv and argv[0] == "completion":
+            return _completion(argv[1:])
         return _audit(argv)
     except BrokenPipeError:
         # `gym-audit logs ... | head`: the reader left; that is not an error.

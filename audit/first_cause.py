@@ -24,6 +24,7 @@ from schemas import FailureKind, Phase, names
 from .load import SafeDir
 from .logs import log_excerpt
 from .model import Cause
+from .ray_evidence import ray_evidence
 from .views import FailureRec, PhasesRec
 
 # Lower is a likelier first cause when wall times tie (every FailureKind has one: a test checks).
@@ -184,6 +185,6 @@ def analyse(
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.cause)
     excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()
-    first = replace(first, log=log, excerpt=excerpt)
+    first = replace(first, log=log, excerpt=excerpt, ray_logs=ray_evidence(first, log, logs))
     cascade = tuple(sorted(roots[1:] + reactions, key=_order_key))
     return first, cascade, tuple(roots[1:])

@@ -134,7 +134,7 @@ class SafeDir:
                 out.append((rel, kind))
                 # Only the protocol's own subdirectories are descended into; anything else is
                 # reported as an unknown directory rather than explored.
-                if kind == "dir" and depth == 0 and entry.name in names.SUBDIRS:
+                if kind == "dir" and depth == 0 and (entry.name in names.SUBDIRS or names.is_log_dir(entry.name)):
                     try:
                         sub = safe_io.open_dir(entry.name, fd)
                     except OSError:
@@ -231,7 +231,7 @@ def load_run(safe: SafeDir) -> LoadedRun:
             )
             continue
         if kind == "dir":
-            if relpath not in names.SUBDIRS:
+            if relpath not in names.SUBDIRS and not names.is_log_dir(relpath):
                 run.findings.append(Finding("info", "file.unknown", "unknown directory (not audited)", relpath))
             continue
         if kind == "other":

@@ -33,7 +33,7 @@ ERROR_LINE = re.compile(
     r"(?i)(error|exception|fatal|critical|killed|failed|failure|panic|out of memory|oom|segmentation fault|"
     r"traceback|exit code|exited with|signal)"
 )
-_KIND_ORDER = {"driver": 0, "judge": 1, "agent": 2, "ray": 3}
+_KIND_ORDER = {"driver": 0, "judge": 1, "agent": 2, "ray": 3, "ray-session": 4}
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class Cause:
     reported_by: int | None = None  # for a silent rank: who noticed the silence
     writer: str | None = None
     excerpt: tuple[str, ...] = ()  # last error lines / traceback of `log`
+    ray_logs: tuple[str, ...] = ()  # Ray's own session logs kept for this rank, when Ray is involved
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class Cause:
             "reported_by": self.reported_by,
             "writer": self.writer,
             "excerpt": list(self.excerpt),
+            "ray_logs": list(self.ray_logs),
         }
 
 

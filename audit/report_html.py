@@ -33,13 +33,16 @@ PHASE_COLORS = {
     Phase.TEARDOWN: "#bab0ac",
 }
 OTHER_PHASE = "#79706e"
+# Darker, saturated hues no phase uses: a GPU's role never reads as a phase of the timeline.
 ROLE_COLORS = {
-    "trainer": "#4e79a7",
-    "rollout": "#59a14f",
-    "judge": "#b07aa1",
-    "unused": "#d7d7d7",
-    "ray": "#f28e2b",
+    "trainer": "#1a237e",
+    "rollout": "#004d40",
+    "judge": "#880e4f",
+    "unused": "#e8e8e8",
+    "ray": "#bf360c",
 }
+FIRST_CAUSE = "#c62828"
+REACTION = "#555"
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fff}
@@ -63,6 +66,9 @@ tr.error td.sev{color:#c62828;font-weight:700} tr.warning td.sev{color:#e65100} 
 .legend span{display:inline-block;margin-right:12px} .swatch{display:inline-block;width:12px;height:12px;
      vertical-align:middle;margin-right:4px;border-radius:2px}
 svg text{font-family:system-ui,sans-serif}
+svg.timeline{width:100%;height:auto;max-width:100%;display:block}
+body{max-width:100%;overflow-wrap:anywhere} .gpus{max-width:100%;overflow-x:auto}
+#first-cause{border-left:6px solid #c62828;padding-left:10px;background:#fff5f5}
 """
 
 
@@ -78,7 +84,21 @@ def _clamp(v: float, lo: float, hi: float) -> float:
     return lo if not math.isfinite(v) else min(max(v, lo), max(lo, hi))
 
 
-def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
+def _is_first(c: Cause | None, rank: int, phase: str) -> bool:
+    return c is not None and c.rank == rank and (c.phase is None or c.phase == phase)
+
+
+def run_span(ranks: tuple[RankSummary, ...]) -> tuple[float | None, float | None]:
+    """(start, total seconds) of the run from the replicas' phase timelines."""
+    starts = [p.started_at for r in ranks for p in r.phases if math.isfinite(p.started_at)]
+    ends = [p.ended_at for r in ranks for p in r.phases if p.ended_at is not None and math.isfinite(p.ended_at)]
+    if not starts:
+        return None, None
+    t0 = min(starts)
+    return t0, (max(ends) - t0 if ends else None)
+
+
+def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause], first: Cause | None = None) -> str:
     spans = [(r.rank, p) for r in ranks for p in r.phases]
     if not spans:
         return '<p class="muted" id="timeline-empty">No phase timeline was recorded.</p>'
@@ -91,9 +111,10 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
     label_w, chart_w, row_h, top = 150, 900, 30, 24
     rows = [r for r in ranks if r.phases] + [r for r in ranks if not r.phases]
     height = top + row_h * len(rows) + 10
+    # A viewBox and CSS width 100%: the chart scales to the page instead of a fixed pixel width.
     out = [
-        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{label_w + chart_w + 20}" '
-        f'height="{height}" role="img" aria-label="per-replica phase timeline">'
+        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {label_w + chart_w + 20} {height}" '
+        f'preserveAspectRatio="xMinYMin meet" role="img" aria-label="per-replica phase timeline">'
     ]
     for i in range(5):  # time axis
         x = label_w + chart_w * i / 4
@@ -109,27 +130,45 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
         out.append(f'<text x="4" y="{y + 19}" font-size="12">rank {r.rank} · {_e(state)}</text>')
         if not r.phases:
             out.append(f'<text x="{label_w}" y="{y + 19}" font-size="11" fill="#999">no phases recorded</text>')
+        failed_spans = [p for p in r.phases if p.outcome == "failed"]
         for p in r.phases:
             end = p.ended_at if p.ended_at is not None else t1
             x = _clamp(label_w + chart_w * (p.started_at - t0) / span, label_w, label_w + chart_w)
-            w = _clamp(chart_w * (end - p.started_at) / span, 2.0, label_w + chart_w - x + 2)
+            root = p.outcome == "failed" and _is_first(first, r.rank, p.phase) and p is failed_spans[-1]
+            # The root cause stays visible however short it was; reactions are drawn quietly.
+            w = _clamp(chart_w * (end - p.started_at) / span, 8.0 if root else 2.0, label_w + chart_w - x + 2)
             color = PHASE_COLORS.get(p.phase, OTHER_PHASE)
-            stroke = ' stroke="#c62828" stroke-width="3"' if p.outcome == "failed" else ""
+            if root:
+                stroke = f' stroke="{FIRST_CAUSE}" stroke-width="4"'
+            elif p.outcome == "failed":
+                stroke = f' stroke="{REACTION}" stroke-width="1" stroke-dasharray="2 2" fill-opacity="0.45"'
+            else:
+                stroke = ""
             dash = ' stroke-dasharray="4 2" stroke="#333"' if p.outcome == "running" else ""
             dur = f"{end - p.started_at:.2f}s" + (" (still running)" if p.ended_at is None else "")
+            cls = f"phase phase-{_e(p.outcome)}" + (" first-cause" if root else "")
             out.append(
-                f'<rect class="phase phase-{_e(p.outcome)}" data-phase="{_e(p.phase)}" '
+                f'<rect class="{cls}" data-phase="{_e(p.phase)}" '
                 f'x="{x:.1f}" y="{y + 4}" '
                 f'width="{w:.1f}" height="{row_h - 8}" fill="{color}"{stroke}{dash}>'
                 f"<title>rank {r.rank} {_e(p.phase)}: {_e(p.outcome)}, {dur} {_e(p.detail)}</title></rect>"
             )
+            if root:
+                lx = min(x + w + 4, label_w + chart_w - 60)
+                out.append(
+                    f'<text class="first-cause-label" x="{lx:.1f}" y="{y + 19}" font-size="11" '
+                    f'font-weight="700" fill="{FIRST_CAUSE}">first cause</text>'
+                )
             if w > 9 * len(p.phase) * 0.62:
                 out.append(f'<text x="{x + 3:.1f}" y="{y + 19}" font-size="10" fill="#fff">{_e(p.phase)}</text>')
         for c in causes:
             if c.rank == r.rank and c.wall_time is not None:
                 x = _clamp(label_w + chart_w * (c.wall_time - t0) / span, label_w, label_w + chart_w)
+                is_first = c is first
+                fill = FIRST_CAUSE if is_first else REACTION
+                cls = "failure-marker first-cause-marker" if is_first else "failure-marker"
                 out.append(
-                    f'<path class="failure-marker" d="M{x:.1f},{y + 2} l5,-6 h-10 z" fill="#c62828">'
+                    f'<path class="{cls}" d="M{x:.1f},{y + 2} l5,-6 h-10 z" fill="{fill}">'
                     f"<title>{_e(c.kind)}: {_e(c.cause)}</title></path>"
                 )
         out.append("</g>")
@@ -140,7 +179,8 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause]) -> str:
     )
     note = (
         '<p class="muted">Times are each host\'s wall clock relative to the earliest phase start; '
-        "clocks of different hosts may differ.</p>"
+        "clocks of different hosts may differ. The first cause is outlined in red; phases that failed "
+        "in reaction to it are dashed and faded.</p>"
     )
     return "\n".join(out) + f'<div class="legend">{legend}</div>{note}'
 
@@ -178,6 +218,15 @@ def _gpu_map(maps: tuple[NodeMap, ...]) -> str:
     return "\n".join(out) + f'<div class="legend">{legend}</div>'
 
 
+def _when(result: AuditResult) -> str:
+    from schemas.timefmt import iso_ms
+
+    start, total = run_span(result.ranks)
+    began = f'<span id="run-start">{_e(iso_ms(start))}</span>' if start is not None else "unknown"
+    took = f'<span id="run-duration">{total:.1f} s</span>' if total is not None else "unknown"
+    return f"Started {began}; total duration {took}."
+
+
 def render(result: AuditResult) -> str:
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     parts = [
@@ -193,6 +242,7 @@ def render(result: AuditResult) -> str:
         f"{_e(result.verdict.upper())}</span></h1>",
         f'<p>Run <code>{_e(result.run_dir)}</code> — outcome <b id="outcome">{_e(result.outcome)}</b> — '
         f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info."
+        f"<br>{_when(result)}"
         f'<br><span class="muted">fingerprint {_e(result.fingerprint or "unknown")}</span></p>',
     ]
     if result.first_cause is not None:
@@ -204,6 +254,12 @@ def render(result: AuditResult) -> str:
         if fc.log:
             parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
             parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')
+        if fc.ray_logs:
+            parts.append(
+                f"<p>Ray's own logs of rank {fc.rank}: "
+                + ", ".join(f"<code>{_e(x)}</code>" for x in fc.ray_logs)
+                + "</p>"
+            )
         parts.append("</div>")
     if result.cascade:
         parts.append('<h2>Cascade</h2><ol id="cascade">')
@@ -211,7 +267,7 @@ def render(result: AuditResult) -> str:
         parts.append("</ol>")
     causes = ([result.first_cause] if result.first_cause else []) + list(result.cascade)
     parts.append('<h2>Timeline</h2><section id="timeline">')
-    parts.append(_timeline(result.ranks, causes))
+    parts.append(_timeline(result.ranks, causes, result.first_cause))
     parts.append('</section><h2>GPU map</h2><section id="gpu-map">')
     parts.append(_gpu_map(result.gpu_maps))
     parts.append("</section>")

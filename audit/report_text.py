@@ -65,6 +65,8 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         if fc.log:
             lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
             lines += [_t(f"    | {ln}") for ln in fc.excerpt]
+        if fc.ray_logs:
+            lines.append(_t(f"  Ray's own logs of rank {fc.rank}: {', '.join(fc.ray_logs)}"))
     if result.cascade:
         lines += ["", "Cascade (in time order):"]
         lines += [f"  {i}. {_cause_line(c)}" for i, c in enumerate(result.cascade, 1)]

@@ -257,6 +257,51 @@ def _run_local(args: argparse.Namespace) -> int:
     return EXIT_USAGE  # not reached: execv replaces this process or raises
 
 
+# --- status -----------------------------------------------------------------
+
+
+def _configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="a run directory OUTPUT/cluster/UUID, or a UUID with --output-root")
+    parser.add_argument("--output-root", help="where a bare UUID's run lives (default $GYM_OUTPUT_ROOT)")
+    parser.add_argument("--watch", action="store_true", help="refresh until the run ends (Ctrl-C to stop watching)")
+    parser.add_argument("--interval", type=float, default=2.0, metavar="S", help="--watch refresh period (default 2)")
+    parser.add_argument("--json", action="store_true", help="JSON (one document per refresh with --watch)")
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    import time
+
+    from launch.console import use_colour
+    from launch.status import HeartbeatClock, format_status, open_run, planned_replicas, read_status, resolve_run_dir
+
+    if args.interval <= 0:
+        raise UsageError("--interval must be positive")
+    run = open_run(resolve_run_dir(args.run, args.output_root))
+    hb = HeartbeatClock()
+
+    replicas = planned_replicas(run)
+    colour = use_colour(sys.stdout) and not args.json
+    try:
+        while True:
+            st = read_status(run, hb, replicas)
+            if args.json:
+                print(json.dumps(st.to_json(), sort_keys=True), flush=True)
+            else:
+                if args.watch and colour:
+                    sys.stdout.write("\033[H\033[J")  # redraw in place on a terminal
+                print(format_status(st, colour), flush=True)
+                if args.watch and not colour:
+                    print(flush=True)
+            if not args.watch or st.outcome in ("succeeded", "failed"):
+                break
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    finally:
+        run.close()
+    return 1 if st.outcome in ("failed", "failing") else EXIT_OK
+
+
 # --- render / submit ----------------------------------------------------------
 
 
@@ -313,7 +358,8 @@ def _run_render(args: argparse.Namespace) -> int:
                 fh.write(rendered.text)
         except OSError as exc:
             raise UsageError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
-        print(f"wrote {args.output} ({rendered.backend})", file=sys.stderr)
+        if args.verbosity >= 0:
+            print(f"wrote {args.output} ({rendered.backend})", file=sys.stderr)
     else:
         sys.stdout.write(rendered.text)
     return EXIT_OK
@@ -351,6 +397,21 @@ def _run_submit(args: argparse.Namespace) -> int:
     return EXIT_USAGE  # not reached
 
 
+# --- completion -----------------------------------------------------------------
+
+
+def _configure_completion(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shell", choices=("bash",), help="the shell to print a completion script for")
+
+
+def _run_completion(args: argparse.Namespace) -> int:
+    from launch.completion import bash_script, subcommands_of
+
+    top = build_parser()
+    print(bash_script("gym-launch", top, subcommands_of(top)))
+    return EXIT_OK
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
@@ -385,19 +446,64 @@ COMMANDS: list[Command] = [
         _run_submit,
     ),
     Command(
+        "status",
+        "one row per rank of a run (phase, time in phase, heartbeat age, failure), now or --watch",
+        _configure_status,
+        _run_status,
+    ),
+    Command(
         "local",
         "run every replica on this machine (127.0.0.2, .3, ...) and stream their phases",
         _configure_local,
         _run_local,
     ),
+    Command(
+        "completion",
+        "print a shell completion script: source <(gym-launch completion bash)",
+        _configure_completion,
+        _run_completion,
+    ),
 ]
 
 
+EXIT_CODES = """exit codes:
+  0    success (local: the run succeeded; status: running or succeeded)
+  1    the run failed (local, status); check-data: a verifier lacks a binding
+  2    bad command line, invalid run spec or unusable run directory (the message says what to change)
+  141  the output pipe was closed (`| head`)"""
+
+
+def add_common_options(parser: argparse.ArgumentParser, prog: str) -> None:
+    """--version and -v/-q, the same on every tool."""
+    from launch.console import version
+
+    parser.add_argument("--version", action="version", version=version(prog))
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help="say more")
+    group.add_argument(
+        "-q", "--quiet", dest="verbosity", action="store_const", const=-1, help="only errors and results"
+    )
+
+
 def build_parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gym-launch", description="Plan, validate and launch runs.")
+    parser = argparse.ArgumentParser(
+        prog="gym-launch",
+        description="Plan, validate and launch runs.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_options(parser, "gym-launch")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in commands or COMMANDS:
-        cmd.configure(sub.add_parser(cmd.name, help=cmd.help, description=cmd.help))
+        cmd.configure(
+            sub.add_parser(
+                cmd.name,
+                help=cmd.help,
+                description=cmd.help,
+                epilog=EXIT_CODES,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
         sub.choices[cmd.name].set_defaults(_run=cmd.run)
     return parser
 

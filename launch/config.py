@@ -155,6 +155,11 @@ class Coordination:
     ack_timeout: float = key(
         keys.Seconds(1, 3600), 60.0, doc="how long the driver's node waits for every replica's acknowledgement"
     )
+    progress_interval: float = key(
+        keys.Seconds(0.1, 3600),
+        30.0,
+        doc="during a long wait (rendezvous, Ray nodes joining, a judge loading) one progress line this often",
+    )
 
 
 DURATION = r"\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d)(\s*\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d))*"
@@ -485,6 +490,18 @@ class RayConfig:
         (),
         doc="appended to ray start on every node; flags the agent owns (ports, addresses, GPUs) are refused",
         rule=SEED_POOLS,
+    )
+    dashboard: bool = key(
+        keys.Bool(),
+        False,
+        doc="serve Ray's dashboard from the head (its URL is printed on the console); off by default: "
+        "it costs a process and a port",
+    )
+    session_log_bytes: int = key(
+        keys.Int(0, 1 << 34),
+        16 * 1024 * 1024,
+        doc="bytes of Ray's own session logs (raylet, GCS, workers) each node copies into "
+        "ray-session-RANK/ at teardown, newest bytes of each file first; 0 keeps none",
     )
 
 

@@ -15,6 +15,27 @@ from collections.abc import Callable
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
 
 
+def version(prog: str) -> str:
+    """`PROG VERSION` of the installed distribution (a source checkout without metadata says so)."""
+    from importlib import metadata
+
+    try:
+        return f"{prog} {metadata.version('gym-agent')}"
+    except metadata.PackageNotFoundError:
+        return f"{prog} (not installed: no package metadata)"
+
+
+def use_colour(stream: object) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
 def quiet_broken_pipe(main: Callable[..., int]) -> Callable[..., int]:
     @functools.wraps(main)
     def wrapper(*args: object, **kwargs: object) -> int:

@@ -108,6 +108,24 @@ def ray_log(rank: int) -> str:
     return f"ray-{rank}.log"
 
 
+RAY_SESSION_PREFIX = "ray-session-"
+RAY_SESSION_DIR_RE = re.compile(r"^ray-session-(\d+)$")
+
+
+def ray_session_dir(rank: int) -> str:
+    """Where rank's copy of Ray's own session logs (raylet, GCS, workers) is kept at teardown."""
+    return f"{RAY_SESSION_PREFIX}{rank}"
+
+
+def ray_session_log(rank: int, leaf_name: str) -> str:
+    return f"{ray_session_dir(rank)}/{leaf_name}"
+
+
+def is_log_dir(name: str) -> bool:
+    """A top-level directory that holds logs (the audit descends into it)."""
+    return RAY_SESSION_DIR_RE.match(name) is not None
+
+
 # (pattern, schema name) for every JSON artifact; the audit uses this to classify files.
 ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^spec\.json$"), "spec"),
@@ -140,6 +158,7 @@ LOG_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "judge"),
     (re.compile(r"^agent-(\d+)\.log$"), "agent"),
     (re.compile(r"^ray-(\d+)\.log$"), "ray"),
+    (re.compile(r"^ray-session-(\d+)/[A-Za-z0-9][A-Za-z0-9_.-]*$"), "ray-session"),
 )
 LOG_PATTERNS: tuple[re.Pattern[str], ...] = tuple(p for p, _ in LOG_KINDS)
 

@@ -142,6 +142,10 @@ class RunDir:
             if close:
                 os.close(fd)
 
+    def ensure_dir(self, name: str, mode: int = 0o750) -> None:
+        """A top-level subdirectory of the run (e.g. names.ray_session_dir(rank)), owned by us."""
+        os.close(_ensure_owned_dir(self._fd, name, mode))
+
     # -- writing --------------------------------------------------------------------------------
 
     def write_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict:

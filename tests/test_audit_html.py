@@ -12,7 +12,7 @@ import pytest
 from audit_rundirs import judge_failure, success
 
 from audit.api import audit_run
-from audit.report_html import render
+from audit.report_html import PHASE_COLORS, ROLE_COLORS, render
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -58,7 +58,7 @@ def test_timeline_and_gpu_map_render(reports: dict[str, Path], tmp_path: Path, n
     # The timeline: one row per replica, one bar per recorded phase.
     assert 'id="timeline"' in dom and "<svg" in dom
     assert len(re.findall(r'<g class="replica" data-rank="\d"', dom)) == 3
-    bars = re.findall(r'<rect class="phase phase-(\w+)" data-phase="(\w+)"', dom)
+    bars = re.findall(r'<rect class="phase phase-(\w+)(?: first-cause)?" data-phase="(\w+)"', dom)
     if name == "success":
         assert len(bars) == 3 * 14 and {o for o, _ in bars} == {"ok"}
     else:
@@ -85,3 +85,64 @@ def test_page_is_self_contained(reports: dict[str, Path]) -> None:
     assert "<script" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "default-src 'none'" in page  # CSP: the browser may not fetch anything
+
+
+def _replica_group(dom: str, rank: int) -> str:
+    m = re.search(rf'<g class="replica" data-rank="{rank}">(.*?)</g>', dom, re.S)
+    assert m, f"no timeline row for rank {rank}"
+    return m.group(1)
+
+
+def test_first_cause_is_highlighted_not_the_reactions(reports: dict[str, Path], tmp_path: Path) -> None:
+    proc = chromium(tmp_path, "--dump-dom", reports["judge_failure"].as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    first = re.findall(r'<rect class="phase phase-failed first-cause" data-phase="(\w+)"', dom)
+    assert first == ["driver"], first  # exactly one bar: the root cause's
+    culprit = next(int(m) for m in re.findall(r'data-rank="(\d)">(?:(?!</g>).)*first-cause"', dom, re.S))
+    assert 'class="first-cause-label"' in _replica_group(dom, culprit)
+    for rank in {0, 1, 2} - {culprit}:
+        row = _replica_group(dom, rank)
+        assert "first-cause" not in row
+        reacting = re.findall(r'<rect class="phase phase-failed"[^>]*>', row)
+        assert reacting and all("fill-opacity" in r and "#c62828" not in r for r in reacting), reacting
+    assert dom.count("first-cause-marker") == 1
+
+
+def test_page_shows_start_and_total_duration(reports: dict[str, Path], tmp_path: Path) -> None:
+    proc = chromium(tmp_path, "--dump-dom", reports["success"].as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    start = re.search(r'<span id="run-start">([^<]+)</span>', proc.stdout)
+    took = re.search(r'<span id="run-duration">([\d.]+) s</span>', proc.stdout)
+    assert start and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", start.group(1))
+    assert took and float(took.group(1)) > 0
+
+
+@pytest.mark.parametrize("width", [640, 1600])
+def test_timeline_fits_the_page_width(reports: dict[str, Path], tmp_path: Path, width: int) -> None:
+    """Measured in the browser: the copy gets a probe script (the report itself has none and its
+    CSP forbids scripts, so the probe's copy drops the CSP) that writes the laid-out widths into the DOM."""
+    page = reports["judge_failure"].read_text()
+    page = re.sub(r"<meta http-equiv=\"Content-Security-Policy\"[^>]*>", "", page)
+    probe = (
+        "<script>window.addEventListener('load',()=>{const s=document.querySelector('svg.timeline')"
+        ".getBoundingClientRect();const p=document.createElement('pre');p.id='probe';"
+        "p.textContent=JSON.stringify({svg:s.width,right:s.right,view:document.documentElement.clientWidth,"
+        "scroll:document.documentElement.scrollWidth});document.body.appendChild(p);});</script>"
+    )
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", probe + "</body>"))
+    proc = chromium(tmp_path, f"--window-size={width},900", "--virtual-time-budget=3000", "--dump-dom", probed.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = re.search(r'<pre id="probe">([^<]+)</pre>', proc.stdout)
+    assert m, proc.stdout[-1500:]
+    import json
+
+    got = json.loads(m.group(1).replace("&quot;", '"'))
+    assert got["right"] <= got["view"] + 1, got  # the chart ends inside the viewport
+    assert got["scroll"] <= got["view"] + 1, got  # and nothing makes the page scroll sideways
+    assert got["svg"] >= 0.6 * got["view"], got  # it uses the width it has (no fixed 1070 px)
+
+
+def test_role_colours_differ_from_phase_colours() -> None:
+    assert not set(ROLE_COLORS.values()) & set(PHASE_COLORS.values())

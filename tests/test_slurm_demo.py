@@ -87,6 +87,12 @@ def test_demo_runs_on_three_slurm_nodes_and_audits_pass(slurm_cluster: slurm.Clu
     assert result["optimizer_steps"] == 3, result
     assert all(p["address"] == p["expected_address"] for p in result["placements"]), result["placements"]
     assert "[rank 2]" in out and "SUCCEEDED" in out  # the agents' phase lines reach the job output
+    # The driver's own lines reach the job output too (issue 15), rank-prefixed, and each agent's summary.
+    driver_lines = [
+        ln for ln in out.splitlines() if ln.startswith(("[rank 0 driver] ", "[rank 1 driver] ", "[rank 2 driver] "))
+    ]
+    assert len(driver_lines) >= 3, out[-3000:]
+    assert out.count(f"summary: run succeeded; details: gym-audit {run_dir}") == 3
 
     cli = subprocess.run([str(BIN / "gym-audit"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0 and cli.stdout.startswith("gym-audit: PASS"), cli.stdout[-3000:] + cli.stderr

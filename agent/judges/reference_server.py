@@ -25,7 +25,8 @@ Test hooks (``--fault KIND [VALUE]``, repeatable; also ``GYM_REFERENCE_JUDGE_FAU
 ``wrong`` scores known-bad above known-good; ``invalid`` replies without a SCORE line;
 ``slow S`` sleeps S seconds in every chat completion; ``hang-health-after N`` stops answering
 /health after N seconds (the connection is accepted, no reply is ever sent);
-``crash-after N`` exits with status 70 after N seconds.
+``crash-after N`` exits with status 70 after N seconds; ``loading S`` answers /health 503 for
+the first S seconds (a large model loading).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import safe_io
+from schemas.timefmt import iso_ms
 
 from .framing import GradingPrompt, message_text, parse_messages
 
@@ -161,9 +163,11 @@ class Faults:
     slow_s: float = 0.0
     hang_health_after_s: float | None = None
     crash_after_s: float | None = None
+    loading_s: float = 0.0  # /health answers 503 this long after start, like a large model loading
 
 
 _FAULT_KINDS = {
+    "loading": True,
     "wrong": False,
     "invalid": False,
     "slow": True,
@@ -198,6 +202,7 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         slow_s=float(values.get("slow", 0.0)),
         hang_health_after_s=values.get("hang-health-after"),
         crash_after_s=values.get("crash-after"),
+        loading_s=float(values.get("loading", 0.0)),
     )
 
 
@@ -247,7 +252,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _log(self, started: float, note: str = "") -> None:
         line = (
-            f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.client_address[0]} {self.command} {self.path} "
+            f"{iso_ms(time.time())} {self.client_address[0]} {self.command} {self.path} "
             f"{self._status} {time.monotonic() - started:.3f}s{(' ' + note) if note else ''}\n"
         )
         with self.server.log_lock:
@@ -461,14 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KIND [VALUE]",
-        help="test hook: wrong | invalid | slow S | hang-health-after N | crash-after N",
+        help="test hook: wrong | invalid | slow S | hang-health-after N | crash-after N | loading S",
     )
     return parser
 
 
 def _crash_later(after_s: float) -> None:
     def crash() -> None:
-        sys.stdout.write(f"crash-after fault: exiting with status {CRASH_EXIT_CODE}\n")
+        sys.stdout.write(f"{iso_ms(time.time())} crash-after fault: exiting with status {CRASH_EXIT_CODE}\n")
         sys.stdout.flush()
         os._exit(CRASH_EXIT_CODE)
 
@@ -484,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"reference_server: {exc}", file=sys.stderr)
         return 2
-    config = ServerConfig(args.model, args.context_length, args.startup_delay, faults)
+    config = ServerConfig(args.model, args.context_length, max(args.startup_delay, faults.loading_s), faults)
     server = JudgeHTTPServer((args.host, args.port), config)
     port = server.server_address[1]
 
@@ -495,7 +500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.port_file:
         write_port_file(args.port_file, args.host, port)
     print(
-        f"reference judge serving {args.model!r} on {args.host}:{port} pid={os.getpid()} faults={faults}",
+        f"{iso_ms(time.time())} reference judge serving {args.model!r} on {args.host}:{port} "
+        f"pid={os.getpid()} faults={faults}",
         flush=True,
     )
     if faults.crash_after_s is not None:

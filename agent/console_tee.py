@@ -1,0 +1,115 @@
+"""A child's output to its log file and, line by line with a rank prefix, to the agent's stdout.
+
+On Slurm and Beaker the job log is the agent's stdout: the driver's own lines (a traceback, the
+loss) must be there, like torchrun's `[rank N]:` lines, while `driver-RANK.log` keeps the exact
+bytes. The child writes into a pipe; a daemon thread copies each chunk to the log file and hands
+each complete line to a second thread that writes the console. A console that does not keep up (a
+paused terminal, a slow pipe) costs console lines, never the driver's progress: past
+CONSOLE_BACKLOG lines waiting, lines are dropped from the console (the log has them) and the count
+is said. The supervisor thread is not involved (it must never block on I/O).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable
+
+MAX_CONSOLE_LINE = 4000  # a line of megabytes (a progress bar without newlines) is cut on the console
+CONSOLE_BACKLOG = 10_000
+
+
+class ConsoleTee:
+    """Owns a pipe: `write_fd` is the child's stdout/stderr; `close_child_end()` after starting it."""
+
+    def __init__(self, log_fd: int, prefix: str, console_fd: int | None = None) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_inheritable(self.write_fd, True)
+        self.log_fd = log_fd
+        self.prefix = prefix.encode()
+        self.console_fd = sys.stdout.fileno() if console_fd is None else console_fd
+        self._console_open = True
+        self.lines = 0
+        self.dropped = 0
+        self._queue: queue.Queue[bytes | None] = queue.Queue(CONSOLE_BACKLOG)
+        self._writer = threading.Thread(target=self._write_console, name="console-writer", daemon=True)
+        self._writer.start()
+        self._thread = threading.Thread(target=self._pump, name="console-tee", daemon=True)
+        self._thread.start()
+
+    def close_child_end(self) -> None:
+        """The child has its copy; ours must close so the pump sees EOF when the child's side closes."""
+        try:
+            os.close(self.write_fd)
+        except OSError:
+            pass
+
+    def join(self, timeout: float) -> None:
+        """Wait for the rest of the output (the child and whatever inherited the pipe exited)."""
+        self._thread.join(timeout)
+        self._writer.join(timeout)
+
+    def _emit(self, line: bytes) -> None:
+        if len(line) > MAX_CONSOLE_LINE:
+            line = line[:MAX_CONSOLE_LINE] + b" ...[cut; full line in the log]"
+        try:
+            self._queue.put_nowait(self.prefix + line.rstrip(b"\r") + b"\n")
+        except queue.Full:
+            self.dropped += 1
+
+    def _write_console(self) -> None:
+        said = 0
+        while True:
+            item = self._queue.get()
+            if item is None:
+                break
+            if self.dropped > said:
+                note = b"%s...[%d line(s) not shown here: the console fell behind; the log has them]\n"
+                self._write(note % (self.prefix, self.dropped - said))
+                said = self.dropped
+            self._write(item)
+        if self.dropped > said:
+            self._write(b"%s...[%d line(s) not shown here; the log has them]\n" % (self.prefix, self.dropped - said))
+
+    def _write(self, data: bytes) -> None:
+        if not self._console_open:
+            return
+        try:
+            # One write per line: lines of several threads never interleave mid-line.
+            os.write(self.console_fd, data)
+        except OSError:
+            self._console_open = False  # the console went away; the log file still gets everything
+
+    def _pump(self) -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            _write_all(self.log_fd, chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self._emit(line)
+                self.lines += 1
+            if len(pending) > MAX_CONSOLE_LINE:
+                self._emit(pending)
+                pending = b""
+        if pending:
+            self._emit(pending)
+        os.close(self.read_fd)
+        self._queue.put(None)  # blocks only while the writer drains: it always does
+
+
+def _write_all(fd: int, data: bytes, write: Callable[[int, bytes], int] = os.write) -> None:
+    try:
+        while data:
+            n = write(fd, data)
+            data = data[n:]
+    except OSError:
+        pass  # the log is evidence, not control: a full disk must not stop the driver

@@ -302,8 +302,7 @@ class Agent:
             )
 
     def _rendezvous(self) -> str:
-        self._check_host_allowed()
-        rendezvous.publish(self.run, self.writer, self.ident)
+        self._check_host_allowed()  # the address record was claimed before anything was written
         self._peers = rendezvous.gather(self.ctx, self.ident.count)
         assert self.liveness is not None
         self.liveness.start_watching()

@@ -297,7 +297,7 @@ def test_uuid_escaping_output_root_is_refused(tmp_path: Path) -> None:
     assert p.returncode == 2 and "uuid" in out and "Traceback" not in out
 
 
-def test_a_second_agent_for_a_claimed_rank_fails_as_a_run_directory_problem(tmp_path: Path) -> None:
+def test_a_second_agent_for_a_claimed_rank_exits_2_and_touches_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "claim.toml"
     spec.write_text(small_spec(replicas=2, startup_timeout=60))
     u = uid("claim")
@@ -305,18 +305,23 @@ def test_a_second_agent_for_a_claimed_rank_fails_as_a_run_directory_problem(tmp_
     first = start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2")
     try:
         wait_for_file(run_dir / names.address(0), 30)
+        wait_phase(run_dir, 0, "rendezvous", 30)
+        log_before = (run_dir / names.agent_log(0)).read_bytes()
+        address_before = (run_dir / names.address(0)).read_bytes()
         second = start_agent(tmp_path, spec, u, 0, 2, "127.0.0.3")
         try:
-            assert second.wait(60) == 1
+            out = second.communicate(timeout=60)[0]
         finally:
             kill_tree_by_session(second)
-        record = read(run_dir, names.failure(0))  # the second agent's: the first is still waiting
-        assert record["kind"] == "run_dir" and "already started" in record["cause"], record
-        assert record["phase"] == "rendezvous" and record["log"] == names.agent_log(0)
-        assert record["incarnation"] != read(run_dir, names.address(0))["incarnation"]
+        assert second.returncode == 2 and "already claimed" in out and "Traceback" not in out, out
+        assert not (run_dir / names.failure(0)).exists()  # the first agent is still waiting
+        assert (run_dir / names.address(0)).read_bytes() == address_before
+        assert (run_dir / names.agent_log(0)).read_bytes().startswith(log_before)
+        assert b"already claimed" not in (run_dir / names.agent_log(0)).read_bytes()
         first.send_signal(signal.SIGTERM)
         assert first.wait(60) == 1
     finally:
         kill_tree_by_session(first)
+    assert read(run_dir, names.failure(0))["kind"] == "signal"
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)

@@ -182,7 +182,9 @@ def audit_run(path: str | Path) -> AuditResult:
         plan, findings = expected_plan(spec, fingerprint, run)
         if plan.replicas > MAX_RANKS:
             findings.append(Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none"))
-            plan = PlanView(plan.source, 0, plan.gpus_per_replica, (), None, plan.bindings, plan.judge_modes, None)
+            plan = PlanView(
+                plan.source, 0, plan.gpus_per_replica, (), None, plan.bindings, plan.judge_modes, None, plan.ray_enabled
+            )
         expected = tuple(range(plan.replicas))
         ctx = build_context(run, spec, fingerprint, plan, expected)
         findings = list(run.findings) + findings + check_schemas(run, fingerprint)

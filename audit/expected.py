@@ -46,6 +46,7 @@ class PlanView:
     bindings: tuple[Binding, ...]
     judge_modes: Mapping[str, str]  # every declared judge -> "managed" | "external"
     fingerprint: str | None  # the fingerprint launch computes for the recorded spec
+    ray_enabled: bool = True  # `[ray] enabled = false`: no Ray, so no ray-layout.json is expected
 
     @property
     def bound_judges(self) -> frozenset[str]:
@@ -131,6 +132,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         bindings=config.bindings,
         judge_modes={name: j.mode for name, j in config.judges.items()},
         fingerprint=fingerprint,
+        ray_enabled=config.ray.enabled,
     )
     return view, []
 
@@ -167,6 +169,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         bindings=config.bindings if config else (),
         judge_modes={name: j.mode for name, j in config.judges.items()} if config else {},
         fingerprint=None,
+        ray_enabled=config.ray.enabled if config else True,
     )
 
 

@@ -642,6 +642,8 @@ class Agent:
         return [p.pid for g in groups for p in session_members(int(g["session"]))]
 
     def _teardown_succeeded(self) -> RunResult:
+        assert self.supervisor is not None
+        self.supervisor.reaper.stopping()
         self.log.set_state(AgentState.STOPPING)
         self.log.begin(Phase.TEARDOWN)
         groups = self._stop_everything()
@@ -663,6 +665,8 @@ class Agent:
     def _teardown_failed(self) -> RunResult:
         failure = self.signal.failure
         assert failure is not None
+        assert self.supervisor is not None
+        self.supervisor.reaper.stopping()  # heartbeats stop now: the reaper must not fence us
         self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
         self.log.set_state(AgentState.STOPPING)
         self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
@@ -711,6 +715,10 @@ class Agent:
             str(os.getpid()),
             "--grace",
             str(self.coord.teardown_grace),
+            "--heartbeat-timeout",
+            str(self.coord.heartbeat_timeout),
+            "--poll",
+            str(self.coord.poll_interval),
         ]
         self.reaper = subprocess.Popen(
             argv,

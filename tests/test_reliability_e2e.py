@@ -24,6 +24,7 @@ from agent_harness import (
     small_spec,
     start_agent,
     wait_all,
+    wait_for_file,
     wait_phase,
 )
 
@@ -238,3 +239,72 @@ def test_launcher_hangup_or_kill_stops_every_agent_with_records(tmp_path: Path, 
 def test_gym_agent_help_hides_the_launcher_fd() -> None:
     out = subprocess.run([str(BIN / "gym-agent"), "--help"], capture_output=True, text=True, check=True).stdout
     assert "--launcher-fd" not in out
+
+
+def cmdline(proc: object) -> str:
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())  # type: ignore[attr-defined]
+    except psutil.Error:
+        return ""
+
+
+def test_hung_agent_is_fenced_by_its_reaper(tmp_path: Path) -> None:
+    """Defect 9: SIGSTOP of the driver node's agent. Without anyone resuming or killing it, its
+    reaper fences the node within heartbeat_timeout: the driver stops, the records say why."""
+    import psutil
+
+    hb_timeout = 4.0
+    spec = no_ray_spec(replicas=3, driver=SLEEPY, heartbeat_timeout=hb_timeout)
+    run = launch_local(tmp_path, spec, uid("fence"))
+    try:
+        for r in range(3):
+            wait_phase(run.run_dir, r, "driver", 60)
+        victim = int(read(run.run_dir, names.address(0))["pid"])
+        drivers = [c for c in psutil.Process(victim).children() if "time.sleep(60)" in cmdline(c)]
+        assert len(drivers) == 1
+        os.kill(victim, signal.SIGSTOP)
+        t0 = time.monotonic()
+        gone, _ = psutil.wait_procs(drivers, timeout=hb_timeout + 20)
+        took = time.monotonic() - t0
+        assert gone, "the hung agent's driver kept running"
+        assert run.wait(60) == 1
+    finally:
+        kill_tree_by_session(run.proc)
+    assert took < hb_timeout + 15, took
+    rec = read(run.run_dir, names.failure(0))
+    assert rec["writer"] == "reaper" and rec["kind"] == "agent_died" and "fenced" in rec["cause"], rec
+    cleanup = read(run.run_dir, names.cleanup(0))
+    assert cleanup["writer"] == "reaper" and cleanup["leftover_pids"] == []
+    assert [g["name"] for g in cleanup["groups"]] == ["driver"]
+    assert_artifacts_valid(run.run_dir)
+    audit(run.run_dir, verdict="fail", rank=0, kind="agent_died")
+    assert_nothing_left(run.run_dir)
+
+
+def test_reaper_writes_the_failure_record_before_stopping_groups(tmp_path: Path) -> None:
+    """Defect 10: SIGKILL of the driver node's agent while its driver ignores SIGTERM (a full
+    teardown_grace to stop): the reaper's failure record comes first, the cleanup record after."""
+    stubborn = (
+        'command = ["python", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); '
+        'time.sleep(60)"]'
+    )
+    run = launch_local(tmp_path, no_ray_spec(replicas=2, driver=stubborn), uid("first"))
+    try:
+        for r in range(2):
+            wait_phase(run.run_dir, r, "driver", 60)
+        time.sleep(1.5)  # the driver's interpreter has started and ignores SIGTERM by now
+        killed_at = time.time()
+        os.kill(int(read(run.run_dir, names.address(0))["pid"]), signal.SIGKILL)
+        assert run.wait(60) == 1
+        wait_for_file(run.run_dir / names.cleanup(0), 20)  # the reaper outlives the launcher's wait
+    finally:
+        kill_tree_by_session(run.proc)
+    rec, cleanup = read(run.run_dir, names.failure(0)), read(run.run_dir, names.cleanup(0))
+    assert rec["writer"] == "reaper" and cleanup["writer"] == "reaper"
+    assert rec["written_at"] - killed_at < 2.0, rec["written_at"] - killed_at  # grace is 4 s
+    assert cleanup["written_at"] - rec["written_at"] > 3.0
+    assert cleanup["groups"][0]["how"] == "sigkill" and cleanup["leftover_pids"] == []
+    audit(run.run_dir, verdict="fail", rank=0, kind="agent_died")
+    assert_nothing_left(run.run_dir)

@@ -46,7 +46,7 @@ from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from .identity import Identity
 from .judges_runtime import JudgeRuntime
 from .liveness import Liveness
-from .procgroup import session_members
+from .procgroup import become_subreaper, escaped_descendants, session_members
 from .reaper import ReaperChannel
 from .supervisor import ExitPolicy, Supervisor, child_env
 from .waits import poll_until
@@ -227,10 +227,17 @@ class Agent:
     # -- entry -----------------------------------------------------------------------------------
 
     def run_lifecycle(self) -> RunResult:
+        become_subreaper()  # a driver's setsid grandchild stays ours when its parent exits
         self._install_signal_handlers()
         self._start_reaper()
         channel = ReaperChannel(self.reaper.stdin if self.reaper else None)
-        supervisor = Supervisor(self.signal, self.coord.teardown_grace, channel, self.log.phase_name)
+        supervisor = Supervisor(
+            self.signal,
+            self.coord.teardown_grace,
+            channel,
+            self.log.phase_name,
+            spare=(self.reaper.pid,) if self.reaper else (),
+        )
         self.supervisor = supervisor
         self.log.on_phase = channel.phase
         self._ctx = RunContext(
@@ -639,7 +646,12 @@ class Agent:
         return [r.to_json() for r in records_]
 
     def _leftovers(self, groups: list[dict]) -> list[int]:
-        return [p.pid for g in groups for p in session_members(int(g["session"]))]
+        """Whatever still lives in a recorded session or escaped them all: never report a clean
+        sweep that was not."""
+        sessions = {int(g["session"]) for g in groups}
+        spare = {self.reaper.pid} if self.reaper else set()
+        left = [p.pid for sid in sessions for p in session_members(sid)]
+        return sorted(set(left) | {p.pid for p in escaped_descendants(sessions, spare)})
 
     def _teardown_succeeded(self) -> RunResult:
         assert self.supervisor is not None

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from schemas import FailureKind, RunDir, RunOutcome, Writer, WriterKind, names
 from schemas.vocab import PHASE_UNKNOWN
 
 from . import clock, tempdirs
 from .failure import Failure, write_failure_record
-from .procgroup import StopRecord, session_members, sweep_session
+from .procgroup import ESCAPED, StopRecord, session_members, sweep_session
 from .waits import poll_until
 
 
@@ -70,6 +72,7 @@ class ReaperChannel:
     {"phase": PHASE}                 the phase the agent is in (named in the failure record)
     {"temp_dir": PATH}               a local temp dir to remove
     {"stopping": true}               the agent is tearing down by itself (heartbeats stop)
+    {"stray": PID, "ctime": T}       a descendant that left every session (setsid): kill it too
     {"done": true}                   everything is cleaned and recorded: exit without acting
     """
 
@@ -89,6 +92,9 @@ class ReaperChannel:
     def stopping(self) -> None:
         """The agent tears down by itself: its heartbeat stops on purpose, do not fence it."""
         self._send({"stopping": True})
+
+    def stray(self, pid: int, create_time: float) -> None:
+        self._send({"stray": pid, "ctime": create_time})
 
     def done(self) -> None:
         self._send({"done": True})
@@ -118,6 +124,7 @@ class ReaperState:
     phase: str = PHASE_UNKNOWN
     done: bool = False
     stopping: bool = False  # the agent is tearing down by itself: its heartbeat stops on purpose
+    strays: dict[int, float] = field(default_factory=dict)  # pid -> create time
 
     def apply(self, line: str) -> None:
         """Apply one line; a malformed one is ignored (the agent may die mid-write)."""
@@ -131,6 +138,8 @@ class ReaperState:
             self.done = True
         elif msg.get("stopping") is True:
             self.stopping = True
+        elif isinstance(msg.get("stray"), int) and isinstance(msg.get("ctime"), int | float):
+            self.strays[msg["stray"]] = float(msg["ctime"])
         elif isinstance(msg.get("group"), str) and isinstance(msg.get("session"), int):
             self.sessions[msg["session"]] = msg["group"]
         elif isinstance(msg.get("phase"), str):
@@ -204,6 +213,33 @@ def _stop_all(sessions: dict[int, str], grace: float) -> list[StopRecord]:
     return [results[pid] for pid in sessions if pid in results]
 
 
+def _live_strays(strays: dict[int, float]) -> list[psutil.Process]:
+    """The named strays that still run (same pid AND start time: a reused pid is not ours)."""
+    out = []
+    for pid, ctime in strays.items():
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - ctime) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
+    t0 = time.monotonic()
+    live = _live_strays(strays)
+    if not live:
+        return None
+    for proc in live:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(live, timeout=2.0)
+    return StopRecord(ESCAPED, live[0].pid, live[0].pid, "sigkill", None, len(live), time.monotonic() - t0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gym-agent-reaper")
     ap.add_argument("--run-dir", required=True)
@@ -265,11 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_failure_record(run, writer, args.rank, failure, state.phase)
     records = _stop_all(dict(state.sessions), args.grace)
+    escaped = _kill_strays(state.strays)
+    if escaped is not None:
+        records.append(escaped)
     for path in state.temp_dirs:
         remove_temp_dir(path)
     cleaned = run.read_json(names.cleanup(args.rank))
     if not (cleaned and cleaned.get("incarnation") == args.incarnation):
         leftovers = [p.pid for pid in state.sessions for p in session_members(pid)]
+        leftovers += [p.pid for p in _live_strays(state.strays)]
         run.write_artifact(
             names.cleanup(args.rank),
             "cleanup",

@@ -308,3 +308,55 @@ def test_reaper_writes_the_failure_record_before_stopping_groups(tmp_path: Path)
     assert cleanup["groups"][0]["how"] == "sigkill" and cleanup["leftover_pids"] == []
     audit(run.run_dir, verdict="fail", rank=0, kind="agent_died")
     assert_nothing_left(run.run_dir)
+
+
+ESCAPING_DRIVER = (
+    'command = ["python", "-c", "import subprocess, time; '
+    "subprocess.Popen(['setsid', 'sleep', '300']); time.sleep({sleep}); raise SystemExit({code})\"]"
+)
+
+
+def _escaped(run_dir: Path) -> list[int]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if env.get("GYM_RUN_DIR") == str(run_dir) and p.info["cmdline"][:2] == ["sleep", "300"]:
+            out.append(p.pid)
+    return out
+
+
+@pytest.mark.parametrize("how", ["driver_fails", "agent_killed"])
+def test_setsid_grandchild_of_the_driver_does_not_escape(tmp_path: Path, how: str) -> None:
+    """Defect 8: the driver starts `setsid sleep 300` (a new session). Whether the agent tears
+    down itself or is SIGKILLed (its reaper cleans up), the grandchild is killed and recorded;
+    a cleanup record never says `leftover_pids: []` while it runs."""
+    driver = ESCAPING_DRIVER.format(sleep=3 if how == "driver_fails" else 60, code=1)
+    run = launch_local(tmp_path, no_ray_spec(replicas=2, driver=driver), uid("setsid"))
+    try:
+        for r in range(2):
+            wait_phase(run.run_dir, r, "driver", 60)
+        end = time.monotonic() + 20
+        while not _escaped(run.run_dir) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert _escaped(run.run_dir), "the driver never started its grandchild"
+        if how == "agent_killed":
+            time.sleep(1.5)  # one scan of the supervisor: the reaper has been told
+            os.kill(int(read(run.run_dir, names.address(0))["pid"]), signal.SIGKILL)
+        assert run.wait(60) == 1
+        wait_for_file(run.run_dir / names.cleanup(0), 20)
+    finally:
+        kill_tree_by_session(run.proc)
+    left = _escaped(run.run_dir)
+    for pid in left:  # never leak into other tests; the assertion below fails this one
+        os.kill(pid, signal.SIGKILL)
+    cleanup = read(run.run_dir, names.cleanup(0))
+    assert not left, (left, cleanup)
+    assert "escaped-descendants" in [g["name"] for g in cleanup["groups"]], cleanup
+    assert cleanup["leftover_pids"] == []
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)

@@ -42,6 +42,7 @@ from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
 
 from . import clock, ray_node, rendezvous
 from .context import RunContext, Topology
+from .durable import RecordKeeper, local_dir
 from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from .identity import Identity
 from .judges_runtime import JudgeRuntime
@@ -51,6 +52,7 @@ from .reaper import ReaperChannel
 from .supervisor import ExitPolicy, Supervisor, child_env
 from .waits import poll_until
 
+RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
@@ -684,28 +686,28 @@ class Agent:
         self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
         # Write the failure record first (peers react to it) but never let a hung shared
         # filesystem delay killing our children: the write gets a bounded budget on its own thread.
+        keeper = RecordKeeper(self.run, self.out)
         writer = threading.Thread(
             target=write_failure_record,
-            args=(self.run, self.writer, self.rank, failure, self.log.phase_name()),
+            args=(self.run, self.writer, self.rank, failure, self.log.phase_name(), keeper),
             daemon=True,
         )
         writer.start()
         groups = self._stop_everything()
         writer.join(FAILURE_WRITE_BUDGET_S)
         leftovers = self._leftovers(groups)
-        try:
-            self.run.write_artifact(
-                names.cleanup(self.rank),
-                "cleanup",
-                self.writer,
-                {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
-            )
-        except OSError:
-            pass
+        keeper.write(
+            names.cleanup(self.rank),
+            "cleanup",
+            self.writer,
+            {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
+        )
         self.log.set_state(AgentState.FAILED)
         assert self.supervisor is not None
         self.supervisor.finish_reaper()
         self._reap_reaper()
+        if keeper.pending and not keeper.flush(RECORD_RETRY_S):
+            self.out(f"gave up writing {sorted(keeper.pending)} to the run directory; see {local_dir(self.run)}")
         return RunResult(AgentState.FAILED, failure, 1)
 
     # -- reaper and signals ----------------------------------------------------------------------

@@ -69,6 +69,7 @@ class Liveness(threading.Thread):
         self.phase = phase
         self.now = now  # monotonic; a test passes a fake clock and calls tick() itself
         self.seq = 0
+        self._write_failing_since: float | None = None  # our own heartbeat writes fail (disk full)
         self._next_beat: float | None = None
         self._watch: dict[int, _PeerView] = {}
         self._seen_failures: set[str] = set()
@@ -169,8 +170,29 @@ class Liveness(threading.Thread):
                     "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
                 },
             )
+            self._write_failing_since = None
         except OSError as exc:
             log.warning("heartbeat write failed (%s: %s)", type(exc).__name__, exc)
+            self._own_writes_fail(exc)
+
+    def _own_writes_fail(self, exc: OSError) -> None:
+        """Our own writes failing is OUR failure: say so before peers, who only see our silence
+        after heartbeat_timeout, blame it on us as a silent (healthy-looking) rank."""
+        from .durable import describe
+
+        now = self.now()
+        if self._write_failing_since is None:
+            self._write_failing_since = now
+        failing = now - self._write_failing_since
+        if failing >= self.hb_timeout / 2:
+            self.signal.trip(
+                Failure(
+                    kind=FailureKind.RUN_DIR,
+                    cause=f"{describe(exc)} (this agent's heartbeat writes failed for {failing:.1f}s; "
+                    "free space on, or fix, the run directory's filesystem)",
+                    phase=str(self.phase()),
+                )
+            )
 
     def _check_peers(self) -> None:
         now = self.now()

@@ -32,9 +32,12 @@ from schemas import FailureKind, RunDir, RunOutcome, Writer, WriterKind, names
 from schemas.vocab import PHASE_UNKNOWN
 
 from . import clock, tempdirs
+from .durable import RecordKeeper
 from .failure import Failure, write_failure_record
 from .procgroup import ESCAPED, StopRecord, session_members, sweep_session
 from .waits import poll_until
+
+RECORD_RETRY_S = 20.0  # refused records are retried this long (space may come back)
 
 
 def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
@@ -280,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     # The agent is gone (or fenced): record first (peers react to it), then stop everything.
     t0 = clock.mono()
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
+    keeper = RecordKeeper(run, lambda line: print(f"gym-agent-reaper: [rank {args.rank}] {line}", flush=True))
     mine = run.read_json(names.failure(args.rank))
     if not (mine and mine.get("incarnation") == args.incarnation):
         if fenced:
@@ -299,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             log=names.agent_log(args.rank),
             monotonic_time=t0,
         )
-        write_failure_record(run, writer, args.rank, failure, state.phase)
+        write_failure_record(run, writer, args.rank, failure, state.phase, keeper)
     records = _stop_all(dict(state.sessions), args.grace)
     escaped = _kill_strays(state.strays)
     if escaped is not None:
@@ -310,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (cleaned and cleaned.get("incarnation") == args.incarnation):
         leftovers = [p.pid for pid in state.sessions for p in session_members(pid)]
         leftovers += [p.pid for p in _live_strays(state.strays)]
-        run.write_artifact(
+        keeper.write(
             names.cleanup(args.rank),
             "cleanup",
             writer,
@@ -320,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 "leftover_pids": leftovers,
             },
         )
+    keeper.flush(RECORD_RETRY_S)
     return 1
 
 

@@ -22,6 +22,7 @@ from .crosscheck_lifecycle import (
     check_incarnations,
     check_logs,
     check_phases,
+    check_shared_filesystem,
 )
 from .expected import PlanView, expected_plan
 from .first_cause import analyse
@@ -50,6 +51,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_logs,
     check_heartbeats,
     check_incarnations,
+    check_shared_filesystem,
 )
 
 

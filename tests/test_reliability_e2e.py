@@ -28,6 +28,7 @@ from agent_harness import (
     wait_phase,
 )
 
+from agent import tempdirs
 from schemas import RunDir, names
 
 pytestmark = pytest.mark.slow
@@ -360,3 +361,69 @@ def test_setsid_grandchild_of_the_driver_does_not_escape(tmp_path: Path, how: st
     assert cleanup["leftover_pids"] == []
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)
+
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a real full filesystem needs a tmpfs mount (root)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+
+def _fill(path: Path) -> Path:
+    filler = path / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path: Path) -> None:
+    """Defect 6: the run directory's filesystem (a real 3 MB tmpfs) fills up mid-run. Each agent
+    names its own failed writes (not a healthy peer's silence), keeps its records on the node,
+    writes them once space returns, and the audit says "shared filesystem full"."""
+    from agent_harness import agent_tmp_root
+
+    fs = tmp_path / "fs"
+    _mount_tmpfs(fs, "3m")
+    try:
+        spec = tmp_path / "full.toml"
+        spec.write_text(no_ray_spec(replicas=3, driver=SLEEPY))
+        u = uid("full")
+        run_dir = fs / "cluster" / u
+        cmd = [str(BIN / "gym-launch"), "local", str(spec), "--uuid", u, "--output-root", str(fs)]
+        env = {**os.environ, tempdirs.ROOT_ENV: str(agent_tmp_root(tmp_path))}
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
+        try:
+            for r in range(3):
+                wait_phase(run_dir, r, "driver", 60)
+            filler = _fill(fs)
+            time.sleep(6)  # past heartbeat_timeout / 2: every agent has seen its own writes fail
+            kept = agent_tmp_root(tmp_path) / f"gym-records-{u}"
+            assert kept.is_dir() and (kept / "failure-0.json").exists(), list(agent_tmp_root(tmp_path).iterdir())
+            filler.unlink()  # space comes back: the records must land
+            out = proc.communicate(timeout=90)[0]
+        finally:
+            kill_tree_by_session(proc)
+        assert proc.returncode == 1, out[-3000:]
+        assert "shared filesystem full" in out
+        recs = failures(run_dir)
+        assert sorted(recs) == [0, 1, 2], (sorted(recs), out[-3000:])
+        assert all(r["kind"] != "peer_silent" for r in recs.values()), recs
+        assert any(r["kind"] == "run_dir" and "shared filesystem full" in r["cause"] for r in recs.values())
+        for r in range(3):
+            assert (run_dir / names.cleanup(r)).exists()
+        roots = sorted((d["wall_time"], r) for r, d in recs.items() if d["kind"] == "run_dir")
+        result = audit(run_dir, verdict="fail", rank=roots[0][1], kind="run_dir")
+        assert "run_dir.unwritable" in result.codes("error")
+        assert_nothing_left(run_dir)
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)

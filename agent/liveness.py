@@ -130,8 +130,14 @@ class Liveness(threading.Thread):
         while not self._stop.is_set():
             if self.signal.is_set():
                 # Stopping: nothing left to watch. Drop inotify too: in a failure wave every
-                # peer's record write would otherwise still be dispatched to us in Python.
+                # peer's record write would otherwise still be dispatched to us in Python. Keep
+                # beating: our reaper fences an agent whose heartbeat stops (a hang), and a
+                # teardown is not one.
                 self._stop_inotify()
+                now = self.now()
+                if self._next_beat is None or now >= self._next_beat:
+                    self._beat()
+                    self._next_beat = now + self.hb_interval
                 self._stop.wait(self.poll)
                 continue
             try:

@@ -19,7 +19,7 @@ from .failure import Failure, FailureSignal
 from .procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
 from .reaper import ReaperChannel
 
-STRAY_SCAN_S = 1.0  # how often escaped descendants are looked for (and told to the reaper)
+STRAY_SCAN_S = 2.0  # how often escaped descendants are looked for (and told to the reaper)
 
 
 @dataclass(frozen=True)

@@ -346,7 +346,7 @@ def test_setsid_grandchild_of_the_driver_does_not_escape(tmp_path: Path, how: st
             time.sleep(0.2)
         assert _escaped(run.run_dir), "the driver never started its grandchild"
         if how == "agent_killed":
-            time.sleep(1.5)  # one scan of the supervisor: the reaper has been told
+            time.sleep(2.5)  # one scan of the supervisor: the reaper has been told
             os.kill(int(read(run.run_dir, names.address(0))["pid"]), signal.SIGKILL)
         assert run.wait(60) == 1
         wait_for_file(run.run_dir / names.cleanup(0), 20)

@@ -44,6 +44,11 @@ class RecordKeeper:
         self.pending: dict[str, tuple[str, Writer, dict[str, Any]]] = {}
 
     def write(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> bool:
+        from .failure import held_by_another_incarnation
+
+        if held_by_another_incarnation(self.run, relpath, writer.incarnation):
+            self.out(f"not overwriting {relpath}: another incarnation of this rank wrote it")
+            return False
         try:
             self.run.write_artifact(relpath, schema, writer, fields)
             self.pending.pop(relpath, None)

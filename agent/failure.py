@@ -68,6 +68,13 @@ class FailureSignal:
             raise AgentFailed(self._failure)
 
 
+def held_by_another_incarnation(run: RunDir, relpath: str, incarnation: str) -> bool:
+    """A record of another incarnation of this rank is never overwritten (a restarted rank, a
+    reused uuid): the claim keeps such a process out, and this keeps every writer honest."""
+    doc = run.read_json(relpath)
+    return doc is not None and doc.get("incarnation") not in (None, incarnation)
+
+
 def write_failure_record(
     run: RunDir, writer: Writer, rank: int, failure: Failure, phase: str, keeper: RecordKeeper | None = None
 ) -> bool:
@@ -87,6 +94,9 @@ def write_failure_record(
         reacting_to=failure.reacting_to,
         peers=failure.peers,
     )
+    if held_by_another_incarnation(run, names.failure(rank), writer.incarnation):
+        print(f"gym-agent: [rank {rank}] not overwriting another incarnation's failure record", file=sys.stderr)
+        return False
     try:
         run.write_artifact(names.failure(rank), "failure", writer, fields)
         return True

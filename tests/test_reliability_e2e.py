@@ -427,3 +427,22 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         assert_nothing_left(run_dir)
     finally:
         subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+def test_no_writer_overwrites_another_incarnations_record(tmp_path: Path) -> None:
+    """Defect 4, the writers' side: failure and cleanup records of another incarnation stay."""
+    from agent.durable import RecordKeeper
+    from agent.failure import Failure, write_failure_record
+    from schemas import FailureKind, Writer
+
+    run = RunDir.create(tmp_path, "inc")
+    old, new = Writer("f" * 64, 0, "old-incarnation"), Writer("f" * 64, 0, "new-incarnation")
+    failure = Failure(kind=FailureKind.SIGNAL, cause="received SIGTERM", phase="driver")
+    assert write_failure_record(run, old, 0, failure, "driver")
+    assert not write_failure_record(run, new, 0, failure, "driver")
+    keeper = RecordKeeper(run, lambda _line: None)
+    fields = {"outcome": "failure", "groups": [], "leftover_pids": []}
+    assert keeper.write(names.cleanup(0), "cleanup", old, fields)
+    assert not keeper.write(names.cleanup(0), "cleanup", new, fields) and not keeper.pending
+    for rel in (names.failure(0), names.cleanup(0)):
+        assert read(run.path, rel)["incarnation"] == "old-incarnation"

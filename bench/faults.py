@@ -55,7 +55,26 @@ SETSID = (
 )
 
 
-def spec_text(driver: str) -> str:
+JUDGES = """
+[judges.general]
+mode = "managed"
+backend = "reference"
+model = "reference-judge"
+gpus = 1
+max_context_length = 8192
+max_concurrent_calls = 4
+timeout = 30
+[rubrics.general-quality]
+profile = "general-quality"
+max_output_tokens = 256
+[judging.bindings."general-quality"]
+judge = "general"
+rubric = "general-quality"
+"""
+
+
+def spec_text(driver: str, ray: bool = False, judges: bool = False) -> str:
+    inference = 2 * (REPLICAS - 1) - (1 if judges else 0)  # a judge takes one GPU of the last node
     return f"""
 name = "faults"
 [launch]
@@ -72,13 +91,13 @@ ack_timeout = 20.0
 nodes = 1
 gpus_per_node = 2
 [inference]
-gpus = {2 * (REPLICAS - 1)}
+gpus = {inference}
 [driver]
 {driver}
 placement = "trainer"
 [ray]
-enabled = false
-"""
+{"num_cpus = 1" + chr(10) + "object_store_memory = 80000000" if ray else "enabled = false"}
+""" + (JUDGES if judges else "")
 
 
 @dataclass
@@ -97,8 +116,10 @@ class Run:
     def run_dir(self) -> Path:
         return self.root / "out" / "cluster" / self.uuid
 
+    tmp: Path | None = None  # the agents' local temp root (short: Ray's socket paths live below it)
+
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return {**os.environ, tempdirs.ROOT_ENV: str(self.root / "t"), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
+        return {**os.environ, tempdirs.ROOT_ENV: str(self.tmp), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
 
     def agent(self, rank: int, *, replicas: int = REPLICAS, address: str | None = None, args: tuple = (), **kw):
         cmd = [str(BIN / "gym-agent"), "--uuid", self.uuid, "--config", str(self.spec)]
@@ -149,14 +170,15 @@ def read(run_dir: Path, rel: str) -> dict:
 def run_processes(run: Run) -> list[psutil.Process]:
     """Live processes of the run: found by the run (directory or uuid in the command line, the
     run directory in the environment), never by name. The harness's own process is excluded."""
-    needle, rd = run.uuid, str(run.run_dir)
+    needles = (run.uuid, str(run.run_dir), str(run.tmp))  # Ray's daemons name their temp dir
+    rd = str(run.run_dir)
     found = []
     for p in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
             if p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             cmd = " ".join(p.info["cmdline"] or [])
-            if needle in cmd or rd in cmd:
+            if any(n in cmd for n in needles):
                 found.append(p)
                 continue
             if p.environ().get(DriverEnv.RUN_DIR) == rd:
@@ -179,6 +201,8 @@ class Fault:
     kinds: tuple[str, ...] = ()
     launcher: bool = False
     needs_root: bool = False
+    ray: bool = False
+    judges: bool = False
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -288,6 +312,26 @@ def _launcher_sig(sig: signal.Signals) -> Callable[[Run], None]:
     return inject
 
 
+def _kill_raylet(run: Run) -> None:
+    run.wait_phase()
+    raylets = [p for p in psutil.Process(run.agent_pid(1)).children(recursive=True) if p.name().startswith("raylet")]
+    if not raylets:
+        raise OSError("rank 1 has no raylet")
+    run.fault()
+    for p in raylets:
+        p.kill()
+
+
+def _judge_sig(sig: signal.Signals) -> Callable[[Run], None]:
+    def inject(run: Run) -> None:
+        run.wait_phase()
+        pid = int(read(run.run_dir, names.judge_endpoint("general", 2))["pid"])
+        run.fault()
+        os.kill(pid, sig)
+
+    return inject
+
+
 def _close_stdout(run: Run) -> None:
     run.wait_phase()
     run.fault()
@@ -348,6 +392,9 @@ FAULTS += (
     Fault("clock-skew-1h", RESULT, lambda r: r.fault(), "pass"),
     Fault("duplicate-rank-racing", RESULT, lambda r: r.fault(), "pass"),
     Fault("broken-stdout-pipe", EXIT1, _close_stdout, "fail", 0, ("driver_exit",)),
+    Fault("raylet-killed", SLEEPY, _kill_raylet, "fail", 1, ("child_exit",), ray=True),
+    Fault("judge-killed", SLEEPY, _judge_sig(signal.SIGKILL), "fail", 2, ("judge",), judges=True),
+    Fault("judge-hung", SLEEPY, _judge_sig(signal.SIGSTOP), "fail", 2, ("judge_health",), judges=True),
 )
 
 
@@ -376,11 +423,10 @@ def _mount_tmpfs(path: Path) -> bool:
 
 def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
     root = Path(tempfile.mkdtemp(prefix="f", dir=base))
-    (root / "t").mkdir()
     uuid = f"fault-{fault.name}-{secrets.token_hex(3)}"
     spec = root / "run.toml"
-    spec.write_text(spec_text(fault.driver))
-    run = Run(root, uuid, spec)
+    spec.write_text(spec_text(fault.driver, fault.ray, fault.judges))
+    run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))
     problems: list[str] = []
     mounted = fault.needs_root and _mount_tmpfs(root / "out")
     if fault.needs_root and not mounted:
@@ -421,6 +467,7 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
         if mounted:
             subprocess.run(["umount", "-l", str(root / "out")], check=False)
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(run.tmp or root, ignore_errors=True)
 
 
 def _wait_exits(run: Run, timeout: float) -> list[int | None]:

@@ -173,8 +173,10 @@ def test_replica_count_mismatch_fails_at_once_naming_the_ranks(tmp_path: Path) -
     took = time.monotonic() - t0
     assert codes == [1, 1, 1] and took < 45, (codes, took)
     recs = failures(run_dir)
-    assert recs[0]["kind"] == "plan_mismatch" and "rank 2: 4" in recs[0]["cause"], recs[0]
-    assert recs[2]["kind"] in ("plan_mismatch", "peer_failure") and "replica count disagrees" in recs[2]["cause"]
+    # Whoever notices first records plan_mismatch; a peer may react to that record instead.
+    assert all(d["kind"] in ("plan_mismatch", "peer_failure") for d in recs.values()), recs
+    assert all("replica count disagrees" in d["cause"] for d in recs.values()), recs
+    assert any(d["kind"] == "plan_mismatch" and "rank 2: 4" in d["cause"] for d in recs.values()), recs
     assert not (run_dir / names.driver_log(0)).exists()
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)

@@ -275,6 +275,15 @@ def test_hung_agent_is_fenced_by_its_reaper(tmp_path: Path) -> None:
         assert run.wait(60) == 1
     finally:
         kill_tree_by_session(run.proc)
+        try:  # a failing run of this test must not leave the stopped agent behind
+            os.kill(victim, signal.SIGKILL)
+        except (ProcessLookupError, NameError):
+            pass
+        for d in drivers if "drivers" in locals() else ():
+            try:
+                d.kill()
+            except psutil.Error:
+                pass
     assert took < hb_timeout + 15, took
     rec = read(run.run_dir, names.failure(0))
     assert rec["writer"] == "reaper" and rec["kind"] == "agent_died" and "fenced" in rec["cause"], rec

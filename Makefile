@@ -9,7 +9,7 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install test lint demo demo-slurm bench soak clean browser strace slurm-up slurm-down slurm-status
+.PHONY: install test lint demo demo-slurm bench soak faults clean browser strace slurm-up slurm-down slurm-status
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ SOAK_AGENTS ?= 256
 SOAK_DURATION ?= 600
 soak: $(STAMP)
 	$(PY) -m bench.soak --agents $(SOAK_AGENTS) --duration $(SOAK_DURATION)
+
+# The fault matrix (issue 13): every fault three times against real agents, from the outside.
+# Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once.
+faults: $(STAMP)
+	$(PY) -m bench.faults --trials 3
 
 # A real Slurm cluster on this machine (root; installs Debian's Slurm when missing), the one the
 # tests use: `make slurm-up`, then `export SLURM_CONF=$(SLURM_DIR)/slurm.conf` and sbatch away.

@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHA256",
         help="refuse to start unless the loaded spec has this fingerprint (a rendered job carries it)",
     )
+    # Set by `gym-launch local`: a pipe whose EOF means the launcher died (agent/launcher_watch.py).
+    ap.add_argument("--launcher-fd", type=int, help=argparse.SUPPRESS)
     return ap
 
 
@@ -102,9 +104,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IdentityError as exc:
         return err(str(exc))
     rank_tag = f"[rank {ident.rank}]"
+    incarnation = new_incarnation()
+    writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
+    from .rendezvous import RankClaimed, claim
+
     try:
         run = RunDir.create(args.output_root or config.output_root, args.uuid, mode=config.dir_mode)
+        # Claim the rank before writing anything: a process that does not join touches nothing.
+        claim(run, writer, ident)
         log_fd = run.open_log(names.agent_log(ident.rank))
+    except RankClaimed as exc:
+        return err(str(exc))
     except (RunDirError, OSError) as exc:
         return err(f"run directory: {exc}")
 
@@ -114,7 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     console_level = {1: logging.INFO, 0: logging.WARNING, -1: logging.ERROR}[args.verbosity]
     route_library_logs(rank_tag, log_fd, console_level=console_level)
-    incarnation = new_incarnation()
 
     console = {"open": True}
 
@@ -136,7 +145,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
 
-    writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
     if ident.rank == 0 and run.read_json(names.SPEC) is None:
         run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, origin))
 
@@ -146,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent = Agent(config, plan, ident, run, incarnation=incarnation, started_mono=STARTED, out=out)
     except RunDirError as exc:
         return err(str(exc))
+    if args.launcher_fd is not None:
+        from .launcher_watch import watch_launcher
+
+        watch_launcher(args.launcher_fd, agent.signal, agent.log.phase_name)
     result = agent.run_lifecycle()
     return result.exit_code
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas import FailureKind, RunDir, Writer, names, records
 
 from . import clock
+
+if TYPE_CHECKING:
+    from .durable import RecordKeeper
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,20 @@ class FailureSignal:
             raise AgentFailed(self._failure)
 
 
-def write_failure_record(run: RunDir, writer: Writer, rank: int, failure: Failure, phase: str) -> bool:
+def held_by_another_incarnation(run: RunDir, relpath: str, incarnation: str) -> bool:
+    """A record of another incarnation of this rank is never overwritten (a restarted rank, a
+    reused uuid): the claim keeps such a process out, and this keeps every writer honest."""
+    doc = run.read_json(relpath)
+    return doc is not None and doc.get("incarnation") not in (None, incarnation)
+
+
+def write_failure_record(
+    run: RunDir, writer: Writer, rank: int, failure: Failure, phase: str, keeper: RecordKeeper | None = None
+) -> bool:
     """Write failure-RANK.json (the agent's own, or the reaper's for a killed agent).
 
-    A hung or broken shared filesystem (OSError) is survivable: peers still see our silence.
+    A hung or broken shared filesystem (OSError) is survivable: peers still see our silence, and
+    with a `keeper` the record is kept on this node and retried (agent/durable.py).
     A record that does not match its schema is an agent bug, and must not cost the evidence:
     it is reported on stderr and replaced by an `internal` record that quotes it."""
     fields = records.failure_fields(
@@ -83,11 +96,14 @@ def write_failure_record(run: RunDir, writer: Writer, rank: int, failure: Failur
         peers=failure.peers,
         sender=failure.sender,
     )
+    if held_by_another_incarnation(run, names.failure(rank), writer.incarnation):
+        print(f"gym-agent: [rank {rank}] not overwriting another incarnation's failure record", file=sys.stderr)
+        return False
     try:
         run.write_artifact(names.failure(rank), "failure", writer, fields)
         return True
     except OSError:
-        return False
+        return keeper.write(names.failure(rank), "failure", writer, fields) if keeper is not None else False
     except ValueError as exc:
         print(f"gym-agent: [rank {rank}] failure record rejected by its schema: {exc}", file=sys.stderr, flush=True)
         fallback = {

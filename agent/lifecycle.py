@@ -42,15 +42,17 @@ from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
 from . import clock, ray_logs, ray_node, rendezvous, signals
 from .console_tee import ConsoleTee
 from .context import RunContext, Topology
+from .durable import RecordKeeper, local_dir
 from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from .identity import Identity
 from .judges_runtime import JudgeRuntime
 from .liveness import Liveness
-from .procgroup import session_members
+from .procgroup import become_subreaper, escaped_descendants, session_members
 from .reaper import ReaperChannel
 from .supervisor import ExitPolicy, Supervisor, child_env
 from .waits import poll_until
 
+RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
@@ -233,10 +235,17 @@ class Agent:
     # -- entry -----------------------------------------------------------------------------------
 
     def run_lifecycle(self) -> RunResult:
+        become_subreaper()  # a driver's setsid grandchild stays ours when its parent exits
         self._install_signal_handlers()
         self._start_reaper()
         channel = ReaperChannel(self.reaper.stdin if self.reaper else None)
-        supervisor = Supervisor(self.signal, self.coord.teardown_grace, channel, self.log.phase_name)
+        supervisor = Supervisor(
+            self.signal,
+            self.coord.teardown_grace,
+            channel,
+            self.log.phase_name,
+            spare=(self.reaper.pid,) if self.reaper else (),
+        )
         self.supervisor = supervisor
         self.log.on_phase = channel.phase
         self._ctx = RunContext(
@@ -309,8 +318,7 @@ class Agent:
             )
 
     def _rendezvous(self) -> str:
-        self._check_host_allowed()
-        rendezvous.publish(self.run, self.writer, self.ident)
+        self._check_host_allowed()  # the address record was claimed before anything was written
         self._peers = rendezvous.gather(self.ctx, self.ident.count)
         assert self.liveness is not None
         self.liveness.start_watching()
@@ -686,9 +694,16 @@ class Agent:
         return [r.to_json() for r in records_]
 
     def _leftovers(self, groups: list[dict]) -> list[int]:
-        return [p.pid for g in groups for p in session_members(int(g["session"]))]
+        """Whatever still lives in a recorded session or escaped them all: never report a clean
+        sweep that was not."""
+        sessions = {int(g["session"]) for g in groups}
+        spare = {self.reaper.pid} if self.reaper else set()
+        left = [p.pid for sid in sessions for p in session_members(sid)]
+        return sorted(set(left) | {p.pid for p in escaped_descendants(sessions, spare)})
 
     def _teardown_succeeded(self) -> RunResult:
+        assert self.supervisor is not None
+        self.supervisor.reaper.stopping()
         self.log.set_state(AgentState.STOPPING)
         self.log.begin(Phase.TEARDOWN)
         groups = self._stop_everything()
@@ -711,6 +726,8 @@ class Agent:
     def _teardown_failed(self) -> RunResult:
         failure = self.signal.failure
         assert failure is not None
+        assert self.supervisor is not None
+        self.supervisor.reaper.stopping()  # heartbeats stop now: the reaper must not fence us
         self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
         self.log.set_state(AgentState.STOPPING)
         if self._driver_tee is not None and failure.kind == FailureKind.DRIVER_EXIT:
@@ -718,28 +735,28 @@ class Agent:
         self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
         # Write the failure record first (peers react to it) but never let a hung shared
         # filesystem delay killing our children: the write gets a bounded budget on its own thread.
+        keeper = RecordKeeper(self.run, self.out)
         writer = threading.Thread(
             target=write_failure_record,
-            args=(self.run, self.writer, self.rank, failure, self.log.phase_name()),
+            args=(self.run, self.writer, self.rank, failure, self.log.phase_name(), keeper),
             daemon=True,
         )
         writer.start()
         groups = self._stop_everything()
         writer.join(FAILURE_WRITE_BUDGET_S)
         leftovers = self._leftovers(groups)
-        try:
-            self.run.write_artifact(
-                names.cleanup(self.rank),
-                "cleanup",
-                self.writer,
-                {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
-            )
-        except OSError:
-            pass
+        keeper.write(
+            names.cleanup(self.rank),
+            "cleanup",
+            self.writer,
+            {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
+        )
         self.log.set_state(AgentState.FAILED)
         assert self.supervisor is not None
         self.supervisor.finish_reaper()
         self._reap_reaper()
+        if keeper.pending and not keeper.flush(RECORD_RETRY_S):
+            self.out(f"gave up writing {sorted(keeper.pending)} to the run directory; see {local_dir(self.run)}")
         self._summary(failure)
         return RunResult(AgentState.FAILED, failure, 1)
 
@@ -773,6 +790,10 @@ class Agent:
             str(os.getpid()),
             "--grace",
             str(self.coord.teardown_grace),
+            "--heartbeat-timeout",
+            str(self.coord.heartbeat_timeout),
+            "--poll",
+            str(self.coord.poll_interval),
         ]
         with signals.unblocked():
             self.reaper = subprocess.Popen(

@@ -69,6 +69,7 @@ class Liveness(threading.Thread):
         self.phase = phase
         self.now = now  # monotonic; a test passes a fake clock and calls tick() itself
         self.seq = 0
+        self._write_failing_since: float | None = None  # our own heartbeat writes fail (disk full)
         self._next_beat: float | None = None
         self._watch: dict[int, _PeerView] = {}
         self._seen_failures: set[str] = set()
@@ -129,8 +130,14 @@ class Liveness(threading.Thread):
         while not self._stop.is_set():
             if self.signal.is_set():
                 # Stopping: nothing left to watch. Drop inotify too: in a failure wave every
-                # peer's record write would otherwise still be dispatched to us in Python.
+                # peer's record write would otherwise still be dispatched to us in Python. Keep
+                # beating: our reaper fences an agent whose heartbeat stops (a hang), and a
+                # teardown is not one.
                 self._stop_inotify()
+                now = self.now()
+                if self._next_beat is None or now >= self._next_beat:
+                    self._beat()
+                    self._next_beat = now + self.hb_interval
                 self._stop.wait(self.poll)
                 continue
             try:
@@ -169,8 +176,29 @@ class Liveness(threading.Thread):
                     "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
                 },
             )
+            self._write_failing_since = None
         except OSError as exc:
             log.warning("heartbeat write failed (%s: %s)", type(exc).__name__, exc)
+            self._own_writes_fail(exc)
+
+    def _own_writes_fail(self, exc: OSError) -> None:
+        """Our own writes failing is OUR failure: say so before peers, who only see our silence
+        after heartbeat_timeout, blame it on us as a silent (healthy-looking) rank."""
+        from .durable import describe
+
+        now = self.now()
+        if self._write_failing_since is None:
+            self._write_failing_since = now
+        failing = now - self._write_failing_since
+        if failing >= self.hb_timeout / 2:
+            self.signal.trip(
+                Failure(
+                    kind=FailureKind.RUN_DIR,
+                    cause=f"{describe(exc)} (this agent's heartbeat writes failed for {failing:.1f}s; "
+                    "free space on, or fix, the run directory's filesystem)",
+                    phase=str(self.phase()),
+                )
+            )
 
     def _check_peers(self) -> None:
         now = self.now()

@@ -97,30 +97,18 @@ def run_local(
     env_base = dict(os.environ)
     env_base.pop("CUDA_VISIBLE_DEVICES", None)
     lock = threading.Lock()
+    # Agents watch this pipe's read end: its EOF (our death, even by SIGKILL) stops them cleanly.
+    # The write end stays with us alone (close_fds keeps it out of the agents).
+    alive_r, alive_w = os.pipe()
+    stopping: list[int] = []
 
     def pump(stream: IO[str]) -> None:
         for line in stream:
             with lock:
                 out(line.rstrip("\n"))
 
-    for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica):
-        env = {**env_base, **dict(rep.env), **(per_rank_env or {}).get(rep.rank, {})}
-        # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
-        p = subprocess.Popen(
-            rep.argv,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-        )
-        procs.append(p)
-        t = threading.Thread(target=pump, args=(p.stdout,), daemon=True)
-        t.start()
-        pumps.append(t)
-
     def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
         for p in procs:
             if p.poll() is None:
                 try:
@@ -128,12 +116,36 @@ def run_local(
                 except ProcessLookupError:
                     pass
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    # A closed terminal (SIGHUP) stops the run like ^C: the agents get SIGTERM and record it.
+    # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica):
+        if stopping:
+            break  # told to stop while starting: the agents already started were passed it
+        env = {**env_base, **dict(rep.env), **(per_rank_env or {}).get(rep.rank, {})}
+        # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
+        p = subprocess.Popen(
+            (*rep.argv, "--launcher-fd", str(alive_r)),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(alive_r,),
+        )
+        procs.append(p)
+        t = threading.Thread(target=pump, args=(p.stdout,), daemon=True)
+        t.start()
+        pumps.append(t)
+
+    os.close(alive_r)
     try:
         codes = [p.wait() for p in procs]
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    os.close(alive_w)
     for t in pumps:
         t.join(timeout=5)
     ok = all(c == 0 for c in codes)

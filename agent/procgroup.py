@@ -20,6 +20,71 @@ import psutil
 from . import signals
 
 LINGER_S = 1.0  # after a clean leader exit, how long its session's leftovers may take to follow
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+ESCAPED = "escaped-descendants"  # the cleanup record's name for processes that left every session
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants (a driver's `setsid` grandchild whose parent exited) our children
+    instead of init's, so the final sweep still finds them. Linux only; False elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def escaped_descendants(sessions: set[int], spare: set[int]) -> list[psutil.Process]:
+    """Our live descendants outside every supervised session (a `setsid` child escapes the
+    session sweep), except `spare` (the reaper) and its own descendants."""
+    me = psutil.Process()
+    out = []
+    try:
+        kids = me.children(recursive=True)
+    except psutil.Error:
+        return []
+    spared = set(spare)
+    for pid in spare:
+        try:
+            spared.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+    for proc in kids:
+        try:
+            if proc.pid in spared or os.getsid(proc.pid) in sessions or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            out.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def kill_escaped(sessions: set[int], spare: set[int]) -> StopRecord | None:
+    """SIGKILL what escaped the sessions; None when nothing did."""
+    t0 = time.monotonic()
+    killed = 0
+    first: psutil.Process | None = None
+    for _ in range(5):
+        strays = escaped_descendants(sessions, spare)
+        if not strays:
+            break
+        first = first or strays[0]
+        for proc in strays:
+            try:
+                proc.kill()
+                killed += 1
+            except psutil.Error:
+                pass
+        psutil.wait_procs(strays, timeout=1.0)
+    if first is None:
+        return None
+    try:
+        sid = os.getsid(first.pid)
+    except OSError:
+        sid = first.pid
+    return StopRecord(ESCAPED, first.pid, sid, "sigkill", None, killed, time.monotonic() - t0)
 
 
 @dataclass(frozen=True)

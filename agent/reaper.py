@@ -3,9 +3,13 @@
 The agent starts it first, in its own session (so a kill of the agent's group spares it), and
 tells it every child session, temp dir and phase as JSON lines on its stdin (ReaperChannel).
 When stdin closes without a final "done" line
-the agent died (SIGKILL, OOM, crash): the reaper stops every recorded session, then writes the
-agent's failure record (unless the agent wrote one) and cleanup record (writer "reaper"), so even
-a SIGKILLed replica leaves evidence and no processes.
+the agent died (SIGKILL, OOM, crash): the reaper writes the agent's failure record (unless the
+agent wrote one) at once, stops every recorded session in parallel, then writes the cleanup record
+(writer "reaper"), so even a SIGKILLed replica leaves evidence and no processes.
+
+A hung agent (SIGSTOP, a stall) is fenced: when its heartbeat has not changed for
+heartbeat_timeout, or a peer's failure record names it silent, the reaper kills it and cleans up
+as above, so its node's driver, Ray and judges do not hold GPUs until it resumes.
 """
 
 from __future__ import annotations
@@ -22,13 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from schemas import FailureKind, RunDir, RunOutcome, Writer, WriterKind, names
 from schemas.vocab import PHASE_UNKNOWN
 
 from . import clock, tempdirs
+from .durable import RecordKeeper
 from .failure import Failure, write_failure_record
-from .procgroup import StopRecord, session_members, sweep_session
+from .procgroup import ESCAPED, StopRecord, session_members, sweep_session
 from .waits import poll_until
+
+RECORD_RETRY_S = 20.0  # refused records are retried this long (space may come back)
 
 
 def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
@@ -65,6 +74,8 @@ class ReaperChannel:
     {"group": NAME, "session": SID}  a child session to stop if the agent dies
     {"phase": PHASE}                 the phase the agent is in (named in the failure record)
     {"temp_dir": PATH}               a local temp dir to remove
+    {"stopping": true}               the agent is tearing down by itself (heartbeats stop)
+    {"stray": PID, "ctime": T}       a descendant that left every session (setsid): kill it too
     {"done": true}                   everything is cleaned and recorded: exit without acting
     """
 
@@ -80,6 +91,13 @@ class ReaperChannel:
 
     def temp_dir(self, path: str) -> None:
         self._send({"temp_dir": path})
+
+    def stopping(self) -> None:
+        """The agent tears down by itself: its heartbeat stops on purpose, do not fence it."""
+        self._send({"stopping": True})
+
+    def stray(self, pid: int, create_time: float) -> None:
+        self._send({"stray": pid, "ctime": create_time})
 
     def done(self) -> None:
         self._send({"done": True})
@@ -108,6 +126,8 @@ class ReaperState:
     temp_dirs: list[str] = field(default_factory=list)
     phase: str = PHASE_UNKNOWN
     done: bool = False
+    stopping: bool = False  # the agent is tearing down by itself: its heartbeat stops on purpose
+    strays: dict[int, float] = field(default_factory=dict)  # pid -> create time
 
     def apply(self, line: str) -> None:
         """Apply one line; a malformed one is ignored (the agent may die mid-write)."""
@@ -119,12 +139,108 @@ class ReaperState:
             return
         if msg.get("done") is True:
             self.done = True
+        elif msg.get("stopping") is True:
+            self.stopping = True
+        elif isinstance(msg.get("stray"), int) and isinstance(msg.get("ctime"), int | float):
+            self.strays[msg["stray"]] = float(msg["ctime"])
         elif isinstance(msg.get("group"), str) and isinstance(msg.get("session"), int):
             self.sessions[msg["session"]] = msg["group"]
         elif isinstance(msg.get("phase"), str):
             self.phase = msg["phase"]
         elif isinstance(msg.get("temp_dir"), str):
             self.temp_dirs.append(msg["temp_dir"])
+
+
+class HangWatch:
+    """Is the agent hung? Its own heartbeat (aged on OUR monotonic clock, like peers do) or a
+    peer's `peer_silent` record about it says so. Returns the reason, or None."""
+
+    def __init__(self, run: RunDir, rank: int, incarnation: str, timeout: float, poll: float) -> None:
+        self.run = run
+        # A live agent reacts to a peer's record within a poll and says it is stopping; only an
+        # agent that does not, within this margin, is hung.
+        self.react_margin = max(2.0, 4 * poll)
+        self.named_at: float | None = None
+        self.rank = rank
+        self.incarnation = incarnation
+        self.timeout = timeout
+        self.seq: int | None = None
+        self.changed_at = clock.mono()
+        self.named = ""
+
+    def check(self) -> str | None:
+        now = clock.mono()
+        doc = self.run.read_json(names.heartbeat(self.rank)) or {}
+        seq = doc.get("seq") if doc.get("incarnation") == self.incarnation else None
+        if isinstance(seq, int) and seq != self.seq:
+            self.seq, self.changed_at = seq, now
+        elif self.seq is not None and now - self.changed_at > self.timeout:
+            return (
+                f"its heartbeat has not changed for {now - self.changed_at:.1f}s "
+                f"(heartbeat_timeout {self.timeout:g}s; last seq {self.seq})"
+            )
+        if self.named_at is not None:
+            return self.named if now - self.named_at > self.react_margin else None
+        for name in self.run.listdir(names.FAILURES_DIR):
+            peer = names.rank_in(names.FAILURES_DIR, name)
+            if peer is None or peer == self.rank:
+                continue
+            rec = self.run.read_json(names.failure(peer)) or {}
+            target = rec.get("reacting_to") or {}
+            if rec.get("kind") == FailureKind.PEER_SILENT and target.get("rank") == self.rank:
+                self.named_at = now
+                self.named = f"rank {peer}'s failure record names it silent ({rec.get('cause')})"
+        return None
+
+
+def _read_channel(state: ReaperState, closed: threading.Event) -> None:
+    for line in sys.stdin:
+        state.apply(line)
+        if state.done:
+            break
+    closed.set()
+
+
+def _stop_all(sessions: dict[int, str], grace: float) -> list[StopRecord]:
+    """Every session at once: one slow group must not hold up the others."""
+    results: dict[int, StopRecord] = {}
+
+    def one(pid: int, name: str) -> None:
+        results[pid] = _stop_session(name, pid, grace)
+
+    threads = [threading.Thread(target=one, args=(pid, name), daemon=True) for pid, name in sessions.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[pid] for pid in sessions if pid in results]
+
+
+def _live_strays(strays: dict[int, float]) -> list[psutil.Process]:
+    """The named strays that still run (same pid AND start time: a reused pid is not ours)."""
+    out = []
+    for pid, ctime in strays.items():
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - ctime) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
+    t0 = time.monotonic()
+    live = _live_strays(strays)
+    if not live:
+        return None
+    for proc in live:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(live, timeout=2.0)
+    return StopRecord(ESCAPED, live[0].pid, live[0].pid, "sigkill", None, len(live), time.monotonic() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,35 +251,70 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fingerprint", required=True)
     ap.add_argument("--agent-pid", type=int, required=True)
     ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("--heartbeat-timeout", type=float, default=0.0, help="fence a hung agent (0: never)")
+    ap.add_argument("--poll", type=float, default=1.0)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C must not kill the cleaner
     state = ReaperState()
-    for line in sys.stdin:
-        state.apply(line)
-        if state.done:
-            return 0
-    # stdin closed without "done": the agent is gone.
-    t0 = clock.mono()
-    records = [_stop_session(name, pid, args.grace) for pid, name in state.sessions.items()]
-    for path in state.temp_dirs:
-        remove_temp_dir(path)
+    closed = threading.Event()
+    threading.Thread(target=_read_channel, args=(state, closed), daemon=True).start()
     run = RunDir.open(args.run_dir)
+    hang = None
+    if args.heartbeat_timeout:
+        hang = HangWatch(run, args.rank, args.incarnation, args.heartbeat_timeout, args.poll)
+    fenced: str | None = None
+    while not closed.wait(args.poll):
+        if hang is None or state.stopping or state.done:
+            continue
+        try:
+            fenced = hang.check()
+        except Exception:  # noqa: BLE001 - a bad read must never kill the cleaner
+            fenced = None
+        if fenced:
+            # Fence the node: the hung agent must not resume and act on a run that moved on.
+            try:
+                os.kill(args.agent_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            closed.wait(10)  # its end of our stdin closes as it dies
+            break
+    if state.done and not fenced:
+        return 0
+    # The agent is gone (or fenced): record first (peers react to it), then stop everything.
+    t0 = clock.mono()
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
+    keeper = RecordKeeper(run, lambda line: print(f"gym-agent-reaper: [rank {args.rank}] {line}", flush=True))
     mine = run.read_json(names.failure(args.rank))
     if not (mine and mine.get("incarnation") == args.incarnation):
+        if fenced:
+            cause = (
+                f"agent process {args.agent_pid} of rank {args.rank} hung during phase {state.phase}: "
+                f"{fenced}; its reaper fenced the node (killed the agent and its process groups)"
+            )
+        else:
+            cause = (
+                f"agent process {args.agent_pid} of rank {args.rank} died without cleaning up "
+                f"(killed or crashed) during phase {state.phase}"
+            )
         failure = Failure(
             kind=FailureKind.AGENT_DIED,
-            cause=f"agent process {args.agent_pid} of rank {args.rank} died without cleaning up "
-            f"(killed or crashed) during phase {state.phase}",
+            cause=cause,
             phase=state.phase,
             log=names.agent_log(args.rank),
             monotonic_time=t0,
         )
-        write_failure_record(run, writer, args.rank, failure, state.phase)
+        write_failure_record(run, writer, args.rank, failure, state.phase, keeper)
+    records = _stop_all(dict(state.sessions), args.grace)
+    escaped = _kill_strays(state.strays)
+    if escaped is not None:
+        records.append(escaped)
+    for path in state.temp_dirs:
+        remove_temp_dir(path)
     cleaned = run.read_json(names.cleanup(args.rank))
     if not (cleaned and cleaned.get("incarnation") == args.incarnation):
         leftovers = [p.pid for pid in state.sessions for p in session_members(pid)]
-        run.write_artifact(
+        leftovers += [p.pid for p in _live_strays(state.strays)]
+        keeper.write(
             names.cleanup(args.rank),
             "cleanup",
             writer,
@@ -173,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 "leftover_pids": leftovers,
             },
         )
+    keeper.flush(RECORD_RETRY_S)
     return 1
 
 

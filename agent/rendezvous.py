@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
+from schemas import FailureKind, RunDir, Writer, names, order
 
 from . import clock
 from .failure import AgentFailed, Failure
@@ -31,38 +31,52 @@ class Peer:
     visible_devices: tuple[str, ...]
 
 
-def publish(run: RunDir, writer: Writer, ident: Identity) -> None:
-    """Write this replica's address record; refuse a rank another incarnation already claimed."""
-    existing = run.read_json(names.address(ident.rank))
-    if existing and existing.get("incarnation") != writer.incarnation:
-        raise RunDirError(
-            f"rank {ident.rank} of this run was already started (incarnation {existing.get('incarnation')}, "
-            f"address {existing.get('address')}); use a new --uuid for a new run"
-        )
-    run.write_artifact(
-        names.address(ident.rank),
-        "address",
-        writer,
-        {
-            "address": ident.address,
-            "address_explicit": ident.address_explicit,
-            "hostname": ident.hostname,
-            "visible_devices": list(ident.visible_devices),
-            "pid": os.getpid(),
-            "started_at": clock.wall(),
-        },
-    )
+class RankClaimed(Exception):
+    """Another incarnation holds this rank: this process must not join (nor write anything)."""
+
+
+def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
+    """Claim this rank by creating its address record exclusively (link(2): atomic, NFSv3+ too).
+
+    Two agents started for one rank (a reused uuid, a scheduler restarting a task, a race) cannot
+    both win, and the loser has written nothing. The record's name is the claim of attempt 0; a
+    resumed run would claim a per-attempt name the same way."""
+    fields = {
+        "address": ident.address,
+        "address_explicit": ident.address_explicit,
+        "hostname": ident.hostname,
+        "visible_devices": list(ident.visible_devices),
+        "pid": os.getpid(),
+        "started_at": clock.wall(),
+        "replicas": ident.count,
+    }
+    try:
+        run.create_artifact(names.address(ident.rank), "address", writer, fields)
+    except FileExistsError:
+        existing = run.read_json(names.address(ident.rank)) or {}
+        raise RankClaimed(
+            f"rank {ident.rank} of this run was already claimed (incarnation {existing.get('incarnation')}, "
+            f"address {existing.get('address')}, pid {existing.get('pid')}); this process did not join and "
+            "wrote nothing. Use a new --uuid for a new run"
+        ) from None
 
 
 def gather(ctx: RunContext, count: int) -> list[Peer]:
-    """Wait (inside the one startup deadline) until every rank has an address record."""
+    """Wait (inside the one startup deadline) until every rank has an address record. A peer
+    started with another replica count fails the run at once, naming the ranks."""
     present: set[int] = set()
+    counts: dict[int, int] = {}
     peers: list[Peer] = []
 
     def everyone() -> bool:
         nonlocal peers
         listed = (names.rank_in(names.ADDRESSES_DIR, n) for n in ctx.run.listdir(names.ADDRESSES_DIR))
         present.update(r for r in listed if r is not None)
+        for r in sorted(present - set(counts)):
+            doc = ctx.run.read_json(names.address(r))
+            if doc is not None:
+                counts[r] = int(doc.get("replicas", count))
+        _check_counts(counts, count, ctx.phase())
         if not all(r in present for r in range(count)):
             return False
         peers = []
@@ -101,6 +115,22 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
             peers=tuple(missing),
         )
     )
+
+
+def _check_counts(counts: dict[int, int], mine: int, phase: str) -> None:
+    """--replicas must agree: otherwise some ranks would start the run while others wait forever."""
+    differ = sorted(r for r, n in counts.items() if n != mine)
+    if differ:
+        told = ", ".join(f"rank {r}: {counts[r]}" for r in differ)
+        raise AgentFailed(
+            Failure(
+                kind=FailureKind.PLAN_MISMATCH,
+                cause=f"replica count disagrees: this rank was started with --replicas {mine}, but {told}; "
+                "start every replica with the same replica count",
+                phase=phase,
+                peers=tuple(differ),
+            )
+        )
 
 
 def agree(peers: list[Peer], fingerprint: str, phase: str) -> None:

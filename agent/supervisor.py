@@ -9,14 +9,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from schemas import FailureKind
 
 from .failure import Failure, FailureSignal
-from .procgroup import ProcessGroup, StopRecord
+from .procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
 from .reaper import ReaperChannel
+
+STRAY_SCAN_S = 2.0  # how often escaped descendants are looked for (and told to the reaper)
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,15 @@ class ExitPolicy:
 
 
 class Supervisor:
-    def __init__(self, signal: FailureSignal, grace: float, reaper: ReaperChannel, phase: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        signal: FailureSignal,
+        grace: float,
+        reaper: ReaperChannel,
+        phase: Callable[[], str],
+        spare: tuple[int, ...] = (),
+    ) -> None:
+        self.spare = set(spare)  # our own helpers (the reaper): never swept as escaped descendants
         self.signal = signal
         self.grace = grace
         self.reaper = reaper
@@ -79,8 +90,28 @@ class Supervisor:
                 )
             )
 
+    def _tell_reaper_strays(self, known: set[int]) -> None:
+        """A setsid descendant is outside every session the reaper sweeps: name it to the reaper
+        (with its start time, so a reused pid is never killed) in case we are SIGKILLed."""
+        with self._lock:
+            sessions = {g.session for g, _ in self._groups}
+        for proc in escaped_descendants(sessions, self.spare):
+            if proc.pid in known:
+                continue
+            known.add(proc.pid)
+            try:
+                self.reaper.stray(proc.pid, proc.create_time())
+            except Exception:  # noqa: BLE001 - it may be gone already
+                pass
+
     def _watch(self) -> None:
+        strays: set[int] = set()
+        next_scan = 0.0
         while not self._halt.is_set():
+            now = time.monotonic()
+            if now >= next_scan and self._groups:
+                self._tell_reaper_strays(strays)
+                next_scan = now + STRAY_SCAN_S
             with self._lock:
                 groups = list(self._groups)
             for group, policy in groups:
@@ -127,6 +158,11 @@ class Supervisor:
             for t in threads:
                 t.join()
             records = [results[i] for i in range(len(groups))]
+            # A descendant that called setsid left its group's session; as our subreaper-adopted
+            # child (or still a descendant) it is found here, and its kill is on the record.
+            escaped = kill_escaped({g.session for g in groups}, self.spare)
+            if escaped is not None:
+                records.append(escaped)
             self._stopped = records
             return self._stopped
 

@@ -5,6 +5,7 @@ Reads only: nothing here opens a run-directory file for writing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +24,9 @@ from .crosscheck_lifecycle import (
     check_incarnations,
     check_logs,
     check_phases,
+    check_shared_filesystem,
 )
-from .expected import PlanView, expected_plan
+from .expected import expected_plan
 from .first_cause import analyse
 from .load import SafeDir, UnusableRunDir, load_run
 from .model import AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
@@ -51,6 +53,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_logs,
     check_heartbeats,
     check_incarnations,
+    check_shared_filesystem,
 )
 
 
@@ -186,7 +189,7 @@ def audit_run(path: str | Path) -> AuditResult:
         plan, findings = expected_plan(spec, fingerprint, run)
         if plan.replicas > MAX_RANKS:
             findings.append(Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none"))
-            plan = PlanView(plan.source, 0, plan.gpus_per_replica, (), None, plan.bindings, plan.judge_modes, None)
+            plan = dataclasses.replace(plan, replicas=0, nodes=(), driver_node=None, fingerprint=None)
         expected = tuple(range(plan.replicas))
         ctx = build_context(run, spec, fingerprint, plan, expected)
         findings = list(run.findings) + findings + check_schemas(run, fingerprint)

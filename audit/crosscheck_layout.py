@@ -234,7 +234,7 @@ def check_ray_layout(ctx: AuditContext) -> list[Finding]:
     f = names.RAY_LAYOUT
     doc = ctx.run.doc(f)
     if doc is None:
-        if ctx.succeeded:
+        if ctx.succeeded and ctx.plan.ray_enabled:
             return [Finding("error", "ray_layout.missing", "no ray-layout.json on a successful run", f)]
         return []
     out: list[Finding] = []

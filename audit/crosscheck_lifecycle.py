@@ -353,3 +353,27 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
                 )
             )
     return out
+
+
+# The agents' wording for their own refused writes (agent/durable.py says the same).
+_FS_PHRASES = ("shared filesystem full", "shared filesystem unwritable")
+
+
+def check_shared_filesystem(ctx: AuditContext) -> list[Finding]:
+    """Name a full or unwritable run directory as such, not as the silence it causes."""
+    hit = {r: rec for r, rec in sorted(ctx.failures.items()) if any(p in rec.cause for p in _FS_PHRASES)}
+    if not hit:
+        return []
+    full = any(_FS_PHRASES[0] in rec.cause for rec in hit.values())
+    what = "shared filesystem full" if full else "shared filesystem unwritable"
+    first = next(iter(hit.values()))
+    return [
+        Finding(
+            "error",
+            "run_dir.unwritable",
+            f"{what}: ranks {sorted(hit)} could not write to the run directory ({first.cause[:200]}); "
+            "records may be missing here (each node kept refused ones in its local temp dir)",
+            first.relpath,
+            first.rank,
+        )
+    ]

@@ -47,6 +47,7 @@ class PlanView:
     judge_modes: Mapping[str, str]  # every declared judge -> "managed" | "external"
     fingerprint: str | None  # the fingerprint launch computes for the recorded spec
     ray_nodes: tuple[int, ...] | None = None  # nodes that join Ray (None: unknown, every node)
+    ray_enabled: bool = True  # `[ray] enabled = false`: no Ray, so no ray-layout.json is expected
 
     @property
     def bound_judges(self) -> frozenset[str]:
@@ -133,6 +134,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         judge_modes={name: j.mode for name, j in config.judges.items()},
         fingerprint=fingerprint,
         ray_nodes=plan.ray_nodes,
+        ray_enabled=config.ray.enabled,
     )
     return view, []
 
@@ -169,6 +171,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         bindings=config.bindings if config else (),
         judge_modes={name: j.mode for name, j in config.judges.items()} if config else {},
         fingerprint=None,
+        ray_enabled=config.ray.enabled if config else True,
     )
 
 

@@ -2,7 +2,8 @@
 
 Rules (the agent's failure records are the evidence):
 - a record with `reacting_to` null is a root cause;
-- a record reacting to rank X is a reaction when X has a failure record of its own;
+- a record reacting to rank X is a reaction when X has a failure record of its own (of the
+  incarnation it reacted to, when it names one);
 - a `peer_silent` record about X where X has NO record makes X the culprit: X died without
   a word (host lost, SIGKILL with no reaper), so the cause is placed on X, reported by the
   observer; any other reaction whose target left no record is treated as a root;
@@ -10,7 +11,9 @@ Rules (the agent's failure records are the evidence):
   the first cause when another rank's real failure was recorded within SCHEDULER_REACTION_S after it;
 - among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
   the agent explains a later signal or timeout better than the other way round). Wall times
-  come from different hosts whose clocks may differ, so the order across hosts is best effort.
+  come from different hosts whose clocks may differ, so the order across hosts is best effort;
+- when no record is a root (reactions in a cycle), the earliest record is the first cause and
+  its text says so: the audit never fails to report what it has.
 """
 
 from __future__ import annotations
@@ -154,6 +157,25 @@ def _signals_after_real_failures(roots: list[Cause]) -> list[Cause]:
     return [real[0], *(c for c in roots if c is not real[0])]
 
 
+def _reacts_to_recorded(rec: FailureRec, failures: Mapping[int, FailureRec]) -> bool:
+    """A reaction counts as one only when the record it reacts to is still there: a target whose
+    record was overwritten by another incarnation (a duplicate rank) left its cause unrecorded."""
+    target = failures.get(rec.reacting_to) if rec.reacting_to is not None else None
+    if target is None:
+        return False
+    want = rec.reacting_to_incarnation
+    return want is None or target.incarnation is None or want == target.incarnation
+
+
+def _cycle_note(failures: Mapping[int, FailureRec]) -> str:
+    """Say that no record is a root: the evidence points in a circle (or the root was lost)."""
+    edges = ", ".join(f"{r}->{rec.reacting_to}" for r, rec in sorted(failures.items()))
+    return (
+        f" [no failure record is a root cause: every record reacts to another ({edges}); "
+        "the earliest is shown, the real cause may be unrecorded]"
+    )
+
+
 def analyse(
     failures: Mapping[int, FailureRec],
     phases: Mapping[int, PhasesRec],
@@ -171,15 +193,28 @@ def analyse(
         target = rec.reacting_to
         if target is None or target == rank:
             roots.append(_from_record(rec))
-        elif target in failures:
+        elif _reacts_to_recorded(rec, failures):
             reactions.append(_from_record(rec))
-        elif rec.kind == FailureKind.PEER_SILENT:
+        elif rec.kind == FailureKind.PEER_SILENT and target not in failures:
             if target not in silent_seen:
                 silent_seen.add(target)
                 roots.append(_silent_culprit(rec, phases, heartbeat_phases.get(target)))
             reactions.append(_from_record(rec))
         else:
             roots.append(_from_record(rec))  # reacts to a failure nobody recorded: best explanation left
+    if not roots:
+        # Every record reacts to another (a cycle: a stopped agent resumed and reacted to its
+        # peers' reactions to its own silence). Still say what is known: the earliest record.
+        # A peer's silence report is the likeliest start: the silent rank wrote its own record
+        # only after it resumed (SIGSTOP/SIGCONT, a long stall), reacting to its peers' records.
+        reactions.sort(key=_order_key)
+        silent = [c for c in reactions if c.kind == FailureKind.PEER_SILENT and c.reacting_to is not None]
+        if silent:
+            culprit = _silent_culprit(failures[silent[0].rank], phases, heartbeat_phases.get(silent[0].reacting_to))
+            roots.append(replace(culprit, cause=culprit.cause + _cycle_note(failures)))
+        else:
+            earliest = reactions.pop(0)
+            roots.append(replace(earliest, cause=earliest.cause + _cycle_note(failures)))
     roots.sort(key=_order_key)
     roots = _signals_after_real_failures(roots)
     first = roots[0]

@@ -138,6 +138,34 @@ def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None
         raise
 
 
+def write_exclusive(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None:
+    """Create `leaf` with `data` only if no such name exists: temp + fsync + link. link(2) fails
+    with EEXIST when the name exists, atomically on a local filesystem and on NFSv3+ alike, so
+    two writers racing for one name cannot both win (FileExistsError for the loser), and a
+    reader never sees a partial file."""
+    tmp = names.temp_name(leaf, secrets.token_hex(6))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    tfd = os.open(tmp, flags, mode, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(tfd, view) :]
+            os.fsync(tfd)
+        finally:
+            os.close(tfd)
+        os.link(tmp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass
+    finally:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+
+
 def write_atomic_path(path: str | os.PathLike[str], data: bytes, mode: int = 0o640) -> None:
     """write_atomic for a plain path (a report, a port file): creates the parent if needed."""
     target = Path(path)

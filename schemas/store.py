@@ -150,6 +150,11 @@ class RunDir:
 
     def write_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
         """Stamp the header, validate against `schema`, and write atomically. Returns the document."""
+        doc = self._stamp(schema, writer, fields)
+        self.write_bytes(relpath, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        return doc
+
+    def _stamp(self, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "schema": schema,
             "schema_version": SCHEMA_VERSION,
@@ -161,7 +166,20 @@ class RunDir:
             **fields,
         }
         check(schema, doc)
-        self.write_bytes(relpath, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        return doc
+
+    def create_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
+        """Like write_artifact, but only when `relpath` does not exist yet: the one atomic claim
+        (raises FileExistsError when another writer holds the name; nothing is replaced)."""
+        doc = self._stamp(schema, writer, fields)
+        data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+        fd, leaf, close = self._parent_fd(relpath)
+        try:
+            safe_io.write_exclusive(fd, leaf, data)
+            self.ops["write"] += 1
+        finally:
+            if close:
+                os.close(fd)
         return doc
 
     def write_bytes(self, relpath: str, data: bytes) -> None:

@@ -103,3 +103,29 @@ def test_a_driver_killed_by_the_schedulers_sigterm_is_a_reaction_too() -> None:
     crashed = replace(killed_driver, cause="the driver exited with code -9")
     fc, _, _ = first(rec(2, "signal", 100.32), crashed, rec(1, "agent_died", 100.97))
     assert (fc.rank, fc.kind) == (0, "driver_exit")
+
+
+def test_a_cycle_of_reactions_still_names_a_cause() -> None:
+    # Rank 1 was stopped (SIGSTOP): ranks 0 and 2 report its silence; resumed, it reacts to rank 0.
+    fc, cascade, _ = first(
+        rec(0, "peer_silent", 100.0, reacting_to=1),
+        rec(2, "peer_silent", 100.5, reacting_to=1),
+        rec(1, "peer_failure", 130.0, reacting_to=0),
+    )
+    assert (fc.rank, fc.kind, fc.reported_by) == (1, "silent", 0)
+    assert "no failure record is a root cause" in fc.cause
+    assert sorted(c.rank for c in cascade) == [0, 1, 2]
+
+
+def test_reactions_to_each_other_without_silence_pick_the_earliest() -> None:
+    fc, cascade, _ = first(rec(0, "peer_failure", 101.0, reacting_to=1), rec(1, "peer_failure", 100.0, reacting_to=0))
+    assert (fc.rank, fc.kind) == (1, "peer_failure") and "0->1" in fc.cause
+    assert [c.rank for c in cascade] == [0]
+
+
+def test_a_reaction_to_an_overwritten_record_is_a_root() -> None:
+    # A duplicate rank 0 overwrote rank 0's root record with its own reaction to rank 1.
+    r1 = rec(1, "peer_failure", 101.0, reacting_to=0)
+    r1 = FailureRec(**{**r1.__dict__, "reacting_to_incarnation": "the-original-0"})
+    fc, _, _ = first(rec(0, "peer_failure", 102.0, reacting_to=1), r1)
+    assert fc is not None and fc.rank in (0, 1)

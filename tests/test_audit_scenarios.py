@@ -344,3 +344,19 @@ def test_audit_never_writes_into_the_run_dir(
     assert main(["logs", str(path), "--grep", "error"]) == 0
     capsys.readouterr()
     assert _snapshot(path) == before
+
+
+def test_reactions_in_a_cycle_report_in_every_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 0 was stopped (SIGSTOP) past heartbeat_timeout, then resumed and reacted to rank 1's
+    silence report: every failure record is a reaction (this crashed with IndexError)."""
+    b = SCENARIOS["peer_silent"](tmp_path / "cycle")
+    b.react(0, 1, b.phase_start(1, "driver") + 170.0, kind="peer_failure", to_kind="peer_silent")
+    html = tmp_path / "r.html"
+    assert main([str(b.path)]) == 1
+    text = capsys.readouterr().out
+    head = "\n".join(text.splitlines()[:10])
+    assert "rank 0" in head and "no failure record is a root cause" in text, text
+    assert main([str(b.path), "--json", "--html", str(html)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["first_cause"]["rank"] == 0 and doc["first_cause"]["kind"] == "silent"
+    assert "no failure record is a root cause" in html.read_text()

@@ -1,0 +1,598 @@
+"""The fault matrix: inject each fault into real agents from the outside, N times, and report.
+
+    make faults                          # every fault, 3 trials each
+    python -m bench.faults --only driver-exit sigkill-agent --trials 1 --json
+
+Each trial starts real `gym-agent` processes (or `gym-launch local` for the launcher's faults) on
+127.0.0.x with a small coordination-only spec (no Ray: seconds per trial), waits until every rank
+runs the driver, injects the fault, and measures: the exit codes, the time from the fault to the
+last exit of any process of the run, each rank's failure and cleanup record, orphans (processes
+found by the run — its directory or uuid in the command line, its run directory in the
+environment — never by name), and whether `gym-audit`'s text names the expected rank and kind in
+its first 10 lines. A row passes when every trial does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+import psutil
+
+from agent import tempdirs
+from schemas import DriverEnv, names
+
+BIN = Path(sys.executable).parent
+SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/clock.py's test hook
+REPLICAS = 3
+HB_TIMEOUT = 4.0
+
+SLEEPY = 'command = ["python", "-c", "import time; time.sleep(120)"]'
+RESULT = (
+    'command = ["python", "-c", "import time; time.sleep(2); from agent import driver_api; '
+    "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
+    'judge_replies=0)"]'
+)
+EXIT1 = 'command = ["python", "-c", "import time; time.sleep(3); raise SystemExit(1)"]'
+STUBBORN = (
+    'command = ["python", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]'
+)
+SETSID = (
+    "command = [\"python\", \"-c\", \"import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); "
+    'time.sleep(3); raise SystemExit(1)"]'
+)
+
+
+JUDGES = """
+[judges.general]
+mode = "managed"
+backend = "reference"
+model = "reference-judge"
+gpus = 1
+max_context_length = 8192
+max_concurrent_calls = 4
+timeout = 30
+[rubrics.general-quality]
+profile = "general-quality"
+max_output_tokens = 256
+[judging.bindings."general-quality"]
+judge = "general"
+rubric = "general-quality"
+"""
+
+
+def spec_text(driver: str, ray: bool = False, judges: bool = False) -> str:
+    inference = 2 * (REPLICAS - 1) - (1 if judges else 0)  # a judge takes one GPU of the last node
+    return f"""
+name = "faults"
+[launch]
+gpus_per_replica = 2
+node_gpus = 2
+[launch.coordination]
+startup_timeout = 30
+heartbeat_timeout = {HB_TIMEOUT}
+heartbeat_interval = 0.5
+poll_interval = 0.25
+teardown_grace = 3.0
+ack_timeout = 20.0
+[trainer]
+nodes = 1
+gpus_per_node = 2
+[inference]
+gpus = {inference}
+[driver]
+{driver}
+placement = "trainer"
+[ray]
+{"num_cpus = 1" + chr(10) + "object_store_memory = 80000000" if ray else "enabled = false"}
+""" + (JUDGES if judges else "")
+
+
+@dataclass
+class Run:
+    """One trial's processes and paths."""
+
+    root: Path
+    uuid: str
+    spec: Path
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+    launcher: subprocess.Popen | None = None
+    extra: list[subprocess.Popen] = field(default_factory=list)
+    fault_at: float = 0.0
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "out" / "cluster" / self.uuid
+
+    tmp: Path | None = None  # the agents' local temp root (short: Ray's socket paths live below it)
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, tempdirs.ROOT_ENV: str(self.tmp), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
+
+    def agent(self, rank: int, *, replicas: int = REPLICAS, address: str | None = None, args: tuple = (), **kw):
+        cmd = [str(BIN / "gym-agent"), "--uuid", self.uuid, "--config", str(self.spec)]
+        cmd += ["--output-root", str(self.root / "out"), "--rank", str(rank), "--replicas", str(replicas)]
+        cmd += ["--address", address or f"127.0.0.{rank + 2}", *args]
+        out = kw.pop("stdout", None)
+        log = out if out is not None else open(self.root / f"agent-{rank}-{len(self.extra)}.out", "wb")  # noqa: SIM115
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(kw.pop("env", None)), start_new_session=True
+        )
+
+    def start_agents(self, **per_rank: dict) -> None:
+        for r in range(REPLICAS):
+            self.procs[r] = self.agent(r, **per_rank.get(f"r{r}", {}))
+            if f"twin{r}" in per_rank:  # a second agent for this rank, started at the same instant
+                self.extra.append(self.agent(r, **per_rank[f"twin{r}"]))
+
+    def start_launcher(self) -> None:
+        cmd = [str(BIN / "gym-launch"), "local", str(self.spec), "--uuid", self.uuid]
+        cmd += ["--output-root", str(self.root / "out")]
+        log = open(self.root / "launcher.out", "wb")  # noqa: SIM115
+        self.launcher = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env())
+
+    def agent_pid(self, rank: int) -> int:
+        return int(read(self.run_dir, names.address(rank))["pid"])
+
+    def wait_phase(self, phase: str = "driver", ranks: range = range(REPLICAS), timeout: float = 60) -> None:
+        end = time.monotonic() + timeout
+        for r in ranks:
+            while True:
+                try:
+                    if any(p["phase"] == phase for p in read(self.run_dir, names.phases(r))["phases"]):
+                        break
+                except (OSError, ValueError, KeyError):
+                    pass
+                if time.monotonic() > end:
+                    raise TimeoutError(f"rank {r} never reached {phase}")
+                time.sleep(0.05)
+
+    def fault(self) -> None:
+        self.fault_at = time.monotonic()
+
+
+def read(run_dir: Path, rel: str) -> dict:
+    return orjson.loads((run_dir / rel).read_bytes())
+
+
+def run_processes(run: Run) -> list[psutil.Process]:
+    """Live processes of the run: found by the run (directory or uuid in the command line, the
+    run directory in the environment), never by name. The harness's own process is excluded."""
+    needles = (run.uuid, str(run.run_dir), str(run.tmp))  # Ray's daemons name their temp dir
+    rd = str(run.run_dir)
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(p.info["cmdline"] or [])
+            if any(n in cmd for n in needles):
+                found.append(p)
+                continue
+            if p.environ().get(DriverEnv.RUN_DIR) == rd:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+# -- the faults --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    driver: str
+    inject: Callable[[Run], None]
+    expect: str  # "fail" or "pass"
+    rank: int | None = None
+    kinds: tuple[str, ...] = ()
+    launcher: bool = False
+    needs_root: bool = False
+    ray: bool = False
+    judges: bool = False
+
+
+def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
+    def inject(run: Run) -> None:
+        run.wait_phase(phase, range(rank, rank + 1))
+        run.fault()
+        os.kill(run.agent_pid(rank), sig)
+
+    return inject
+
+
+def _sigstop(run: Run) -> None:
+    run.wait_phase()
+    run.fault()
+    pid = run.agent_pid(1)
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(HB_TIMEOUT + 4)
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def _never_starts(run: Run) -> None:
+    run.procs[2].kill()  # killed before it could claim anything: a replica that never started
+    run.procs[2].wait()
+    del run.procs[2]
+    run.fault()
+
+
+def _wait_then(fn: Callable[[Run], None]) -> Callable[[Run], None]:
+    def inject(run: Run) -> None:
+        run.wait_phase()
+        run.fault()
+        fn(run)
+
+    return inject
+
+
+def _driver_exits(run: Run) -> None:
+    """The fault is the driver's own exit, 3 s into the driver phase."""
+    run.wait_phase("driver", range(0, 1))
+    time.sleep(3.0)
+    run.fault()
+
+
+def _kill_driver_node_agent(run: Run) -> None:
+    time.sleep(1.0)  # the stubborn driver ignores SIGTERM by now
+    os.kill(run.agent_pid(1), signal.SIGKILL)
+
+
+def _garbage(run: Run) -> None:
+    end = time.monotonic() + HB_TIMEOUT + 3
+    hb = run.run_dir / names.heartbeat(1)
+    while time.monotonic() < end:
+        try:
+            with open(hb, "r+b") as f:  # in place: the agent's next atomic write replaces it
+                f.write(b"\x00garbage\xff" * 8)
+        except OSError:
+            pass
+        time.sleep(0.05)
+
+
+def _reuse(run: Run) -> None:
+    for p in run.procs.values():
+        p.wait(60)
+    run.fault()
+    p = run.agent(1, args=())
+    run.extra.append(p)
+    p.wait(30)
+
+
+def _dup_late(run: Run) -> None:
+    run.fault()
+    p = run.agent(1, address="127.0.0.9")
+    run.extra.append(p)
+
+
+def _node_lost(run: Run) -> None:
+    """Everything of rank 1 vanishes at once (agent, reaper, children): a lost host."""
+    mine = [p for p in run_processes(run) if _rank_of(p) == 1]
+    for p in mine:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def _rank_of(p: psutil.Process) -> int | None:
+    try:
+        cmd = p.cmdline()
+        if "--rank" in cmd:
+            return int(cmd[cmd.index("--rank") + 1])
+        env = p.environ()
+        return int(env[DriverEnv.RANK]) if DriverEnv.RANK in env else None
+    except (psutil.Error, ValueError, IndexError):
+        return None
+
+
+def _launcher_sig(sig: signal.Signals) -> Callable[[Run], None]:
+    def inject(run: Run) -> None:
+        run.wait_phase()
+        run.fault()
+        assert run.launcher is not None
+        run.launcher.send_signal(sig)
+
+    return inject
+
+
+def _kill_raylet(run: Run) -> None:
+    run.wait_phase()
+    raylets = [p for p in psutil.Process(run.agent_pid(1)).children(recursive=True) if p.name().startswith("raylet")]
+    if not raylets:
+        raise OSError("rank 1 has no raylet")
+    run.fault()
+    for p in raylets:
+        p.kill()
+
+
+def _judge_sig(sig: signal.Signals) -> Callable[[Run], None]:
+    def inject(run: Run) -> None:
+        run.wait_phase()
+        pid = int(read(run.run_dir, names.judge_endpoint("general", 2))["pid"])
+        run.fault()
+        os.kill(pid, sig)
+
+    return inject
+
+
+def _close_stdout(run: Run) -> None:
+    run.wait_phase()
+    run.fault()
+    for p in run.procs.values():
+        if p.stdout is not None:
+            p.stdout.close()  # the reader is gone: the agents' next line meets EPIPE
+
+
+def _disk_full(run: Run) -> None:
+    run.wait_phase()
+    run.fault()
+    filler = run.root / "out" / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    time.sleep(HB_TIMEOUT)
+    filler.unlink()
+
+
+FAULTS: tuple[Fault, ...] = (
+    Fault("sigkill-agent-rendezvous", SLEEPY, _sig_agent(1, signal.SIGKILL, "rendezvous"), "fail", 1, ("agent_died",)),
+    Fault("sigkill-agent-driver", SLEEPY, _sig_agent(1, signal.SIGKILL), "fail", 1, ("agent_died",)),
+    Fault("sigkill-agent-driver-node", SLEEPY, _sig_agent(0, signal.SIGKILL), "fail", 0, ("agent_died",)),
+    Fault("sigterm-agent", SLEEPY, _sig_agent(2, signal.SIGTERM), "fail", 2, ("signal",)),
+    Fault("sigstop-sigcont-agent", SLEEPY, _sigstop, "fail", 1, ("agent_died", "silent")),
+    Fault("replica-never-starts", SLEEPY, _never_starts, "fail", None, ("startup_timeout",)),
+    Fault("driver-exit-1", EXIT1, _driver_exits, "fail", 0, ("driver_exit",)),
+    Fault("driver-ignores-sigterm", STUBBORN, _wait_then(_kill_driver_node_agent), "fail", 1, ("agent_died",)),
+    Fault("setsid-grandchild", SETSID, _driver_exits, "fail", 0, ("driver_exit",)),
+    Fault("heartbeat-garbage", SLEEPY, _wait_then(_garbage), "fail", 1, ("agent_died", "silent")),
+    Fault("uuid-reuse", RESULT, _reuse, "pass"),
+    # A late duplicate must not join nor disturb the run: it exits 2, the run succeeds.
+    Fault("duplicate-rank-late", RESULT, _wait_then(_dup_late), "pass"),
+    Fault("node-lost", SLEEPY, _wait_then(_node_lost), "fail", 1, ("silent",)),
+    Fault("launcher-sigterm", SLEEPY, _launcher_sig(signal.SIGTERM), "fail", None, ("signal",), launcher=True),
+    Fault("launcher-sigint", SLEEPY, _launcher_sig(signal.SIGINT), "fail", None, ("signal",), launcher=True),
+    Fault("launcher-sighup", SLEEPY, _launcher_sig(signal.SIGHUP), "fail", None, ("signal",), launcher=True),
+    Fault("launcher-sigkill", SLEEPY, _launcher_sig(signal.SIGKILL), "fail", None, ("signal",), launcher=True),
+    Fault("disk-full", SLEEPY, _disk_full, "fail", None, ("run_dir",), needs_root=True),
+)
+# Faults whose agents are started with something unusual: (rank -> agent() keyword arguments).
+SETUP: dict[str, dict[str, dict]] = {
+    "duplicate-address": {"r2": {"address": "127.0.0.3"}},
+    "spec-mismatch": {"r2": {"args": ("--set", "launch.coordination.ack_timeout=21")}},
+    "replicas-mismatch": {"r2": {"replicas": 4}},
+    "clock-skew-1h": {"r1": {"env": {SKEW_ENV: "3600"}}, "r2": {"env": {SKEW_ENV: "-3600"}}},
+    "duplicate-rank-racing": {"twin1": {"address": "127.0.0.9"}},
+    "broken-stdout-pipe": {f"r{r}": {"stdout": subprocess.PIPE} for r in range(REPLICAS)},
+}
+FAULTS += (
+    Fault("duplicate-address", SLEEPY, lambda r: r.fault(), "fail", None, ("address_conflict",)),
+    Fault("spec-mismatch", SLEEPY, lambda r: r.fault(), "fail", None, ("plan_mismatch",)),
+    Fault("replicas-mismatch", SLEEPY, lambda r: r.fault(), "fail", None, ("plan_mismatch",)),
+    Fault("clock-skew-1h", RESULT, lambda r: r.fault(), "pass"),
+    Fault("duplicate-rank-racing", RESULT, lambda r: r.fault(), "pass"),
+    Fault("broken-stdout-pipe", EXIT1, _close_stdout, "fail", 0, ("driver_exit",)),
+    Fault("raylet-killed", SLEEPY, _kill_raylet, "fail", 1, ("child_exit",), ray=True),
+    Fault("judge-killed", SLEEPY, _judge_sig(signal.SIGKILL), "fail", 2, ("judge",), judges=True),
+    Fault("judge-hung", SLEEPY, _judge_sig(signal.SIGSTOP), "fail", 2, ("judge_health",), judges=True),
+)
+
+
+# -- one trial ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    fault: str
+    ok: bool
+    exit_codes: list[int | None]
+    seconds_to_last_exit: float | None
+    records: dict[str, dict[str, str | None]]  # rank -> failure kind/writer, cleanup outcome
+    orphans: list[str]
+    audit_verdict: str
+    audit_names_cause: bool
+    problems: list[str]
+
+
+def _mount_tmpfs(path: Path) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(path)], check=False).returncode == 0
+
+
+def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
+    root = Path(tempfile.mkdtemp(prefix="f", dir=base))
+    uuid = f"fault-{fault.name}-{secrets.token_hex(3)}"
+    spec = root / "run.toml"
+    spec.write_text(spec_text(fault.driver, fault.ray, fault.judges))
+    run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))
+    problems: list[str] = []
+    mounted = fault.needs_root and _mount_tmpfs(root / "out")
+    if fault.needs_root and not mounted:
+        return Trial(fault.name, False, [], None, {}, [], "skipped", False, ["needs root for a tmpfs mount"])
+    try:
+        if fault.launcher:
+            run.start_launcher()
+        else:
+            run.start_agents(**SETUP.get(fault.name, {}))
+        try:
+            fault.inject(run)
+        except (TimeoutError, OSError, subprocess.SubprocessError) as exc:
+            problems.append(f"injection: {type(exc).__name__}: {exc}")
+            run.fault()
+        codes = _wait_exits(run, timeout)
+        last = _wait_no_processes(run, timeout)
+        seconds = None if last is None else round(last - run.fault_at, 2)
+        orphans = [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in run_processes(run) if p.is_running()]
+        _kill(run)
+        records = _records(run.run_dir)
+        verdict, names_cause = _audit(run.run_dir, fault)
+        if fault.expect == "pass":
+            if verdict != "pass":
+                problems.append(f"audit {verdict}, expected pass")
+        elif not names_cause:
+            problems.append(f"audit's first 10 lines do not name rank {fault.rank} / {'|'.join(fault.kinds)}")
+        if orphans:
+            problems.append(f"{len(orphans)} orphan(s)")
+        if seconds is None:
+            problems.append("processes still ran at the timeout")
+        if fault.expect == "fail" and any(c in (None, 0) for c in codes):
+            problems.append(f"exit codes {codes}")
+        if fault.expect == "pass" and any(c not in (0, 2) for c in codes):
+            problems.append(f"exit codes {codes}")
+        return Trial(fault.name, not problems, codes, seconds, records, orphans, verdict, names_cause, problems)
+    finally:
+        _kill(run)
+        if mounted:
+            subprocess.run(["umount", "-l", str(root / "out")], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(run.tmp or root, ignore_errors=True)
+
+
+def _wait_exits(run: Run, timeout: float) -> list[int | None]:
+    procs = ([run.launcher] if run.launcher else []) + list(run.procs.values()) + run.extra
+    end = time.monotonic() + timeout
+    codes: list[int | None] = []
+    for p in procs:
+        try:
+            codes.append(p.wait(max(0.1, end - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    return codes
+
+
+def _wait_no_processes(run: Run, timeout: float) -> float | None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not run_processes(run):
+            return time.monotonic()
+        time.sleep(0.1)
+    return None
+
+
+def _kill(run: Run) -> None:
+    for p in run_processes(run):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def _records(run_dir: Path) -> dict[str, dict[str, str | None]]:
+    out: dict[str, dict[str, str | None]] = {}
+    for r in range(REPLICAS):
+        f = _try(run_dir, names.failure(r))
+        c = _try(run_dir, names.cleanup(r))
+        out[str(r)] = {
+            "failure": f"{f['kind']}/{f['writer']}" if f else None,
+            "cleanup": f"{c['outcome']}/{c['writer']}{'' if not c['leftover_pids'] else ' LEFTOVER'}" if c else None,
+        }
+    return out
+
+
+def _try(run_dir: Path, rel: str) -> dict | None:
+    try:
+        return read(run_dir, rel)
+    except (OSError, ValueError):
+        return None
+
+
+def _audit(run_dir: Path, fault: Fault) -> tuple[str, bool]:
+    done = subprocess.run([str(BIN / "gym-audit"), str(run_dir)], capture_output=True, text=True, check=False)
+    head = done.stdout.splitlines()[:10]
+    verdict = "pass" if done.returncode == 0 else "fail" if done.returncode == 1 else f"error {done.returncode}"
+    if fault.expect == "pass":
+        return verdict, verdict == "pass"
+    first = [line for line in head if "first cause" in line.lower() or line.strip().startswith("rank ")]
+    text = "\n".join(head)
+    rank_ok = fault.rank is None or f"rank {fault.rank}" in text
+    kind_ok = any(k in text for k in fault.kinds)
+    return verdict, bool(first or head) and rank_ok and kind_ok
+
+
+# -- the matrix --------------------------------------------------------------------------------
+
+
+def run_matrix(faults: list[Fault], trials: int, base: Path, out: Callable[[str], None] = print) -> list[Trial]:
+    results = []
+    for fault in faults:
+        for i in range(trials):
+            t = run_trial(fault, base)
+            out(f"  {fault.name} #{i + 1}: {'ok' if t.ok else 'FAIL: ' + '; '.join(t.problems)}")
+            results.append(t)
+    return results
+
+
+def table(results: list[Trial]) -> str:
+    rows = [
+        "| fault | passed | exit codes | fault → last exit (s) | failure records (rank: kind/writer) "
+        "| orphans | audit names cause |"
+    ]
+    rows.append("|---|---|---|---|---|---|---|")
+    by: dict[str, list[Trial]] = {}
+    for t in results:
+        by.setdefault(t.fault, []).append(t)
+    for name, ts in by.items():
+        secs = [t.seconds_to_last_exit for t in ts if t.seconds_to_last_exit is not None]
+        recs = ts[-1].records
+        rec_txt = ", ".join(f"{r}: {v['failure'] or '-'}" for r, v in recs.items())
+        rows.append(
+            f"| {name} | {sum(t.ok for t in ts)}/{len(ts)} | {ts[-1].exit_codes} | "
+            f"{max(secs) if secs else '-'} | {rec_txt} | {sum(len(t.orphans) for t in ts)} | "
+            f"{sum(t.audit_names_cause for t in ts)}/{len(ts)} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--only", nargs="*", metavar="FAULT", help="fault names (default: all)")
+    ap.add_argument("--json", action="store_true", help="print every trial as JSON instead of the table")
+    ap.add_argument("--list", action="store_true", help="list the faults and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        print("\n".join(f.name for f in FAULTS))
+        return 0
+    known = {f.name: f for f in FAULTS}
+    unknown = [n for n in args.only or () if n not in known]
+    if unknown:
+        print(f"faults: unknown fault(s) {unknown}; --list shows them", file=sys.stderr)
+        return 2
+    chosen = [known[n] for n in args.only] if args.only else list(FAULTS)
+    base = Path(tempfile.mkdtemp(prefix="gym-faults-", dir="/tmp"))
+    progress = (lambda _line: None) if args.json else print
+    try:
+        results = run_matrix(chosen, args.trials, base, progress)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    if args.json:
+        print(json.dumps([asdict(t) for t in results], indent=2))
+    else:
+        print(table(results))
+    return 0 if all(t.ok for t in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""A representative subset of the fault matrix (`make faults` runs all of it, three times):
+each fault once, against real agents, checked the way the matrix checks it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import faults
+
+pytestmark = pytest.mark.slow
+SUBSET = ("sigkill-agent-driver", "sigstop-sigcont-agent", "launcher-sigkill", "setsid-grandchild")
+
+
+@pytest.mark.parametrize("name", SUBSET)
+def test_fault_row(name: str, tmp_path: Path) -> None:
+    fault = next(f for f in faults.FAULTS if f.name == name)
+    trial = faults.run_trial(fault, tmp_path)
+    assert trial.ok, trial
+    assert trial.orphans == [] and trial.audit_names_cause
+    assert trial.seconds_to_last_exit is not None and trial.seconds_to_last_exit < 30
+
+
+def test_every_fault_has_a_unique_name_and_an_expectation() -> None:
+    names = [f.name for f in faults.FAULTS]
+    assert len(names) == len(set(names))
+    for f in faults.FAULTS:
+        assert f.expect in ("pass", "fail")
+        assert f.expect == "pass" or f.kinds, f.name
+    assert set(faults.SETUP) <= set(names)
+
+
+def test_unknown_fault_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert faults.main(["--only", "no-such-fault"]) == 2
+    assert "unknown fault" in capsys.readouterr().err

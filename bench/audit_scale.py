@@ -143,7 +143,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     assert plan.replicas == replicas, plan.replicas
     assert not any(node.judges for node in plan.nodes)  # one JudgeRuntime below serves every node
     fp = config.fingerprint
-    run = RunDir.create(root / "out", uuid)
+    run = RunDir.create(root / "out", uuid, mode=0o750)
     rng = random.Random(7)
     addresses = [_address(i) for i in range(replicas)]
     rng.shuffle(addresses)  # rank order is not address order

@@ -174,7 +174,7 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
         if protocol == "ours":
             from schemas import RunDir
 
-            run_dir = RunDir.create(tmp, "proj")
+            run_dir = RunDir.create(tmp, "proj", mode=0o750)
             path = run_dir.path
         else:
             path = Path(tmp) / "anchor"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -69,11 +70,14 @@ class RunDir:
         self.path = path
         self._fd = fd
         self.ops: Counter[str] = Counter()  # shared-filesystem operations, for the benchmark
+        # The run directory's permission mode (what create made it, or what open found).
+        self.mode = stat.S_IMODE(os.fstat(fd).st_mode)
 
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, output_root: str | Path, uuid: str, *, mode: int = 0o750) -> RunDir:
+    def create(cls, output_root: str | Path, uuid: str, *, mode: int) -> RunDir:
+        """Create (or open) OUTPUT/cluster/UUID with ``mode`` (the spec's ``output.dir_mode``)."""
         if not names.UUID_RE.match(uuid):
             raise RunDirError(f"uuid {uuid!r} is not allowed: use 1-128 letters, digits, '-' or '_' (no '/', no '..')")
         root = Path(output_root)
@@ -88,6 +92,7 @@ class RunDir:
         finally:
             os.close(cluster_fd)
         run = cls(root / "cluster" / uuid, run_fd)
+        run.mode = mode
         for sub in names.SUBDIRS:
             os.close(_ensure_owned_dir(run_fd, sub, mode))
         return run
@@ -142,9 +147,10 @@ class RunDir:
             if close:
                 os.close(fd)
 
-    def ensure_dir(self, name: str, mode: int = 0o750) -> None:
-        """A top-level subdirectory of the run (e.g. names.ray_session_dir(rank)), owned by us."""
-        os.close(_ensure_owned_dir(self._fd, name, mode))
+    def ensure_dir(self, name: str) -> None:
+        """A top-level subdirectory of the run (e.g. names.ray_session_dir(rank)), owned by us, with
+        the run directory's own mode."""
+        os.close(_ensure_owned_dir(self._fd, name, self.mode))
 
     # -- writing --------------------------------------------------------------------------------
 

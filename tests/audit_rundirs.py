@@ -49,7 +49,7 @@ class RunBuilder:
         self.fingerprint = resolved.fingerprint
         self.config = RunConfig.from_spec(resolved)
         self.plan = make_plan(self.config)
-        self.run = RunDir.create(output_root, uuid)
+        self.run = RunDir.create(output_root, uuid, mode=0o750)
         self.path = self.run.path
         self.ranks = list(range(self.plan.replicas))
         self.address = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}

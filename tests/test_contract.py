@@ -206,7 +206,7 @@ def test_the_placement_record_builder_and_the_audit_view_agree(tmp_path: Path) -
         is_head=False,
         is_driver_node=True,
     )
-    with RunDir.create(tmp_path, "place") as run:
+    with RunDir.create(tmp_path, "place", mode=0o750) as run:
         run.write_artifact(names.placement(5), "placement", Writer("d" * 64, 5, "me"), fields)  # validates
         with SafeDir(run.path) as safe:
             rec = placements(load_run(safe))[5]

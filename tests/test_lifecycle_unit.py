@@ -38,7 +38,7 @@ def test_every_state_is_reachable_and_final_states_are_final() -> None:
 
 
 def test_phase_log_enforces_the_transitions(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "states")
+    run = RunDir.create(tmp_path, "states", mode=0o750)
     lines: list[str] = []
     log = PhaseLog(run, Writer(FP, 0, "me"), 0, lines.append)
     with pytest.raises(IllegalTransition):
@@ -87,7 +87,7 @@ def test_reaper_protocol_round_trips_and_ignores_torn_lines() -> None:
 def test_a_failure_record_that_breaks_its_schema_is_not_dropped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = RunDir.create(tmp_path, "fallback")
+    run = RunDir.create(tmp_path, "fallback", mode=0o750)
     bad = Failure(kind="no-such-kind", cause="boom", phase="driver")  # type: ignore[arg-type]
     assert write_failure_record(run, Writer(FP, 3, "me"), 3, bad, "driver")
     doc = run.read_json(names.failure(3))
@@ -97,7 +97,7 @@ def test_a_failure_record_that_breaks_its_schema_is_not_dropped(
 
 
 def test_the_failure_record_is_built_in_one_place(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "one")
+    run = RunDir.create(tmp_path, "one", mode=0o750)
     failure = Failure(
         kind=FailureKind.PEER_FAILURE,
         cause="rank 1 failed",

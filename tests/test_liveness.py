@@ -13,7 +13,7 @@ FP = "f" * 64
 
 
 def make(tmp_path: Path, rank: int = 0, count: int = 3, timeout: float = 1.0) -> tuple[RunDir, Liveness, FailureSignal]:
-    run = RunDir.create(tmp_path, "live")
+    run = RunDir.create(tmp_path, "live", mode=0o750)
     signal = FailureSignal()
     live = Liveness(
         run,
@@ -157,7 +157,7 @@ class FakeClock:
 
 
 def make_ticked(tmp_path: Path, timeout: float = 10.0) -> tuple[RunDir, Liveness, FailureSignal, FakeClock]:
-    run = RunDir.create(tmp_path, "ticked")
+    run = RunDir.create(tmp_path, "ticked", mode=0o750)
     signal = FailureSignal()
     clock = FakeClock()
     live = Liveness(

@@ -138,7 +138,7 @@ def test_exclusive_create_has_exactly_one_winner(tmp_path: Path) -> None:
     """The claim primitive itself under contention (write_artifact would let every thread 'win')."""
     from schemas import Writer
 
-    run = RunDir.create(tmp_path, "claim")
+    run = RunDir.create(tmp_path, "claim", mode=0o750)
     wins: list[int] = []
     gate = threading.Barrier(8)
 
@@ -446,7 +446,7 @@ def test_no_writer_overwrites_another_incarnations_record(tmp_path: Path) -> Non
     from agent.failure import Failure, write_failure_record
     from schemas import FailureKind, Writer
 
-    run = RunDir.create(tmp_path, "inc")
+    run = RunDir.create(tmp_path, "inc", mode=0o750)
     old, new = Writer("f" * 64, 0, "old-incarnation"), Writer("f" * 64, 0, "new-incarnation")
     failure = Failure(kind=FailureKind.SIGNAL, cause="received SIGTERM", phase="driver")
     assert write_failure_record(run, old, 0, failure, "driver")

@@ -178,7 +178,7 @@ def test_spec_json_keeps_the_pool_order(tmp_path: Path) -> None:
     from schemas import RunDir, Writer, names
 
     resolved = resolved_from_dict(pooled(["zz", "aa"]))
-    run = RunDir.create(tmp_path, "order-test")
+    run = RunDir.create(tmp_path, "order-test", mode=0o750)
     run.write_artifact(names.SPEC, "spec", Writer(resolved.fingerprint, 0, "i"), spec_record(resolved, "x.toml"))
     again = load_spec(run.path / names.SPEC)
     assert again.fingerprint == resolved.fingerprint

@@ -25,7 +25,7 @@ def test_created_with_mode_and_subdirs(tmp_path: Path) -> None:
 
 
 def test_write_validates_and_stamps_the_header(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "u2")
+    run = RunDir.create(tmp_path, "u2", mode=0o750)
     doc = run.write_artifact(names.heartbeat(0), "heartbeat", W, {"seq": 3, "phase": "driver"})
     assert not violations("heartbeat", doc)
     assert run.read_json(names.heartbeat(0)) == doc
@@ -35,7 +35,7 @@ def test_write_validates_and_stamps_the_header(tmp_path: Path) -> None:
 
 
 def test_tolerant_read_of_partial_missing_and_planted_files(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "u3")
+    run = RunDir.create(tmp_path, "u3", mode=0o750)
     assert run.read_json(names.placement(5)) is None
     (run.path / names.placement(1)).write_bytes(b'{"schema": "placem')
     assert run.read_json(names.placement(1), attempts=2, delay=0.001) is None
@@ -49,7 +49,7 @@ def test_tolerant_read_of_partial_missing_and_planted_files(tmp_path: Path) -> N
 
 
 def test_partial_file_then_complete_is_read_on_retry(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "u4")
+    run = RunDir.create(tmp_path, "u4", mode=0o750)
     target = run.path / names.heartbeat(1)
     target.write_bytes(b'{"seq": ')
     done = threading.Timer(0.03, lambda: target.write_bytes(b'{"seq": 7}'))
@@ -58,7 +58,7 @@ def test_partial_file_then_complete_is_read_on_retry(tmp_path: Path) -> None:
 
 
 def test_write_replaces_a_planted_symlink_instead_of_following_it(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "u5")
+    run = RunDir.create(tmp_path, "u5", mode=0o750)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
     (run.path / names.COMPLETE).symlink_to(victim)
@@ -69,11 +69,11 @@ def test_write_replaces_a_planted_symlink_instead_of_following_it(tmp_path: Path
 def test_hostile_layouts_are_refused(tmp_path: Path) -> None:
     for bad in ("../x", "a/b", "..", "", "x" * 200):
         with pytest.raises(RunDirError, match="uuid"):
-            RunDir.create(tmp_path, bad)
+            RunDir.create(tmp_path, bad, mode=0o750)
     (tmp_path / "cluster").mkdir()
     (tmp_path / "cluster" / "linked").symlink_to(tmp_path)
     with pytest.raises(RunDirError, match="symlink"):
-        RunDir.create(tmp_path, "linked")
+        RunDir.create(tmp_path, "linked", mode=0o750)
     with pytest.raises(RunDirError, match="symlink"):
         RunDir.open(tmp_path / "cluster" / "linked")
 
@@ -83,4 +83,4 @@ def test_run_dir_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     (tmp_path / "cluster" / "theirs").mkdir(parents=True)
     os.chown(tmp_path / "cluster" / "theirs", 65534, 65534)
     with pytest.raises(RunDirError, match="owned by uid 65534"):
-        RunDir.create(tmp_path, "theirs")
+        RunDir.create(tmp_path, "theirs", mode=0o750)

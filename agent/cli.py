@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from . import signals
+
+    signals.block()  # before any thread: SIGTERM/SIGINT wait for the signal thread, sender and all
     rank_tag = f"[rank {args.rank}]" if args.rank is not None else "[agent]"
 
     def err(msg: str) -> int:

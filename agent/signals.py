@@ -60,6 +60,13 @@ def _comm(pid: int) -> str | None:
         return None
 
 
+def block() -> None:
+    """Block the watched signals in this (main) thread now, before any other thread exists: every
+    thread inherits the mask, so a signal stays pending until `start`'s thread takes it with its
+    sender. (A thread started before the mask would take it through the fallback, unnamed.)"""
+    signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
+
+
 def start(on_signal: Callable[[Received], None]) -> None:
     """Install the fallback handlers, block the signals and start the waiting thread. Call it
     from the main thread before any other thread exists, so every later thread inherits the mask."""

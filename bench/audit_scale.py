@@ -5,7 +5,7 @@
 
 Nothing is hand-made JSON: every artifact goes through schemas.RunDir.write_artifact (stamped,
 schema-checked, atomic), built by the project's own code where it has a builder: address records
-by rendezvous.publish, phase timelines by the lifecycle's PhaseLog walking the agent's own step
+by rendezvous.claim, phase timelines by the lifecycle's PhaseLog walking the agent's own step
 table (lifecycle.STARTUP_STEPS, on the nodes each step names), placements by
 schemas.records.placement_fields, heartbeats and every peer's failure (found by listing
 failures/) by each replica's own liveness.Liveness, never started but ticked on a clock the
@@ -173,7 +173,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         )
         rep.log.set_state(AgentState.STARTING)
         rep.log.begin(Phase.RENDEZVOUS, f"rank {rank}/{replicas} at {ident.address}")
-        rendezvous.publish(run, writer, ident)
+        rendezvous.claim(run, writer, ident)
         reps.append(rep)
     peers = [
         rendezvous.Peer(r.rank, r.ident.address, r.writer.incarnation, fp, r.ident.hostname, r.ident.visible_devices)

@@ -264,7 +264,8 @@ def test_property_generated_specs_load_in_beaker_py(tmp_path_factory: pytest.Tem
             True,
         )
         startup = data["launch"]["coordination"]["startup_timeout"]
-        assert startup * NS <= task.synchronized_start_timeout < (startup + 1) * NS
+        # Whole seconds, rounded up: never shorter than the agents' own startup deadline.
+        assert task.synchronized_start_timeout == math.ceil(startup) * NS >= startup * NS
     else:
         assert task.replicas is None and task.command[-4:] == ["--rank", "0", "--replicas", "1"]
     if "cluster" in b:

@@ -117,3 +117,16 @@ class DriverEnv:
     REGISTRY = "GYM_REGISTRY"
     REGISTRY_FILE = "GYM_REGISTRY_FILE"
     RUN_FILE = "GYM_RUN_FILE"  # the user's run file, byte for byte (a MILES trainer reads it)
+    ATTEMPT = "GYM_ATTEMPT"  # 1 for a new run, N on the (N-1)-th resume
+    CHECKPOINT_DIR = "GYM_CHECKPOINT_DIR"  # RUN_DIR/checkpoints: the same directory in every attempt
+
+
+class ResumeEnv:
+    """How a scheduler restart asks for a new attempt without changing the job's command.
+
+    GYM_RESUME=1 is `--resume`. GYM_ATTEMPT_TOKEN names one launch of the run: replicas that carry
+    the same token join the same attempt, another token started at once is refused. When unset the
+    agent derives it from the scheduler (Slurm job id and restart count, Beaker job id)."""
+
+    RESUME = "GYM_RESUME"
+    TOKEN = "GYM_ATTEMPT_TOKEN"

@@ -349,6 +349,8 @@ def submitter_argv(args: argparse.Namespace, backend: str) -> list[str]:
             argv += [flag, value]
     if args.dry_run:
         argv.append("--dry-run")
+    if getattr(args, "resume", False):
+        argv.append("--resume")
     return argv
 
 

@@ -137,12 +137,17 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert read(run_dir, names.failure(1))["attempt"] == 1
     assert assert_artifacts_valid(run_dir)
     assert read(run_dir, names.COMPLETE)["attempt"] == 2  # attempt 2 wrote its own over the planted one
-    (run_dir / names.failure(1)).unlink()  # the planted record the agents ignored (audit: see the report)
-    result = audit(run_dir, verdict="pass")
+    result = audit(run_dir, verdict="pass")  # the planted failure is reported, not judged
+    stale = [f for f in result.findings if f.code == "record.other_attempt"]  # type: ignore[attr-defined]
+    assert [f.file for f in stale] == [names.failure(1)], stale
     attempts = getattr(result, "attempts", None)
     assert attempts is not None and [a.attempt for a in attempts] == [1, 2], attempts
     assert attempts[0].verdict == "fail" and attempts[0].first_cause is not None
     assert attempts[0].first_cause.kind == "agent_died"
+    from audit.report_text import render
+
+    text = render(result)  # type: ignore[arg-type]
+    assert "attempt 1: FAIL" in text and "attempt 2: PASS" in text and "agent_died" in text, text
 
 
 def test_resume_with_a_changed_spec_is_refused_naming_the_keys(tmp_path: Path) -> None:

@@ -137,6 +137,20 @@ class RunDir:
         finally:
             os.close(dfd)
 
+    def rename(self, src: str, dst: str) -> None:
+        """Rename one run-directory entry to another name (atomic; FileNotFoundError if it is gone)."""
+        sfd, sleaf, sclose = self._parent_fd(src)
+        try:
+            dfd, dleaf, dclose = self._parent_fd(dst)
+            try:
+                os.rename(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
+            finally:
+                if dclose:
+                    os.close(dfd)
+        finally:
+            if sclose:
+                os.close(sfd)
+
     def claimed_attempts(self) -> list[int]:
         """Attempt numbers with a claim record (attempts/N/claim.json), ascending."""
         out = []

@@ -22,6 +22,8 @@ from agent_harness import (
     launch_local,
     read,
     small_spec,
+    start_agent,
+    wait_all,
     wait_for_file,
     wait_phase,
 )
@@ -66,16 +68,20 @@ def snapshot(run_dir: Path) -> dict[str, str]:
     }
 
 
-def failed_attempt_1(tmp: Path, text: str) -> tuple[Path, str]:
-    """Attempt 1: SIGKILL rank 1's agent mid-driver; the run fails (its reaper records it)."""
+def failed_attempt_1(tmp: Path, text: str, how: str = "sigkill_agent") -> tuple[Path, str]:
+    """Attempt 1 ends mid-driver: rank 1's agent SIGKILLed (its reaper records it), or the
+    launcher SIGTERMed (the agents record it)."""
     u = uid("resume")
     run = launch_local(tmp, text, u)
     try:
         wait_phase(run.run_dir, 0, "driver", 60)
         wait_phase(run.run_dir, 1, "driver", 60)
         wait_for_file(run.run_dir / names.CHECKPOINTS_DIR / "step-1", 60)
-        os.kill(agent_pid(run.run_dir, 1), signal.SIGKILL)
-        assert run.wait(90) == 1, run.text[-3000:]
+        if how == "sigkill_agent":
+            os.kill(agent_pid(run.run_dir, 1), signal.SIGKILL)
+        else:
+            run.proc.send_signal(signal.SIGTERM)
+        assert run.wait(90) != 0, run.text[-3000:]
     finally:
         kill_tree_by_session(run.proc)
     assert_nothing_left(run.run_dir)
@@ -113,9 +119,10 @@ def _complete(run_dir: Path) -> dict:
     return {"driver_rank": 0, "driver_exit_code": 0, "driver_seconds": 1.0}
 
 
-def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["sigkill_agent", "sigterm_launcher"])
+def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path: Path, how: str) -> None:
     text = spec_text(tmp_path)
-    run_dir, u = failed_attempt_1(tmp_path, text)
+    run_dir, u = failed_attempt_1(tmp_path, text, how)
     run = launch_local(tmp_path, text, u, args=("--resume",))
     try:
         wait_for_file(run_dir / names.attempt_ready(2), 60)  # attempt 1's records moved away
@@ -143,11 +150,11 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     attempts = getattr(result, "attempts", None)
     assert attempts is not None and [a.attempt for a in attempts] == [1, 2], attempts
     assert attempts[0].verdict == "fail" and attempts[0].first_cause is not None
-    assert attempts[0].first_cause.kind == "agent_died"
+    assert attempts[0].first_cause.kind == ("agent_died" if how == "sigkill_agent" else "signal")
     from audit.report_text import render
 
     text = render(result)  # type: ignore[arg-type]
-    assert "attempt 1: FAIL" in text and "attempt 2: PASS" in text and "agent_died" in text, text
+    assert "attempt 1: FAIL" in text and "attempt 2: PASS" in text and attempts[0].first_cause.kind in text, text
 
 
 def test_resume_with_a_changed_spec_is_refused_naming_the_keys(tmp_path: Path) -> None:
@@ -195,3 +202,38 @@ def test_without_resume_a_failed_run_is_refused_untouched(tmp_path: Path) -> Non
         kill_tree_by_session(run.proc)
     assert "--resume" in run.text and snapshot(run_dir) == before
     assert orjson.loads((run_dir / names.SPEC).read_bytes())["attempt"] == 1
+
+
+def test_stale_address_and_heartbeat_are_no_live_peer(tmp_path: Path) -> None:
+    """Attempt 2 started by hand (gym-agent --resume, one token): while only rank 0 runs, an
+    address and a fresh heartbeat of attempt 1 for rank 1 are planted. Rank 0 must keep waiting
+    for a real rank 1, and rank 1 must claim its rank despite the planted address record."""
+    text = spec_text(tmp_path)
+    run_dir, u = failed_attempt_1(tmp_path, text)
+    stale_address = read(run_dir, names.address(1))
+    stale_heartbeat = read(run_dir, names.heartbeat(1))
+    env = {"GYM_RESUME": "1", "GYM_ATTEMPT_TOKEN": "by-hand-2"}
+    spec = run_dir / names.SPEC
+    first = start_agent(tmp_path, spec, u, 0, 2, "127.0.0.2", env=env)
+    procs = [first]
+    try:
+        wait_for_file(run_dir / names.attempt_ready(2), 60)
+        wait_phase(run_dir, 0, "rendezvous", 60)
+        now = time.time()
+        for rel, doc in ((names.address(1), stale_address), (names.heartbeat(1), stale_heartbeat)):
+            (run_dir / rel).write_bytes(orjson.dumps({**doc, "written_at": now}))
+        time.sleep(3)
+        phases = [p["phase"] for p in read(run_dir, names.phases(0))["phases"]]
+        assert phases[-1] == "rendezvous" and "plan_agreement" not in phases, phases
+        procs.append(start_agent(tmp_path, spec, u, 1, 2, "127.0.0.3", env=env))
+        codes = wait_all(procs, 120)
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    assert codes == [0, 0], codes
+    assert read(run_dir, names.address(1))["attempt"] == 2
+    assert [p.name.split(".")[0] for p in (run_dir / names.attempt_dir(2)).glob("stale-*")] == ["stale-address-1"]
+    assert read(run_dir, names.COMPLETE)["attempt"] == 2
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+    audit(run_dir, verdict="pass")

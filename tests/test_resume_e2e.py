@@ -140,6 +140,7 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert read(run_dir, names.placement(0))["attempt"] == 2
     assert read(run_dir, names.DRIVER_RESULT)["attempt"] == 2
     assert read(run_dir, names.phases(1))["attempt"] == 2
+    assert "data_check" in [p["phase"] for p in read(run_dir, names.phases(0))["phases"]]  # ran again
     # The planted records are still there, stamped attempt 1, and changed nothing.
     assert read(run_dir, names.failure(1))["attempt"] == 1
     assert assert_artifacts_valid(run_dir)

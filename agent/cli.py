@@ -51,12 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--replicas", type=int, help="how many replicas (default: from the environment)")
     ap.add_argument("--address", help="this node's address (default: BEAKER_NODE_HOSTNAME or the hostname)")
     ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="start (or join) a new attempt of a run whose previous attempt ended; default $GYM_RESUME=1",
+    )
+    # Set by `gym-launch local`: a pipe whose EOF means the launcher died (agent/launcher_watch.py).
+    ap.add_argument("--launcher-fd", type=int, help=argparse.SUPPRESS)
+    ap.add_argument(
         "--expect-fingerprint",
         metavar="SHA256",
         help="refuse to start unless the loaded spec has this fingerprint (a rendered job carries it)",
     )
-    # Set by `gym-launch local`: a pipe whose EOF means the launcher died (agent/launcher_watch.py).
-    ap.add_argument("--launcher-fd", type=int, help=argparse.SUPPRESS)
     return ap
 
 
@@ -109,14 +114,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank_tag = f"[rank {ident.rank}]"
     incarnation = new_incarnation()
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
+    from .attempts import AttemptRefused, attempt_token, join, resume_requested
     from .rendezvous import RankClaimed, claim
 
+    resume = resume_requested(args.resume, os.environ)
     try:
         run = RunDir.create(args.output_root or config.output_root, args.uuid, mode=config.dir_mode)
+        if resume:
+            problem = _resume_spec_problem(run.read_json(names.SPEC), resolved, config.fingerprint)
+            if problem:
+                return err(f"{origin}: {problem}")
+            coord = config.coordination
+            join(
+                run,
+                writer,
+                attempt_token(os.environ),
+                heartbeat_timeout=coord.heartbeat_timeout,
+                startup_timeout=coord.startup_timeout,
+                deadline=STARTED + coord.startup_timeout,
+                poll=coord.poll_interval,
+            )
         # Claim the rank before writing anything: a process that does not join touches nothing.
         claim(run, writer, ident)
         log_fd = run.open_log(names.agent_log(ident.rank))
-    except RankClaimed as exc:
+    except (RankClaimed, AttemptRefused) as exc:
         return err(str(exc))
     except (RunDirError, OSError) as exc:
         return err(f"run directory: {exc}")
@@ -163,6 +184,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_launcher(args.launcher_fd, agent.signal, agent.log.phase_name)
     result = agent.run_lifecycle()
     return result.exit_code
+
+
+def _resume_spec_problem(recorded: dict | None, resolved: object, fingerprint: str) -> str | None:
+    """A resume runs the recorded spec: a different fingerprint is refused, naming the keys."""
+    if recorded is None:
+        return None  # nothing recorded yet: the first attempt
+    if recorded.get("fingerprint") == fingerprint:
+        return None
+    from launch.spec import spec_differences, spec_record
+
+    new = spec_record(resolved, "")["spec"]  # type: ignore[arg-type]
+    keys = spec_differences(recorded.get("spec") or {}, new) or ["(spelling only)"]
+    return (
+        f"--resume: the spec differs from the one this run was started with (keys: {', '.join(keys)}); "
+        f"fingerprint {fingerprint} != recorded {recorded.get('fingerprint')}. Resume with the run "
+        "directory's spec.json (--config RUN_DIR/spec.json) or restore those keys; nothing was written"
+    )
 
 
 if __name__ == "__main__":

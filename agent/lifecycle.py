@@ -541,6 +541,7 @@ class Agent:
         topo = self.node_topo
         plan_json = self.plan.to_json()
         plan_json["addresses"] = [p.address for p in topo.peers]
+        self.run.ensure_dir(names.CHECKPOINTS_DIR)  # one directory for every attempt of the run
         extra = {
             **(
                 {DriverEnv.RAY_ADDRESS: self.gcs_address or "", DriverEnv.RAY_ADDRESS_CLUSTER: self.gcs_address or ""}
@@ -553,6 +554,8 @@ class Agent:
             DriverEnv.NODE_ADDRESS: self.ident.address,
             DriverEnv.FINGERPRINT: self.config.fingerprint,
             DriverEnv.INCARNATION: self.writer.incarnation,
+            DriverEnv.ATTEMPT: str(self.run.attempt),
+            DriverEnv.CHECKPOINT_DIR: str(self.run.path / names.CHECKPOINTS_DIR),
             DriverEnv.PLAN: json.dumps(plan_json, sort_keys=True),
             DriverEnv.DRIVER_RESULT: str(self.run.path / names.DRIVER_RESULT),
             **self._run_file_env(),

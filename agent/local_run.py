@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,8 +26,9 @@ from typing import IO
 from launch.config import RunConfig
 from launch.errors import SpecError, UsageError
 from launch.plan import plan as make_plan
-from launch.spec import load_spec, spec_record
+from launch.spec import load_spec, spec_differences, spec_record
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
+from schemas.vocab import ResumeEnv
 
 FIRST_LOCAL_ADDRESS = ipaddress.ip_address("127.0.0.2")
 
@@ -77,6 +79,7 @@ def run_local(
     output_root: str | None = None,
     out: Callable[[str], None] = print,
     per_rank_env: dict[int, dict[str, str]] | None = None,
+    resume: bool = False,
 ) -> int:
     resolved = load_spec(spec_path, overrides)
     config = RunConfig.from_spec(resolved)
@@ -85,10 +88,19 @@ def run_local(
     root = Path(output_root or config.output_root).absolute()
     run = RunDir.create(root, uuid, mode=config.dir_mode)
     writer = Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)
-    if run.read_json(names.SPEC) is not None:
-        out(f"gym-launch: error: run directory {run.path} already holds a run; pick a new --uuid")
+    recorded = run.read_json(names.SPEC)
+    if recorded is not None and not resume:
+        out(f"gym-launch: error: run directory {run.path} already holds a run; pick a new --uuid (or --resume it)")
         return 2
-    run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(spec_path)))
+    if recorded is not None and recorded.get("fingerprint") != config.fingerprint:
+        keys = spec_differences(recorded.get("spec") or {}, spec_record(resolved, "")["spec"])
+        out(
+            f"gym-launch: error: --resume: the spec differs from the one run {uuid} was started with "
+            f"(keys: {', '.join(keys) or '(spelling only)'}); resume with {run.path / names.SPEC} or restore them"
+        )
+        return 2
+    if recorded is None:
+        run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(spec_path)))
     spec_file = run.path / names.SPEC
     out(f"gym-launch: run {uuid}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs -> {run.path}")
 
@@ -96,6 +108,10 @@ def run_local(
     pumps: list[threading.Thread] = []
     env_base = dict(os.environ)
     env_base.pop("CUDA_VISIBLE_DEVICES", None)
+    # Every agent of this launch joins the same attempt; another launch started at once cannot.
+    env_base[ResumeEnv.TOKEN] = f"local-{secrets.token_hex(6)}"
+    if resume:
+        env_base[ResumeEnv.RESUME] = "1"
     lock = threading.Lock()
     # Agents watch this pipe's read end: its EOF (our death, even by SIGKILL) stops them cleanly.
     # The write end stays with us alone (close_fds keeps it out of the agents).
@@ -181,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--uuid")
     ap.add_argument("--output-root")
+    ap.add_argument("--resume", action="store_true", help="start a new attempt of the run --uuid names")
     args = ap.parse_args(argv)
     try:
         return run_local(
@@ -189,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             uuid=args.uuid,
             output_root=args.output_root,
             out=lambda line: print(line, flush=True),
+            resume=args.resume,
         )
     except SpecError as exc:
         print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=sys.stderr)

@@ -10,7 +10,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from schemas import FailureKind, RunDir, Writer, names, order
+import orjson
+
+from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
 
 from . import clock
 from .failure import AgentFailed, Failure
@@ -39,8 +41,8 @@ def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
     """Claim this rank by creating its address record exclusively (link(2): atomic, NFSv3+ too).
 
     Two agents started for one rank (a reused uuid, a scheduler restarting a task, a race) cannot
-    both win, and the loser has written nothing. The record's name is the claim of attempt 0; a
-    resumed run would claim a per-attempt name the same way."""
+    both win, and the loser has written nothing. A record of another attempt is no claim on this
+    one (agent/attempts.py): it is set aside and the create decides again."""
     fields = {
         "address": ident.address,
         "address_explicit": ident.address_explicit,
@@ -50,15 +52,39 @@ def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
         "started_at": clock.wall(),
         "replicas": ident.count,
     }
+    rel = names.address(ident.rank)
     try:
-        run.create_artifact(names.address(ident.rank), "address", writer, fields)
+        run.create_artifact(rel, "address", writer, fields)
     except FileExistsError:
-        existing = run.read_json(names.address(ident.rank)) or {}
+        if _set_aside_other_attempt(run, rel):
+            return claim(run, writer, ident)  # the exclusive create decides again
+        existing = run.read_json(rel) or {}
         raise RankClaimed(
             f"rank {ident.rank} of this run was already claimed (incarnation {existing.get('incarnation')}, "
             f"address {existing.get('address')}, pid {existing.get('pid')}); this process did not join and "
             "wrote nothing. Use a new --uuid for a new run"
         ) from None
+
+
+def _set_aside_other_attempt(run: RunDir, rel: str) -> bool:
+    """An address record stamped with another attempt (a straggler, something planted) holds no
+    claim on this attempt: move it into this attempt's directory, out of the way. A rename is
+    atomic, so of several claimants exactly one moves it and all then race the exclusive create."""
+    try:
+        doc = orjson.loads(run.read_bytes(rel))
+    except FileNotFoundError:
+        return True  # gone meanwhile: try again
+    except (OSError, ValueError, RunDirError):
+        return False
+    if not isinstance(doc, dict) or doc.get("attempt", 1) == run.attempt:
+        return False
+    aside = f"{names.attempt_dir(run.attempt)}/stale-{names.leaf(rel)}.{os.urandom(6).hex()}"
+    run.ensure_dir(names.attempt_dir(run.attempt))
+    try:
+        run.rename(rel, aside)
+    except FileNotFoundError:
+        pass  # another claimant moved it
+    return True
 
 
 def gather(ctx: RunContext, count: int) -> list[Peer]:

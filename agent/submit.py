@@ -25,7 +25,7 @@ from launch.console import quiet_broken_pipe
 from launch.errors import SpecError, UsageError
 from launch.plan import plan as make_plan
 from launch.render import Rendered, RenderRequest, render
-from launch.spec import load_spec, spec_record
+from launch.spec import load_spec, spec_differences, spec_record
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--uuid")
     p.add_argument("--output-root")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--resume", action="store_true")
     return p
 
 
@@ -96,6 +97,7 @@ def prepare(args: argparse.Namespace) -> tuple[RenderRequest, Rendered, RunConfi
         spec_path=str(Path(root) / "cluster" / uuid / names.SPEC),
         output_root_given=root_given,
         workdir=os.getcwd(),
+        resume=bool(getattr(args, "resume", False)),
     )
     return request, render(request, args.backend), config
 
@@ -123,10 +125,18 @@ def submit(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             print_instead("without a Beaker client")
             raise SubmitError(f"{exc}; the spec was printed instead of submitted") from None
     run = RunDir.create(request.output_root, request.uuid, mode=config.dir_mode)
-    if run.read_json(names.SPEC) is not None:
-        raise UsageError(f"run directory {run.path} already holds a run; pick a new --uuid")
+    recorded = run.read_json(names.SPEC)
+    if recorded is not None and not request.resume:
+        raise UsageError(f"run directory {run.path} already holds a run; pick a new --uuid (or --resume it)")
+    if recorded is not None and recorded.get("fingerprint") != config.fingerprint:
+        keys = spec_differences(recorded.get("spec") or {}, spec_record(config.spec, "")["spec"])
+        raise UsageError(
+            f"--resume: the spec differs from the one run {request.uuid} was started with "
+            f"(keys: {', '.join(keys) or '(spelling only)'}); resume with {run.path / names.SPEC} or restore them"
+        )
     writer = Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)
-    run.write_artifact(names.SPEC, "spec", writer, spec_record(config.spec, str(args.spec)))
+    if recorded is None:
+        run.write_artifact(names.SPEC, "spec", writer, spec_record(config.spec, str(args.spec)))
     run.write_bytes(job_rel, rendered.text.encode("utf-8"))
     submitted = SUBMITTERS[args.backend](run.path / job_rel, run, config)
     run.write_artifact(

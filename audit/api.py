@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from launch.spec import restore_key_order
 from schemas import names
@@ -29,7 +30,7 @@ from .crosscheck_lifecycle import (
 from .expected import expected_plan
 from .first_cause import analyse
 from .load import SafeDir, UnusableRunDir, load_run
-from .model import AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
+from .model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
 from .schema_check import check_schemas
 from .views import as_dict, as_str, rank_of
 
@@ -255,4 +256,24 @@ def audit_run(path: str | Path) -> AuditResult:
             plan=plan.to_json(),
             gpu_maps=_gpu_maps(ctx),
             notes=tuple(notes),
+            attempts=_attempts(Path(path), ctx.outcome, verdict, first),
         )
+
+
+def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[AttemptSummary, ...]:
+    """Earlier attempts live in attempts/N/ (same layout); each is audited on its own, the
+    run is judged by the last (the top level). A run never resumed has one attempt."""
+    root = path / names.ATTEMPTS_DIR
+    earlier: list[AttemptSummary] = []
+    numbers = sorted(int(p.name) for p in root.iterdir() if names.ATTEMPT_RE.match(p.name)) if root.is_dir() else []
+    for n in numbers:
+        sub = root / str(n)
+        if not (sub / names.SPEC).is_file():
+            continue  # the current attempt's claim directory
+        try:
+            r = audit_run(sub)
+        except UnusableRunDir:
+            continue
+        earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause))
+    last = max(numbers, default=1)
+    return (*earlier, AttemptSummary(last, verdict, outcome, first))

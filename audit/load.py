@@ -212,9 +212,24 @@ def parse_json(data: bytes, relpath: str) -> tuple[Any, list[Finding]]:
     return None, [Finding("error", "json.invalid", f"is not valid JSON: {strict_error[:160]}", relpath)]
 
 
+def current_attempt(path: Path) -> int:
+    """The highest claimed attempt (attempts/N/claim.json), 1 for a run never resumed. An
+    archive (attempts/N/ itself) has no attempts/ directory: its attempt is its own name."""
+    root = path / names.ATTEMPTS_DIR
+    if root.is_dir() and not root.is_symlink():
+        claimed = [
+            int(n) for n in os.listdir(root) if names.ATTEMPT_RE.match(n) and (root / n / "claim.json").is_file()
+        ]
+        return max(claimed, default=1)
+    if path.parent.name == names.ATTEMPTS_DIR and names.ATTEMPT_RE.match(path.name):
+        return int(path.name)
+    return 1
+
+
 def load_run(safe: SafeDir) -> LoadedRun:
     """Classify every entry, read and parse every JSON artifact. Never raises for bad content."""
     run = LoadedRun(str(safe.path))
+    attempt = current_attempt(Path(safe.path))
     entries, truncated = safe.scan()
     if truncated:
         run.findings.append(
@@ -231,6 +246,8 @@ def load_run(safe: SafeDir) -> LoadedRun:
             )
             continue
         if kind == "dir":
+            if relpath in (names.ATTEMPTS_DIR, names.CHECKPOINTS_DIR):
+                continue  # earlier attempts are audited on their own; checkpoints are the driver's
             if relpath not in names.SUBDIRS and not names.is_log_dir(relpath):
                 run.findings.append(Finding("info", "file.unknown", "unknown directory (not audited)", relpath))
             continue
@@ -274,5 +291,17 @@ def load_run(safe: SafeDir) -> LoadedRun:
                     Finding("error", "json.not_object", f"is a JSON {type(doc).__name__}, not an object", relpath)
                 )
                 doc = None
+        if isinstance(doc, dict) and not names.is_run_level(relpath) and doc.get("attempt", 1) != attempt:
+            # A straggler or a planted record: the agents of this attempt ignored it, so do we.
+            run.findings.append(
+                Finding(
+                    "warning",
+                    "record.other_attempt",
+                    f"stamped attempt {doc.get('attempt')!r}, but this is attempt {attempt}; ignored",
+                    relpath,
+                    file_rank,
+                )
+            )
+            continue
         run.artifacts[relpath] = Artifact(relpath, schema, file_rank, judge, doc)
     return run

@@ -158,6 +158,25 @@ class NodeMap:
 
 
 @dataclass(frozen=True)
+class AttemptSummary:
+    """One attempt of a resumed run: attempts/N/ for earlier ones, the top level for the last."""
+
+    attempt: int
+    verdict: Verdict
+    outcome: Outcome
+    first_cause: Cause | None
+
+    def to_json(self) -> dict[str, Any]:
+        fc = self.first_cause
+        return {
+            "attempt": self.attempt,
+            "verdict": self.verdict,
+            "outcome": self.outcome,
+            "first_cause": None if fc is None else {"rank": fc.rank, "kind": fc.kind, "cause": fc.cause},
+        }
+
+
+@dataclass(frozen=True)
 class AuditResult:
     """Everything the audit concluded about one run directory. `to_json()` is the stable format."""
 
@@ -174,6 +193,7 @@ class AuditResult:
     plan: dict[str, Any] | None
     gpu_maps: tuple[NodeMap, ...]
     notes: tuple[str, ...] = field(default=())
+    attempts: tuple[AttemptSummary, ...] = field(default=())  # every attempt; the verdict is the last's
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -205,4 +225,5 @@ class AuditResult:
             "plan": self.plan,
             "gpu_maps": [m.to_json() for m in self.gpu_maps],
             "notes": list(self.notes),
+            "attempts": [a.to_json() for a in self.attempts],
         }

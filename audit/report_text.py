@@ -55,6 +55,11 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
             f"{plan.get('gpus_per_replica')} GPUs,"
             f" driver on node {plan.get('driver_node')}, {len(plan.get('bindings') or {})} binding(s)"
         )
+    if len(result.attempts) > 1:
+        lines += ["", f"Attempts ({len(result.attempts)}; the run is judged by the last):"]
+        for a in result.attempts:
+            cause = f" — first cause: {cause_headline(a.first_cause)}" if a.first_cause is not None else ""
+            lines.append(_t(f"  attempt {a.attempt}: {a.verdict.upper()}, run {a.outcome}{cause}"))
     fc = result.first_cause
     if fc is not None:
         lines += ["", "First cause:", "  " + _cause_line(fc)]

@@ -229,6 +229,11 @@ def _configure_local(parser: argparse.ArgumentParser) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
     parser.add_argument("--output-root", help="default: [output] root of the spec")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="a new attempt of the run --uuid names (its previous attempt ended); same spec required",
+    )
 
 
 # The local runner starts agent processes, so it lives in agent/; launch/ stays pure and never
@@ -245,6 +250,8 @@ def local_runner_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--uuid", args.uuid]
     if args.output_root:
         argv += ["--output-root", args.output_root]
+    if getattr(args, "resume", False):
+        argv.append("--resume")
     return argv
 
 
@@ -310,6 +317,11 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("slurm", "beaker"), help="default: [launch] backend of the spec")
     parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
     parser.add_argument("--output-root", help="default: [output] root of the spec; must be a shared filesystem")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="a new attempt of the run --uuid names (its previous attempt ended); same spec required",
+    )
 
 
 def backend_of(args: argparse.Namespace, config: RunConfig) -> str:
@@ -384,6 +396,8 @@ def submitter_argv(args: argparse.Namespace, backend: str) -> list[str]:
             argv += [flag, value]
     if args.dry_run:
         argv.append("--dry-run")
+    if getattr(args, "resume", False):
+        argv.append("--resume")
     return argv
 
 

@@ -29,6 +29,7 @@ from launch.errors import Problem, SpecError
 from launch.render import Rendered, RenderRequest
 from launch.spec import SPEC_JSON_ENV, canonical_json, spec_record
 from launch.yamltext import dump
+from schemas.vocab import ResumeEnv
 
 BEAKER_NODE_GPUS = 8  # Beaker replica groups take whole 8-GPU nodes (seed 000)
 RESULT_PATH = "/output"  # Beaker's per-task result directory (unused by the agent)
@@ -140,11 +141,14 @@ def _problems(request: RenderRequest) -> list[Problem]:
     return out
 
 
-def _env_vars(config: RunConfig, spec_json: str) -> list[dict[str, str]]:
+def _env_vars(config: RunConfig, spec_json: str, resume: bool = False) -> list[dict[str, str]]:
     env = [{"name": k, "value": v} for k, v in sorted(config.launch.env.items())]
     # By name only: Beaker puts the secret's value into the replica's environment.
     env += [{"name": k, "secret": v} for k, v in sorted(config.launch.secrets.items())]
     env.append({"name": SPEC_JSON_ENV, "value": spec_json})
+    if resume:
+        # A restarted replica group reruns this same task: every start is a new attempt of the run.
+        env.append({"name": ResumeEnv.RESUME, "value": "1"})
     return env
 
 
@@ -177,7 +181,7 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
         "name": config.name,
         "image": {"beaker": beaker.image},
         "command": command,
-        "envVars": _env_vars(config, spec_json),
+        "envVars": _env_vars(config, spec_json, request.resume),
         "datasets": [{"mountPath": m["mount_path"], "source": {"weka": m["weka"]}} for m in config.launch.weka_mounts],
         "result": {"path": RESULT_PATH},
         "resources": resources,

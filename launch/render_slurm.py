@@ -32,6 +32,7 @@ from launch.errors import Problem, SpecError
 from launch.plan import Plan
 from launch.render import Rendered, RenderRequest
 from schemas import JobEnv, names
+from schemas.vocab import ResumeEnv
 
 FILE_SUFFIX = ".sbatch"
 q = shlex.quote
@@ -199,6 +200,9 @@ def render(request: RenderRequest) -> Rendered:
         exports.append(f"export {JobEnv.pool_nodes(pool.name)}={_join(offset, pool.nodes)}")
         offset += pool.nodes
     driver = plan.driver_node
+    if request.resume:
+        # A new attempt of the run (and every requeue of this job is one too).
+        exports.append(f"export {ResumeEnv.RESUME}=1")
     exports += [
         f"# The driver runs on planned node {driver} ({plan.driver_placement} placement): rank {driver}.",
         f"export {JobEnv.DRIVER_RANK}={driver}",

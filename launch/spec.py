@@ -238,3 +238,17 @@ def spec_record(resolved: ResolvedSpec, source: str) -> dict[str, Any]:
     if order:
         body["key_order"] = order
     return body
+
+
+def spec_differences(recorded: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between a run directory's recorded spec and a new one
+    (a resume must run the same spec: the message names what to change back)."""
+    out: list[str] = []
+    for k in sorted(set(recorded) | set(new)):
+        path = f"{prefix}{k}"
+        a, b = recorded.get(k), new.get(k)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += spec_differences(a, b, path + ".")
+        elif a != b:
+            out.append(path)
+    return out

@@ -44,6 +44,38 @@ def job_file(suffix: str) -> str:
     return f"{JOB_FILE_PREFIX}{suffix}"
 
 
+# Attempts (resume): the current attempt's files keep the names above, at the top of the run
+# directory; starting attempt N+1 moves attempt N's files into attempts/N/ (same names inside), so
+# earlier attempts stay readable and no agent of the new attempt can list an old record.
+# attempts/N/claim.json is created exclusively: one launch wins the attempt number.
+ATTEMPTS_DIR = "attempts"
+CHECKPOINTS_DIR = "checkpoints"  # the driver's checkpoints: one directory for every attempt
+
+
+def attempt_dir(n: int) -> str:
+    return f"{ATTEMPTS_DIR}/{n}"
+
+
+def attempt_claim(n: int) -> str:
+    return f"{ATTEMPTS_DIR}/{n}/claim.json"
+
+
+def attempt_ready(n: int) -> str:
+    """Written by the claimant once attempt n-1's files are archived: joiners wait for it."""
+    return f"{ATTEMPTS_DIR}/{n}/ready.json"
+
+
+ATTEMPT_RE = re.compile(r"^[1-9][0-9]{0,5}$")
+
+
+def is_run_level(relpath: str) -> bool:
+    """Files of the run, not of one attempt: kept in place across attempts and read by every one."""
+    top = relpath.split("/", 1)[0]
+    if top in (ATTEMPTS_DIR, CHECKPOINTS_DIR, SPEC, SUBMISSION):
+        return True
+    return any(p.match(top) for p in OTHER_FILES)
+
+
 ADDRESSES_DIR = "addresses"
 HEARTBEATS_DIR = "heartbeats"
 FAILURES_DIR = "failures"
@@ -144,6 +176,7 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^complete\.json$"), "complete"),
     (re.compile(r"^driver-result\.json$"), "driver-result"),
     (re.compile(r"^submission\.json$"), "submission"),
+    (re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready)\.json$"), "attempt"),
 )
 # Files of the run directory that are neither artifacts nor logs (the audit knows them).
 OTHER_FILES: tuple[re.Pattern[str], ...] = (

@@ -69,9 +69,12 @@ class RunDir:
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self._fd = fd
+        # The attempt this handle writes as and reads: the highest claimed one (1 for a run never
+        # resumed). An agent sets it to the attempt it joined (agent/attempts.py).
         self.ops: Counter[str] = Counter()  # shared-filesystem operations, for the benchmark
         # The run directory's permission mode (what create made it, or what open found).
         self.mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        self.attempt = self.current_attempt()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -111,6 +114,61 @@ class RunDir:
             raise RunDirError(f"{p} is not a directory") from None
         return cls(p, fd)
 
+    def ensure_dir(self, relpath: str) -> None:
+        """Create the directories of `relpath` (e.g. attempts/2, ray-session-0) below the run
+        directory, owned by us, with the run directory's own mode."""
+        parent = self._fd
+        fds: list[int] = []
+        try:
+            for part in relpath.split("/"):
+                parent = _ensure_owned_dir(parent, part, self.mode)
+                fds.append(parent)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def move_into(self, name: str, dest_dir: str) -> None:
+        """Move top-level entry `name` into `dest_dir` (one rename: same filesystem, atomic)."""
+        dfd = open_dir(dest_dir, self._fd)
+        try:
+            os.rename(name, name, src_dir_fd=self._fd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    def link_into(self, name: str, dest_dir: str) -> None:
+        """A hard link of top-level file `name` inside `dest_dir` (run-level files an archive needs)."""
+        dfd = open_dir(dest_dir, self._fd)
+        try:
+            os.link(name, name, src_dir_fd=self._fd, dst_dir_fd=dfd, follow_symlinks=False)
+        finally:
+            os.close(dfd)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename one run-directory entry to another name (atomic; FileNotFoundError if it is gone)."""
+        sfd, sleaf, sclose = self._parent_fd(src)
+        try:
+            dfd, dleaf, dclose = self._parent_fd(dst)
+            try:
+                os.rename(sleaf, dleaf, src_dir_fd=sfd, dst_dir_fd=dfd)
+            finally:
+                if dclose:
+                    os.close(dfd)
+        finally:
+            if sclose:
+                os.close(sfd)
+
+    def claimed_attempts(self) -> list[int]:
+        """Attempt numbers with a claim record (attempts/N/claim.json), ascending."""
+        out = []
+        for n in self.listdir(names.ATTEMPTS_DIR):
+            if names.ATTEMPT_RE.match(n) and "claim.json" in self.listdir(names.attempt_dir(int(n))):
+                out.append(int(n))
+        return sorted(out)
+
+    def current_attempt(self) -> int:
+        claimed = self.claimed_attempts()
+        return claimed[-1] if claimed else 1
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -147,11 +205,6 @@ class RunDir:
             if close:
                 os.close(fd)
 
-    def ensure_dir(self, name: str) -> None:
-        """A top-level subdirectory of the run (e.g. names.ray_session_dir(rank)), owned by us, with
-        the run directory's own mode."""
-        os.close(_ensure_owned_dir(self._fd, name, self.mode))
-
     # -- writing --------------------------------------------------------------------------------
 
     def write_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
@@ -167,6 +220,7 @@ class RunDir:
             "fingerprint": writer.fingerprint,
             "rank": writer.rank,
             "incarnation": writer.incarnation,
+            "attempt": self.attempt,
             "writer": str(writer.kind),
             "written_at": time.time() + writer.clock_offset,
             **fields,
@@ -214,7 +268,11 @@ class RunDir:
         for attempt in range(attempts):
             try:
                 doc = orjson.loads(self.read_bytes(relpath))
-                return doc if isinstance(doc, dict) else None
+                if not isinstance(doc, dict):
+                    return None
+                if not names.is_run_level(relpath) and doc.get("attempt", 1) != self.attempt:
+                    return None  # another attempt's record (left behind or planted): never ours
+                return doc
             except FileNotFoundError:
                 self.ops["read"] += 1
                 return None

@@ -106,7 +106,7 @@ class DriverEnv:
     """The environment variables the agent sets for the driver (agent/driver_api.py reads them)."""
 
     RAY_ADDRESS = "RAY_ADDRESS"
-    # The Ray cluster's head host:port, named after the service (seed 001: GYM_RAY_ADDRESS_<SERVICE>).
+    # The Ray cluster's head host:port, named after the service (GYM_RAY_ADDRESS_<SERVICE>).
     RAY_ADDRESS_CLUSTER = "GYM_RAY_ADDRESS_CLUSTER"
     RUN_DIR = "GYM_RUN_DIR"
     RANK = "GYM_RANK"
@@ -119,16 +119,29 @@ class DriverEnv:
     REGISTRY = "GYM_REGISTRY"
     REGISTRY_FILE = "GYM_REGISTRY_FILE"
     RUN_FILE = "GYM_RUN_FILE"  # the user's run file, byte for byte (a MILES trainer reads it)
+    ATTEMPT = "GYM_ATTEMPT"  # 1 for a new run, N on the (N-1)-th resume
+    CHECKPOINT_DIR = "GYM_CHECKPOINT_DIR"  # RUN_DIR/checkpoints: the same directory in every attempt
+
+
+class ResumeEnv:
+    """How a scheduler restart asks for a new attempt without changing the job's command.
+
+    GYM_RESUME=1 is `--resume`. GYM_ATTEMPT_TOKEN names one launch of the run: replicas that carry
+    the same token join the same attempt, another token started at once is refused. When unset the
+    agent derives it from the scheduler (Slurm job id and restart count, Beaker job id)."""
+
+    RESUME = "GYM_RESUME"
+    TOKEN = "GYM_ATTEMPT_TOKEN"
 
 
 class JobEnv:
     """What a rendered job script exports to every node (and so to the agents and the driver)."""
 
     NODES = "GYM_NODES"  # the allocation's hostnames in the agents' node order, comma-separated
-    DRIVER_RANK = "GYM_DRIVER_RANK"  # the rank whose agent runs the driver (seed 004)
+    DRIVER_RANK = "GYM_DRIVER_RANK"  # the rank whose agent runs the driver (driver.placement)
     DRIVER_HOST = "GYM_DRIVER_HOST"  # the hostname of that node
 
     @staticmethod
     def pool_nodes(pool: str) -> str:
-        """GYM_POOL_<POOL>_NODES: that pool's hostnames, comma-separated (seed 001)."""
+        """GYM_POOL_<POOL>_NODES: that pool's hostnames, comma-separated."""
         return f"GYM_POOL_{pool.upper().replace('-', '_')}_NODES"

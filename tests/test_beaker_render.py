@@ -322,3 +322,15 @@ def test_loopback_hostname_is_still_refused_and_the_test_hook_is_loopback_only()
     from launch.render_beaker import RESERVED_ENV
 
     assert TEST_ADDRESS_ENV in RESERVED_ENV
+
+
+def test_resume_puts_the_environment_default_into_every_replica(tmp_path: Path) -> None:
+    """A restarted replica group reruns the same task: GYM_RESUME=1 makes each start a new attempt."""
+    from schemas.vocab import ResumeEnv
+
+    spec = REPO / "tests" / "data" / "miles" / "node.toml"
+    image, cluster = 'launch.beaker.image="i"', 'launch.beaker.cluster="c"'
+    plain = render_cli(tmp_path, spec, "--set", image, "--set", cluster, "--output-root", "/weka/r")
+    assert ResumeEnv.RESUME not in env_of(plain.tasks[0])
+    resumed = render_cli(tmp_path, spec, "--set", image, "--set", cluster, "--output-root", "/weka/r", "--resume")
+    assert env_of(resumed.tasks[0])[ResumeEnv.RESUME] == ("1", None)

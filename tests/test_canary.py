@@ -71,6 +71,7 @@ def test_canary_report_matches_the_artifact_schema(judge_server: Factory, client
         "fingerprint": "0" * 64,
         "rank": 0,
         "incarnation": "test",
+        "attempt": 1,
         "writer": "agent",
         "written_at": 0.0,
         **report.to_json(),

@@ -268,3 +268,12 @@ def test_pool_partitions_become_the_job_partition_and_must_agree(tmp_path: Path)
         [GYM_LAUNCH, "render", str(tmp_path / "p.toml"), "--backend", "slurm"], capture_output=True, text=True
     )
     assert r.returncode == 2 and "pools: name partitions batch, other" in r.stderr, r.stderr
+
+
+def test_resume_is_exported_to_every_node() -> None:
+    from dataclasses import replace
+
+    config = RunConfig.from_spec(load_spec(Path(__file__).resolve().parent.parent / "examples" / "demo.toml"))
+    request = RenderRequest(config, make_plan(config), "u", "/out", "/out/cluster/u/spec.json")
+    assert "GYM_RESUME" not in render(request).text
+    assert "export GYM_RESUME=1" in render(replace(request, resume=True)).text.splitlines()

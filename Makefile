@@ -9,7 +9,7 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install test lint demo demo-slurm bench clean browser slurm-up slurm-down slurm-status
+.PHONY: install test lint demo demo-slurm bench soak clean browser strace slurm-up slurm-down slurm-status
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,27 @@ demo: $(STAMP)
 	$(VENV)/bin/gym-audit $(DEMO_OUT)/cluster/$(DEMO_UUID) --html $(DEMO_OUT)/$(DEMO_UUID)-audit.html
 	@echo "audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"
 
-bench: $(STAMP)
-	$(PY) -m bench.coordination
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# FS operations are also counted from outside the agents with strace (Debian's package).
+strace:
+	@command -v strace >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	  strace >/dev/null) ; } || echo "strace not available: FS operations are counted by the agents only"
+
+# Not part of `make test`: gym-agent beside the anchor protocol, the 4096-agent projection
+# (bench-out/projection.png), audit at 1024 replicas and log search vs grep; JSON in bench-out/.
+bench: $(BENCH_STAMP) strace
+	$(PY) -m bench $(BENCH_ARGS)
+
+# Not part of `make test`: 256 agents idle for SOAK_DURATION seconds, then SIGTERM to one.
+SOAK_AGENTS ?= 256
+SOAK_DURATION ?= 600
+soak: $(STAMP)
+	$(PY) -m bench.soak --agents $(SOAK_AGENTS) --duration $(SOAK_DURATION)
 
 # A real Slurm cluster on this machine (root; installs Debian's Slurm when missing), the one the
 # tests use: `make slurm-up`, then `export SLURM_CONF=$(SLURM_DIR)/slurm.conf` and sbatch away.
@@ -74,4 +93,4 @@ demo-slurm: $(STAMP)
 	echo "job output: $$run/job-slurm-$$job.out; audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"; exit $$rc
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache
+	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache bench-out

@@ -27,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rank", type=int, help="this replica's rank (default: GYM_/BEAKER_/SLURM_ environment)")
     ap.add_argument("--replicas", type=int, help="how many replicas (default: from the environment)")
     ap.add_argument("--address", help="this node's address (default: BEAKER_NODE_HOSTNAME or the hostname)")
+    ap.add_argument(
+        "--expect-fingerprint",
+        metavar="SHA256",
+        help="refuse to start unless the loaded spec has this fingerprint (a rendered job carries it)",
+    )
     return ap
 
 
@@ -40,23 +45,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     from launch.errors import SpecError, UsageError
+    from launch.spec import SPEC_JSON_ENV, load_spec, load_spec_record, spec_record
     from schemas import RunDir, RunDirError, Writer, names, new_incarnation
 
     from .identity import IdentityError, resolve
 
     config_path = args.config or os.environ.get("GYM_RUN_SPEC")
-    if not config_path:
-        return err("no run spec: pass --config RUN.toml (or spec.json) or set GYM_RUN_SPEC")
+    # A rendered Beaker task carries the spec record inline: every replica loads the same bytes.
+    inline = None if config_path else os.environ.get(SPEC_JSON_ENV)
+    if not config_path and not inline:
+        return err(f"no run spec: pass --config RUN.toml (or spec.json), or set GYM_RUN_SPEC or {SPEC_JSON_ENV}")
+    origin = config_path or f"${SPEC_JSON_ENV}"
     try:
         from launch.config import RunConfig
         from launch.plan import plan as make_plan
-        from launch.spec import load_spec, spec_record
 
-        resolved = load_spec(config_path, args.overrides)
+        if config_path:
+            resolved = load_spec(config_path, args.overrides)
+        else:
+            resolved = load_spec_record(inline or "", origin, args.overrides)
+        if args.expect_fingerprint and resolved.fingerprint != args.expect_fingerprint:
+            return err(
+                f"{origin}: the spec's fingerprint is {resolved.fingerprint}, not {args.expect_fingerprint} "
+                "(--expect-fingerprint): this replica would run another spec than the job was rendered with"
+            )
         config = RunConfig.from_spec(resolved)
         plan = make_plan(config)
     except (SpecError, UsageError) as exc:
-        return err(f"{config_path}: {exc}")
+        return err(f"{origin}: {exc}")
     try:
         ident = resolve(args.rank, args.replicas, args.address)
     except IdentityError as exc:
@@ -92,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
     if ident.rank == 0 and run.read_json(names.SPEC) is None:
-        run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(config_path)))
+        run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, origin))
 
     from .lifecycle import Agent
 

@@ -65,8 +65,24 @@ def _numeric(addr: str) -> str | None:
         return None
 
 
+# Test hook: several replicas of a rendered job on one machine (the Beaker replay) each get a
+# loopback address, as explicitly as --address would, without changing the job's command. Only
+# loopback addresses are accepted, so it cannot redirect a real node; a hostname that merely
+# resolves to loopback is still refused below.
+TEST_ADDRESS_ENV = "GYM_TEST_REPLICA_ADDRESS"
+
+
+def _test_address(value: str) -> str:
+    num = _numeric(value)
+    if num is None or not ipaddress.ip_address(num).is_loopback:
+        raise IdentityError(f"{TEST_ADDRESS_ENV}={value!r}: a test hook for loopback addresses only; unset it")
+    return num
+
+
 def resolve_address(explicit: str | None, env: Mapping[str, str]) -> tuple[str, bool]:
     """The address peers and Ray use for this node; a loopback result is refused unless explicit."""
+    if not explicit and env.get(TEST_ADDRESS_ENV):
+        return _test_address(env[TEST_ADDRESS_ENV]), True
     if explicit:
         num = _numeric(explicit)
         if num is None:
@@ -111,4 +127,5 @@ def resolve(rank: int | None, count: int | None, address: str | None, env: Mappi
     env = os.environ if env is None else env
     r, n = resolve_rank(rank, count, env)
     addr, explicit = resolve_address(address, env)
-    return Identity(r, n, addr, explicit, socket.gethostname(), visible_devices(env))
+    host = env.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
+    return Identity(r, n, addr, explicit, host, visible_devices(env))

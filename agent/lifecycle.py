@@ -540,7 +540,7 @@ class Agent:
         return {DriverEnv.RUN_FILE: str(self.run.path / rel)}
 
     def _spec_env(self) -> dict[str, str]:
-        """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment (seed 001)."""
+        """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment."""
         out: dict[str, str] = {}
         for key, value in self.config.driver.env.items():
             if value.startswith("runtime:"):

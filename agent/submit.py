@@ -103,11 +103,25 @@ def prepare(args: argparse.Namespace) -> tuple[RenderRequest, Rendered, RunConfi
 def submit(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     request, rendered, config = prepare(args)
     job_rel = names.job_file(rendered.file_name)
-    if args.dry_run:
-        out(f"# gym-launch submit --dry-run: {args.backend} job for run {request.uuid} (nothing was created)")
-        out(f"# it would be written to {Path(request.output_root) / 'cluster' / request.uuid / job_rel}")
+    where = Path(request.output_root) / "cluster" / request.uuid / job_rel
+
+    def print_instead(why: str) -> None:
+        out(f"# gym-launch submit {why}: {args.backend} job for run {request.uuid} (nothing was created)")
+        out(f"# it would be written to {where}")
         sys.stdout.write(rendered.text)
+
+    if args.dry_run:
+        print_instead("--dry-run")
         return EXIT_OK
+    if args.backend == "beaker":
+        from agent.beaker_submit import preflight
+
+        try:
+            preflight()  # no Beaker client or configuration: say so before anything is created
+        except SubmitError as exc:
+            # Without a client or configuration, show what would have been submitted (and fail: it was not).
+            print_instead("without a Beaker client")
+            raise SubmitError(f"{exc}; the spec was printed instead of submitted") from None
     run = RunDir.create(request.output_root, request.uuid, mode=config.dir_mode)
     if run.read_json(names.SPEC) is not None:
         raise UsageError(f"run directory {run.path} already holds a run; pick a new --uuid")
@@ -143,4 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main, not this __main__ copy: agent.beaker_submit raises
+    # agent.submit.SubmitError, which must be the class main() catches.
+    from agent.submit import main as module_main
+
+    sys.exit(module_main())

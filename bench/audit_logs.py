@@ -1,9 +1,11 @@
-"""Benchmark `gym-audit logs --grep`: generate a ~1 GB log in a temp dir and time the streaming grep.
+"""Benchmark `gym-audit logs --grep`: generate a 1-2 GB log in a temp dir and time the streaming grep.
 
-    .venv/bin/python -m bench.audit_logs [--size-mb 1024] [--pattern "CUDA error"]
+    .venv/bin/python -m bench.audit_logs [--size-mb 1536] [--pattern "CUDA error"]
 
 Prints MB/s for a literal pattern, a regex and a case-insensitive search, plus peak memory growth,
-which must stay near the chunk size whatever the log size. Not part of `make test`.
+which must stay near the chunk size whatever the log size; then `gym-audit logs DIR --grep P` and
+`grep -nF P` / `grep -F P` as processes on the same file (warm page cache, output to /dev/null,
+best of 5 alternating runs) and the throughput ratio. Not part of `make test`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -50,30 +55,96 @@ def time_grep(run_dir: Path, pattern: str, ignore_case: bool) -> tuple[float, in
     return time.perf_counter() - t0, hits
 
 
+def _timed(argv: list[str], out: Path) -> float:
+    # Output to a regular file, not /dev/null: GNU grep stops at the first match when its output
+    # is /dev/null (it knows nobody reads it), which would time nothing.
+    with open(out, "wb") as fh:
+        t0 = time.perf_counter()
+        subprocess.run(argv, stdout=fh, check=False)
+        return time.perf_counter() - t0
+
+
+def versus_grep(run_dir: Path, log: Path, pattern: str, repeats: int = 5) -> dict:
+    """`gym-audit logs --grep` against GNU grep on the same file, both as processes writing their
+    matches to a file."""
+    exe = Path(sys.executable).with_name("gym-audit")
+    ours = [str(exe), "logs"] if exe.exists() else [sys.executable, "-m", "audit.cli", "logs"]
+    size_mb = log.stat().st_size / 1e6
+    grep = shutil.which("grep") or "grep"
+    runs = {
+        "gym-audit logs --grep": [*ours, str(run_dir), "--grep", pattern],
+        "grep -nF": [grep, "-nF", pattern, str(log)],
+        "grep -F": [grep, "-F", pattern, str(log)],
+    }
+    best = {k: float("inf") for k in runs}
+    outs = {k: run_dir.parent / f"out-{i}.txt" for i, k in enumerate(runs)}
+    for _ in range(repeats):  # alternate, so a noisy neighbour hurts both alike
+        for k, argv in runs.items():
+            best[k] = min(best[k], _timed(argv, outs[k]))
+    # Same answer: the same line numbers and lines (gym-audit prefixes the file name).
+    ours_lines = outs["gym-audit logs --grep"].read_bytes().replace(log.name.encode() + b":", b"")
+    same = ours_lines == outs["grep -nF"].read_bytes()
+    out = {k: {"seconds": v, "mb_per_s": size_mb / v} for k, v in best.items()}
+    ratio_n = best["grep -nF"] / best["gym-audit logs --grep"]
+    ratio_f = best["grep -F"] / best["gym-audit logs --grep"]
+    return {
+        "size_mb": size_mb,
+        "pattern": pattern,
+        "same_output_as_grep_n": same,
+        "runs": out,
+        "ratio_vs_grep_nF": ratio_n,
+        "ratio_vs_grep_F": ratio_f,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--size-mb", type=int, default=1536)
     ap.add_argument("--pattern", default="CUDA error")
+    ap.add_argument("--dir", default=None, help="where to generate the log (default: the temp dir)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="audit-logs-bench-") as tmp:
-        run_dir = Path(tmp)
+    print(run(args.size_mb, args.pattern, args.dir))
+
+
+def run(size_mb_target: int, pattern: str, where: str | None = None, say=print) -> dict:
+    result: dict = {"in_process": {}}
+    with tempfile.TemporaryDirectory(prefix="audit-logs-bench-", dir=where) as tmp:
+        run_dir = Path(tmp) / "run"
+        run_dir.mkdir()
         log = run_dir / names.driver_log(0)
         t0 = time.perf_counter()
-        errors = generate(log, args.size_mb)
+        errors = generate(log, size_mb_target)
         size_mb = log.stat().st_size / 1e6
-        print(f"generated {size_mb:.0f} MB in {time.perf_counter() - t0:.1f} s ({errors} error lines)")
+        say(f"generated {size_mb:.0f} MB in {time.perf_counter() - t0:.1f} s ({errors} error lines)")
+        os.sync()  # no writeback of the fresh log while it is searched: both tools read the page cache
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        for label, pattern, ic in (
-            ("literal", args.pattern, False),
+        for label, pat, ic in (
+            ("literal", pattern, False),
             ("regex", r"ERROR .*CUDA error: \w+", False),
-            ("ignore-case", args.pattern.lower(), True),
+            ("ignore-case", pattern.lower(), True),
         ):
             # Drop nothing from the page cache on purpose: this measures the grep, not the disk.
-            seconds, hits = time_grep(run_dir, pattern, ic)
-            print(f"{label:12} {pattern!r:32} {hits:6} hits  {seconds:6.2f} s  {size_mb / seconds:8.0f} MB/s")
+            seconds, hits = time_grep(run_dir, pat, ic)
+            result["in_process"][label] = {
+                "pattern": pat,
+                "hits": hits,
+                "seconds": seconds,
+                "mb_per_s": size_mb / seconds,
+            }
+            say(f"{label:12} {pat!r:32} {hits:6} hits  {seconds:6.2f} s  {size_mb / seconds:8.0f} MB/s")
         rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(f"peak RSS growth while grepping: {(rss1 - rss0) / 1024:.0f} MB (log is {size_mb:.0f} MB)")
-        os.sync()
+        result["peak_rss_growth_mb"] = (rss1 - rss0) / 1024
+        say(
+            f"peak RSS growth while grepping: {(rss1 - rss0) / 1024:.0f} MB (log is {size_mb:.0f} MB; this process's "
+            "peak, so 0 when an earlier part of `make bench` peaked higher: run bench.audit_logs alone)"
+        )
+        result["versus_grep"] = v = versus_grep(run_dir, log, pattern)
+        for k, r in v["runs"].items():
+            say(f"{k:24} {r['seconds']:6.2f} s  {r['mb_per_s']:8.0f} MB/s")
+        say(f"same lines and line numbers as grep -nF: {v['same_output_as_grep_n']}")
+        say(f"throughput of gym-audit logs --grep / grep -nF: {v['ratio_vs_grep_nF']:.2f}x")
+        say(f"throughput of gym-audit logs --grep / grep -F:  {v['ratio_vs_grep_F']:.2f}x")
+    return result
 
 
 if __name__ == "__main__":

@@ -1,168 +1,163 @@
-"""Coordination benchmark: failure propagation latency and shared-filesystem operations per
-heartbeat interval, for N coordination-only agents (no Ray, no judge, a sleeping driver).
+"""Coordination benchmark, gym-agent beside the anchor protocol, in one run on one machine.
 
-    make bench            # N = 8, 32, 128
-    python -m bench.coordination --sizes 8 32
+    python -m bench.coordination --sizes 8 32 128 [--systems ours anchor]
 
-Each agent is a real `gym-agent` process on 127.0.0.(2+i), with default liveness settings
-(heartbeat every 2 s, poll every 1 s). Operations are the agents' own counts of reads, writes
-and directory listings on the run directory, sampled from their heartbeats over a steady window.
-Propagation: one agent gets SIGTERM; from its failure record's write to the last agent's exit.
+For each N and each protocol, N coordination-only agents run as real processes (gym-agent: no Ray,
+no judge, a sleeping driver; anchor: bench/anchor_agent.py) with heartbeat 2 s and poll/glob 1 s:
+- FS ops/interval: every agent's self-counted reads, writes and listings per heartbeat interval
+  (delta of the counts in its own heartbeats over a steady window, divided by its sequence delta),
+  summed over the cluster; a sample of agents is also counted from outside with strace;
+- propagation: SIGTERM to one agent; from its failure record's write to each other agent tripping
+  (p50, max), and to the last agent's exit;
+- false failures under a +/-1 h wall clock on one agent (a separate, smaller run).
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import os
-import signal
-import subprocess
-import sys
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import orjson
-
-from schemas import names
-
-SPEC = """
-name = "bench"
-[launch]
-gpus_per_replica = 1
-node_gpus = 1
-[launch.coordination]
-startup_timeout = {startup}
-heartbeat_timeout = 60
-heartbeat_interval = {hb}
-poll_interval = {poll}
-teardown_grace = 2.0
-[trainer]
-nodes = 1
-gpus_per_node = 1
-[inference]
-gpus = {rollout}
-[driver]
-command = ["python", "-c", "import time; time.sleep(3600)"]
-[ray]
-enabled = false
-"""
+from . import fstrace
+from .clusters import SYSTEMS, Cluster, Settings
 
 
-def _heartbeats(run_dir: Path, n: int) -> dict[int, dict]:
-    out = {}
-    for r in range(n):
+def _ops_per_interval(h0: dict[int, dict], h1: dict[int, dict]) -> tuple[float, int]:
+    """Sum over agents of (ops delta / heartbeat delta); and how many agents contributed."""
+    total, agents = 0.0, 0
+    for r, b in h1.items():
+        a = h0.get(r)
+        if not a or int(b["seq"]) <= int(a["seq"]):
+            continue
+        ops = sum(b["fs_ops"].values()) - sum(a["fs_ops"].values())
+        total += ops / (int(b["seq"]) - int(a["seq"]))
+        agents += 1
+    return total, agents
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def steady_then_kill(
+    system: str,
+    n: int,
+    settings: Settings,
+    window: float,
+    trace: int,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Steady window (self and strace counts), then SIGTERM to the middle agent."""
+    with tempfile.TemporaryDirectory(prefix=f"gym-bench-{system}-") as tmp:
+        cluster: Cluster = SYSTEMS[system](n, Path(tmp), settings)
+        cluster.start()
         try:
-            out[r] = orjson.loads((run_dir / names.heartbeat(r)).read_bytes())
-        except (OSError, ValueError):
-            pass
-    return out
+            if not cluster.wait_ready(120 + 2 * n):
+                raise RuntimeError(f"{system} N={n}: a failure before the steady state: {cluster.records()}")
+            time.sleep(2 * settings.heartbeat_interval)  # start-up reads drain out of the window
+            tracers = []
+            if trace and fstrace.available():
+                step = max(1, n // trace)
+                for r in list(range(0, n, step))[:trace]:
+                    t = fstrace.Tracer(cluster.procs[r].pid, r, cluster.run_dir, Path(tmp) / f"strace-{r}")
+                    t.start()
+                    tracers.append(t)
+                time.sleep(1.0)  # strace attaches
+            h0 = cluster.heartbeats()
+            time.sleep(window)
+            h1 = cluster.heartbeats()
+            for t in tracers:
+                t.stop()
+            ops, agents = _ops_per_interval(h0, h1)
+            false_before = {r: rec.cause for r, rec in cluster.records().items()}
+            comparisons = [t.compare() for t in tracers]
+
+            victim = n // 2
+            cluster.procs[victim].send_signal(15)
+            end = time.monotonic() + 60
+            while victim not in cluster.records():
+                if time.monotonic() > end:
+                    raise RuntimeError(f"{system} N={n}: the victim never wrote its failure record")
+                time.sleep(0.005)
+            written = cluster.records()[victim].written_wall
+            last_exit = cluster.wait_exit(120 + n)
+            recs = cluster.records()
+            seen = [rec.tripped_wall - written for r, rec in recs.items() if r != victim]
+            missing = sorted(set(range(n)) - set(recs))
+        finally:
+            cluster.stop()
+    result = {
+        "system": system,
+        "n": n,
+        "ops_per_interval": ops,
+        "ops_per_agent": ops / max(1, agents),
+        "agents_counted": agents,
+        "strace": [c.to_json() for c in comparisons],
+        "false_failures_steady": false_before,
+        "detect_p50_s": statistics.median(seen) if seen else None,
+        "detect_max_s": max(seen) if seen else None,
+        "detect_p99_s": _pct(seen, 0.99) if seen else None,
+        "last_exit_s": last_exit - written,
+        "agents_without_record": missing,
+    }
+    log(
+        f"  {system:9} N={n:<5} ops/interval {ops:9.1f}  detect p50 {result['detect_p50_s']:.3f}s "
+        f"max {result['detect_max_s']:.3f}s  last exit {result['last_exit_s']:.2f}s"
+        + "".join(f"  strace {c.strace_total} vs self {c.self_total}" for c in comparisons)
+    )
+    return result
 
 
-def _total_ops(hbs: dict[int, dict]) -> int:
-    return sum(sum(h.get("fs_ops", {}).values()) for h in hbs.values())
-
-
-def bench(n: int, hb: float, poll: float, window: float) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="gym-bench-"))
-    spec = tmp / "bench.toml"
-    spec.write_text(SPEC.format(startup=120 + n, hb=hb, poll=poll, rollout=n - 1))
-    uuid = f"bench-{n}-{os.getpid()}"
-    first = ipaddress.ip_address("127.0.0.2")
-    procs = []
-    for r in range(n):
-        argv = [
-            sys.executable,
-            "-m",
-            "agent.cli",
-            "--uuid",
-            uuid,
-            "--config",
-            str(spec),
-            "--output-root",
-            str(tmp / "out"),
-            "--rank",
-            str(r),
-            "--replicas",
-            str(n),
-            "--address",
-            str(first + r),
-        ]
-        procs.append(
-            subprocess.Popen(
-                argv,
-                env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
-    run_dir = tmp / "out" / "cluster" / uuid
-    try:
-        end = time.monotonic() + 120 + n
-        while time.monotonic() < end:
-            hbs = _heartbeats(run_dir, n)
-            if len(hbs) == n and all(h.get("phase") == "driver" for h in hbs.values()):
-                break
-            time.sleep(0.5)
-        else:
-            raise RuntimeError(f"N={n}: agents did not all reach the driver phase")
-        time.sleep(2 * hb)  # let rendezvous reads drain out of the window
-        h0, t0 = _total_ops(_heartbeats(run_dir, n)), time.monotonic()
-        time.sleep(window)
-        h1, t1 = _total_ops(_heartbeats(run_dir, n)), time.monotonic()
-        ops_per_interval = (h1 - h0) / ((t1 - t0) / hb)
-
-        victim = procs[n // 2]
-        victim.send_signal(signal.SIGTERM)
-        fail_file = run_dir / names.failure(n // 2)
-        while not fail_file.exists():
-            time.sleep(0.005)
-        written = orjson.loads(fail_file.read_bytes())["written_at"]
-        for p in procs:
-            p.wait(timeout=120)
-        last_exit = time.time()
-        seen = []
-        for r in range(n):
-            f = run_dir / names.failure(r)
-            if r != n // 2 and f.exists():
-                seen.append(orjson.loads(f.read_bytes())["wall_time"] - written)
-        return {
-            "n": n,
-            "ops_per_interval": ops_per_interval,
-            "ops_per_agent": ops_per_interval / n,
-            "detect_max_s": max(seen),
-            "detect_median_s": sorted(seen)[len(seen) // 2],
-            "last_exit_s": last_exit - written,
-            "exit_codes_nonzero": sum(p.returncode != 0 for p in procs),
-        }
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+def skewed(system: str, n: int, skew_s: float, settings: Settings, window: float) -> dict:
+    """N agents, one with its wall clock moved by skew_s, no fault injected, for `window` seconds."""
+    with tempfile.TemporaryDirectory(prefix=f"gym-bench-skew-{system}-") as tmp:
+        cluster = SYSTEMS[system](n, Path(tmp), settings, skew={1: skew_s})
+        cluster.start()
+        try:
+            try:
+                cluster.wait_ready(120 + 2 * n)
+            except RuntimeError:
+                pass
+            end = time.monotonic() + window
+            while time.monotonic() < end:
+                time.sleep(0.5)
+            recs = cluster.records()
+        finally:
+            cluster.stop()
+    own = {r: rec.cause for r, rec in recs.items() if rec.why == "own"}
+    return {
+        "system": system,
+        "n": n,
+        "skewed_rank": 1,
+        "skew_s": skew_s,
+        "window_s": window,
+        "false_failures": len(own),
+        "agents_failed": len(recs),
+        "causes": dict(list(own.items())[:3]),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="+", default=[8, 32, 128])
-    ap.add_argument("--heartbeat-interval", type=float, default=2.0)
-    ap.add_argument("--poll-interval", type=float, default=1.0)
-    ap.add_argument("--window", type=float, default=10.0)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--systems", nargs="+", default=["ours", "anchor"], choices=sorted(SYSTEMS))
+    ap.add_argument("--window", type=float, default=12.0)
+    ap.add_argument("--trace", type=int, default=2, help="agents per run counted with strace too")
+    ap.add_argument("--skew-n", type=int, default=8)
     args = ap.parse_args()
-    print(
-        f"heartbeat_interval {args.heartbeat_interval:g}s, poll_interval {args.poll_interval:g}s, "
-        f"{os.cpu_count()} cores"
-    )
-    print(f"{'N':>5} {'FS ops/interval':>16} {'per agent':>10} {'detect max':>11} {'detect p50':>11} {'last exit':>10}")
+    s = Settings()
     for n in args.sizes:
-        r = bench(n, args.heartbeat_interval, args.poll_interval, args.window)
-        print(
-            f"{r['n']:>5} {r['ops_per_interval']:>16.1f} {r['ops_per_agent']:>10.2f} {r['detect_max_s']:>10.3f}s "
-            f"{r['detect_median_s']:>10.3f}s {r['last_exit_s']:>9.2f}s",
-            flush=True,
-        )
+        for system in args.systems:
+            steady_then_kill(system, n, s, args.window, args.trace)
+    for system in args.systems:
+        for skew in (3600.0, -3600.0):
+            print(skewed(system, args.skew_n, skew, Settings(heartbeat_timeout=10.0), 25.0))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

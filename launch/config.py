@@ -467,7 +467,7 @@ class RayConfig:
     object_store_memory: int | None = key(keys.Int(1, 1 << 50), None, doc="bytes of each node's object store")
     # pool name -> {resource name -> amount}
     resources: Mapping[str, Mapping[str, float]] = key(
-        keys.Table(keys.Any_("table of resource = amount", {"type": "object"}), MAX_POOLS),
+        keys.Table(keys.Opaque("table of resource = amount", {"type": "object"}), MAX_POOLS),
         {},
         doc="custom Ray resources per pool: {POOL = {NAME = amount}}",
         rule=SEED_POOLS,

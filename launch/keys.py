@@ -365,7 +365,7 @@ class DirMode(KeyType):
 
 
 @dataclass(frozen=True)
-class Any_(KeyType):
+class Opaque(KeyType):
     """A value the resolver checks with its own messages (kept for the reference's sake)."""
 
     doc_text: str

@@ -188,11 +188,25 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
         owned = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
         for key, value in launch.items():
             if key in LAUNCH_EXTENSIONS:
-                out.setdefault("launch", {})[key] = value
+                placed = out.setdefault("launch", {})
+                if isinstance(value, Mapping) and isinstance(placed.get(key), dict):
+                    # [launch.beaker] next to MILES keys that map into it (launch.cluster): merge.
+                    for sub, v in value.items():
+                        if sub in placed[key]:
+                            problem(["launch", key, sub], f"is also set as launch.{sub}; set it once")
+                        placed[key][sub] = v
+                else:
+                    placed[key] = dict(value) if isinstance(value, Mapping) else value
                 renames.setdefault(f"launch.{key}", f"launch.{key}")
             elif key in owned:
                 target = MAPPING[f"launch.{key}"]
-                _put(out, _split(target), value)
+                path = _split(target)
+                node: Any = out
+                for part in path[:-1]:
+                    node = node.get(part) if isinstance(node, dict) else None
+                if isinstance(node, dict) and path[-1] in node:
+                    problem(["launch", key], f"is also set as {target}; set it once")
+                _put(out, path, value)
                 renames[target] = f"launch.{key}"
             else:
                 close = _close(key, [*owned, *LAUNCH_EXTENSIONS])
@@ -221,7 +235,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
                 renames.setdefault(target, f"{section}.{key}")
             elif close := _close(key, list(owned)):
                 problem([section, key], f"unknown key; did you mean {section}.{close}?")
-        if section in ("trainer", "inference", "driver"):
+        if section in ("trainer", "inference"):
             out.setdefault(section, {})
 
     inference = data.get("inference") if isinstance(data.get("inference"), Mapping) else {}

@@ -1,4 +1,4 @@
-"""GPU placement (DESIGN §4): who gets which GPU on which planned node. Pure.
+"""GPU placement: who gets which GPU on which planned node. Pure.
 
 Packed placement with capacity C = ``launch.gpus_per_replica``:
 
@@ -283,7 +283,7 @@ def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem
         colocated_rollout=config.inference.gpus if colocated else 0,
     )
     if len(nodes) == 1:
-        # Single node: allocate only what is requested (seed 000).
+        # Single node: allocate only what is requested.
         return nodes, nodes[0].used(), []
     problems: list[Problem] = []
     if colocated and config.trainer.nodes == 1:

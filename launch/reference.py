@@ -148,6 +148,30 @@ def _section(path: str, cls: type, doc: str, lines: list[str]) -> None:
         _section(*sub, lines)
 
 
+PLACEMENT_TEXT = [
+    "## Placement",
+    "",
+    "Capacity C = `launch.gpus_per_replica`. A run that fits one node with one trainer node allocates only",
+    "what it requests. Otherwise trainer nodes come first; the final trainer node's spare GPUs take whole",
+    "rollout engines; then rollout nodes of `min(C, remaining)`; then bound managed judges, in name order,",
+    "fill the last node's spare GPUs, else new judge nodes. Every replica has C GPUs; the plan reports the",
+    "unused ones. Multi-node replicas must be whole nodes (`launch.node_gpus`). Pools take contiguous node",
+    "ranges in declaration order; a judge pinned to a pool is sized against it. `driver.placement =",
+    '"inference"` puts the driver on the last node holding rollout GPUs and no trainer GPUs (no effect',
+    "without one). The acceptance table (8 GPUs per replica):",
+    "",
+    "| request | allocation |",
+    "|---|---|",
+    "| 2 trainer + 6 rollout, no judge | 1 node, 8 GPUs, none unused |",
+    "| 8 trainer + 7 rollout + 1 judge | 2 nodes, 16 GPUs, none unused |",
+    "| 4 trainer + 11 rollout + 1 judge | 2 nodes, 16 GPUs, none unused |",
+    "| 4 trainer + 19 rollout + 1 judge | 3 nodes, 24 GPUs, none unused |",
+    "| 8 trainer + 23 rollout + 1 judge | 4 nodes, 32 GPUs, none unused |",
+    "| 8 trainer + 8 rollout + 1 judge | 3 nodes, 24 GPUs, 7 unused |",
+    "",
+]
+
+
 def spec_markdown() -> str:
     from launch import miles
 
@@ -169,6 +193,7 @@ def spec_markdown() -> str:
         "",
     ]
     _section("", model.RunConfig, "The run's name.", lines)
+    lines += PLACEMENT_TEXT
     lines += ["## MILES run files", "", miles.REFERENCE_TEXT.strip(), "", *miles.mapping_table(), ""]
     return "\n".join(lines)
 

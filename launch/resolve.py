@@ -34,8 +34,10 @@ from launch.config import (
     MAX_RUBRICS,
     REQUIRED,
     Binding,
+    InferenceConfig,
     JudgeConfig,
     PoolConfig,
+    RayConfig,
     RubricConfig,
     RunConfig,
     _frozen,
@@ -120,7 +122,10 @@ class Checker:
         self.problems: list[Problem] = []
 
     def add(self, path: Path_, message: str) -> None:
-        self.problems.append(Problem(format_key(path), message))
+        key = format_key(path)
+        if any(p.key == key for p in self.problems):
+            return  # one problem per key: the first says what to change
+        self.problems.append(Problem(key, message))
 
     def mark(self) -> int:
         return len(self.problems)
@@ -152,13 +157,16 @@ def walk(
     unsupported: Mapping[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Check ``raw`` against ``cls``'s declared keys; return its constructor arguments, or None
-    when this table (or one below it) has a problem. Keys the mode does not accept must be in
-    ``unsupported`` (with their message) or they are reported as unknown."""
+    when this table (or one below it) has a problem. With a ``mode``, keys that mode does not accept
+    must be in ``unsupported`` (with their message) or they are reported as unknown."""
     start = c.mark()
     fields = _declared(cls)
     unsupported = unsupported or {}
+    # A judge's keys depend on its mode; without a (valid) mode every key a judge may carry is accepted.
     accepted = {
-        k for k, f in fields.items() if not (key_info(f) and key_info(f).modes and mode not in key_info(f).modes)
+        k
+        for k, f in fields.items()
+        if mode is None or not (key_info(f) and key_info(f).modes) or mode in key_info(f).modes
     }
     for k in raw:
         if k in unsupported:
@@ -297,27 +305,18 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
     return built if c.clean_since(start) else None
 
 
-UNSUPPORTED: dict[type, Mapping[str, str]] = {
-    RubricConfig: dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
-}
 RAY_NODE_POOL = (
     "is singular, but a Ray cluster spans pools: write node_pools = [...] (a list; [] starts a "
     "single-node cluster on the driver's node)"
 )
 
 
-def _inference_unsupported() -> None:
-    from launch.config import InferenceConfig, RayConfig
-
-    UNSUPPORTED[InferenceConfig] = {
-        "eval_gpus": EVAL_POOLS,
-        "eval_tensor_parallel_size": EVAL_POOLS,
-        "nnodes": CROSS_NODE_TP,
-    }
-    UNSUPPORTED[RayConfig] = {"node_pool": RAY_NODE_POOL}
-
-
-_inference_unsupported()
+# Known-but-unsupported keys per table, with what to do instead (reported instead of "unknown key").
+UNSUPPORTED: dict[type, Mapping[str, str]] = {
+    RubricConfig: dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
+    InferenceConfig: {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
+    RayConfig: {"node_pool": RAY_NODE_POOL},
+}
 
 
 # --- rules across keys ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The exact command line and environment of a managed judge (DESIGN §7). Pure: no I/O but
+"""The exact command line and environment of a managed judge. Pure: no I/O but
 locating the chat-template file shipped in this package.
 
 SGLang renames and removes flags between releases (``--cuda-graph-max-bs`` disappeared in

@@ -2,7 +2,7 @@
 
 The resolved spec is the data exactly as spelled after overrides: no defaults
 are injected, so an omitted key and a key set to its default value are
-different specs with different fingerprints (seed 000: omitted ``cuda_graphs``
+different specs with different fingerprints (omitted ``cuda_graphs``
 vs ``cuda_graphs = false``). Defaults live in ``launch.config``.
 """
 
@@ -205,6 +205,22 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ResolvedSpec:
         source_text=recorded.source_text,
     )
 
+
+def load_spec_record(text: str, origin: str, overrides: Sequence[str] = ()) -> ResolvedSpec:
+    """A spec record (spec.json's body, as JSON text) carried without a file, e.g. inline in a
+    Beaker task's environment (``SPEC_JSON_ENV``); ``origin`` names it in messages."""
+    data, recorded = _read_json(Path(origin), text)
+    return resolved_from_dict(
+        apply_overrides(data, overrides),
+        recorded.base_dir,
+        overrides=(*recorded.overrides, *overrides),
+        source_text=recorded.source_text,
+    )
+
+
+# The environment variable that carries a spec record inline (gym-agent reads it when neither
+# --config nor GYM_RUN_SPEC names a file): every replica of a Beaker task loads the same bytes.
+SPEC_JSON_ENV = "GYM_RUN_SPEC_JSON"
 
 MAX_SOURCE_TEXT = 1 << 20  # a run file is kilobytes; a bound keeps spec.json small
 

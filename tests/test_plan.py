@@ -1,4 +1,4 @@
-"""GPU placement: seed 000's allocation table, every rejection, driver placement, pools."""
+"""GPU placement: the allocation table of docs/spec.md, every rejection, driver placement, pools."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def layout(p: Plan) -> list[tuple[int, int, dict[str, int], int]]:
     return [(n.trainer_gpus, n.rollout_gpus, dict(n.judges), n.unused_gpus) for n in p.nodes]
 
 
-# --- seed 000's table (the acceptance test) ---------------------------------------
+# --- the allocation table (the acceptance test) -----------------------------------
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ def test_to_json_shape() -> None:
     }
 
 
-# --- driver placement (seed 004) ------------------------------------------------
+# --- driver placement ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_driver_placement(spec: dict[str, Any], placement: str, node: int) -> No
     assert (p.driver_node, p.driver_placement) == (node, placement)
 
 
-# --- rejections (DESIGN §4) --------------------------------------------------------
+# --- rejections --------------------------------------------------------------------
 
 
 def test_trainer_larger_than_a_node() -> None:
@@ -303,7 +303,7 @@ def test_all_shape_problems_are_reported_together() -> None:
     }
 
 
-# --- pools (seed 001) --------------------------------------------------------------------
+# --- pools -------------------------------------------------------------------------------
 
 
 def test_judge_pinned_to_its_own_pool() -> None:

@@ -171,7 +171,7 @@ def _drop(*path: str) -> Callable[[dict[str, Any]], None]:
             "at most 1",
         ),
         (
-            _set("launch", "coordination", "heartbeat_interval", value=200),
+            _set("launch", "coordination", "heartbeat_interval", value=50),
             "launch.coordination.heartbeat_interval",
             "smaller than heartbeat_timeout",
         ),

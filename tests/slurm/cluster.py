@@ -4,7 +4,7 @@
     python -m tests.slurm.cluster status [DIR]  daemons and `sinfo`
     python -m tests.slurm.cluster down [DIR]    stop everything by pid, remove DIR
 
-How it works (recipe and traps: notes/slurm.md):
+How it works:
 - Debian's `slurmctld slurmd slurm-client munge` are installed when missing (root only; a
   temporary policy-rc.d keeps the packages from starting daemons: there is no init system).
 - Everything lives in DIR: slurm.conf, gres.conf, a hosts file, state, spool, logs, pid files,

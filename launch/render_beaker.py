@@ -1,0 +1,238 @@
+"""Render a run as a Beaker experiment spec (YAML): one task, one replica group. Pure.
+
+Seed 000: "one Beaker task with native replicas, leader selection and a synchronized start",
+full eight-GPU nodes, one shared hostname allowlist, failure and preemption propagated to every
+replica. Every replica runs ``gym-agent --uuid U``; rank and count come from Beaker's replica
+environment (BEAKER_REPLICA_RANK / BEAKER_REPLICA_COUNT, agent/identity.py) and the address from
+BEAKER_NODE_HOSTNAME (host networking: the node's own address).
+
+The run spec travels inside the task: the spec record (what the run directory's spec.json
+holds) is the value of ``GYM_RUN_SPEC_JSON``, and the command carries its fingerprint
+(``--expect-fingerprint``), so every replica loads exactly these bytes or refuses to start.
+Nothing has to be readable from the submitting machine.
+
+Credentials never appear: ``[launch] env`` is refused by the resolver when a name or value looks
+like one, and ``[launch] secrets`` map a variable to a Beaker secret *name*.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from collections.abc import Mapping
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from launch.config import RunConfig
+from launch.errors import Problem, SpecError
+from launch.render import Rendered, RenderRequest
+from launch.spec import SPEC_JSON_ENV, canonical_json, spec_record
+from launch.yamltext import dump
+
+BEAKER_NODE_GPUS = 8  # Beaker replica groups take whole 8-GPU nodes (seed 000)
+RESULT_PATH = "/output"  # Beaker's per-task result directory (unused by the agent)
+AGENT = "gym-agent"
+# A Linux environment string is at most 128 KiB (MAX_ARG_STRLEN); leave room for the name.
+MAX_INLINE_SPEC = 120 * 1024
+# Names the task itself sets (or Beaker sets for each replica): [launch] env/secrets may not.
+RESERVED_ENV = (
+    SPEC_JSON_ENV,
+    "GYM_RUN_SPEC",
+    "GYM_REPLICA_RANK",
+    "GYM_REPLICA_COUNT",
+    "CUDA_VISIBLE_DEVICES",
+    "GYM_TEST_REPLICA_ADDRESS",  # agent.identity's loopback test hook: never in a real job
+)
+RESERVED_PREFIXES = ("BEAKER_",)
+
+
+def _duration_s(seconds: float) -> str:
+    return f"{math.ceil(seconds)}s"
+
+
+NANOS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h|d)")
+
+
+def beaker_duration(text: str) -> str:
+    """A spec duration ("2d", "1h30m", already checked by the resolver) in units Beaker reads:
+    Beaker, like Go, has no days, so it is written in the largest of h, m, s, ms, ns that is exact."""
+    nanos = sum(Decimal(n) * NANOS[u] for n, u in DURATION_PART.findall(text))
+    total = int(nanos.to_integral_value(rounding=ROUND_CEILING))
+    for unit in ("h", "m", "s", "ms"):
+        if total % NANOS[unit] == 0:
+            return f"{total // NANOS[unit]}{unit}"
+    return f"{total}ns"
+
+
+def _under(path: str, mount: str) -> bool:
+    return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+def _problems(request: RenderRequest) -> list[Problem]:
+    config, plan = request.config, request.plan
+    beaker = config.launch.beaker
+    out: list[Problem] = []
+    if not beaker.image:
+        out.append(Problem("launch.beaker.image", "is required for Beaker: the image every replica runs"))
+    if plan.replicas > 1 and config.gpus_per_replica != BEAKER_NODE_GPUS:
+        out.append(
+            Problem(
+                "launch.gpus_per_replica",
+                f"is {config.gpus_per_replica}, but a Beaker replica group takes whole nodes of "
+                f"{BEAKER_NODE_GPUS} GPUs (replicas could otherwise share a physical host); set it to 8",
+            )
+        )
+    if config.node_gpus != BEAKER_NODE_GPUS:
+        out.append(Problem("launch.node_gpus", "Beaker replica groups need full eight-GPU nodes; set node_gpus = 8"))
+    if beaker.cluster and config.hostnames:
+        out.append(
+            Problem(
+                "launch.beaker.cluster",
+                "and launch.hostnames are both set; they are exclusive Beaker constraints: keep the cluster(s) "
+                "or the hostname allowlist, not both",
+            )
+        )
+    elif not beaker.cluster and not config.hostnames:
+        out.append(
+            Problem("launch.beaker.cluster", "is required for Beaker (or set launch.hostnames): where replicas run")
+        )
+    if config.hostnames and len(config.hostnames) < plan.replicas:
+        out.append(
+            Problem(
+                "launch.hostnames",
+                f"lists {len(config.hostnames)} host(s) for {plan.replicas} replicas; each replica needs its own "
+                "node: list at least as many hosts as replicas",
+            )
+        )
+    if beaker.preemptible is not None and (beaker.min_runtime is not None or beaker.auto_resume is not None):
+        out.append(
+            Problem(
+                "launch.beaker.preemptible",
+                "is Beaker's legacy field and cannot be combined with min_runtime or auto_resume (Beaker refuses "
+                "both); remove preemptible",
+            )
+        )
+    if not posixpath.isabs(request.output_root_given):
+        out.append(
+            Problem(
+                "output.root",
+                f"is relative ({request.output_root_given!r}); a Beaker run needs an absolute path on a shared "
+                "filesystem mounted in every replica (pass --output-root /weka/... or set output.root)",
+            )
+        )
+    else:
+        mounts = [m["mount_path"] for m in config.launch.weka_mounts]
+        if plan.replicas > 1 and mounts and not any(_under(request.output_root, m) for m in mounts):
+            out.append(
+                Problem(
+                    "output.root",
+                    f"{request.output_root} is not inside any launch.weka_mounts mount_path ({', '.join(mounts)}); "
+                    "the replicas coordinate through it, so it must be on a filesystem every replica mounts",
+                )
+            )
+    for table in ("env", "secrets"):
+        names: Mapping[str, str] = getattr(config.launch, table)
+        for name in names:
+            if name in RESERVED_ENV or name.startswith(RESERVED_PREFIXES):
+                out.append(Problem(f"launch.{table}.{name}", "is set by the Beaker task or by Beaker; remove it"))
+    return out
+
+
+def _env_vars(config: RunConfig, spec_json: str) -> list[dict[str, str]]:
+    env = [{"name": k, "value": v} for k, v in sorted(config.launch.env.items())]
+    # By name only: Beaker puts the secret's value into the replica's environment.
+    env += [{"name": k, "secret": v} for k, v in sorted(config.launch.secrets.items())]
+    env.append({"name": SPEC_JSON_ENV, "value": spec_json})
+    return env
+
+
+def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
+    config, plan = request.config, request.plan
+    beaker = config.launch.beaker
+    command = [AGENT, "--uuid", request.uuid, "--output-root", request.output_root]
+    command += ["--expect-fingerprint", config.fingerprint]
+    if plan.replicas == 1:
+        # No replica group, so no BEAKER_REPLICA_* variables: the one replica says who it is.
+        command += ["--rank", "0", "--replicas", "1"]
+    context: dict[str, Any] = {}
+    if beaker.priority is not None:
+        context["priority"] = beaker.priority
+    if beaker.preemptible is not None:
+        context["preemptible"] = beaker.preemptible
+    if beaker.min_runtime is not None:
+        context["minRuntime"] = beaker_duration(beaker.min_runtime)
+    if beaker.auto_resume is not None:
+        context["autoResume"] = beaker.auto_resume
+    resources: dict[str, Any] = {"gpuCount": plan.gpus_per_replica}
+    if beaker.shared_memory is not None:
+        resources["sharedMemory"] = beaker.shared_memory
+    if beaker.cluster:
+        clusters = [beaker.cluster] if isinstance(beaker.cluster, str) else list(beaker.cluster)
+        constraints = {"cluster": clusters}
+    else:
+        constraints = {"hostname": list(config.hostnames)}
+    out: dict[str, Any] = {
+        "name": config.name,
+        "image": {"beaker": beaker.image},
+        "command": command,
+        "envVars": _env_vars(config, spec_json),
+        "datasets": [{"mountPath": m["mount_path"], "source": {"weka": m["weka"]}} for m in config.launch.weka_mounts],
+        "result": {"path": RESULT_PATH},
+        "resources": resources,
+        "context": context,
+        "constraints": constraints,
+        # Peers and Ray reach each other on the nodes' own addresses.
+        "hostNetworking": True,
+    }
+    if not out["datasets"]:
+        del out["datasets"]
+    if plan.replicas > 1:
+        out.update(
+            {
+                "replicas": plan.replicas,
+                "leaderSelection": True,
+                "propagateFailure": True,
+                "propagatePreemption": True,
+                # Beaker starts the replicas together or not at all, within the run's startup deadline.
+                "synchronizedStartTimeout": _duration_s(config.coordination.startup_timeout),
+            }
+        )
+    if beaker.timeout is not None:
+        out["timeout"] = beaker_duration(beaker.timeout)
+    return out
+
+
+def render(request: RenderRequest) -> Rendered:
+    problems = _problems(request)
+    record = spec_record(request.config.spec, request.spec_path)
+    spec_json = canonical_json(record)
+    if len(spec_json.encode("utf-8")) > MAX_INLINE_SPEC:
+        problems.append(
+            Problem(
+                "(spec)",
+                f"the run spec is {len(spec_json) // 1024} KiB as JSON; a Beaker task carries it in one environment "
+                f"variable of at most {MAX_INLINE_SPEC // 1024} KiB: shorten the run file",
+            )
+        )
+    if problems:
+        raise SpecError(problems)
+    config, plan = request.config, request.plan
+    doc: dict[str, Any] = {
+        "version": "v2",
+        "description": f"gym-agent run {config.name} (uuid {request.uuid}, fingerprint {config.fingerprint[:16]})",
+    }
+    if config.launch.beaker.budget is not None:
+        doc["budget"] = config.launch.beaker.budget
+    doc["tasks"] = [task(request, spec_json)]
+    workspace = config.launch.beaker.workspace
+    comments = (
+        f"gym-agent run {config.name}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs, uuid {request.uuid}",
+        f"fingerprint {config.fingerprint}",
+        f"Beaker workspace: {workspace or '(your Beaker default workspace)'}",
+        f"OUTPUT ROOT {request.output_root} MUST BE A SHARED FILESYSTEM mounted at this path in every replica:",
+        f"the replicas coordinate through {posixpath.join(request.output_root, 'cluster', request.uuid)}.",
+        f"The run spec is carried inline ({SPEC_JSON_ENV}); every replica checks its fingerprint.",
+    )
+    return Rendered(backend="beaker", text=dump(doc, comments), file_name=".beaker.yaml")

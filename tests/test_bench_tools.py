@@ -1,0 +1,67 @@
+"""The benchmark's own instruments: the anchor re-implementation fails on a skewed clock where
+gym-agent's liveness does not, and strace's outside count of an agent's filesystem operations
+matches the agent's own count. Real processes; `make bench` itself is not run here."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench import anchor_agent, fstrace
+
+
+def test_anchor_node_fails_a_peer_on_wall_clock_skew_and_finds_failure_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = anchor_agent.AnchorNode(tmp_path, 0, 2, stale=120, missing=1200)
+    b = anchor_agent.AnchorNode(tmp_path, 1, 2, stale=120, missing=1200)
+    a.beat_and_check()
+    b.beat_and_check()
+    assert a.failure is None and b.failure is None
+    assert a.ops == {"read": 1, "write": 1, "list": 0}
+    monkeypatch.setattr(anchor_agent, "SKEW", 3600.0)  # b's host is an hour ahead from now on
+    b.beat_and_check()
+    assert b.failure is not None and "stale heartbeat: rank 0" in b.failure[0]
+    b.write_failure()
+    a.check_failed_files()
+    assert a.failure is not None and a.failure[1] == {"rank": 1, "kind": "peer"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (make bench installs it)")
+def test_strace_counts_match_the_agents_own_counts(tmp_path: Path) -> None:
+    run_dir = tmp_path / "anchor"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bench.anchor_agent", "--dir", str(run_dir), "--rank", str(r), "--replicas", "3"]
+            + ["--heartbeat", "0.3", "--glob-every", "0.2"],
+            start_new_session=True,
+        )
+        for r in range(3)
+    ]
+    try:
+        end = time.monotonic() + 30
+        while not all((run_dir / f"heartbeat-{r}.json").exists() for r in range(3)):
+            assert time.monotonic() < end, "anchor agents never beat"
+            time.sleep(0.1)
+        tracer = fstrace.Tracer(procs[1].pid, 1, run_dir, tmp_path / "trace")
+        tracer.start()
+        time.sleep(4.0)
+        tracer.stop()
+        comp = tracer.compare()
+        own = orjson.loads((run_dir / "heartbeat-1.json").read_bytes())["fs_ops"]
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+    assert comp.heartbeats >= 5
+    assert comp.self_counted["read"] == 2 * comp.heartbeats  # two peers read per heartbeat
+    assert comp.self_counted["write"] == comp.heartbeats
+    assert comp.strace_total > 0 and comp.disagreement <= 0.10, comp.to_json()
+    assert own["read"] >= comp.self_counted["read"]

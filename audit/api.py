@@ -24,6 +24,7 @@ from .crosscheck_lifecycle import (
     check_logs,
     check_phases,
 )
+from .crosscheck_regrade import check_regrade
 from .expected import PlanView, expected_plan
 from .first_cause import analyse
 from .load import SafeDir, UnusableRunDir, load_run
@@ -51,6 +52,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_logs,
     check_heartbeats,
     check_incarnations,
+    check_regrade,
 )
 
 

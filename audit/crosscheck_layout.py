@@ -233,8 +233,9 @@ def _check_against_plan(ctx: AuditContext, rec, node_index: int) -> list[Finding
 def check_ray_layout(ctx: AuditContext) -> list[Finding]:
     f = names.RAY_LAYOUT
     doc = ctx.run.doc(f)
+    ray_off = ctx.plan.source == "launch" and ctx.plan.ray_nodes == ()  # [ray] enabled = false
     if doc is None:
-        if ctx.succeeded:
+        if ctx.succeeded and not ray_off:
             return [Finding("error", "ray_layout.missing", "no ray-layout.json on a successful run", f)]
         return []
     out: list[Finding] = []

@@ -121,6 +121,14 @@ class DriverEnv:
     RUN_FILE = "GYM_RUN_FILE"  # the user's run file, byte for byte (a MILES trainer reads it)
 
 
+class LauncherEnv:
+    """What the launcher (gym-launch) reads from its own environment."""
+
+    # The reader placement: srun arguments of the CPU placement heavy readers run on, e.g.
+    # "-p cpu -q cpu-normal". gym-launch regrade takes a CPU judge job's partition and QOS from it.
+    READER_SRUN = "GYM_READER_SRUN"
+
+
 class JobEnv:
     """What a rendered job script exports to every node (and so to the agents and the driver)."""
 

@@ -44,8 +44,17 @@ CPU_PLACEMENT_UNUSED = (
     "--judge-partition/--judge-qos apply to the CPU profile only (a served judge needs GPUs); not used"
 )
 READER = LauncherEnv.READER_SRUN
-# Directives that ask for GPUs: a CPU partition's nodes have none, so a CPU job drops them.
-GPU_DIRECTIVES = ("--gres", "--gpus", "--gpu", "--gpus-per-node", "--gpus-per-task", "--gpu-bind", "--gpu-freq")
+# Directives that ask for GPUs or shape the run's GPU nodes (the renderer owns --gres/--gpus*):
+# a CPU partition's nodes have neither, so a CPU job drops them.
+GPU_DIRECTIVES = (
+    "--gpus-per-task",
+    "--gpus-per-socket",
+    "--gpu-bind",
+    "--gpu-freq",
+    "--cpus-per-gpu",
+    "--mem-per-gpu",
+    "--constraint",
+)
 
 
 class RegradeRefused(UsageError):
@@ -325,6 +334,11 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
             )
         if cpu_pool is not None:
             dropped = [n for n in dropped if n != cpu_pool.name]
+        gpu_only = [
+            d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)
+        ]
+        if gpu_only:
+            unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
     if dropped:
         unused.append(f"pools {', '.join(dropped)}: the policy's (no trainer, no rollout)")
     unused.append("trainer, rollout and the policy model: a judge-only job grades saved answers")
@@ -383,6 +397,7 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
     slurm["time"] = profile.walltime
     if profile.kind == CPU:
         slurm["directives"] = _cpu_directives(config.launch.slurm.directives)
+
     used_judges = {b.judge for b in config.bindings}
     used_rubrics = {b.rubric for b in config.bindings}
     train, evaluation = config.data_paths()

@@ -32,7 +32,7 @@ from typing import Any
 from launch import config as model
 from launch.config import RunConfig
 from launch.errors import UsageError
-from schemas.vocab import LauncherEnv
+from schemas.vocab import JobEnv, LauncherEnv
 
 CPU = "cpu"
 SERVED_JUDGE = "served-judge"
@@ -341,8 +341,18 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
             unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
     if dropped:
         unused.append(f"pools {', '.join(dropped)}: the policy's (no trainer, no rollout)")
+    dangling = dangling_driver_env(config, {p.name for p in pools})
+    if dangling:
+        unused.append(f"driver.env {', '.join(dangling)}: they read the node list of a pool the job does not have")
     unused.append("trainer, rollout and the policy model: a judge-only job grades saved answers")
     return Profile(kind, partition, source, qos, qos_source, walltime, bounds, pools, services, external, tuple(unused))
+
+
+def dangling_driver_env(config: RunConfig, kept_pools: set[str]) -> tuple[str, ...]:
+    """``driver.env`` keys that read the node list of a pool the judge job does not have
+    (``runtime:GYM_POOL_<POOL>_NODES``): the job leaves them out rather than fail on them."""
+    gone = {JobEnv.pool_nodes(p.name) for p in config.pool_list if p.name not in kept_pools}
+    return tuple(k for k, v in config.driver.env.items() if v.startswith("runtime:") and v[len("runtime:") :] in gone)
 
 
 # --- the judge job's spec -----------------------------------------------------------------------
@@ -404,6 +414,8 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
     data = {k: list(v) for k, v in (("train", train), ("eval", evaluation)) if v}
     driver = table_of(config.driver)
     driver.update(command=command, placement="trainer")
+    for k in dangling_driver_env(config, {p.name for p in profile.pools}):
+        del driver["env"][k]
     return {
         "name": f"{config.name}-regrade"[:100],
         "output": table_of(config.output),

@@ -339,6 +339,17 @@ def test_served_job_spec_keeps_only_the_judges_pool_in_its_saved_shape(tmp_path:
         assert d in directives, directives
 
 
+def test_driver_env_reading_a_dropped_pool_is_left_out_and_reported(tmp_path: Path) -> None:
+    source = from_text(
+        tmp_path,
+        POOLED + '[driver.env]\nJ = "runtime:GYM_POOL_JUDGE_NODES"\nP = "runtime:GYM_POOL_POLICY_NODES"\nK = "k"\n',
+    )
+    p = profile(source)
+    assert "driver.env P: they read the node list of a pool the job does not have" in p.unused
+    job = RunConfig.from_spec(resolved_from_dict(rg.judge_job_spec(source, p, "grade")))
+    assert dict(job.driver.env) == {"J": "runtime:GYM_POOL_JUDGE_NODES", "K": "k"}
+
+
 def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
     source = demo_external()
     p = profile(source, judge_partition="cpu")

@@ -207,6 +207,11 @@ def test_cpu_qos_of_the_saved_cpu_pool_wins_over_the_reader(tmp_path: Path) -> N
     assert p.pools[0].qos == "pool-qos"
 
 
+def test_cpu_qos_of_the_saved_pool_does_not_follow_to_another_partition(tmp_path: Path) -> None:
+    p = profile(from_text(tmp_path, CPU_RUN), judge_partition="elsewhere", reader_srun="-q reader-q")
+    assert (p.partition, p.qos) == ("elsewhere", "reader-q")  # the reader names no partition: it follows
+
+
 def test_cpu_qos_of_the_reader_when_it_names_this_partition_or_none() -> None:
     same = profile(demo_external(), reader_srun="-p cpu --qos=reader-q")
     assert (same.partition, same.qos) == ("cpu", "reader-q")

@@ -105,7 +105,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
             "--set",
             "launch.slurm.explicit_address=true",
             "--set",
-            'launch.slurm.time="03:00:00"',
+            'launch.slurm.time="01:30:00"',  # within gpu's MaxTime, beyond cpu's
             "--set",
             external,
             "--set",
@@ -120,7 +120,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
         assert (profile["kind"], profile["partition"]) == ("cpu", "cpu")
         assert LauncherEnv.READER_SRUN in profile["partition_source"]
         assert (profile["qos"], profile["qos_source"]) == (None, rg.PARTITION_DEFAULT)
-        # The run's 03:00:00 bounded by the real MaxTime of partition cpu.
+        # The run's 01:30:00 bounded by the real MaxTime of partition cpu.
         assert profile["walltime"] == "01:00:00"
         assert profile["walltime_bounds"][1] == "bounded by MaxTime 01:00:00 of partition cpu"
         assert (profile["services"], profile["external_judges"]) == ([], ["general"])

@@ -27,6 +27,7 @@ from .crosscheck_lifecycle import (
     check_phases,
     check_shared_filesystem,
 )
+from .crosscheck_regrade import check_regrade
 from .expected import expected_plan
 from .first_cause import analyse
 from .load import SafeDir, UnusableRunDir, load_run
@@ -55,6 +56,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_heartbeats,
     check_incarnations,
     check_shared_filesystem,
+    check_regrade,
 )
 
 

@@ -181,6 +181,8 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
     """Process exit alone is not success: the driver must show it trained."""
     f = names.DRIVER_RESULT
     doc = ctx.run.doc(f)
+    if doc is None and ctx.run.doc(names.REGRADE) is not None:
+        return []  # a judge-only job (gym-launch regrade): its driver grades saved answers, it trains nothing
     if doc is None:
         if ctx.complete is not None or ctx.succeeded:
             return [

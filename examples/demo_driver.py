@@ -176,6 +176,9 @@ def _grade_with_judges(rollouts: list) -> tuple[int, list[dict]]:
             samples.append(
                 {
                     "verifier": verifier,
+                    # The question and reference too: gym-launch regrade grades these answers again.
+                    "question": sample["metadata"]["judge_query"],
+                    "reference": sample["label"],
                     "answer": answer,
                     "score": grade.score,
                     "latency_s": grade.verifier_diagnostics.get("latency_s"),

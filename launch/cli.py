@@ -426,6 +426,46 @@ def _run_completion(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- regrade ------------------------------------------------------------------
+
+
+def add_regrade_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="OUTPUT/cluster/UUID", help="the finished run to grade again")
+    p.add_argument("--judge-partition", metavar="P", help="the CPU partition of a CPU profile")
+    p.add_argument("--judge-qos", metavar="Q", help="the QOS of a CPU profile")
+    p.add_argument(
+        "--command",
+        metavar="CMD",
+        default="true",
+        help="the shell command the job runs once its judges are up and checked; it gets the judges' "
+        "registry as a run's driver does (default: true, which only checks them)",
+    )
+    p.add_argument("--uuid", help="the judge job's run id (default: time + random); beside the run")
+    p.add_argument("--dry-run", action="store_true", help="print the profile and the job; submit nothing")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+
+
+# Reading the partition's MaxTime, creating the run directory and sbatch are side effects: like
+# `submit`, `regrade` hands over by exec to agent/ (named here as a string only).
+REGRADER = "agent.regrade"
+
+
+def _run_regrade(args: argparse.Namespace) -> int:
+    argv = [sys.executable, "-m", REGRADER, args.run_dir, "--command", args.command]
+    for flag, value in (
+        ("--judge-partition", args.judge_partition),
+        ("--judge-qos", args.judge_qos),
+        ("--uuid", args.uuid),
+    ):
+        if value:
+            argv += [flag, value]
+    argv += [f for f, on in (("--dry-run", args.dry_run), ("--json", args.json)) if on]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return EXIT_USAGE  # not reached
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
@@ -464,6 +504,12 @@ COMMANDS: list[Command] = [
         "one row per rank of a run (phase, time in phase, heartbeat age, failure), now or --watch",
         _configure_status,
         _run_status,
+    ),
+    Command(
+        "regrade",
+        "grade a finished run's saved answers again: a judge-only Slurm job (CPU or served-judge profile)",
+        add_regrade_arguments,
+        _run_regrade,
     ),
     Command(
         "local",

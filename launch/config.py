@@ -256,7 +256,13 @@ class LaunchConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
-    nodes: int = key(keys.Int(1, MAX_NODES), 1, doc="trainer nodes", rule=SEED_PLACEMENT)
+    nodes: int = key(
+        keys.Int(0, MAX_NODES),
+        1,
+        doc="trainer nodes; 0 = no trainer: a judge-only job (gym-launch regrade) whose nodes are its [pools] "
+        "and which has no rollout (inference.gpus = 0)",
+        rule=SEED_PLACEMENT,
+    )
     gpus_per_node: int = key(keys.Int(1, MAX_NODE_GPUS), doc="trainer GPUs on each trainer node", rule=SEED_PLACEMENT)
 
     @property
@@ -458,9 +464,22 @@ class PoolConfig:
     name: str
     nodes: int = key(keys.Int(1, MAX_NODES), doc="nodes of the pool", rule=SEED_POOLS)
     gpus_per_node: int = key(
-        keys.Int(1, MAX_NODE_GPUS), doc="GPUs per node; equal to launch.gpus_per_replica", rule=SEED_POOLS
+        keys.Int(0, MAX_NODE_GPUS),
+        doc="GPUs per node; equal to launch.gpus_per_replica, or 0 for a CPU pool (no GPU work: only a run "
+        "without trainer, rollout or managed judges, whose pools are all CPU pools, may have one)",
+        rule=SEED_POOLS,
     )
     partition: str | None = key(keys.Text(), None, doc="Slurm partition of the pool", rule=SEED_POOLS)
+    qos: str | None = key(
+        keys.Text(),
+        None,
+        doc="Slurm QOS of the pool's partition (a judge-only job queued there takes it: gym-launch regrade)",
+        rule=SEED_POOLS,
+    )
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.gpus_per_node == 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,9 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
    ``node_pool`` is reserved for the judges pinned to it (sized against that
    pool); trainer, rollout and unpinned judges are packed as in 2 over the
    other pools' nodes. No single-node shrinking: pools state the allocation.
+   A run whose pools are all CPU pools (``gpus_per_node = 0``: a judge-only job with external
+   judges, ``trainer.nodes = 0``) has a capacity of 0: its nodes get no GPU work. With
+   ``trainer.nodes = 0`` the driver runs on node 0.
 
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
 (trainer, then rollout), judges the next ones in name order, the tail is unused.
@@ -298,7 +301,8 @@ def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem
 
 
 def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
-    c = config.gpus_per_replica
+    # Every pool a CPU pool (the resolver refuses a mix): nodes without GPUs, so a capacity of 0.
+    c = 0 if all(p.cpu_only for p in config.pool_list) else config.gpus_per_replica
     colocated = config.inference.placement_mode == "colocated"
     reserved = {j.node_pool for j in config.gpu_judges if j.node_pool}
     general = [p for p in config.pool_list if p.name not in reserved]
@@ -313,7 +317,7 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
         colocated_rollout=config.inference.gpus if colocated else 0,
     )
     capacity_nodes = sum(p.nodes for p in general)
-    if not general:
+    if not general and packed:
         problems.append(
             Problem(
                 "pools",
@@ -378,7 +382,7 @@ def _layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
     if problems:
         return [], config.gpus_per_replica, problems
     nodes, capacity, problems = _pool_layout(config) if config.pools else _standard_layout(config)
-    if len(nodes) > 1 and config.gpus_per_replica != config.node_gpus:
+    if len(nodes) > 1 and capacity and config.gpus_per_replica != config.node_gpus:
         problems.append(
             Problem(
                 "launch.gpus_per_replica",

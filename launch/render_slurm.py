@@ -76,9 +76,11 @@ def _directives(request: RenderRequest, run_dir: str) -> list[str]:
         f"--job-name={config.name}",
         f"--nodes={plan.replicas}",
         "--ntasks-per-node=1",
-        f"--gpus-per-node={plan.gpus_per_replica}",
         f"--output={run_dir}/{names.SLURM_OUTPUT}",
     ]
+    if plan.gpus_per_replica:
+        # A run of CPU pools only (gpus_per_node = 0) asks for no GPUs: a CPU partition has none.
+        lines.insert(3, f"--gpus-per-node={plan.gpus_per_replica}")
     if request.workdir:
         lines.append(f"--chdir={request.workdir}")
     pool_partition = next((p.partition for p in config.pool_list if p.partition), None)

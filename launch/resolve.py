@@ -372,15 +372,38 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
 
     per_replica = launch.get("gpus_per_replica", 8)
     pools = table("pools")
+    cpu_pools = [n for n, p in pools.items() if isinstance(p, dict) and p.get("gpus_per_node") == 0]
     for pname, pool in pools.items():
         gpn = pool.get("gpus_per_node") if isinstance(pool, dict) else None
-        # One allocation has one node size; gpus_per_replica is that size.
-        if keys.is_int(gpn) and keys.is_int(per_replica) and gpn != per_replica:
+        # One allocation has one node size; gpus_per_replica is that size (0: a CPU pool).
+        if keys.is_int(gpn) and keys.is_int(per_replica) and gpn not in (0, per_replica):
             c.add(
                 ("pools", pname, "gpus_per_node"),
                 f"is {gpn} but launch.gpus_per_replica is {per_replica}: pools share one allocation, "
-                "so every pool and the replica size must agree",
+                "so every pool and the replica size must agree (or be 0: a CPU pool)",
             )
+    if cpu_pools and len(cpu_pools) != len(pools):
+        # One allocation has one node shape: a job mixing GPU and CPU nodes would be a heterogeneous job.
+        c.add(
+            ("pools", cpu_pools[0], "gpus_per_node"),
+            "is 0 (a CPU pool) but other pools have GPUs: one allocation has one node shape; make every pool "
+            "a CPU pool or give this one launch.gpus_per_replica GPUs",
+        )
+    trainer, inference = table("trainer"), table("inference")
+    no_trainer = trainer.get("nodes") == 0
+    if no_trainer and not pools:
+        c.add(("trainer", "nodes"), "is 0 (a judge-only job) but no [pools.NAME] states the job's nodes; declare one")
+    if no_trainer and keys.is_int(inference.get("gpus")) and inference.get("gpus") != 0:
+        c.add(("inference", "gpus"), "must be 0 when trainer.nodes = 0: a judge-only job has no rollout")
+    if cpu_pools and len(cpu_pools) == len(pools):
+        if not no_trainer:
+            c.add(("trainer", "nodes"), "must be 0 when every pool is a CPU pool (gpus_per_node = 0): no GPU work")
+        for jname, j in table("judges").items():
+            if isinstance(j, dict) and j.get("mode") == "managed" and _is_bound(jname, table("judging", "bindings")):
+                c.add(
+                    ("judges", jname, "mode"),
+                    "is managed but every pool is a CPU pool: a managed judge needs GPUs; use an external judge",
+                )
 
     directives = table("launch", "slurm").get("directives")
     if isinstance(directives, list) and all(isinstance(d, str) for d in directives):
@@ -462,6 +485,10 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
                 c.add((*rp, name), "is a built-in Ray resource set from the plan; use a custom name")
             elif not keys.is_number(amount) or not 0 <= amount <= 1e12:
                 c.add((*rp, name), f"must be a non-negative number, not {keys.describe(amount)}")
+
+
+def _is_bound(judge: str, bindings: Mapping[str, Any]) -> bool:
+    return any(isinstance(b, dict) and b.get("judge") == judge for b in bindings.values())
 
 
 def _listing(table: Mapping[str, Any]) -> str:

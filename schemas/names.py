@@ -22,6 +22,8 @@ DRIVER_RESULT = "driver-result.json"
 
 RAY_HEAD = "ray-head.json"
 SUBMISSION = "submission.json"
+# A judge-only job's record of the finished run it grades again (gym-launch regrade).
+REGRADE = "regrade.json"
 JOB_FILE_PREFIX = "job"  # job.sbatch, job.beaker.yaml: the rendered job as submitted
 
 
@@ -177,6 +179,7 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^driver-result\.json$"), "driver-result"),
     (re.compile(r"^submission\.json$"), "submission"),
     (re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready)\.json$"), "attempt"),
+    (re.compile(r"^regrade\.json$"), "regrade"),
 )
 # Files of the run directory that are neither artifacts nor logs (the audit knows them).
 OTHER_FILES: tuple[re.Pattern[str], ...] = (

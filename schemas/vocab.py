@@ -134,6 +134,14 @@ class ResumeEnv:
     TOKEN = "GYM_ATTEMPT_TOKEN"
 
 
+class LauncherEnv:
+    """What the launcher (gym-launch) reads from its own environment."""
+
+    # The reader placement: srun arguments of the CPU placement heavy readers run on, e.g.
+    # "-p cpu -q cpu-normal". gym-launch regrade takes a CPU judge job's partition and QOS from it.
+    READER_SRUN = "GYM_READER_SRUN"
+
+
 class JobEnv:
     """What a rendered job script exports to every node (and so to the agents and the driver)."""
 

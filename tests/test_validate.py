@@ -184,7 +184,7 @@ def _drop(*path: str) -> Callable[[dict[str, Any]], None]:
         (_set("launch", "slurm", "time", value="4 hours"), "launch.slurm.time", "Slurm time"),
         (_drop("trainer"), "trainer", "is required"),
         (_drop("trainer", "gpus_per_node"), "trainer.gpus_per_node", "is required; add it to [trainer]"),
-        (_set("trainer", "nodes", value=0), "trainer.nodes", "positive integer"),
+        (_set("trainer", "nodes", value=0), "trainer.nodes", "no [pools.NAME] states the job's nodes"),
         (_drop("inference"), "inference", "is required"),
         (_set("inference", "gpus", value=-1), "inference.gpus", "non-negative integer"),
         (_set("inference", "placement_mode", value="mixed"), "inference.placement_mode", '"disaggregated"'),

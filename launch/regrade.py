@@ -1,0 +1,456 @@
+"""Judge-only re-grading of a finished run (seed 003): where the job runs, for how long, what it
+starts, and the run spec of that job. Pure: reads only the resolved model of the source run and
+values the caller read from the scheduler (a partition's MaxTime); ``agent.regrade`` does the I/O.
+
+Two kinds of profile:
+
+- **cpu**: the run serves nothing beside its policy (no bound managed judge; external judges are
+  reached over HTTP). The job is one node of a CPU partition with no service, no Ray, no GPU.
+  Partition: ``--judge-partition``, else a saved CPU pool (``gpus_per_node = 0``), else the reader
+  placement (``GYM_READER_SRUN``'s ``-p/--partition``), else refused naming the three. QOS:
+  ``--judge-qos``, else the saved CPU pool's, else the reader placement's (when it names this
+  partition or none), else the partition's default. The run's own QOS does not follow: it belongs
+  to its GPU allocation, and a GPU QOS can refuse a job without GPUs.
+- **served-judge**: every bound managed judge is pinned (``node_pool``) to a pool of its own (the
+  planner reserves such a pool: it holds no trainer or rollout). The job keeps exactly those pools
+  in their saved shape and partition, no trainer, no rollout, no policy pool; it is a GPU job and
+  keeps the run's job-level QOS. ``--judge-partition/--judge-qos`` name a CPU placement and are
+  recorded as not used. A bound managed judge on the policy's nodes (no ``node_pool``) is refused.
+
+Walltime: the run's ``[launch.slurm] time`` (else 04:00:00) bounded by the partition's MaxTime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launch import config as model
+from launch.config import RunConfig
+from launch.errors import UsageError
+from schemas.vocab import JobEnv, LauncherEnv
+
+CPU = "cpu"
+SERVED_JUDGE = "served-judge"
+DEFAULT_WALLTIME = "04:00:00"
+JUDGE_POOL = "judge"  # the one pool of a CPU profile
+PARTITION_DEFAULT = "the partition's default"
+CLUSTER_DEFAULT = "the cluster's default partition"
+CPU_PLACEMENT_UNUSED = (
+    "--judge-partition/--judge-qos apply to the CPU profile only (a served judge needs GPUs); not used"
+)
+READER = LauncherEnv.READER_SRUN
+# Directives that ask for GPUs or shape the run's GPU nodes (the renderer owns --gres/--gpus*):
+# a CPU partition's nodes have neither, so a CPU job drops them.
+GPU_DIRECTIVES = (
+    "--gpus-per-task",
+    "--gpus-per-socket",
+    "--gpu-bind",
+    "--gpu-freq",
+    "--cpus-per-gpu",
+    "--mem-per-gpu",
+    "--constraint",
+)
+
+
+class RegradeRefused(UsageError):
+    """No judge-only profile exists for the run: the message says why and what would allow one."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What the user (and the launcher's environment) says about the judge job's placement."""
+
+    judge_partition: str | None = None
+    judge_qos: str | None = None
+    reader_srun: str | None = None  # the value of GYM_READER_SRUN
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    name: str
+    nodes: int
+    gpus_per_node: int
+    partition: str | None
+    qos: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where and for how long a judge-only job grades the run's saved answers again, and what it starts."""
+
+    kind: str
+    partition: str | None  # None: the cluster's default partition
+    partition_source: str
+    qos: str | None  # None: the partition's default
+    qos_source: str
+    walltime: str
+    walltime_bounds: tuple[str, ...]  # what set or bounded the walltime, in order
+    pools: tuple[PoolShape, ...]
+    services: tuple[str, ...]  # managed judges the job starts
+    external: tuple[str, ...]  # external judges it reaches over HTTP
+    unused: tuple[str, ...]  # what of the run or the command line is not used, and why
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "partition": self.partition,
+            "partition_source": self.partition_source,
+            "qos": self.qos,
+            "qos_source": self.qos_source,
+            "walltime": self.walltime,
+            "walltime_bounds": list(self.walltime_bounds),
+            "pools": [p.to_json() for p in self.pools],
+            "services": list(self.services),
+            "external_judges": list(self.external),
+            "unused": list(self.unused),
+        }
+
+    def text(self) -> str:
+        pools = ", ".join(f"{p.name} ({p.nodes} x {p.gpus_per_node} GPUs)" for p in self.pools)
+        lines = [
+            f"profile: {self.kind}",
+            f"partition: {self.partition or '(default)'} ({self.partition_source})",
+            f"qos: {self.qos or '(default)'} ({self.qos_source})",
+            f"walltime: {self.walltime} ({'; '.join(self.walltime_bounds)})",
+            f"pools: {pools}",
+            f"services: {', '.join(self.services) or 'none'}",
+            f"external judges: {', '.join(self.external) or 'none'}",
+        ]
+        lines += [f"not used: {u}" for u in self.unused]
+        return "\n".join(lines)
+
+
+# --- reader placement -------------------------------------------------------------------------
+
+
+def reader_option(args: str | None, short: str, long: str) -> str | None:
+    """The value of ``-x V``, ``-xV``, ``--long=V`` or ``--long V`` in srun arguments (last wins)."""
+    if not args:
+        return None
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise UsageError(f"{READER}: cannot split {args!r}: {exc}") from None
+    found: str | None = None
+    for i, w in enumerate(words):
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        if w in (short, long):
+            if nxt is None:
+                raise UsageError(f"{READER}: {w} has no value in {args!r}")
+            found = nxt
+        elif w.startswith(long + "="):
+            found = w[len(long) + 1 :]
+        elif w.startswith(short) and not w.startswith("--") and len(w) > len(short):
+            found = w[len(short) :]
+    return found
+
+
+def reader_partition(args: str | None) -> str | None:
+    return reader_option(args, "-p", "--partition")
+
+
+def reader_qos(args: str | None) -> str | None:
+    return reader_option(args, "-q", "--qos")
+
+
+# --- walltime -----------------------------------------------------------------------------------
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+
+
+def slurm_seconds(text: str) -> int | None:
+    """Seconds of a Slurm time ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS");
+    None for UNLIMITED/INFINITE (no bound)."""
+    if text.strip().upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _TIME.match(text.strip())
+    if not m:
+        raise UsageError(f"{text!r} is not a Slurm time (e.g. 04:00:00 or 1-00:00:00)")
+    days, a, b, c = m.groups()
+    if days is not None:  # D-HH[:MM[:SS]]
+        return int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    if c is not None:  # HH:MM:SS
+        return int(a) * 3600 + int(b) * 60 + int(c)
+    return int(a) * 60 + int(b or 0)  # MM or MM:SS
+
+
+def slurm_time(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hms = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{hms}" if days else hms
+
+
+def bound_walltime(segment: str | None, max_time: str | None, partition: str | None) -> tuple[str, tuple[str, ...]]:
+    """The run's segment walltime (else the default), bounded by the partition's MaxTime."""
+    where = f"partition {partition}" if partition else CLUSTER_DEFAULT
+    if segment is not None:
+        start, why = slurm_seconds(segment), f"the run's launch.slurm.time {segment}"
+    else:
+        start, why = (
+            slurm_seconds(DEFAULT_WALLTIME),
+            f"the default {DEFAULT_WALLTIME} (the run sets no launch.slurm.time)",
+        )
+    assert start is not None  # launch.slurm.time is a duration, never UNLIMITED (its key pattern)
+    limit = slurm_seconds(max_time) if max_time is not None else None
+    if max_time is None:
+        return slurm_time(start), (why, f"MaxTime of {where} unknown: not bounded")
+    if limit is None:
+        return slurm_time(start), (why, f"MaxTime of {where} is {max_time}: not bounded")
+    if limit < start:
+        return slurm_time(limit), (why, f"bounded by MaxTime {max_time} of {where}")
+    return slurm_time(start), (why, f"within MaxTime {max_time} of {where}")
+
+
+# --- profiles -----------------------------------------------------------------------------------
+
+
+def served_judges(config: RunConfig) -> tuple[model.JudgeConfig, ...]:
+    """The bound managed judges: the services a judge-only job would have to start."""
+    return config.gpu_judges
+
+
+def _refuse_unpinned(config: RunConfig) -> None:
+    for judge in served_judges(config):
+        pool = config.pools.get(judge.node_pool) if judge.node_pool else None
+        if pool is None:
+            raise RegradeRefused(
+                f"judge {judge.name} runs on the policy's own nodes (judges.{judge.name}.node_pool is not set): "
+                "a judge-only job does not start the policy's allocation; pin the judge to a node pool of its "
+                f"own (a [pools.NAME] holding no trainer or rollout, named in judges.{judge.name}.node_pool) "
+                "to re-grade it"
+            )
+
+
+def _shape(pool: model.PoolConfig) -> PoolShape:
+    return PoolShape(pool.name, pool.nodes, pool.gpus_per_node, pool.partition, pool.qos)
+
+
+def _cpu_pool(config: RunConfig) -> model.PoolConfig | None:
+    return next((p for p in config.pool_list if p.cpu_only), None)
+
+
+def kind_of(config: RunConfig) -> str:
+    """cpu or served-judge; raises RegradeRefused for a judge on the policy's nodes."""
+    if not served_judges(config):
+        return CPU
+    _refuse_unpinned(config)
+    return SERVED_JUDGE
+
+
+def _kept_pools(config: RunConfig) -> tuple[model.PoolConfig, ...]:
+    pinned = {j.node_pool for j in served_judges(config)}
+    return tuple(p for p in config.pool_list if p.name in pinned)
+
+
+def target_partition(config: RunConfig, placement: Placement) -> tuple[str, str | None, str]:
+    """(kind, partition, where its name came from): the partition whose MaxTime bounds the job."""
+    kind = kind_of(config)
+    if kind == SERVED_JUDGE:
+        kept = _kept_pools(config)
+        parts = {p.partition for p in kept if p.partition}
+        if len(parts) > 1:
+            raise RegradeRefused(
+                f"the judges' pools {', '.join(p.name for p in kept)} are on different partitions "
+                f"({', '.join(sorted(parts))}): one job queues on one partition; put them on one"
+            )
+        if parts:
+            return kind, parts.pop(), f"the saved partition of pool(s) {', '.join(p.name for p in kept)}"
+        if config.launch.slurm.partition:
+            return kind, config.launch.slurm.partition, "the run's launch.slurm.partition"
+        return kind, None, CLUSTER_DEFAULT
+    if placement.judge_partition:
+        return kind, placement.judge_partition, "--judge-partition"
+    pool = _cpu_pool(config)
+    if pool is not None and pool.partition:
+        return kind, pool.partition, f"the saved CPU pool {pool.name} (gpus_per_node = 0)"
+    reader = reader_partition(placement.reader_srun)
+    if reader:
+        return kind, reader, f"the reader placement ({READER})"
+    raise RegradeRefused(
+        "the run serves nothing beside its policy, so its judge job needs a CPU partition and none is known: "
+        f"pass --judge-partition P, declare a saved CPU pool ([pools.NAME] gpus_per_node = 0 with a "
+        f"partition), or set {READER} (srun arguments naming -p/--partition)"
+    )
+
+
+def _cpu_qos(config: RunConfig, placement: Placement, partition: str) -> tuple[str | None, str]:
+    if placement.judge_qos:
+        return placement.judge_qos, "--judge-qos"
+    pool = _cpu_pool(config)
+    if pool is not None and pool.qos and (pool.partition in (None, partition)):
+        return pool.qos, f"the saved CPU pool {pool.name}"
+    qos = reader_qos(placement.reader_srun)
+    named = reader_partition(placement.reader_srun)
+    if qos and named in (None, partition):
+        return qos, f"the reader placement ({READER})"
+    return None, PARTITION_DEFAULT
+
+
+def _served_qos(config: RunConfig) -> tuple[str | None, str]:
+    if config.launch.slurm.qos:
+        return config.launch.slurm.qos, "the run's job-level launch.slurm.qos"
+    for pool in _kept_pools(config):
+        if pool.qos:
+            return pool.qos, f"the saved pool {pool.name}"
+    return None, PARTITION_DEFAULT
+
+
+def derive_profile(config: RunConfig, placement: Placement, max_time: str | None) -> Profile:
+    """The profile of a judge-only job of ``config``; ``max_time`` is the MaxTime of the partition
+    ``target_partition`` names (None: unknown). Raises RegradeRefused."""
+    kind, partition, source = target_partition(config, placement)
+    walltime, bounds = bound_walltime(config.launch.slurm.time, max_time, partition)
+    external = tuple(j.name for j in config.bound_judges if not j.managed)
+    unused: list[str] = []
+    if config.launch.hostnames:
+        unused.append("launch.hostnames: the run's node list (the judge job takes the nodes Slurm gives it)")
+    dropped = [p.name for p in config.pool_list]
+    if kind == SERVED_JUDGE:
+        pools = tuple(_shape(p) for p in _kept_pools(config))
+        qos, qos_source = _served_qos(config)
+        if placement.judge_partition or placement.judge_qos:
+            unused.append(CPU_PLACEMENT_UNUSED)
+        services = tuple(j.name for j in served_judges(config))
+        dropped = [n for n in dropped if n not in {p.name for p in pools}]
+    else:
+        assert partition is not None  # target_partition refuses a CPU profile without one
+        cpu_pool = _cpu_pool(config)
+        pools = (PoolShape(JUDGE_POOL, 1, 0, partition, None),)
+        qos, qos_source = _cpu_qos(config, placement, partition)
+        pools = (dataclasses.replace(pools[0], qos=qos),)
+        services = ()
+        if config.launch.slurm.qos and qos != config.launch.slurm.qos:
+            unused.append(
+                f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
+                "(a GPU QOS can refuse a job without GPUs)"
+            )
+        if cpu_pool is not None:
+            dropped = [n for n in dropped if n != cpu_pool.name]
+        gpu_only = [
+            d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)
+        ]
+        if gpu_only:
+            unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
+    if dropped:
+        unused.append(f"pools {', '.join(dropped)}: the policy's (no trainer, no rollout)")
+    dangling = dangling_driver_env(config, {p.name for p in pools})
+    if dangling:
+        unused.append(f"driver.env {', '.join(dangling)}: they read the node list of a pool the job does not have")
+    unused.append("trainer, rollout and the policy model: a judge-only job grades saved answers")
+    return Profile(kind, partition, source, qos, qos_source, walltime, bounds, pools, services, external, tuple(unused))
+
+
+def dangling_driver_env(config: RunConfig, kept_pools: set[str]) -> tuple[str, ...]:
+    """``driver.env`` keys that read the node list of a pool the judge job does not have
+    (``runtime:GYM_POOL_<POOL>_NODES``): the job leaves them out rather than fail on them."""
+    gone = {JobEnv.pool_nodes(p.name) for p in config.pool_list if p.name not in kept_pools}
+    return tuple(k for k, v in config.driver.env.items() if v.startswith("runtime:") and v[len("runtime:") :] in gone)
+
+
+# --- the judge job's spec -----------------------------------------------------------------------
+
+
+def _value(v: Any) -> Any:
+    if dataclasses.is_dataclass(v):
+        return table_of(v)
+    if isinstance(v, Mapping):
+        return {k: _value(x) for k, x in v.items()}
+    if isinstance(v, tuple | list):
+        return [_value(x) for x in v]
+    return v
+
+
+def table_of(obj: Any) -> dict[str, Any]:
+    """A resolved section spelled back as its TOML table: declared keys only, None left out, and a
+    judge's keys only when its mode accepts them (an external judge has no gpus)."""
+    mode = getattr(obj, "mode", None)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        info, sect = model.key_info(f), model.section_info(f)
+        if info is None and sect is None:
+            continue  # identity fields (spec, name of a named entry)
+        if info is not None and info.modes and mode not in info.modes:
+            continue
+        v = getattr(obj, f.name)
+        if v is None:
+            continue
+        out[model.spelled(f)] = _value(v)
+    return out
+
+
+def _cpu_directives(directives: tuple[str, ...]) -> list[str]:
+    return [d for d in directives if d.split("=", 1)[0] not in GPU_DIRECTIVES]
+
+
+def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:
+    """The run spec of the judge-only job: the run's driver env, launch env, secrets, mounts, data,
+    coordination and bindings; ``command`` in place of the driver; the profile's pools, partition,
+    QOS and walltime; no trainer, no rollout, no Ray."""
+    launch = table_of(config.launch)
+    launch.pop("hostnames", None)
+    launch["backend"] = "slurm"
+    slurm = launch.setdefault("slurm", {})
+    for k in ("partition", "qos", "time"):
+        slurm.pop(k, None)
+    if profile.partition:
+        slurm["partition"] = profile.partition
+    if profile.qos:
+        slurm["qos"] = profile.qos
+    slurm["time"] = profile.walltime
+    if profile.kind == CPU:
+        slurm["directives"] = _cpu_directives(config.launch.slurm.directives)
+
+    used_judges = {b.judge for b in config.bindings}
+    used_rubrics = {b.rubric for b in config.bindings}
+    train, evaluation = config.data_paths()
+    data = {k: list(v) for k, v in (("train", train), ("eval", evaluation)) if v}
+    driver = table_of(config.driver)
+    driver.update(command=command, placement="trainer")
+    for k in dangling_driver_env(config, {p.name for p in profile.pools}):
+        del driver["env"][k]
+    return {
+        "name": f"{config.name}-regrade"[:100],
+        "output": table_of(config.output),
+        "launch": launch,
+        "trainer": {"nodes": 0, "gpus_per_node": config.trainer.gpus_per_node},
+        "inference": {"gpus": 0},
+        "driver": driver,
+        "judges": {n: table_of(j) for n, j in config.judges.items() if n in used_judges},
+        "rubrics": {n: table_of(r) for n, r in config.rubrics.items() if n in used_rubrics},
+        "judging": {"bindings": {v: table_of(b) for v, b in config.judging.bindings.items()}},
+        **({"data": data} if data else {}),
+        "pools": {
+            p.name: {
+                k: v
+                for k, v in (
+                    ("nodes", p.nodes),
+                    ("gpus_per_node", p.gpus_per_node),
+                    ("partition", p.partition),
+                    ("qos", p.qos),
+                )
+                if v is not None
+            }
+            for p in profile.pools
+        },
+        "ray": {"enabled": False},
+    }
+
+
+def source_record(run_dir: str, uuid: str, config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:
+    """The body of the judge job's regrade.json: which run it grades again, and how."""
+    return {
+        "source_run_dir": run_dir,
+        "source_uuid": uuid,
+        "source_name": config.name,
+        "source_fingerprint": config.fingerprint,
+        "command": command,
+        "profile": profile.to_json(),
+    }

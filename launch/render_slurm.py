@@ -205,6 +205,9 @@ def render(request: RenderRequest) -> Rendered:
     if request.resume:
         # A new attempt of the run (and every requeue of this job is one too).
         exports.append(f"export {ResumeEnv.RESUME}=1")
+    else:
+        # A requeued job (scontrol requeue, a node failure with --requeue) is a new attempt of the run.
+        exports.append(f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then export {ResumeEnv.RESUME}=1; fi')
     exports += [
         f"# The driver runs on planned node {driver} ({plan.driver_placement} placement): rank {driver}.",
         f"export {JobEnv.DRIVER_RANK}={driver}",

@@ -275,5 +275,8 @@ def test_resume_is_exported_to_every_node() -> None:
 
     config = RunConfig.from_spec(load_spec(Path(__file__).resolve().parent.parent / "examples" / "demo.toml"))
     request = RenderRequest(config, make_plan(config), "u", "/out", "/out/cluster/u/spec.json")
-    assert "GYM_RESUME" not in render(request).text
+    first = render(request).text.splitlines()
+    assert "export GYM_RESUME=1" not in first
+    # Only a requeue of that job (Slurm counts restarts) resumes it.
+    assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then export GYM_RESUME=1; fi' in first
     assert "export GYM_RESUME=1" in render(replace(request, resume=True)).text.splitlines()

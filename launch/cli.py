@@ -22,7 +22,7 @@ from launch.errors import SpecError, UsageError
 from launch.plan import Plan, plan
 from launch.render import RenderRequest, render
 from launch.spec import ResolvedSpec, load_spec
-from launch.validate import validate
+from launch.validate import validated
 from schemas import names
 
 EXIT_OK = 0
@@ -53,10 +53,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 def load_valid(args: argparse.Namespace) -> tuple[ResolvedSpec, RunConfig, Plan]:
     """Load, validate and plan the spec named by ``args``; raises SpecError with every problem."""
     resolved = load_spec(args.spec, args.overrides)
-    problems = validate(resolved.data, resolved.overrides)
-    if problems:
+    config, problems = validated(resolved)
+    if problems or config is None:
         raise SpecError(problems)
-    config = RunConfig.from_spec(resolved)
     return resolved, config, plan(config)
 
 

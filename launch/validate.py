@@ -5,22 +5,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from launch.config import RunConfig
 from launch.errors import Problem
 from launch.plan import placement_problems
-from launch.resolve import check
-from launch.spec import resolved_from_dict
+from launch.resolve import Checked, check
+from launch.spec import ResolvedSpec, resolved_from_dict
 
 
-def validate(data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> list[Problem]:
-    """Every problem of a spec's data; empty when ``gym-launch plan`` would succeed.
+def _placed(checked: Checked, resolved: ResolvedSpec) -> tuple[RunConfig, list[Problem]]:
+    """The model built from ``checked`` (no second resolution) and its placement problems."""
+    assert checked.built is not None
+    config = RunConfig(spec=resolved, **checked.built)
+    return config, checked.user_problems(placement_problems(config))
+
+
+def validated(resolved: ResolvedSpec) -> tuple[RunConfig | None, list[Problem]]:
+    """The model of ``resolved`` and every problem of it (None and the key-level problems, if any).
 
     Placement is checked only once every key is valid: sizes of the wrong
     type cannot be placed, and their key-level problems already name them.
     """
+    checked = check(resolved.data, resolved.overrides)
+    if checked.problems:
+        return None, checked.problems
+    return _placed(checked, resolved)
+
+
+def validate(data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> list[Problem]:
+    """Every problem of a spec's data; empty when ``gym-launch plan`` would succeed."""
     checked = check(data, overrides)
     if checked.problems:
         return checked.problems
-    from launch.config import RunConfig
-
-    config = RunConfig.from_spec(resolved_from_dict(data, overrides=overrides))
-    return checked.user_problems(placement_problems(config))
+    return _placed(checked, resolved_from_dict(data, overrides=overrides))[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +46,28 @@ class FailureSignal:
         self._lock = threading.Lock()
         self._event = threading.Event()
         self._failure: Failure | None = None
+        self._listeners: list[Callable[[], None]] = []
 
     def trip(self, failure: Failure) -> bool:
         with self._lock:
             if self._failure is not None:
                 return False
             self._failure = failure
+            listeners = list(self._listeners)
         self._event.set()
+        for wake in listeners:
+            wake()
         return True
+
+    def on_trip(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (once, from the tripping thread) when the first failure arrives: a thread
+        blocked on file descriptors (the supervisor) is woken by it instead of polling the flag."""
+        with self._lock:
+            tripped = self._failure is not None
+            if not tripped:
+                self._listeners.append(wake)
+        if tripped:
+            wake()
 
     @property
     def failure(self) -> Failure | None:

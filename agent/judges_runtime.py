@@ -12,7 +12,7 @@ import json
 import shutil
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launch.config import JudgeConfig
 from launch.data_check import DataError, check_data
@@ -22,15 +22,14 @@ from schemas import DriverEnv, FailureKind, names
 from . import clock, tempdirs
 from .context import RunContext, Topology
 from .failure import Failure
-from .judges.bindings import clients_from_registry, rubrics_from_registry
-from .judges.canary import run_canaries
-from .judges.engine_health import EngineHealthRegistry, EngineStatus
 from .judges.prepared import prove_revision
-from .judges.reference_server import read_port_file
 from .judges.rubrics import resolve_rubric
 from .procgroup import ProcessGroup
 from .supervisor import ExitPolicy, child_env
 from .waits import poll_until
+
+if TYPE_CHECKING:
+    from .judges.engine_health import EngineHealthRegistry, EngineStatus
 
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
 HEALTH_FAILURES = 3
@@ -188,6 +187,8 @@ class JudgeRuntime:
                 log=j.log,
             )
         if j.port is None:
+            from .judges.reference_server import read_port_file  # http.server: judge nodes only
+
             j.port = read_port_file(j.port_file)
             if j.port is None:
                 return False
@@ -202,6 +203,10 @@ class JudgeRuntime:
         return result.ok
 
     def _new_health_registry(self) -> EngineHealthRegistry:
+        # The judge client (httpx) is imported only by a node that serves judges: an agent
+        # without judges stays small (README, "Performance").
+        from .judges.engine_health import EngineHealthRegistry
+
         ctx = self.ctx
         interval = ctx.config.coordination.heartbeat_interval
 
@@ -315,6 +320,9 @@ class JudgeRuntime:
     def run_canaries(self, topo: Topology) -> str:
         ctx = self.ctx
         registry = self.registry or {"judges": {}, "rubrics": {}, "bindings": {}}
+        from .judges.bindings import clients_from_registry, rubrics_from_registry
+        from .judges.canary import run_canaries
+
         clients = clients_from_registry(registry)
         try:
             report = run_canaries(

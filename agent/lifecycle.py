@@ -54,6 +54,7 @@ from .waits import poll_until
 
 RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
+RECORD_FIRST_S = 1.0  # how long the rest of a failed teardown waits for the failure record first
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
 RAY_UP_POLL_S = 0.2
@@ -731,13 +732,10 @@ class Agent:
         assert failure is not None
         assert self.supervisor is not None
         self.supervisor.reaper.stopping()  # heartbeats stop now: the reaper must not fence us
-        self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
-        self.log.set_state(AgentState.STOPPING)
-        if self._driver_tee is not None and failure.kind == FailureKind.DRIVER_EXIT:
-            self._driver_tee.join(0.5)  # the driver's last words come before our verdict on it
-        self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
-        # Write the failure record first (peers react to it) but never let a hung shared
-        # filesystem delay killing our children: the write gets a bounded budget on its own thread.
+        # The failure record comes first: peers react to it, and in a failure wave every agent's
+        # record should reach the disk before any agent's teardown competes for the CPU. The
+        # supervisor thread is already stopping our children meanwhile, and a hung shared
+        # filesystem gets a bounded budget on the writer's own thread.
         keeper = RecordKeeper(self.run, self.out)
         writer = threading.Thread(
             target=write_failure_record,
@@ -745,6 +743,12 @@ class Agent:
             daemon=True,
         )
         writer.start()
+        writer.join(RECORD_FIRST_S)
+        self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
+        self.log.set_state(AgentState.STOPPING)
+        if self._driver_tee is not None and failure.kind == FailureKind.DRIVER_EXIT:
+            self._driver_tee.join(0.5)  # the driver's last words come before our verdict on it
+        self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
         groups = self._stop_everything()
         writer.join(FAILURE_WRITE_BUDGET_S)
         leftovers = self._leftovers(groups)

@@ -10,20 +10,24 @@ Rules (docs/runtime-notes.md, "Liveness"):
   listing a directory (no exists(), no mtimes);
 - one bad read (partial JSON, EACCES, ESTALE) is retried and never by itself fails the run.
 A failure record reaches every agent within one poll interval; on a local filesystem inotify
-(watchdog) wakes the loop within milliseconds.
+(agent/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
+poll(2) on that descriptor and a wake pipe: no other timer, no helper thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas import FailureKind, RunDir, Writer, names
 
 from . import clock
+from .dirwatch import DirWatch
 from .failure import Failure, FailureSignal
+from .wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 RING_WATCHERS = 2
@@ -56,6 +60,7 @@ class Liveness(threading.Thread):
         signal: FailureSignal,
         phase: Callable[[], str],
         now: Callable[[], float] = clock.mono,
+        local_events: bool = True,
     ) -> None:
         super().__init__(name=f"liveness-{rank}", daemon=True)
         self.run_dir = run
@@ -75,8 +80,9 @@ class Liveness(threading.Thread):
         self._seen_failures: set[str] = set()
         self._watching = threading.Event()
         self._stop = threading.Event()
-        self.wake = threading.Event()
-        self._observer = None
+        self._wakeup = Wakeup()
+        self.local_events = local_events  # inotify on failures/ (off: the polling bound of NFS hosts)
+        self._dirwatch: DirWatch | None = None
 
     # -- control --------------------------------------------------------------------------------
 
@@ -92,61 +98,52 @@ class Liveness(threading.Thread):
 
     def stop(self) -> None:
         self._stop.set()
-        self.wake.set()
-        self._stop_inotify()
+        self._wakeup.set()
 
-    def _stop_inotify(self) -> None:
-        obs, self._observer = self._observer, None
-        if obs is not None:
-            try:
-                obs.stop()
-            except Exception:  # noqa: BLE001 - best effort on shutdown
-                pass
+    def _open_dirwatch(self) -> None:
+        if self.local_events:
+            self._dirwatch = DirWatch.open(str(self.run_dir.path / names.FAILURES_DIR))
 
-    def _start_inotify(self) -> None:
-        """Wake on local file events; polling stays the ground truth across machines."""
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
+    def _close_dirwatch(self) -> None:
+        watch, self._dirwatch = self._dirwatch, None
+        if watch is not None:
+            watch.close()
 
-            wake = self.wake
-
-            class _Wake(FileSystemEventHandler):
-                def on_any_event(self, event: object) -> None:
-                    wake.set()
-
-            obs = Observer()
-            obs.daemon = True
-            obs.schedule(_Wake(), str(self.run_dir.path / names.FAILURES_DIR), recursive=False)
-            obs.start()
-            self._observer = obs
-        except Exception as exc:  # noqa: BLE001 - inotify is an optimisation only
-            log.debug("inotify unavailable: %s", exc)
+    def _sleep(self, pause: float) -> None:
+        """Sleep up to `pause`, or until a record lands in failures/ (on this host) or stop()."""
+        end = time.monotonic() + pause
+        while True:
+            watch = self._dirwatch
+            ready = self._wakeup.wait(max(0.0, end - time.monotonic()), [watch.fileno()] if watch else [])
+            if not ready or watch is None or watch.new_names(lambda n: not names.is_temp(n)):
+                return
+            # Only a writer's temp file appeared: not news yet (its rename will be).
 
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> None:
-        self._start_inotify()
-        while not self._stop.is_set():
-            if self.signal.is_set():
-                # Stopping: nothing left to watch. Drop inotify too: in a failure wave every
-                # peer's record write would otherwise still be dispatched to us in Python. Keep
-                # beating: our reaper fences an agent whose heartbeat stops (a hang), and a
-                # teardown is not one.
-                self._stop_inotify()
-                now = self.now()
-                if self._next_beat is None or now >= self._next_beat:
-                    self._beat()
-                    self._next_beat = now + self.hb_interval
-                self._stop.wait(self.poll)
-                continue
-            try:
-                pause = self.tick()
-            except Exception as exc:  # noqa: BLE001 - the liveness thread must never die
-                log.warning("liveness tick failed (%s: %s); retrying", type(exc).__name__, exc)
-                pause = self.poll
-            self.wake.wait(pause or 0.01)
-            self.wake.clear()
+        self._open_dirwatch()
+        try:
+            while not self._stop.is_set():
+                if self.signal.is_set():
+                    # Stopping: nothing left to watch. Drop the directory watch too: in a failure
+                    # wave every peer's record would otherwise still wake us. Keep beating: our
+                    # reaper fences an agent whose heartbeat stops (a hang), and a teardown is not one.
+                    self._close_dirwatch()
+                    now = self.now()
+                    if self._next_beat is None or now >= self._next_beat:
+                        self._beat()
+                        self._next_beat = now + self.hb_interval
+                    self._wakeup.wait(self.poll)
+                    continue
+                try:
+                    pause = self.tick()
+                except Exception as exc:  # noqa: BLE001 - the liveness thread must never die
+                    log.warning("liveness tick failed (%s: %s); retrying", type(exc).__name__, exc)
+                    pause = self.poll
+                self._sleep(pause)
+        finally:
+            self._close_dirwatch()
 
     def tick(self) -> float:
         """One round: beat and age the watched peers when a heartbeat is due, then look for
@@ -175,6 +172,7 @@ class Liveness(threading.Thread):
                     "phase": str(self.phase()),
                     "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
                 },
+                durable=False,  # rewritten every interval; a crash makes it worthless anyway
             )
             self._write_failing_since = None
         except OSError as exc:

@@ -1,9 +1,9 @@
-"""Where library log records (watchdog, httpx, our own `logging` users) go in an agent process.
+"""Where library log records (httpx, our own `logging` users) go in an agent process.
 
 Without this, Python's last-resort handler prints a bare "WARNING ..." line beside the agent's
 `[rank N] FAILED` lines, with no rank and no time. Every record goes to agent-RANK.log with an
 ISO-8601 millisecond stamp; warnings and worse also reach the console, prefixed like every
-other agent line. Uncaught exceptions of helper threads (a watchdog observer) are logged the same way.
+other agent line. Uncaught exceptions of helper threads are logged the same way.
 """
 
 from __future__ import annotations

@@ -36,26 +36,86 @@ def become_subreaper() -> bool:
         return False
 
 
+def open_pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux >= 5.3): a child's exit
+    is waited for as an event instead of by polling. None where unsupported."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _children_of(pid: int) -> list[int] | None:
+    """pid's children from the kernel's own per-thread lists (/proc/PID/task/TID/children); None
+    when this kernel has no such file. Orphans adopted by a subreaper appear under the thread that
+    adopted them, so every thread's list is read."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # that thread just ended
+            return None  # no CONFIG_PROC_CHILDREN: the caller scans every process instead
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int] | None:
+    """Every descendant of `pid`, walking the kernel's children lists: O(descendants), where
+    psutil's children(recursive=True) reads every process on the machine (hundreds of agents on
+    one host made that the largest idle cost). None when the kernel has no children lists."""
+    found: list[int] = []
+    todo = [pid]
+    seen = {pid}
+    while todo:
+        kids = _children_of(todo.pop())
+        if kids is None:
+            return None
+        for kid in kids:
+            if kid not in seen:
+                seen.add(kid)
+                found.append(kid)
+                todo.append(kid)
+    return found
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True  # gone: nothing to kill either
+
+
+def _descendant_pids(pid: int) -> list[int]:
+    found = descendants(pid)
+    if found is not None:
+        return found
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def escaped_descendants(sessions: set[int], spare: set[int]) -> list[psutil.Process]:
     """Our live descendants outside every supervised session (a `setsid` child escapes the
     session sweep), except `spare` (the reaper) and its own descendants."""
-    me = psutil.Process()
-    out = []
-    try:
-        kids = me.children(recursive=True)
-    except psutil.Error:
-        return []
     spared = set(spare)
     for pid in spare:
+        spared.update(_descendant_pids(pid))
+    out = []
+    for pid in _descendant_pids(os.getpid()):
         try:
-            spared.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-        except psutil.Error:
-            pass
-    for proc in kids:
-        try:
-            if proc.pid in spared or os.getsid(proc.pid) in sessions or proc.status() == psutil.STATUS_ZOMBIE:
+            if pid in spared or os.getsid(pid) in sessions or _is_zombie(pid):
                 continue
-            out.append(proc)
+            out.append(psutil.Process(pid))
         except (psutil.Error, OSError):
             continue
     return out
@@ -176,6 +236,8 @@ class ProcessGroup:
             self.proc = self._spawn(shell, env, cwd, log_fd)
         self.pid = self.proc.pid
         self.session = self.proc.pid
+        # Opened before anyone can reap the child, so it names this process and no reused pid.
+        self.pidfd = open_pidfd(self.pid)
         self.started = time.monotonic()
         self._stopping = False
 
@@ -194,6 +256,14 @@ class ProcessGroup:
 
     def poll(self) -> int | None:
         return self.proc.poll()
+
+    def close_pidfd(self) -> None:
+        fd, self.pidfd = self.pidfd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     @property
     def stopping(self) -> bool:

@@ -17,30 +17,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import psutil
-
-from schemas import FailureKind, RunDir, RunOutcome, Writer, WriterKind, names
+from schemas import FailureKind, RunDir, names
 from schemas.vocab import PHASE_UNKNOWN
 
-from . import clock, tempdirs
-from .durable import RecordKeeper
-from .failure import Failure, write_failure_record
-from .procgroup import ESCAPED, StopRecord, session_members, sweep_session
-from .waits import poll_until
+from . import clock
+
+if TYPE_CHECKING:
+    import psutil
+
+    from .procgroup import StopRecord
+
+# An idle reaper (every agent has one) only reads its agent's lines and heartbeat. What it needs to
+# act (psutil, the record writers, jsonschema) is imported when it acts: that keeps it near a
+# bare interpreter's size (README, "Performance").
 
 RECORD_RETRY_S = 20.0  # refused records are retried this long (space may come back)
 
 
 def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
+    from .procgroup import StopRecord, session_members, sweep_session
+    from .waits import poll_until
+
     t0 = time.monotonic()
     how = "already_gone"
     if session_members(pid):
@@ -57,6 +61,11 @@ def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
 
 def remove_temp_dir(path: str) -> bool:
     """Remove one of the agent's own local temp dirs; anything else named to us is left alone."""
+    import shutil
+    from pathlib import Path
+
+    from . import tempdirs
+
     p = Path(path)
     try:
         st = p.lstat()
@@ -218,6 +227,8 @@ def _stop_all(sessions: dict[int, str], grace: float) -> list[StopRecord]:
 
 def _live_strays(strays: dict[int, float]) -> list[psutil.Process]:
     """The named strays that still run (same pid AND start time: a reused pid is not ours)."""
+    import psutil
+
     out = []
     for pid, ctime in strays.items():
         try:
@@ -230,6 +241,10 @@ def _live_strays(strays: dict[int, float]) -> list[psutil.Process]:
 
 
 def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
+    import psutil
+
+    from .procgroup import ESCAPED, StopRecord
+
     t0 = time.monotonic()
     live = _live_strays(strays)
     if not live:
@@ -281,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     if state.done and not fenced:
         return 0
     # The agent is gone (or fenced): record first (peers react to it), then stop everything.
+    from schemas import RunOutcome, Writer, WriterKind
+
+    from .durable import RecordKeeper
+    from .failure import Failure, write_failure_record
+    from .procgroup import session_members
+
     t0 = clock.mono()
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
     keeper = RecordKeeper(run, lambda line: print(f"gym-agent-reaper: [rank {args.rank}] {line}", flush=True))

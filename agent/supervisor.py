@@ -18,8 +18,10 @@ from schemas import FailureKind
 from .failure import Failure, FailureSignal
 from .procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
 from .reaper import ReaperChannel
+from .wakeup import Wakeup
 
 STRAY_SCAN_S = 2.0  # how often escaped descendants are looked for (and told to the reaper)
+FALLBACK_POLL_S = 0.1  # how often children are looked at where pidfds are unsupported
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Supervisor:
         self._stopped: list[StopRecord] | None = None
         self._stop_lock = threading.Lock()
         self._halt = threading.Event()
+        self._wake = Wakeup()
+        signal.on_trip(self._wake.set)
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
         self._thread.start()
 
@@ -72,6 +76,7 @@ class Supervisor:
                 name, argv, env=env, log_fd=log_fd, term_leader_only=term_leader_only, shell=shell, cwd=cwd
             )
             self._groups.append((group, policy))
+        self._wake.set()  # watch its pidfd from now on
         self.reaper.group(name, group.session)
         return group
 
@@ -105,37 +110,54 @@ class Supervisor:
                 pass
 
     def _watch(self) -> None:
+        """Sleep until something happens: a child exits (its pidfd becomes readable), the
+        failure signal trips, a group is added, or the next escaped-descendant scan is due.
+        Without pidfds (Linux < 5.3) it falls back to looking every FALLBACK_POLL_S."""
         strays: set[int] = set()
         next_scan = 0.0
-        while not self._halt.is_set():
-            now = time.monotonic()
-            if now >= next_scan and self._groups:
-                self._tell_reaper_strays(strays)
-                next_scan = now + STRAY_SCAN_S
+        try:
+            while not self._halt.is_set():
+                with self._lock:
+                    groups = list(self._groups)
+                if groups and time.monotonic() >= next_scan:
+                    self._tell_reaper_strays(strays)
+                    next_scan = time.monotonic() + STRAY_SCAN_S
+                self._check_exits(groups)
+                if self.signal.is_set():
+                    self.stop_all()
+                    return
+                live = [g for g, _ in groups if not g.stopping]
+                fds = [g.pidfd for g in live if g.pidfd is not None]
+                timeout = max(0.0, next_scan - time.monotonic()) if groups else None
+                if len(fds) < len(live):
+                    timeout = FALLBACK_POLL_S if timeout is None else min(timeout, FALLBACK_POLL_S)
+                self._wake.wait(timeout, fds)
+        finally:
             with self._lock:
-                groups = list(self._groups)
-            for group, policy in groups:
-                if group.stopping:
-                    continue
-                code = group.poll()
-                if code is None:
-                    continue
-                if policy.on_exit is not None:
-                    group._stopping = True  # handled: report once
-                    policy.on_exit(code)
-                    continue
-                self.signal.trip(
-                    Failure(
-                        kind=policy.kind,
-                        cause=f"{group.name} (pid {group.pid}) exited with code {code} during {self._phase()}",
-                        phase=self._phase(),
-                        log=policy.log,
-                    )
+                for g, _ in self._groups:
+                    g.close_pidfd()
+
+    def _check_exits(self, groups: list[tuple[ProcessGroup, ExitPolicy]]) -> None:
+        for group, policy in groups:
+            if group.stopping:
+                group.close_pidfd()
+                continue
+            code = group.poll()
+            if code is None:
+                continue
+            group.close_pidfd()
+            if policy.on_exit is not None:
+                group._stopping = True  # handled: report once
+                policy.on_exit(code)
+                continue
+            self.signal.trip(
+                Failure(
+                    kind=policy.kind,
+                    cause=f"{group.name} (pid {group.pid}) exited with code {code} during {self._phase()}",
+                    phase=self._phase(),
+                    log=policy.log,
                 )
-            if self.signal.is_set():
-                self.stop_all()
-                return
-            self._halt.wait(0.1)
+            )
 
     def stop_all(self) -> list[StopRecord]:
         """Stop every group, newest first. Idempotent; concurrent callers wait for the first."""
@@ -168,6 +190,7 @@ class Supervisor:
 
     def halt(self) -> None:
         self._halt.set()
+        self._wake.set()
 
     def finish_reaper(self) -> None:
         """Everything is cleaned and recorded: the reaper may exit without acting."""

@@ -4,8 +4,8 @@ Each worker process runs `agent.liveness.Liveness` threads (the agent's own clas
 through its public API: construct, start(), start_watching(), stop()) for a slice of the ranks,
 every one with its own RunDir handle on one real run directory, so every heartbeat write, ring
 read and failures/ listing is a real filesystem operation counted by the real RunDir. inotify is
-unavailable the way it is across NFS hosts (the worker makes watchdog's observer import fail, so
-the real code takes its polling path: the bound a multi-host cluster has). The anchor's loop
+off (`local_events=False`), as it is in effect across NFS hosts, so the real code takes its
+polling path: the bound a multi-host cluster has. The anchor's loop
 (bench/anchor_agent.AnchorNode) is driven the same way, one heartbeat and one glob thread per node.
 
 Time is dilated by `scale` (heartbeat 2 s x scale, poll 1 s x scale) so thousands of agents fit
@@ -42,7 +42,6 @@ def _raise_fd_limit() -> None:
 
 class _OursSlice:
     def __init__(self, path: Path, ranks: range, n: int, hb: float, poll: float, timeout: float) -> None:
-        sys.modules["watchdog.observers"] = None  # type: ignore[assignment]  # no inotify across hosts
         from agent.failure import FailureSignal
         from agent.liveness import Liveness
         from schemas import Phase, RunDir, Writer
@@ -60,6 +59,7 @@ class _OursSlice:
                 poll_interval=poll,
                 signal=sig,
                 phase=lambda: str(Phase.DRIVER),
+                local_events=False,  # no inotify across hosts
             )
             self.agents.append((r, live, sig))
         # Agents start spread over one heartbeat interval, as real ones do, so their polls are

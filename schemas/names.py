@@ -8,8 +8,8 @@ cheap on a shared filesystem.
 from __future__ import annotations
 
 import datetime
+import os
 import re
-import secrets
 from dataclasses import dataclass
 
 SPEC = "spec.json"
@@ -91,7 +91,7 @@ UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 def new_uuid() -> str:
     """A fresh run id: UTC time (sorts by start) plus randomness (unique across submitters)."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{secrets.token_hex(3)}"
+    return f"{stamp}-{os.urandom(3).hex()}"
 
 
 def address(rank: int) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -111,9 +110,12 @@ def read_capped(root_fd: int, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> by
         os.close(fd)
 
 
-def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None:
-    """Write `leaf` in the directory `dir_fd` atomically (temp + fsync + rename)."""
-    tmp = names.temp_name(leaf, secrets.token_hex(6))
+def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640, *, durable: bool = True) -> None:
+    """Write `leaf` in the directory `dir_fd` atomically (temp + fsync + rename). `durable=False`
+    skips both fsyncs: the rename is still atomic and close() still publishes the content to other
+    NFS clients (close-to-open); only a crash of this host may lose the write. For a heartbeat,
+    rewritten every interval and worthless after a crash, that is the right trade."""
+    tmp = names.temp_name(leaf, os.urandom(6).hex())
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         tfd = os.open(tmp, flags, mode, dir_fd=dir_fd)
@@ -121,15 +123,17 @@ def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None
             view = memoryview(data)
             while view:
                 view = view[os.write(tfd, view) :]
-            os.fsync(tfd)
+            if durable:
+                os.fsync(tfd)
         finally:
             os.close(tfd)
         # rename never follows a symlink at the destination: it replaces the link itself.
         os.replace(tmp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass  # some filesystems refuse fsync on directories; the rename is still atomic
+        if durable:
+            try:
+                os.fsync(dir_fd)
+            except OSError:
+                pass  # some filesystems refuse fsync on directories; the rename is still atomic
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
@@ -143,7 +147,7 @@ def write_exclusive(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> N
     with EEXIST when the name exists, atomically on a local filesystem and on NFSv3+ alike, so
     two writers racing for one name cannot both win (FileExistsError for the loser), and a
     reader never sees a partial file."""
-    tmp = names.temp_name(leaf, secrets.token_hex(6))
+    tmp = names.temp_name(leaf, os.urandom(6).hex())
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     tfd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import time
 from collections import Counter
@@ -24,7 +23,6 @@ import orjson
 
 from . import names, safe_io
 from .safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
-from .validation import SCHEMA_VERSION, check
 from .vocab import WriterKind
 
 RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, errno.EINTR}
@@ -207,13 +205,21 @@ class RunDir:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def write_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
-        """Stamp the header, validate against `schema`, and write atomically. Returns the document."""
+    def write_artifact(
+        self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any], *, durable: bool = True
+    ) -> dict:
+        """Stamp the header, validate against `schema`, and write atomically. Returns the document.
+        `durable=False` (heartbeats) skips the fsyncs; see safe_io.write_atomic."""
         doc = self._stamp(schema, writer, fields)
-        self.write_bytes(relpath, orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+        self.write_bytes(relpath, data, durable=durable)
         return doc
 
     def _stamp(self, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict[str, Any]:
+        # Imported here: jsonschema is most of an idle reader's memory (the reaper only reads
+        # until the day it must write).
+        from .validation import SCHEMA_VERSION, check
+
         doc: dict[str, Any] = {
             "schema": schema,
             "schema_version": SCHEMA_VERSION,
@@ -242,10 +248,10 @@ class RunDir:
                 os.close(fd)
         return doc
 
-    def write_bytes(self, relpath: str, data: bytes) -> None:
+    def write_bytes(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
         fd, leaf, close = self._parent_fd(relpath)
         try:
-            safe_io.write_atomic(fd, leaf, data)
+            safe_io.write_atomic(fd, leaf, data, durable=durable)
             self.ops["write"] += 1
         finally:
             if close:
@@ -310,4 +316,4 @@ class RunDir:
 
 
 def new_incarnation() -> str:
-    return secrets.token_hex(6)
+    return os.urandom(6).hex()

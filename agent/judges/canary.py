@@ -11,10 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .client import REPLY_EXCERPT_CHARS, JudgeClient, JudgeError
 from .rubrics import Rubric
+
+if TYPE_CHECKING:
+    from .client import JudgeClient
+
+# The client (httpx) is imported where a canary talks to a judge: a run without judges writes its
+# empty report without loading it.
 
 DEFAULT_REPETITIONS = 3
 QUESTION = "What is the capital of France?"
@@ -100,10 +105,14 @@ class CanaryReport:
 
 
 def _excerpt(text: Any) -> str | None:
+    from .client import REPLY_EXCERPT_CHARS
+
     return text[:REPLY_EXCERPT_CHARS] if isinstance(text, str) else None
 
 
 def _grade(client: JudgeClient, rubric: Rubric, repetition: int, label: str, answer: str) -> CanarySample:
+    from .client import JudgeError
+
     reference = REFERENCE if rubric.uses_reference else None
     try:
         grade = client.grade(rubric, QUESTION, answer, reference)
@@ -142,6 +151,8 @@ def _binding_canary(verifier: str, judge: str, rubric: Rubric, client: JudgeClie
             tuple(samples),
             listed,
         )
+
+    from .client import JudgeError
 
     try:
         listed = tuple(client.list_models())

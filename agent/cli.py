@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from launch.console import quiet_broken_pipe, version
 
 from . import clock
+from .fast_exit import exit_now
 
 STARTED = clock.mono()  # the single startup deadline counts from here
 EXIT_CODES = """exit codes:
@@ -183,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         watch_launcher(args.launcher_fd, agent.signal, agent.log.phase_name)
     result = agent.run_lifecycle()
+    if argv is None:  # this process is the agent (the gym-agent entry point or `-m agent.cli`)
+        exit_now(result.exit_code)
     return result.exit_code
 
 

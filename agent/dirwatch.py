@@ -23,19 +23,23 @@ class DirWatch:
         self._fd = fd
 
     @classmethod
-    def open(cls, path: str) -> DirWatch | None:
-        """Watch `path` for names created or renamed into it; None where inotify is unavailable
-        (not Linux, no watches left): the caller's polling covers it."""
+    def open(cls, path: str) -> DirWatch:
+        """Watch `path` for names created or renamed into it. Raises OSError where inotify is
+        unavailable (not Linux; EMFILE: fs.inotify.max_user_instances reached, as with hundreds of
+        agents on one host; ENOSPC: no watches left): the caller's polling covers it."""
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-            if fd < 0:
-                return None
-            if libc.inotify_add_watch(fd, os.fsencode(path), IN_CREATE | IN_MOVED_TO) < 0:
-                os.close(fd)
-                return None
-        except (OSError, AttributeError):
-            return None
+            init, add = libc.inotify_init1, libc.inotify_add_watch
+        except (OSError, AttributeError) as exc:
+            raise OSError(f"no inotify here ({exc})") from None
+        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"inotify_init1: {os.strerror(err)}")
+        if add(fd, os.fsencode(path), IN_CREATE | IN_MOVED_TO) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, f"inotify_add_watch: {os.strerror(err)}")
         return cls(fd)
 
     def fileno(self) -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from schemas import FailureKind, RunDir, Writer, names, records
+from schemas.safe_io import Sync
 
 from . import clock
 
@@ -54,14 +55,17 @@ class FailureSignal:
                 return False
             self._failure = failure
             listeners = list(self._listeners)
-        self._event.set()
+        # Listeners first (they start the record's writer), then the waiters: a thread woken by
+        # the event finds what the listeners set up. is_set() is already true for both.
         for wake in listeners:
             wake()
+        self._event.set()
         return True
 
     def on_trip(self, wake: Callable[[], None]) -> None:
-        """Call `wake` (once, from the tripping thread) when the first failure arrives: a thread
-        blocked on file descriptors (the supervisor) is woken by it instead of polling the flag."""
+        """Call `wake` (once, from the tripping thread, before `wait` returns anywhere) when the
+        first failure arrives: a thread blocked on file descriptors (the supervisor) is woken by it
+        instead of polling the flag; the failure record's writer starts from it at once."""
         with self._lock:
             tripped = self._failure is not None
             if not tripped:
@@ -74,7 +78,7 @@ class FailureSignal:
         return self._failure
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._failure is not None
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout)
@@ -115,7 +119,8 @@ def write_failure_record(
         print(f"gym-agent: [rank {rank}] not overwriting another incarnation's failure record", file=sys.stderr)
         return False
     try:
-        run.write_artifact(names.failure(rank), "failure", writer, fields)
+        # Visible first, durable before we return: peers are waiting for this one.
+        run.write_artifact(names.failure(rank), "failure", writer, fields, sync=Sync.AFTER_RENAME)
         return True
     except OSError:
         return keeper.write(names.failure(rank), "failure", writer, fields) if keeper is not None else False

@@ -37,11 +37,13 @@ from schemas import (
     names,
     records,
 )
+from schemas.safe_io import Sync
 from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
 
 from . import clock, ray_logs, ray_node, rendezvous, signals
 from .console_tee import ConsoleTee
 from .context import RunContext, Topology
+from .cpu_priority import lower_priority
 from .durable import RecordKeeper, local_dir
 from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from .identity import Identity
@@ -54,6 +56,7 @@ from .waits import poll_until
 
 RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
+LIVENESS_JOIN_S = 2.0  # bounded: a hung shared filesystem may hold its last heartbeat write
 RECORD_FIRST_S = 1.0  # how long the rest of a failed teardown waits for the failure record first
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
@@ -136,8 +139,12 @@ class PhaseLog:
                 "address": self.address,
                 "phases": [dict(e) for e in self.entries],
             }
+        # Rewritten at every transition: only the final state is fsynced (a crash of this host
+        # loses at most the latest transitions; close() still publishes each to NFS readers).
+        final = self.state in (AgentState.SUCCEEDED, AgentState.FAILED)
+        sync = Sync.BEFORE_RENAME if final else Sync.NONE
         try:
-            self.run.write_artifact(names.phases(self.rank), "phases", self.writer, fields)
+            self.run.write_artifact(names.phases(self.rank), "phases", self.writer, fields, sync=sync)
         except OSError:
             pass  # the timeline is evidence, not control: never fail the run over it
 
@@ -201,6 +208,24 @@ class Agent:
         self._driver_seconds = 0.0
         self._driver_tee: ConsoleTee | None = None
         self._agent_log_fd = run.open_log(names.agent_log(self.rank))
+        self._record_keeper = RecordKeeper(run, out)
+        self._record_writer: threading.Thread | None = None
+        self.signal.on_trip(self._start_failure_record)
+
+    def _start_failure_record(self) -> None:
+        """Write the failure record the moment the signal trips, from a thread of its own: peers
+        react to it, so it must not wait for the main thread to wake and unwind (in a failure
+        wave of hundreds of agents on one host that wait was most of a record's delay), and a
+        hung shared filesystem must not hold up anything else."""
+        failure = self.signal.failure
+        assert failure is not None
+        self._record_writer = threading.Thread(
+            target=write_failure_record,
+            args=(self.run, self.writer, self.rank, failure, self.log.phase_name(), self._record_keeper),
+            name="failure-record",
+            daemon=True,
+        )
+        self._record_writer.start()
 
     # -- parts that exist once the lifecycle runs --------------------------------------------------
 
@@ -686,6 +711,8 @@ class Agent:
             self._driver_tee.join(TEE_DRAIN_S)  # the driver's last lines (a traceback) reach the console first
         if self.liveness:
             self.liveness.stop()
+            # A heartbeat write in flight finishes (the process ends without finalization).
+            self.liveness.join(LIVENESS_JOIN_S)
         if self.temp_dir:
             # Ray's own logs (raylet, GCS, workers) are the evidence of a Ray-side death: keep
             # them before the temp dir goes.
@@ -732,18 +759,16 @@ class Agent:
         assert failure is not None
         assert self.supervisor is not None
         self.supervisor.reaper.stopping()  # heartbeats stop now: the reaper must not fence us
-        # The failure record comes first: peers react to it, and in a failure wave every agent's
-        # record should reach the disk before any agent's teardown competes for the CPU. The
-        # supervisor thread is already stopping our children meanwhile, and a hung shared
-        # filesystem gets a bounded budget on the writer's own thread.
-        keeper = RecordKeeper(self.run, self.out)
-        writer = threading.Thread(
-            target=write_failure_record,
-            args=(self.run, self.writer, self.rank, failure, self.log.phase_name(), keeper),
-            daemon=True,
-        )
-        writer.start()
+        # The failure record's writer started when the signal tripped (_start_failure_record); the
+        # rest of the teardown waits a moment for it, so that in a failure wave records reach the
+        # disk before teardowns compete for the CPU. The supervisor thread is stopping our children
+        # meanwhile.
+        keeper = self._record_keeper
+        writer = self._record_writer
+        assert writer is not None
         writer.join(RECORD_FIRST_S)
+        if not writer.is_alive():  # published: the rest of the teardown yields to peers' records
+            lower_priority((self.reaper.pid,) if self.reaper else ())
         self.log.end(PhaseOutcome.FAILED, failure.cause[:300])
         self.log.set_state(AgentState.STOPPING)
         if self._driver_tee is not None and failure.kind == FailureKind.DRIVER_EXIT:

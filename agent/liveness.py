@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas import FailureKind, RunDir, Writer, names
+from schemas.safe_io import Sync
 
 from . import clock
 from .dirwatch import DirWatch
@@ -79,7 +80,7 @@ class Liveness(threading.Thread):
         self._watch: dict[int, _PeerView] = {}
         self._seen_failures: set[str] = set()
         self._watching = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._wakeup = Wakeup()
         self.local_events = local_events  # inotify on failures/ (off: the polling bound of NFS hosts)
         self._dirwatch: DirWatch | None = None
@@ -97,12 +98,17 @@ class Liveness(threading.Thread):
         self._watching.clear()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self._wakeup.set()
 
     def _open_dirwatch(self) -> None:
-        if self.local_events:
+        if not self.local_events:
+            return
+        try:
             self._dirwatch = DirWatch.open(str(self.run_dir.path / names.FAILURES_DIR))
+        except OSError as exc:
+            # Not a problem (polling is the ground truth), but the bound changes: say so in our log.
+            log.info("%s; finding failure records by listing every %gs (poll_interval)", exc, self.poll)
 
     def _close_dirwatch(self) -> None:
         watch, self._dirwatch = self._dirwatch, None
@@ -124,7 +130,7 @@ class Liveness(threading.Thread):
     def run(self) -> None:
         self._open_dirwatch()
         try:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 if self.signal.is_set():
                     # Stopping: nothing left to watch. Drop the directory watch too: in a failure
                     # wave every peer's record would otherwise still wake us. Keep beating: our
@@ -172,7 +178,7 @@ class Liveness(threading.Thread):
                     "phase": str(self.phase()),
                     "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
                 },
-                durable=False,  # rewritten every interval; a crash makes it worthless anyway
+                sync=Sync.NONE,  # rewritten every interval; a crash makes it worthless anyway
             )
             self._write_failing_since = None
         except OSError as exc:

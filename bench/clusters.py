@@ -54,13 +54,15 @@ class Settings:
 
 @dataclass(frozen=True)
 class Record:
-    """A failure record, normalised: who, when it tripped, when written, and why."""
+    """A failure record, normalised: who, when it tripped, when written, when it became visible
+    to readers, and why."""
 
     rank: int
     why: str  # "signal" (the bench's own SIGTERM), "peer" (reacting to a record) or "own" (a detection)
     tripped_wall: float
-    written_wall: float
+    written_wall: float  # the writer's stamp, taken before the write
     cause: str
+    published_wall: float = 0.0  # the file's ctime: set by the rename (or last write) that published it
 
 
 class Cluster:
@@ -230,12 +232,14 @@ class Ours(Cluster):
                 continue
             try:
                 doc = orjson.loads((d / name).read_bytes())
+                published = os.stat(d / name).st_ctime_ns / 1e9
             except (OSError, ValueError):
                 continue
             kind = doc.get("kind")
             why = "signal" if kind == "signal" else "peer" if kind == "peer_failure" else "own"
             r = int(doc["rank"])
-            out[r] = Record(r, why, float(doc["wall_time"]), float(doc["written_at"]), f"{kind}: {doc.get('cause')}")
+            cause = f"{kind}: {doc.get('cause')}"
+            out[r] = Record(r, why, float(doc["wall_time"]), float(doc["written_at"]), cause, published)
         return out
 
 
@@ -287,13 +291,14 @@ class Anchor(Cluster):
                 continue
             try:
                 doc = orjson.loads((self.run_dir / name).read_bytes())
+                published = os.stat(self.run_dir / name).st_ctime_ns / 1e9
             except (OSError, ValueError):
                 continue  # written non-atomically, as in the anchor: seen again later
             error = str(doc.get("error"))
             kind = (doc.get("reacting_to") or {}).get("kind")
             why = "signal" if error.startswith("received") else "peer" if kind == "peer" else "own"
             r = int(doc["rank"])
-            out[r] = Record(r, why, float(doc["wall_time"]), float(doc["written_at"]), error)
+            out[r] = Record(r, why, float(doc["wall_time"]), float(doc["written_at"]), error, published)
         return out
 
 

@@ -11,6 +11,7 @@ nothing or the whole file, never a torn one (docs/runtime-notes.md, "Shared file
 
 from __future__ import annotations
 
+import enum
 import errno
 import os
 import stat
@@ -110,11 +111,21 @@ def read_capped(root_fd: int, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> by
         os.close(fd)
 
 
-def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640, *, durable: bool = True) -> None:
-    """Write `leaf` in the directory `dir_fd` atomically (temp + fsync + rename). `durable=False`
-    skips both fsyncs: the rename is still atomic and close() still publishes the content to other
-    NFS clients (close-to-open); only a crash of this host may lose the write. For a heartbeat,
-    rewritten every interval and worthless after a crash, that is the right trade."""
+class Sync(enum.Enum):
+    """When a write is made durable (fsync of the file and its directory) relative to the rename
+    that publishes it. Readers never see a partial file in any case: the content is written (and,
+    on NFS, flushed by close()) before the rename."""
+
+    BEFORE_RENAME = "before"  # durable once visible (the default)
+    AFTER_RENAME = "after"  # visible first, durable when the call returns: a failure record,
+    # which peers wait for; a host crash in between may leave an empty file (read as unreadable)
+    NONE = "none"  # never fsynced: a heartbeat or an intermediate timeline, rewritten soon anyway
+
+
+def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640, *, sync: Sync = Sync.BEFORE_RENAME) -> None:
+    """Write `leaf` in the directory `dir_fd` atomically: temp file, rename, fsyncs as `sync` says.
+    The temp file is always closed before the rename: on NFS, close() is what sends its content to
+    the server (close-to-open), so no other client can open the new name and find it short."""
     tmp = names.temp_name(leaf, os.urandom(6).hex())
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -123,23 +134,37 @@ def write_atomic(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640, *, dura
             view = memoryview(data)
             while view:
                 view = view[os.write(tfd, view) :]
-            if durable:
+            if sync is Sync.BEFORE_RENAME:
                 os.fsync(tfd)
         finally:
             os.close(tfd)
         # rename never follows a symlink at the destination: it replaces the link itself.
         os.replace(tmp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        if durable:
-            try:
-                os.fsync(dir_fd)
-            except OSError:
-                pass  # some filesystems refuse fsync on directories; the rename is still atomic
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
+    if sync is Sync.AFTER_RENAME:
+        _fsync_name(dir_fd, leaf)
+    if sync is not Sync.NONE:
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass  # some filesystems refuse fsync on directories; the rename is still atomic
+
+
+def _fsync_name(dir_fd: int, leaf: str) -> None:
+    """fsync a file just published under `leaf` (a read-only descriptor flushes the inode too)."""
+    try:
+        fd = os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return  # replaced or removed since: nothing of ours left to make durable
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_exclusive(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None:

@@ -206,13 +206,19 @@ class RunDir:
     # -- writing --------------------------------------------------------------------------------
 
     def write_artifact(
-        self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any], *, durable: bool = True
+        self,
+        relpath: str,
+        schema: str,
+        writer: Writer,
+        fields: Mapping[str, Any],
+        *,
+        sync: safe_io.Sync = safe_io.Sync.BEFORE_RENAME,
     ) -> dict:
         """Stamp the header, validate against `schema`, and write atomically. Returns the document.
-        `durable=False` (heartbeats) skips the fsyncs; see safe_io.write_atomic."""
+        `sync` says when it is fsynced (safe_io.Sync)."""
         doc = self._stamp(schema, writer, fields)
         data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-        self.write_bytes(relpath, data, durable=durable)
+        self.write_bytes(relpath, data, sync=sync)
         return doc
 
     def _stamp(self, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -248,10 +254,10 @@ class RunDir:
                 os.close(fd)
         return doc
 
-    def write_bytes(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
+    def write_bytes(self, relpath: str, data: bytes, *, sync: safe_io.Sync = safe_io.Sync.BEFORE_RENAME) -> None:
         fd, leaf, close = self._parent_fd(relpath)
         try:
-            safe_io.write_atomic(fd, leaf, data, durable=durable)
+            safe_io.write_atomic(fd, leaf, data, sync=sync)
             self.ops["write"] += 1
         finally:
             if close:

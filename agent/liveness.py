@@ -32,6 +32,7 @@ from .wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 RING_WATCHERS = 2
+FOLLOW_HOPS = 3  # how far a reaction's record is followed to the failure it names
 
 
 def watched_peers(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, ...]:
@@ -240,6 +241,7 @@ class Liveness(threading.Thread):
             self._seen_failures.add(name)
             if doc.get("fingerprint") != self.writer.fingerprint:
                 continue  # not this run's record
+            peer, doc = self._first_cause(peer, doc)
             self.signal.trip(
                 Failure(
                     kind=FailureKind.PEER_FAILURE,
@@ -254,3 +256,19 @@ class Liveness(threading.Thread):
                 )
             )
             return
+
+    def _first_cause(self, peer: int, doc: dict) -> tuple[int, dict]:
+        """A record that only reacts to another (peer_failure) is followed to the one it names, a
+        few hops at most: in a fast wave the first record listed is often a reaction, and the
+        record we write should name the failure itself."""
+        for _ in range(FOLLOW_HOPS):
+            target = (doc.get("reacting_to") or {}).get("rank")
+            if doc.get("kind") != FailureKind.PEER_FAILURE or not isinstance(target, int):
+                break
+            if target in (self.rank, peer):
+                break
+            found = self.run_dir.read_json(names.failure(target))
+            if found is None or found.get("fingerprint") != self.writer.fingerprint:
+                break
+            peer, doc = target, found
+        return peer, doc

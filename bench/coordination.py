@@ -83,10 +83,12 @@ def steady_then_kill(
                 if time.monotonic() > end:
                     raise RuntimeError(f"{system} N={n}: the victim never wrote its failure record")
                 time.sleep(0.005)
-            written = cluster.records()[victim].written_wall
+            # Times count from the victim's record becoming visible (its file's ctime).
+            visible = cluster.records()[victim].published_wall
             last_exit = cluster.wait_exit(120 + n)
             recs = cluster.records()
-            seen = [rec.tripped_wall - written for r, rec in recs.items() if r != victim]
+            seen = [rec.tripped_wall - visible for r, rec in recs.items() if r != victim]
+            published = [rec.published_wall - visible for r, rec in recs.items() if r != victim]
             missing = sorted(set(range(n)) - set(recs))
         finally:
             cluster.stop()
@@ -101,7 +103,9 @@ def steady_then_kill(
         "detect_p50_s": statistics.median(seen) if seen else None,
         "detect_max_s": max(seen) if seen else None,
         "detect_p99_s": _pct(seen, 0.99) if seen else None,
-        "last_exit_s": last_exit - written,
+        "record_p50_s": statistics.median(published) if published else None,
+        "record_max_s": max(published) if published else None,
+        "last_exit_s": last_exit - visible,
         "agents_without_record": missing,
     }
     log(

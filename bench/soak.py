@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from schemas import names
+
 from . import procstat
 from .clusters import Ours, Settings
 
@@ -61,10 +63,11 @@ def inotify_instances(need: int, say=print) -> Iterator[int]:
         INOTIFY_INSTANCES.write_text(str(old))
 
 
-def polling_agents(run_dir: Path) -> int:
+def polling_agents(run_dir: Path, n: int) -> int:
     """How many agents logged that they had no inotify watch (they find records by polling)."""
     count = 0
-    for log in run_dir.glob("agent-*.log"):
+    for rank in range(n):
+        log = run_dir / names.agent_log(rank)
         try:
             if "finding failure records by listing" in log.read_text(errors="replace"):
                 count += 1
@@ -144,7 +147,7 @@ def soak(n: int, duration: float, *, reserve_mb: float, batch: int, say=print) -
             result["false_failures"] = {r: rec.cause for r, rec in recs.items()}
             result["soaked_s"] = time.monotonic() - t_start - result["startup_s"]
             say(f"soaked {result['soaked_s']:.0f}s: {len(recs)} false failure(s)")
-            result["agents_polling_without_inotify"] = polling_agents(cluster.run_dir)
+            result["agents_polling_without_inotify"] = polling_agents(cluster.run_dir, n)
             if recs:
                 return result
             victim = n // 2

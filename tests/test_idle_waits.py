@@ -215,8 +215,13 @@ def test_descendants_come_from_the_kernels_children_lists_and_match_a_full_scan(
     script = "sleep 30 & setsid sleep 30 & wait"
     child = subprocess.Popen(["sh", "-c", script], start_new_session=True)
     try:
+
+        def settled() -> bool:  # both forked, and the second one has run setsid
+            kids = psutil.Process(child.pid).children()
+            return len(kids) == 2 and any(os.getsid(k.pid) != child.pid for k in kids)
+
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(psutil.Process(child.pid).children()) < 2:
+        while time.monotonic() < deadline and not settled():
             time.sleep(0.05)
         ours = descendants(os.getpid())
         assert ours is not None, "this kernel has no /proc/PID/task/TID/children"

@@ -257,3 +257,30 @@ def test_tick_beats_once_per_interval_and_finds_failure_records(tmp_path: Path) 
         and f.kind == "peer_failure"
         and f.reacting_to == {"rank": 2, "incarnation": "p2", "kind": "judge"}
     )
+
+
+def test_a_reaction_listed_first_is_followed_to_the_failure_it_names(tmp_path: Path) -> None:
+    """In a fast wave rank 1's reaction to rank 2 can be listed before rank 2's own record
+    (names sort by rank): the record we write must name rank 2's failure, not rank 1's reaction."""
+    run, live, signal, _clock = make_ticked(tmp_path)
+    live.count = 4
+    base = {"phase": "driver", "wall_time": 1.0, "monotonic_time": 1.0, "reacting_to": None}
+    run.write_artifact(
+        names.failure(3), "failure", Writer(FP, 3, "p3"), {**base, "kind": "judge_health", "cause": "root"}
+    )
+    run.write_artifact(
+        names.failure(1),
+        "failure",
+        Writer(FP, 1, "p1"),
+        {
+            **base,
+            "kind": "peer_failure",
+            "cause": "rank 3 failed",
+            "reacting_to": {"rank": 3, "incarnation": "p3", "kind": "judge_health"},
+            "peers": [3],
+        },
+    )
+    live.tick()
+    f = signal.failure
+    assert f is not None and f.reacting_to == {"rank": 3, "incarnation": "p3", "kind": "judge_health"}
+    assert f.cause == "rank 3 failed (judge_health): root" and f.peers == (3,)

@@ -82,7 +82,7 @@ class Liveness(threading.Thread):
         self._seen_failures: set[str] = set()
         self._watching = threading.Event()
         self._halt = threading.Event()
-        self._wakeup = Wakeup()
+        self._wakeup: Wakeup | None = None  # created by run(): a Liveness that never runs holds no fds
         self.local_events = local_events  # inotify on failures/ (off: the polling bound of NFS hosts)
         self._dirwatch: DirWatch | None = None
 
@@ -100,7 +100,9 @@ class Liveness(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        self._wakeup.set()
+        wakeup = self._wakeup
+        if wakeup is not None:
+            wakeup.set()
 
     def _open_dirwatch(self) -> None:
         if not self.local_events:
@@ -116,12 +118,12 @@ class Liveness(threading.Thread):
         if watch is not None:
             watch.close()
 
-    def _sleep(self, pause: float) -> None:
+    def _sleep(self, wakeup: Wakeup, pause: float) -> None:
         """Sleep up to `pause`, or until a record lands in failures/ (on this host) or stop()."""
         end = time.monotonic() + pause
         while True:
             watch = self._dirwatch
-            ready = self._wakeup.wait(max(0.0, end - time.monotonic()), [watch.fileno()] if watch else [])
+            ready = wakeup.wait(max(0.0, end - time.monotonic()), [watch.fileno()] if watch else [])
             if not ready or watch is None or watch.new_names(lambda n: not names.is_temp(n)):
                 return
             # Only a writer's temp file appeared: not news yet (its rename will be).
@@ -129,6 +131,7 @@ class Liveness(threading.Thread):
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> None:
+        wakeup = self._wakeup = Wakeup()
         self._open_dirwatch()
         try:
             while not self._halt.is_set():
@@ -141,16 +144,17 @@ class Liveness(threading.Thread):
                     if self._next_beat is None or now >= self._next_beat:
                         self._beat()
                         self._next_beat = now + self.hb_interval
-                    self._wakeup.wait(self.poll)
+                    wakeup.wait(self.poll)
                     continue
                 try:
                     pause = self.tick()
                 except Exception as exc:  # noqa: BLE001 - the liveness thread must never die
                     log.warning("liveness tick failed (%s: %s); retrying", type(exc).__name__, exc)
                     pause = self.poll
-                self._sleep(pause)
+                self._sleep(wakeup, pause)
         finally:
             self._close_dirwatch()
+            wakeup.close()
 
     def tick(self) -> float:
         """One round: beat and age the watched peers when a heartbeat is due, then look for

@@ -9,21 +9,27 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 from collections.abc import Iterable
 
 
 class Wakeup:
     def __init__(self) -> None:
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._lock = threading.Lock()  # set() never writes to a closed (maybe reused) descriptor
+        self._closed = False
 
     def fileno(self) -> int:
         return self._r
 
     def set(self) -> None:
-        try:
-            os.write(self._w, b"!")
-        except (BlockingIOError, OSError):
-            pass  # full (a wake is pending anyway) or closed (nobody waits any more)
+        with self._lock:
+            if self._closed:
+                return  # nobody waits any more
+            try:
+                os.write(self._w, b"!")
+            except (BlockingIOError, OSError):
+                pass  # full: a wake is pending anyway
 
     def clear(self) -> None:
         try:
@@ -53,8 +59,13 @@ class Wakeup:
         return out
 
     def close(self) -> None:
-        for fd in (self._r, self._w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Only the waiting thread closes, when it waits no more."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._r, self._w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

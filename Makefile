@@ -58,7 +58,8 @@ strace:
 bench: $(BENCH_STAMP) strace
 	$(PY) -m bench $(BENCH_ARGS)
 
-# Not part of `make test`: 256 agents idle for SOAK_DURATION seconds, then SIGTERM to one.
+# Not part of `make test`: 256 agents idle for SOAK_DURATION seconds, then SIGTERM to one. As root it
+# raises fs.inotify.max_user_instances for the run (one per agent) and restores it afterwards.
 SOAK_AGENTS ?= 256
 SOAK_DURATION ?= 600
 soak: $(STAMP)

@@ -282,3 +282,20 @@ def test_an_idle_reaper_and_an_agent_without_judges_import_only_what_they_use() 
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_a_liveness_holds_descriptors_only_while_it_runs(tmp_path: Path) -> None:
+    """Thousands of Liveness objects are built by the audit-scale generator and never run; a
+    stopped one must not keep its wake pipe or inotify descriptor either."""
+    before = len(os.listdir("/proc/self/fd"))
+    run, live, _signal = _liveness(tmp_path, poll=60.0)
+    idle = [_liveness(tmp_path / str(i), poll=60.0)[1] for i in range(50)]
+    assert len(os.listdir("/proc/self/fd")) - before <= 51 + 1  # their RunDirs' dir fds only
+    live.start()
+    time.sleep(0.3)
+    assert len(os.listdir("/proc/self/fd")) - before >= 51 + 3  # + wake pipe (2) + inotify (1)
+    live.stop()
+    live.join(5)
+    assert len(os.listdir("/proc/self/fd")) - before <= 51 + 1
+    del idle
+    run.close()

@@ -86,14 +86,18 @@ class Supervisor:
             self._groups = [(g, policy if g is group else p) for g, p in self._groups]
             exited = group.stopping and group.poll() is not None
         if exited:  # it exited while still on probation, after the caller's last look
-            self.signal.trip(
-                Failure(
-                    kind=policy.kind,
-                    cause=f"{group.name} (pid {group.pid}) exited with code {group.poll()} during {self._phase()}",
-                    phase=self._phase(),
-                    log=policy.log,
-                )
+            self._exited(group, policy, group.poll())
+
+    def _exited(self, group: ProcessGroup, policy: ExitPolicy, code: int | None) -> None:
+        """A supervised child ended on its own: that is this replica's failure."""
+        self.signal.trip(
+            Failure(
+                kind=policy.kind,
+                cause=f"{group.name} (pid {group.pid}) exited with code {code} during {self._phase()}",
+                phase=self._phase(),
+                log=policy.log,
             )
+        )
 
     def _tell_reaper_strays(self, known: set[int]) -> None:
         """A setsid descendant is outside every session the reaper sweeps: name it to the reaper
@@ -150,14 +154,7 @@ class Supervisor:
                 group._stopping = True  # handled: report once
                 policy.on_exit(code)
                 continue
-            self.signal.trip(
-                Failure(
-                    kind=policy.kind,
-                    cause=f"{group.name} (pid {group.pid}) exited with code {code} during {self._phase()}",
-                    phase=self._phase(),
-                    log=policy.log,
-                )
-            )
+            self._exited(group, policy, code)
 
     def stop_all(self) -> list[StopRecord]:
         """Stop every group, newest first. Idempotent; concurrent callers wait for the first."""

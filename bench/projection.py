@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from . import procstat
+
 FP = "b" * 64
 
 
@@ -161,12 +163,6 @@ class _Worker:
             self.proc.wait()
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_beats: int = 3) -> dict:
     hb, poll = 2.0 * scale, 1.0 * scale
     timeout = 60 * hb  # the default ratio (120 s / 2 s)
@@ -190,10 +186,10 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
                 w.ask("", timeout=300)
             time.sleep(2 * hb)  # every ring successor has beaten at least once
             s0 = {r: (seq, ops) for w in workers for r, seq, ops in w.ask("sample")["sample"]}
-            cpu0, t0 = sum(_cpu_seconds(w.proc.pid) for w in workers), time.monotonic()
+            cpu0, t0 = sum(procstat.cpu_seconds(w.proc.pid) or 0.0 for w in workers), time.monotonic()
             time.sleep(window_beats * hb)
             s1 = {r: (seq, ops) for w in workers for r, seq, ops in w.ask("sample")["sample"]}
-            cpu1, t1 = sum(_cpu_seconds(w.proc.pid) for w in workers), time.monotonic()
+            cpu1, t1 = sum(procstat.cpu_seconds(w.proc.pid) or 0.0 for w in workers), time.monotonic()
             total, beats = 0.0, []
             for r, (seq1, ops1) in s1.items():
                 seq0, ops0 = s0[r]

@@ -21,7 +21,7 @@ import pytest
 from agent.dirwatch import DirWatch
 from agent.failure import Failure, FailureSignal
 from agent.liveness import Liveness
-from agent.procgroup import descendants, escaped_descendants
+from agent.procgroup import ProcessGroup, descendants, escaped_descendants
 from agent.reaper import ReaperChannel
 from agent.supervisor import ExitPolicy, Supervisor
 from agent.wakeup import Wakeup
@@ -145,17 +145,21 @@ def _supervisor(signal: FailureSignal) -> Supervisor:
     return Supervisor(signal, 2.0, ReaperChannel(None), lambda: "driver")
 
 
+def _sleeper(sup: Supervisor) -> ProcessGroup:
+    return sup.start(
+        "sleeper",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env=dict(os.environ),
+        log_fd=None,
+        policy=ExitPolicy(FailureKind.CHILD_EXIT, None),
+    )
+
+
 def test_an_idle_supervisor_sleeps_and_a_child_exit_wakes_it_at_once() -> None:
     signal = FailureSignal()
     sup = _supervisor(signal)
     try:
-        group = sup.start(
-            "sleeper",
-            [sys.executable, "-c", "import time; time.sleep(60)"],
-            env=dict(os.environ),
-            log_fd=None,
-            policy=ExitPolicy(FailureKind.CHILD_EXIT, None),
-        )
+        group = _sleeper(sup)
         assert group.pidfd is not None, "no pidfd on this kernel: the supervisor would poll"
         time.sleep(0.5)
         before = runs(sup._thread.native_id)
@@ -175,13 +179,7 @@ def test_an_idle_supervisor_sleeps_and_a_child_exit_wakes_it_at_once() -> None:
 def test_a_trip_wakes_the_supervisor_which_stops_every_group() -> None:
     signal = FailureSignal()
     sup = _supervisor(signal)
-    group = sup.start(
-        "sleeper",
-        [sys.executable, "-c", "import time; time.sleep(60)"],
-        env=dict(os.environ),
-        log_fd=None,
-        policy=ExitPolicy(FailureKind.CHILD_EXIT, None),
-    )
+    group = _sleeper(sup)
     signal.trip(Failure(kind=FailureKind.SIGNAL, cause="test"))
     sup._thread.join(10)
     assert not sup._thread.is_alive(), "the supervisor did not wake on the trip"

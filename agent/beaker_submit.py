@@ -15,10 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from launch.config import RunConfig
+from agent.submit import SubmitError, Submitted
+from launch.spec.config import RunConfig
 from schemas import RunDir
-
-from .submit import SubmitError, Submitted
 
 INSTALL_HINT = "pip install 'gym-agent[beaker]'"
 NO_CONFIG = (

@@ -11,10 +11,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from launch.console import quiet_broken_pipe, version
-
-from . import clock
-from .fast_exit import exit_now
+from agent.coord import clock
+from agent.proc.fast_exit import exit_now
+from launch.spec.console import quiet_broken_pipe, version
 
 STARTED = clock.mono()  # the single startup deadline counts from here
 EXIT_CODES = """exit codes:
@@ -56,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start (or join) a new attempt of a run whose previous attempt ended; default $GYM_RESUME=1",
     )
-    # Set by `gym-launch local`: a pipe whose EOF means the launcher died (agent/launcher_watch.py).
+    # Set by `gym-launch local`: a pipe whose EOF means the launcher died (agent/coord/launcher_watch.py).
     ap.add_argument("--launcher-fd", type=int, help=argparse.SUPPRESS)
     ap.add_argument(
         "--expect-fingerprint",
@@ -69,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from . import signals
+    from agent.proc import signals
 
     signals.block()  # before any thread: SIGTERM/SIGINT wait for the signal thread, sender and all
     rank_tag = f"[rank {args.rank}]" if args.rank is not None else "[agent]"
@@ -78,12 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gym-agent: {rank_tag} error: {msg}", file=sys.stderr, flush=True)
         return 2
 
-    from launch.errors import SpecError, UsageError
-    from launch.spec import SPEC_JSON_ENV, load_spec, load_spec_record, spec_record
+    from agent.coord.identity import IdentityError, resolve
+    from launch.spec.errors import SpecError, UsageError
+    from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record, spec_record
     from schemas import RunDir, RunDirError, Writer, names, new_incarnation
     from schemas.timefmt import iso_ms
-
-    from .identity import IdentityError, resolve
 
     config_path = args.config or os.environ.get("GYM_RUN_SPEC")
     # A rendered Beaker task carries the spec record inline: every replica loads the same bytes.
@@ -92,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err(f"no run spec: pass --config RUN.toml (or spec.json), or set GYM_RUN_SPEC or {SPEC_JSON_ENV}")
     origin = config_path or f"${SPEC_JSON_ENV}"
     try:
-        from launch.config import RunConfig
-        from launch.plan import plan as make_plan
+        from launch.spec.config import RunConfig
+        from launch.spec.plan import plan as make_plan
 
         if config_path:
             resolved = load_spec(config_path, args.overrides)
@@ -115,8 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank_tag = f"[rank {ident.rank}]"
     incarnation = new_incarnation()
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
-    from .attempts import AttemptRefused, attempt_token, join, resume_requested
-    from .rendezvous import RankClaimed, claim
+    from agent.coord.attempts import AttemptRefused, attempt_token, join, resume_requested
+    from agent.coord.rendezvous import RankClaimed, claim
 
     resume = resume_requested(args.resume, os.environ)
     try:
@@ -145,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import logging
 
-    from .logsetup import configure as route_library_logs
+    from agent.lifecycle.logsetup import configure as route_library_logs
 
     console_level = {1: logging.INFO, 0: logging.WARNING, -1: logging.ERROR}[args.verbosity]
     route_library_logs(rank_tag, log_fd, console_level=console_level)
@@ -173,14 +171,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ident.rank == 0 and run.read_json(names.SPEC) is None:
         run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, origin))
 
-    from .lifecycle import Agent
+    from agent.lifecycle.agent import Agent
 
     try:
         agent = Agent(config, plan, ident, run, incarnation=incarnation, started_mono=STARTED, out=out)
     except RunDirError as exc:
         return err(str(exc))
     if args.launcher_fd is not None:
-        from .launcher_watch import watch_launcher
+        from agent.coord.launcher_watch import watch_launcher
 
         watch_launcher(args.launcher_fd, agent.signal, agent.log.phase_name)
     result = agent.run_lifecycle()
@@ -195,7 +193,7 @@ def _resume_spec_problem(recorded: dict | None, resolved: object, fingerprint: s
         return None  # nothing recorded yet: the first attempt
     if recorded.get("fingerprint") == fingerprint:
         return None
-    from launch.spec import spec_differences, spec_record
+    from launch.spec.load import spec_differences, spec_record
 
     new = spec_record(resolved, "")["spec"]  # type: ignore[arg-type]
     keys = spec_differences(recorded.get("spec") or {}, new) or ["(spelling only)"]

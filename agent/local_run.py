@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from launch.config import RunConfig
-from launch.errors import SpecError, UsageError
-from launch.plan import plan as make_plan
-from launch.spec import load_spec, spec_differences, spec_record
+from launch.spec.config import RunConfig
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import load_spec, spec_differences, spec_record
+from launch.spec.plan import plan as make_plan
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
 from schemas.vocab import ResumeEnv
 

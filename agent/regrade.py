@@ -20,12 +20,12 @@ from pathlib import Path
 from agent.submit import SubmitError, submit_slurm
 from launch import regrade as rg
 from launch.cli import add_regrade_arguments
-from launch.config import RunConfig
-from launch.console import quiet_broken_pipe
-from launch.errors import SpecError, UsageError
-from launch.plan import plan as make_plan
 from launch.render import RenderRequest, render
-from launch.spec import load_spec, resolved_from_dict, spec_record
+from launch.spec.config import RunConfig
+from launch.spec.console import quiet_broken_pipe
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import load_spec, resolved_from_dict, spec_record
+from launch.spec.plan import plan as make_plan
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
 from schemas.vocab import LauncherEnv
 

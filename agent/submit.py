@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launch.config import RunConfig
-from launch.console import quiet_broken_pipe
-from launch.errors import SpecError, UsageError
-from launch.plan import plan as make_plan
 from launch.render import Rendered, RenderRequest, render
-from launch.spec import load_spec, spec_differences, spec_record
+from launch.spec.config import RunConfig
+from launch.spec.console import quiet_broken_pipe
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import load_spec, spec_differences, spec_record
+from launch.spec.plan import plan as make_plan
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
 
 EXIT_OK, EXIT_USAGE = 0, 2

@@ -10,13 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launch.spec import restore_key_order
-from schemas import names
-
-from .context import AuditContext, build_context
-from .crosscheck_judges import check_canaries, check_judge_endpoints, check_registry
-from .crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
-from .crosscheck_lifecycle import (
+from audit.context import AuditContext, build_context
+from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_registry
+from audit.crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
+from audit.crosscheck_lifecycle import (
     check_cleanup,
     check_completion,
     check_driver,
@@ -27,13 +24,15 @@ from .crosscheck_lifecycle import (
     check_phases,
     check_shared_filesystem,
 )
-from .crosscheck_regrade import check_regrade
-from .expected import expected_plan
-from .first_cause import analyse
-from .load import SafeDir, UnusableRunDir, load_run
-from .model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
-from .schema_check import check_schemas
-from .views import as_dict, as_str, rank_of
+from audit.crosscheck_regrade import check_regrade
+from audit.expected import expected_plan
+from audit.first_cause import analyse
+from audit.load import SafeDir, UnusableRunDir, load_run
+from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
+from audit.schema_check import check_schemas
+from audit.views import as_dict, as_str, rank_of
+from launch.spec.load import restore_key_order
+from schemas import names
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
 

@@ -19,14 +19,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.console import quiet_broken_pipe, use_colour, version
+from audit import report_html, report_json, report_text
+from audit.api import audit_run
+from audit.load import SafeDir, UnsafeFile, UnusableRunDir
+from audit.logs import Matcher, grep_log, list_logs
+from audit.sanitize import terminal_safe
+from launch.spec.console import quiet_broken_pipe, use_colour, version
 from schemas import safe_io
-
-from . import report_html, report_json, report_text
-from .api import audit_run
-from .load import SafeDir, UnsafeFile, UnusableRunDir
-from .logs import Matcher, grep_log, list_logs
-from .sanitize import terminal_safe
 
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
 USAGE = """gym-audit [-h] [--version] [-v | -q] RUN [--json] [--html FILE] [--no-info] [--output-root ROOT]
@@ -241,7 +240,7 @@ def _colour(text: str) -> str:
 
 
 def _logs(argv: Sequence[str]) -> int:
-    from . import logview
+    from audit import logview
 
     args = _logs_parser().parse_args(argv)
     try:
@@ -304,7 +303,7 @@ def _logs(argv: Sequence[str]) -> int:
 
 def _follow(safe: SafeDir, logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
     """New complete lines of every selected log (new logs included) until the run has ended."""
-    from . import logview
+    from audit import logview
 
     follower = logview.Follower(
         {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in logs}
@@ -347,7 +346,7 @@ def _run_ended(safe: SafeDir) -> bool:
 
 
 def _ls(argv: Sequence[str]) -> int:
-    from . import runs
+    from audit import runs
 
     args = _ls_parser().parse_args(argv)
     root = args.output or os.environ.get(OUTPUT_ROOT_ENV)
@@ -367,7 +366,7 @@ def _ls(argv: Sequence[str]) -> int:
 
 
 def _completion(argv: Sequence[str]) -> int:
-    from launch.completion import bash_script
+    from launch.spec.completion import bash_script
 
     _completion_parser().parse_args(argv)
     subs = {name: make() for name, make in SUBCOMMANDS.items()}

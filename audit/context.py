@@ -7,12 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas import names, order
-
-from .expected import PlanView
-from .load import LoadedRun
-from .model import Outcome
-from .views import (
+from audit.expected import PlanView
+from audit.load import LoadedRun
+from audit.model import Outcome
+from audit.views import (
     AddressRec,
     FailureRec,
     PhasesRec,
@@ -23,6 +21,7 @@ from .views import (
     placements,
     ranks_of,
 )
+from schemas import names, order
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ that silently grades everything 0 is the failure this exists to catch)."""
 
 from __future__ import annotations
 
+from audit.context import AuditContext
+from audit.model import Finding
+from audit.views import as_bool, as_devices, as_dict, as_int, as_list, as_str, rank_of
 from schemas import names
-
-from .context import AuditContext
-from .model import Finding
-from .views import as_bool, as_devices, as_dict, as_int, as_list, as_str, rank_of
 
 
 def check_registry(ctx: AuditContext) -> list[Finding]:

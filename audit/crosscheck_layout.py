@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from audit.context import AuditContext
+from audit.model import Finding
+from audit.views import as_dict, as_list, mask_entries
 from schemas import names
-
-from .context import AuditContext
-from .model import Finding
-from .views import as_dict, as_list, mask_entries
 
 
 def check_ranks(ctx: AuditContext) -> list[Finding]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from audit.context import AuditContext
+from audit.model import Finding
+from audit.views import as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
-
-from .context import AuditContext
-from .model import Finding
-from .views import as_int, as_list, as_str, rank_of
 
 
 def check_phases(ctx: AuditContext) -> list[Finding]:
@@ -357,7 +356,7 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
     return out
 
 
-# The agents' wording for their own refused writes (agent/durable.py says the same).
+# The agents' wording for their own refused writes (agent/coord/durable.py says the same).
 _FS_PHRASES = ("shared filesystem full", "shared filesystem unwritable")
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launch.errors import SpecError, UsageError
-from launch.spec import load_spec
+from audit.context import AuditContext
+from audit.model import Finding
+from audit.views import as_dict, as_list, as_str
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import load_spec
 from schemas import names
-
-from .context import AuditContext
-from .model import Finding
-from .views import as_dict, as_list, as_str
 
 
 def is_regrade(ctx: AuditContext) -> bool:

@@ -13,16 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launch.config import Binding, RunConfig
-from launch.errors import SpecError, UsageError
-from launch.plan import NodePlan as LaunchNodePlan
-from launch.plan import plan as make_plan
-from launch.spec import resolved_from_dict
+from audit.load import LoadedRun
+from audit.model import Finding
+from audit.views import placements, ranks_of
+from launch.spec.config import Binding, RunConfig
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import resolved_from_dict
+from launch.spec.plan import NodePlan as LaunchNodePlan
+from launch.spec.plan import plan as make_plan
 from schemas import names
-
-from .load import LoadedRun
-from .model import Finding
-from .views import placements, ranks_of
 
 
 @dataclass(frozen=True)

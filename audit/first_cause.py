@@ -22,13 +22,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
+from audit.load import SafeDir
+from audit.logs import log_excerpt
+from audit.model import Cause
+from audit.ray_evidence import ray_evidence
+from audit.views import FailureRec, PhasesRec
 from schemas import FailureKind, Phase, names
-
-from .load import SafeDir
-from .logs import log_excerpt
-from .model import Cause
-from .ray_evidence import ray_evidence
-from .views import FailureRec, PhasesRec
 
 # Lower is a likelier first cause when wall times tie (every FailureKind has one: a test checks).
 KIND_PRIORITY: dict[str, int] = {

@@ -20,11 +20,10 @@ from typing import Any
 
 import orjson
 
+from audit.model import Finding
+from audit.sanitize import clean_text
 from schemas import names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, UnsafeEntry
-
-from .model import Finding
-from .sanitize import clean_text
 
 MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
 

@@ -17,9 +17,8 @@ import re
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
+from audit.load import SafeDir, UnsafeFile
 from schemas import names
-
-from .load import SafeDir, UnsafeFile
 
 CHUNK = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024

@@ -19,10 +19,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from audit.load import SafeDir, UnsafeFile
+from audit.logs import MAX_LINE, TRUNCATED, LogFile, Matcher
 from schemas import Phase, names
-
-from .load import SafeDir, UnsafeFile
-from .logs import MAX_LINE, TRUNCATED, LogFile, Matcher
 
 STAMP = re.compile(rb"^\[?(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from audit.model import Cause
 from schemas import FailureKind, Phase, names
-
-from .model import Cause
 
 RAY_KINDS = {FailureKind.CHILD_EXIT, FailureKind.LAYOUT}
 RAY_PHASES = {Phase.RAY_START, Phase.READINESS, Phase.AWAIT_READINESS}

@@ -8,11 +8,10 @@ from __future__ import annotations
 import html
 import math
 
+from audit.model import AuditResult, Cause, NodeMap, RankSummary
+from audit.report_text import cause_headline
+from audit.sanitize import clean_text
 from schemas import Phase
-
-from .model import AuditResult, Cause, NodeMap, RankSummary
-from .report_text import cause_headline
-from .sanitize import clean_text
 
 PHASE_COLORS = {
     Phase.RENDEZVOUS: "#4e79a7",

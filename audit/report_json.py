@@ -34,8 +34,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .model import AuditResult
-from .sanitize import clean_json
+from audit.model import AuditResult
+from audit.sanitize import clean_json
 
 
 def render(result: AuditResult) -> str:

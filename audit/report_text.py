@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from .model import AuditResult, Cause, Finding
-from .sanitize import terminal_safe as _t
+from audit.model import AuditResult, Cause, Finding
+from audit.sanitize import terminal_safe as _t
 
 
 def fmt_time(t: float | None) -> str:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .api import audit_run
-from .load import UnusableRunDir
-from .sanitize import terminal_safe
+from audit.api import audit_run
+from audit.load import UnusableRunDir
+from audit.sanitize import terminal_safe
 
 MAX_RUNS = 10_000
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .load import Artifact, LoadedRun
-from .model import PhaseSpan
+from audit.load import Artifact, LoadedRun
+from audit.model import PhaseSpan
 
 
 def as_int(v: Any) -> int | None:

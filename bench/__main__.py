@@ -97,7 +97,7 @@ def part_skew(args: argparse.Namespace, res: dict) -> None:
 
 def part_projection(args: argparse.Namespace, res: dict) -> None:
     print(
-        f"\n## Projection: the real agent.liveness.Liveness (and the anchor's loop) for many agents in "
+        f"\n## Projection: the real agent.coord.liveness.Liveness (and the anchor's loop) for many agents in "
         f"{args.procs} processes, polling (no inotify, as across NFS hosts), time x{args.proj_scale:g}"
     )
     rows = res["projection"] = []

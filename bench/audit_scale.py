@@ -76,7 +76,7 @@ class _Clock:
 
 def _applies(step: Any, topo: Any, ray_enabled: bool) -> bool:
     """Which nodes run a lifecycle step: Agent.applies' rule, on a replica's topology."""
-    from agent.lifecycle import Nodes
+    from agent.lifecycle.agent import Nodes
 
     if step.needs_ray and not ray_enabled:
         return False
@@ -93,12 +93,12 @@ def _applies(step: Any, topo: Any, ray_enabled: bool) -> bool:
 class _Replica:
     """One replica as the generator keeps it: what an agent writes its records with."""
 
-    ident: Any  # agent.identity.Identity
+    ident: Any  # agent.coord.identity.Identity
     writer: Any  # schemas.Writer
-    log: Any  # agent.lifecycle.PhaseLog
-    signal: Any  # agent.failure.FailureSignal
-    topo: Any = None  # agent.context.Topology, after plan agreement
-    live: Any = None  # agent.liveness.Liveness, never started: ticked on a _Clock
+    log: Any  # agent.lifecycle.agent.PhaseLog
+    signal: Any  # agent.coord.failure.FailureSignal
+    topo: Any = None  # agent.lifecycle.context.Topology, after plan agreement
+    live: Any = None  # agent.coord.liveness.Liveness, never started: ticked on a _Clock
 
     @property
     def rank(self) -> int:
@@ -106,20 +106,20 @@ class _Replica:
 
 
 def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") -> Path:
-    from agent import clock, rendezvous
-    from agent.context import RunContext, Topology
-    from agent.failure import Failure, FailureSignal, write_failure_record
-    from agent.identity import Identity
-    from agent.judges_runtime import JudgeRuntime
-    from agent.lifecycle import STARTUP_STEPS, PhaseLog
-    from agent.liveness import Liveness
-    from agent.procgroup import StopRecord
-    from agent.ray_node import compare_layout
+    from agent.coord import clock, rendezvous
+    from agent.coord.failure import Failure, FailureSignal, write_failure_record
+    from agent.coord.identity import Identity
+    from agent.coord.liveness import Liveness
+    from agent.judges.runtime import JudgeRuntime
+    from agent.lifecycle.agent import STARTUP_STEPS, PhaseLog
+    from agent.lifecycle.context import RunContext, Topology
+    from agent.proc.procgroup import StopRecord
+    from agent.proc.supervisor import Supervisor
+    from agent.ray.node import compare_layout
     from agent.reaper import ReaperChannel
-    from agent.supervisor import Supervisor
-    from launch.config import RunConfig
-    from launch.plan import plan as make_plan
-    from launch.spec import load_spec, spec_record
+    from launch.spec.config import RunConfig
+    from launch.spec.load import load_spec, spec_record
+    from launch.spec.plan import plan as make_plan
     from schemas import (
         AgentState,
         FailureKind,

@@ -31,11 +31,11 @@ from pathlib import Path
 import orjson
 import psutil
 
-from agent import tempdirs
+from agent.proc import tempdirs
 from schemas import DriverEnv, names
 
 BIN = Path(sys.executable).parent
-SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/clock.py's test hook
+SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/coord/clock.py's test hook
 REPLICAS = 3
 HB_TIMEOUT = 4.0
 

@@ -1,6 +1,6 @@
 """Projection to thousands of agents: the REAL liveness code of many agents in a few processes.
 
-Each worker process runs `agent.liveness.Liveness` threads (the agent's own class, unmodified,
+Each worker process runs `agent.coord.liveness.Liveness` threads (the agent's own class, unmodified,
 through its public API: construct, start(), start_watching(), stop()) for a slice of the ranks,
 every one with its own RunDir handle on one real run directory, so every heartbeat write, ring
 read and failures/ listing is a real filesystem operation counted by the real RunDir. inotify is
@@ -44,8 +44,8 @@ def _raise_fd_limit() -> None:
 
 class _OursSlice:
     def __init__(self, path: Path, ranks: range, n: int, hb: float, poll: float, timeout: float) -> None:
-        from agent.failure import FailureSignal
-        from agent.liveness import Liveness
+        from agent.coord.failure import FailureSignal
+        from agent.coord.liveness import Liveness
         from schemas import Phase, RunDir, Writer
 
         self.agents = []
@@ -201,7 +201,7 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
             victim = n // 2
             t_write = time.monotonic()
             if protocol == "ours":
-                from agent.failure import Failure, write_failure_record
+                from agent.coord.failure import Failure, write_failure_record
                 from schemas import FailureKind, Phase, Writer
 
                 # The victim's own SIGTERM record, written the way its lifecycle writes it.

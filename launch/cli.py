@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from launch.config import RunConfig
-from launch.console import quiet_broken_pipe
-from launch.errors import SpecError, UsageError
-from launch.plan import Plan, plan
 from launch.render import RenderRequest, render
-from launch.spec import ResolvedSpec, load_spec
-from launch.validate import validated
+from launch.spec.config import RunConfig
+from launch.spec.console import quiet_broken_pipe
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import ResolvedSpec, load_spec
+from launch.spec.plan import Plan, plan
+from launch.spec.validate import validated
 from schemas import names
 
 EXIT_OK = 0
@@ -160,7 +160,7 @@ def _configure_schema(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    from launch.reference import run_spec_schema, spec_markdown
+    from launch.spec.reference import run_spec_schema, spec_markdown
 
     print(spec_markdown() if args.markdown else json.dumps(run_spec_schema(), indent=2))
     return EXIT_OK
@@ -177,7 +177,7 @@ def _configure_judge_command(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_judge_command(args: argparse.Namespace) -> int:
-    from launch.sglang_argv import JudgeCommandError, judge_command
+    from launch.spec.sglang_argv import JudgeCommandError, judge_command
 
     resolved, config, p = load_valid(args)
     judge = config.judges.get(args.judge)
@@ -207,7 +207,7 @@ def _configure_check_data(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_check_data(args: argparse.Namespace) -> int:
-    from launch.data_check import DataError, check_data
+    from launch.spec.data_check import DataError, check_data
 
     _, config, _ = load_valid(args)
     if not (config.data.train or config.data.eval):
@@ -277,7 +277,7 @@ def _configure_status(parser: argparse.ArgumentParser) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     import time
 
-    from launch.console import use_colour
+    from launch.spec.console import use_colour
     from launch.status import HeartbeatClock, format_status, open_run, planned_replicas, read_status, resolve_run_dir
 
     if args.interval <= 0:
@@ -418,7 +418,7 @@ def _configure_completion(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_completion(args: argparse.Namespace) -> int:
-    from launch.completion import bash_script, subcommands_of
+    from launch.spec.completion import bash_script, subcommands_of
 
     top = build_parser()
     print(bash_script("gym-launch", top, subcommands_of(top)))
@@ -534,7 +534,7 @@ EXIT_CODES = """exit codes:
 
 def add_common_options(parser: argparse.ArgumentParser, prog: str) -> None:
     """--version and -v/-q, the same on every tool."""
-    from launch.console import version
+    from launch.spec.console import version
 
     parser.add_argument("--version", action="version", version=version(prog))
     group = parser.add_mutually_exclusive_group()

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launch import config as model
-from launch.config import RunConfig
-from launch.errors import UsageError
+from launch.spec import config as model
+from launch.spec.config import RunConfig
+from launch.spec.errors import UsageError
 from schemas.vocab import JobEnv, LauncherEnv
 
 CPU = "cpu"

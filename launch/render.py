@@ -12,9 +12,9 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from launch.config import RunConfig
-from launch.errors import UsageError
-from launch.plan import Plan
+from launch.spec.config import RunConfig
+from launch.spec.errors import UsageError
+from launch.spec.plan import Plan
 
 BACKEND_MODULES = {"slurm": "launch.render_slurm", "beaker": "launch.render_beaker"}
 

@@ -3,7 +3,7 @@
 Seed 000: "one Beaker task with native replicas, leader selection and a synchronized start",
 full eight-GPU nodes, one shared hostname allowlist, failure and preemption propagated to every
 replica. Every replica runs ``gym-agent --uuid U``; rank and count come from Beaker's replica
-environment (BEAKER_REPLICA_RANK / BEAKER_REPLICA_COUNT, agent/identity.py) and the address from
+environment (BEAKER_REPLICA_RANK / BEAKER_REPLICA_COUNT, agent/coord/identity.py) and the address from
 BEAKER_NODE_HOSTNAME (host networking: the node's own address).
 
 The run spec travels inside the task: the spec record (what the run directory's spec.json
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from launch.config import RunConfig
-from launch.errors import Problem, SpecError
 from launch.render import Rendered, RenderRequest
-from launch.spec import SPEC_JSON_ENV, canonical_json, spec_record
+from launch.spec.config import RunConfig
+from launch.spec.errors import Problem, SpecError
+from launch.spec.load import SPEC_JSON_ENV, canonical_json, spec_record
 from launch.yamltext import dump
 from schemas.vocab import ResumeEnv
 
@@ -43,7 +43,7 @@ RESERVED_ENV = (
     "GYM_REPLICA_RANK",
     "GYM_REPLICA_COUNT",
     "CUDA_VISIBLE_DEVICES",
-    "GYM_TEST_REPLICA_ADDRESS",  # agent.identity's loopback test hook: never in a real job
+    "GYM_TEST_REPLICA_ADDRESS",  # agent.coord.identity's loopback test hook: never in a real job
 )
 RESERVED_PREFIXES = ("BEAKER_",)
 

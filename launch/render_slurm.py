@@ -27,10 +27,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from launch.config import RunConfig, SlurmConfig
-from launch.errors import Problem, SpecError
-from launch.plan import Plan
 from launch.render import Rendered, RenderRequest
+from launch.spec.config import RunConfig, SlurmConfig
+from launch.spec.errors import Problem, SpecError
+from launch.spec.plan import Plan
 from schemas import JobEnv, names
 from schemas.vocab import ResumeEnv
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launch.errors import UsageError
+from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, names
 
 TERMINAL = ("SUCCEEDED", "FAILED")
@@ -117,9 +117,9 @@ class Status:
 def planned_replicas(run: RunDir) -> int | None:
     """The planned replica count, from the run's own spec.json (None when it cannot be read)."""
     try:
-        from launch.config import RunConfig
-        from launch.plan import plan
-        from launch.spec import load_spec
+        from launch.spec.config import RunConfig
+        from launch.spec.load import load_spec
+        from launch.spec.plan import plan
 
         return plan(RunConfig.from_spec(load_spec(str(run.path / names.SPEC), []))).replicas
     except Exception:  # noqa: BLE001 - a status view shows what it can

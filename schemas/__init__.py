@@ -13,11 +13,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # static tools see the eager imports; at run time they resolve on first use
-    from . import names, order, records, safe_io, store, validation, vocab
-    from .safe_io import RunDirError, UnsafeEntry
-    from .store import RunDir, Writer, new_incarnation
-    from .validation import SCHEMA_VERSION, Violation, check, schema_names, violations
-    from .vocab import AgentState, DriverEnv, FailureKind, JobEnv, Phase, PhaseOutcome, RunOutcome, WriterKind
+    from schemas import names, order, records, safe_io, store, validation, vocab
+    from schemas.safe_io import RunDirError, UnsafeEntry
+    from schemas.store import RunDir, Writer, new_incarnation
+    from schemas.validation import SCHEMA_VERSION, Violation, check, schema_names, violations
+    from schemas.vocab import AgentState, DriverEnv, FailureKind, JobEnv, Phase, PhaseOutcome, RunOutcome, WriterKind
 
 _EXPORTS = {
     "RunDirError": "safe_io",

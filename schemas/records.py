@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .vocab import FailureKind
+from schemas.vocab import FailureKind
 
 
 def failure_fields(

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from . import names
+from schemas import names
 
 MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # artifacts are small; a huge one is hostile or broken
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from . import names, safe_io
-from .safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
-from .vocab import WriterKind
+from schemas import names, safe_io
+from schemas.safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
+from schemas.vocab import WriterKind
 
 RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, errno.EINTR}
 
@@ -68,7 +68,7 @@ class RunDir:
         self.path = path
         self._fd = fd
         # The attempt this handle writes as and reads: the highest claimed one (1 for a run never
-        # resumed). An agent sets it to the attempt it joined (agent/attempts.py).
+        # resumed). An agent sets it to the attempt it joined (agent/coord/attempts.py).
         self.ops: Counter[str] = Counter()  # shared-filesystem operations, for the benchmark
         # The run directory's permission mode (what create made it, or what open found).
         self.mode = stat.S_IMODE(os.fstat(fd).st_mode)
@@ -224,7 +224,7 @@ class RunDir:
     def _stamp(self, schema: str, writer: Writer, fields: Mapping[str, Any]) -> dict[str, Any]:
         # Imported here: jsonschema is most of an idle reader's memory (the reaper only reads
         # until the day it must write).
-        from .validation import SCHEMA_VERSION, check
+        from schemas.validation import SCHEMA_VERSION, check
 
         doc: dict[str, Any] = {
             "schema": schema,

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import psutil
 
-from agent import tempdirs
+from agent.proc import tempdirs
 from schemas import RunDir, names, violations
 
 BIN = Path(sys.executable).parent

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launch.config import RunConfig
-from launch.plan import plan as make_plan
-from launch.spec import load_spec
+from launch.spec.config import RunConfig
+from launch.spec.load import load_spec
+from launch.spec.plan import plan as make_plan
 from schemas import RunDir, Writer, names
 
 REPO = Path(__file__).resolve().parent.parent

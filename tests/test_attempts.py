@@ -1,5 +1,5 @@
 """Attempts without agents: the spec comparison a resume refuses by, the launch token, and the
-exclusive claim of an attempt number on a real directory (agent/attempts.py)."""
+exclusive claim of an attempt number on a real directory (agent/coord/attempts.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.attempts import AttemptRefused, attempt_token, join
-from launch.spec import spec_differences
+from agent.coord.attempts import AttemptRefused, attempt_token, join
+from launch.spec.load import spec_differences
 from schemas import RunDir, Writer, names
 from schemas.validation import violations
 

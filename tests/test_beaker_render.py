@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from launch.cli import main
-from launch.config import RunConfig
-from launch.errors import SpecError
-from launch.plan import plan as make_plan
 from launch.render import RenderRequest
 from launch.render_beaker import render
-from launch.resolve import looks_like_credential
-from launch.spec import SPEC_JSON_ENV, load_spec, load_spec_record, resolved_from_dict
+from launch.spec.config import RunConfig
+from launch.spec.errors import SpecError
+from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record, resolved_from_dict
+from launch.spec.plan import plan as make_plan
+from launch.spec.resolve import looks_like_credential
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -292,7 +292,7 @@ def test_property_generated_specs_load_in_beaker_py(tmp_path_factory: pytest.Tem
 
 def test_agent_refuses_a_spec_with_another_fingerprint(tmp_path: Path) -> None:
     spec = load_spec(REPO / "examples" / "three-node.toml")
-    from launch.spec import spec_record
+    from launch.spec.load import spec_record
 
     env = {
         **os.environ,
@@ -308,7 +308,7 @@ def test_agent_refuses_a_spec_with_another_fingerprint(tmp_path: Path) -> None:
 
 
 def test_loopback_hostname_is_still_refused_and_the_test_hook_is_loopback_only() -> None:
-    from agent.identity import TEST_ADDRESS_ENV, IdentityError, resolve_address
+    from agent.coord.identity import TEST_ADDRESS_ENV, IdentityError, resolve_address
 
     with pytest.raises(IdentityError, match="resolves to loopback"):
         resolve_address(None, {"BEAKER_NODE_HOSTNAME": "127.0.0.5"})

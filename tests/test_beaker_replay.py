@@ -30,8 +30,8 @@ from agent_harness import (
 )
 from beaker import BeakerExperimentSpec
 
-from agent import tempdirs
-from agent.identity import TEST_ADDRESS_ENV
+from agent.coord.identity import TEST_ADDRESS_ENV
+from agent.proc import tempdirs
 from launch.cli import main as launch_main
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from beaker import beaker_pb2 as pb2
 from beaker._experiment import ExperimentClient
 
 from agent.submit import main as submit_main
-from launch.spec import SPEC_JSON_ENV, load_spec, load_spec_record
+from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record
 from schemas import names, violations
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from launch.data_check import DataError, binding_snippet, check_data
+from launch.spec.data_check import DataError, binding_snippet, check_data
 
 BINDINGS = {
     "general-quality": {"judge": "general", "rubric": "quality"},

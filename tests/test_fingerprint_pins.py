@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.config import RunConfig
-from launch.spec import load_spec
+from launch.spec.config import RunConfig
+from launch.spec.load import load_spec
 
 PINNED = Path(__file__).resolve().parent / "data" / "pinned"
 

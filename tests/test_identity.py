@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.identity import IdentityError, address_sort_key, resolve_address, resolve_rank, visible_devices
+from agent.coord.identity import IdentityError, address_sort_key, resolve_address, resolve_rank, visible_devices
 
 
 def test_rank_sources_in_order() -> None:

@@ -18,13 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.dirwatch import DirWatch
-from agent.failure import Failure, FailureSignal
-from agent.liveness import Liveness
-from agent.procgroup import ProcessGroup, descendants, escaped_descendants
+from agent.coord.dirwatch import DirWatch
+from agent.coord.failure import Failure, FailureSignal
+from agent.coord.liveness import Liveness
+from agent.proc.procgroup import ProcessGroup, descendants, escaped_descendants
+from agent.proc.supervisor import ExitPolicy, Supervisor
+from agent.proc.wakeup import Wakeup
 from agent.reaper import ReaperChannel
-from agent.supervisor import ExitPolicy, Supervisor
-from agent.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
 from schemas.safe_io import Sync
 
@@ -251,7 +251,7 @@ def test_every_sync_mode_publishes_the_whole_file_and_leaves_no_temp(tmp_path: P
 def test_lower_priority_reaches_every_thread_of_the_process() -> None:
     code = (
         "import os, threading, time\n"
-        "from agent.cpu_priority import lower_priority\n"
+        "from agent.proc.cpu_priority import lower_priority\n"
         "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
         "lower_priority()\n"
         "nices = [int(open(f'/proc/self/task/{t}/stat').read().rsplit(')', 1)[1].split()[16])\n"
@@ -263,7 +263,7 @@ def test_lower_priority_reaches_every_thread_of_the_process() -> None:
 
 
 def test_exit_now_flushes_what_was_buffered_and_keeps_the_code() -> None:
-    code = "import sys\nfrom agent.fast_exit import exit_now\nsys.stdout.write('last words')\nexit_now(3)\n"
+    code = "import sys\nfrom agent.proc.fast_exit import exit_now\nsys.stdout.write('last words')\nexit_now(3)\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert (out.returncode, out.stdout) == (3, "last words")
 
@@ -275,7 +275,7 @@ def test_an_idle_reaper_and_an_agent_without_judges_import_only_what_they_use() 
         "import sys\n"
         "import agent.reaper\n"
         "print(sorted(m for m in ('jsonschema', 'psutil', 'httpx') if m in sys.modules))\n"
-        "import agent.cli, agent.lifecycle\n"
+        "import agent.cli, agent.lifecycle.agent\n"
         "print(sorted(m for m in ('httpx', 'ssl', 'http.server') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main
-from launch.spec import load_spec
+from launch.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.failure import AgentFailed, Failure, FailureSignal, write_failure_record
-from agent.lifecycle import RUN_STEPS, STARTUP_STEPS, IllegalTransition, PhaseLog
+from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
+from agent.lifecycle.agent import RUN_STEPS, STARTUP_STEPS, IllegalTransition, PhaseLog
+from agent.proc.waits import poll_until
 from agent.reaper import ReaperChannel, ReaperState
-from agent.waits import poll_until
 from schemas import AgentState, FailureKind, Phase, RunDir, Writer, names, violations
 from schemas.vocab import STATE_TRANSITIONS
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent.failure import FailureSignal
-from agent.liveness import Liveness, watched_peers
+from agent.coord.failure import FailureSignal
+from agent.coord.liveness import Liveness, watched_peers
 from schemas import RunDir, Writer, names
 
 FP = "f" * 64

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from agent_harness import assert_artifacts_valid, assert_nothing_left, audit, kill_tree_by_session, launch_local
 
-from launch.config import RunConfig
-from launch.errors import SpecError
-from launch.plan import plan
-from launch.spec import load_spec, resolved_from_dict
-from launch.validate import validate
+from launch.spec.config import RunConfig
+from launch.spec.errors import SpecError
+from launch.spec.load import load_spec, resolved_from_dict
+from launch.spec.plan import plan
+from launch.spec.validate import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 MILES = ROOT / "tests" / "data" / "miles"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from agent_harness import BIN, agent_tmp_root, assert_artifacts_valid, audit, failures, kill_tree_by_session, read
 
-from agent import tempdirs
+from agent.proc import tempdirs
 from schemas import names
 
 pytestmark = pytest.mark.slow

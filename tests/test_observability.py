@@ -19,14 +19,14 @@ import pytest
 from agent_harness import BIN
 from audit_rundirs import REPO, T0, driver_failure, judge_failure, success
 
-from agent.console_tee import MAX_CONSOLE_LINE, ConsoleTee
-from agent.ray_logs import keep, session_log_files
-from agent.waits import Progress, poll_until
+from agent.lifecycle.console_tee import MAX_CONSOLE_LINE, ConsoleTee
+from agent.proc.waits import Progress, poll_until
+from agent.ray.logs import keep, session_log_files
 from audit.api import audit_run
 from audit.logview import line_time, parse_since
 from audit.model import Cause
 from audit.ray_evidence import ray_evidence
-from launch.console import use_colour
+from launch.spec.console import use_colour
 from launch.status import HeartbeatClock, read_status
 from schemas import RunDir, names
 from schemas.timefmt import iso_ms
@@ -142,8 +142,8 @@ def test_a_short_wait_prints_nothing() -> None:
 
 
 def test_ray_probe_progress_is_parsed() -> None:
-    from agent.ray_node import probe_progress
-    from agent.ray_probe import PROGRESS_MARK
+    from agent.ray.node import probe_progress
+    from agent.ray.probe import PROGRESS_MARK
 
     err = f"some warning\n{PROGRESS_MARK}1/3\nother\n{PROGRESS_MARK}2/3\n".encode()
     assert probe_progress(err) == "2/3"
@@ -173,7 +173,7 @@ def test_library_warnings_are_routed_with_rank_and_time(tmp_path: Path) -> None:
     log = tmp_path / "agent-0.log"
     script = f"""
 import logging, os, threading
-from agent.logsetup import configure
+from agent.lifecycle.logsetup import configure
 fd = os.open({str(log)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
 configure("[rank 0]", fd)
 logging.getLogger("watchdog.observers.inotify_buffer").warning("inotify watch limit reached")
@@ -196,7 +196,7 @@ def test_quiet_agent_keeps_library_warnings_in_the_log_only(tmp_path: Path) -> N
     log = tmp_path / "agent-1.log"
     script = f"""
 import logging, os
-from agent.logsetup import configure
+from agent.lifecycle.logsetup import configure
 fd = os.open({str(log)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
 configure("[rank 1]", fd, console_level=logging.ERROR)
 logging.getLogger("watchdog").warning("only in the file")
@@ -275,7 +275,7 @@ def test_a_ray_child_exit_cites_the_kept_ray_logs(tmp_path: Path) -> None:
 
 
 def test_ray_dashboard_flags_only_on_the_head_when_asked() -> None:
-    from agent.ray_node import RayNodeSpec, pick_ports, ray_start_argv
+    from agent.ray.node import RayNodeSpec, pick_ports, ray_start_argv
 
     ports = pick_ports("dash-test", 0, 1)
     base = dict(
@@ -582,7 +582,7 @@ def test_the_wheel_builds_without_warnings_and_carries_its_metadata(tmp_path: Pa
         meta = z.read(next(n for n in files if n.endswith("METADATA"))).decode()
     for pkg in ("launch", "agent", "audit", "schemas"):
         assert f"{pkg}/py.typed" in files
-    assert "launch/data/sglang-0.5.23-flags.txt" in files
+    assert "launch/spec/data/sglang-0.5.23-flags.txt" in files
     assert "License-Expression: MIT" in meta and "Classifier: Typing :: Typed" in meta
     ray = next(ln for ln in meta.splitlines() if ln.startswith("Requires-Dist: ray"))
     assert "==" not in ray and ">=2.58" in ray and "<2.61" in ray

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from launch.config import RunConfig
-from launch.errors import SpecError
-from launch.plan import Plan, plan
-from launch.spec import load_spec, resolved_from_dict
-from launch.validate import validate
+from launch.spec.config import RunConfig
+from launch.spec.errors import SpecError
+from launch.spec.load import load_spec, resolved_from_dict
+from launch.spec.plan import Plan, plan
+from launch.spec.validate import validate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

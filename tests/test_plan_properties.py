@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launch.config import RunConfig
-from launch.plan import Plan, plan
-from launch.spec import resolved_from_dict
-from launch.validate import validate
+from launch.spec.config import RunConfig
+from launch.spec.load import resolved_from_dict
+from launch.spec.plan import Plan, plan
+from launch.spec.validate import validate
 
 
 @st.composite

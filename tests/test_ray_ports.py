@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from agent import ray_node
-from agent.ray_node import PORT_BLOCK, RayPorts, pick_ports, port_bases
+from agent.ray import node as ray_node
+from agent.ray.node import PORT_BLOCK, RayPorts, pick_ports, port_bases
 
 EPHEMERAL = (32768, 60999)
 

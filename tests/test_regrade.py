@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from launch import regrade as rg
-from launch.config import RunConfig
-from launch.errors import SpecError
-from launch.plan import plan as make_plan
 from launch.render import RenderRequest
 from launch.render_slurm import directive_lines, render
-from launch.spec import load_spec, resolved_from_dict, spec_record
+from launch.spec.config import RunConfig
+from launch.spec.errors import SpecError
+from launch.spec.load import load_spec, resolved_from_dict, spec_record
+from launch.spec.plan import plan as make_plan
 from schemas import RunDir, Writer, WriterKind, names, violations
 from schemas.vocab import LauncherEnv
 

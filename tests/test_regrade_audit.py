@@ -16,8 +16,8 @@ from agent_harness import assert_artifacts_valid
 
 from audit.api import audit_run
 from launch import regrade as rg
-from launch.config import RunConfig
-from launch.spec import load_spec, spec_record
+from launch.spec.config import RunConfig
+from launch.spec.load import load_spec, spec_record
 from schemas import RunDir, Writer, WriterKind, names
 
 REPO = Path(__file__).resolve().parents[1]

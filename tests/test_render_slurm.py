@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from launch.config import RunConfig
-from launch.plan import plan as make_plan
 from launch.render import RenderRequest
 from launch.render_slurm import directive_lines, render
-from launch.spec import load_spec
+from launch.spec.config import RunConfig
+from launch.spec.load import load_spec
+from launch.spec.plan import plan as make_plan
 from schemas import JobEnv
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from launch.config import JudgeConfig, RunConfig
-from launch.errors import SpecError
-from launch.sglang_argv import (
+from launch.spec.config import JudgeConfig, RunConfig
+from launch.spec.errors import SpecError
+from launch.spec.load import resolved_from_dict
+from launch.spec.sglang_argv import (
     MEM_FRACTION_STATIC,
     SGLANG_VERSION,
     JudgeCommandError,
@@ -27,7 +28,6 @@ from launch.sglang_argv import (
     reference_command,
     sglang_command,
 )
-from launch.spec import resolved_from_dict
 
 BASE: dict[str, Any] = {
     "mode": "managed",

@@ -1,4 +1,4 @@
-"""agent.signals in a real process: the sender of SIGTERM is recorded (si_pid), and children
+"""agent.proc.signals in a real process: the sender of SIGTERM is recorded (si_pid), and children
 spawned through unblocked() can be stopped with SIGTERM, while the agent's own threads keep the
 signals blocked for the waiting thread."""
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 PROGRAM = """
 import json, subprocess, sys, threading, time
-from agent import signals
+from agent.proc import signals
 got = []
 signals.start(got.append)
 def blocked_mask(pid):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.errors import SpecError, UsageError
-from launch.overrides import apply_overrides, parse_override
-from launch.spec import ResolvedSpec, canonical_json, load_spec, resolved_from_dict
+from launch.spec.errors import SpecError, UsageError
+from launch.spec.load import ResolvedSpec, canonical_json, load_spec, resolved_from_dict
+from launch.spec.overrides import apply_overrides, parse_override
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -192,7 +192,7 @@ def test_values_json_cannot_hold_are_spec_errors(tmp_path: Path) -> None:
 
 
 def test_spec_error_lists_every_problem_one_per_line() -> None:
-    from launch.errors import Problem
+    from launch.spec.errors import Problem
 
     err = SpecError([Problem("a.b", "fix a"), Problem("c", "fix c")])
     assert str(err) == "a.b: fix a\nc: fix c"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from launch.reference import DOC_PATH, run_spec_schema, spec_markdown
+from launch.spec.reference import DOC_PATH, run_spec_schema, spec_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted([*ROOT.glob("examples/*.toml"), *ROOT.glob("examples/**/*.toml"), *ROOT.glob("tests/data/miles/*.toml")])
@@ -26,7 +26,7 @@ def validator() -> Draft202012Validator:
 
 def test_docs_spec_md_is_current() -> None:
     assert DOC_PATH.read_text(encoding="utf-8") == spec_markdown(), (
-        "docs/spec.md is stale: run python -m launch.reference"
+        "docs/spec.md is stale: run python -m launch.spec.reference"
     )
 
 

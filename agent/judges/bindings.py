@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .rubrics import Rubric, resolve_rubric
+from agent.judges.rubrics import Rubric, resolve_rubric
 
 if TYPE_CHECKING:
-    from .client import Grade, JudgeClient
+    from agent.judges.client import Grade, JudgeClient
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def clients_from_registry(registry: Mapping[str, Any], **client_options: Any) ->
     """One client (one connection pool) per judge service, shared by every binding that uses it."""
     clients: dict[str, JudgeClient] = {}
     for name, judge in registry.get("judges", {}).items():
-        from .client import JudgeClient  # httpx: only where there is a judge to talk to
+        from agent.judges.client import JudgeClient  # httpx: only where there is a judge to talk to
 
         # The registry is written from the resolved spec: every value is there, defaults applied.
         clients[name] = JudgeClient(

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .rubrics import Rubric
+from agent.judges.rubrics import Rubric
 
 if TYPE_CHECKING:
-    from .client import JudgeClient
+    from agent.judges.client import JudgeClient
 
 # The client (httpx) is imported where a canary talks to a judge: a run without judges writes its
 # empty report without loading it.
@@ -105,13 +105,13 @@ class CanaryReport:
 
 
 def _excerpt(text: Any) -> str | None:
-    from .client import REPLY_EXCERPT_CHARS
+    from agent.judges.client import REPLY_EXCERPT_CHARS
 
     return text[:REPLY_EXCERPT_CHARS] if isinstance(text, str) else None
 
 
 def _grade(client: JudgeClient, rubric: Rubric, repetition: int, label: str, answer: str) -> CanarySample:
-    from .client import JudgeError
+    from agent.judges.client import JudgeError
 
     reference = REFERENCE if rubric.uses_reference else None
     try:
@@ -152,7 +152,7 @@ def _binding_canary(verifier: str, judge: str, rubric: Rubric, client: JudgeClie
             listed,
         )
 
-    from .client import JudgeError
+    from agent.judges.client import JudgeError
 
     try:
         listed = tuple(client.list_models())

@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from .framing import GradingPrompt, build_messages
-from .rubrics import SCORE_MAX, ReplyFormatError, Rubric, parse_reply
+from agent.judges.framing import GradingPrompt, build_messages
+from agent.judges.rubrics import SCORE_MAX, ReplyFormatError, Rubric, parse_reply
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 REPLY_EXCERPT_CHARS = 300

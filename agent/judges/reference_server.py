@@ -47,10 +47,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from agent.judges.framing import GradingPrompt, message_text, parse_messages
 from schemas import safe_io
 from schemas.timefmt import iso_ms
-
-from .framing import GradingPrompt, message_text, parse_messages
 
 CRASH_EXIT_CODE = 70
 FAULTS_ENV = "GYM_REFERENCE_JUDGE_FAULTS"

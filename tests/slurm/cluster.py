@@ -52,7 +52,7 @@ from .layout import DEFAULT_LAYOUT, Layout, render_gres_conf, render_hosts, rend
 from .procs import alive, ancestors, cmdline, namespace_members, stop_pid, sweep_namespace, uts_namespace
 
 DEFAULT_DIR = Path("/tmp/gym-slurm")
-# Below Ray's port blocks (agent/ray_node.py PORT_FLOOR = 10000) and the kernel's ephemeral range,
+# Below Ray's port blocks (agent/ray/node.py PORT_FLOOR = 10000) and the kernel's ephemeral range,
 # so nothing the agents start can take a Slurm daemon's port.
 PORT_RANGE = (6800, 9900)
 UP_TIMEOUT = 60.0

@@ -17,7 +17,7 @@ import os
 import sys
 
 from agent.judges import reference_server
-from launch.sglang_argv import argv_flags, recorded_flags
+from launch.spec.sglang_argv import argv_flags, recorded_flags
 
 RECORD_ENV = "GYM_STAND_IN_SGLANG_RECORD"
 LOSE_RACES_ENV = "GYM_STAND_IN_SGLANG_LOSE_RACES"

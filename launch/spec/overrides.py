@@ -16,8 +16,8 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from launch.errors import UsageError
-from launch.keypath import format_key
+from launch.spec.errors import UsageError
+from launch.spec.keypath import format_key
 
 _STRUCTURAL = set("\"'[]{}\n\r")
 

@@ -12,9 +12,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from agent.coord.failure import Failure, FailureSignal
 from schemas import FailureKind
-
-from .failure import Failure, FailureSignal
 
 
 def watch_launcher(fd: int, signal: FailureSignal, phase: Callable[[], str]) -> threading.Thread:

@@ -3,7 +3,7 @@ locating the chat-template file shipped in this package.
 
 SGLang renames and removes flags between releases (``--cuda-graph-max-bs`` disappeared in
 0.5.20), so this module targets one pinned release, ``SGLANG_VERSION``. The flags used here are
-checked against ``launch/data/sglang-<version>-flags.txt`` (recorded from that release's parser)
+checked against ``launch/spec/data/sglang-<version>-flags.txt`` (recorded from that release's parser)
 on every test run, and against the real parser when sglang is installed.
 """
 
@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launch.config import JudgeConfig
+    from launch.spec.config import JudgeConfig
 
 SGLANG_VERSION = "0.5.23"
 

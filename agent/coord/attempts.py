@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent.proc.waits import poll_until
 from schemas import RunDir, Writer, names
 from schemas.vocab import ResumeEnv
-
-from .waits import poll_until
 
 
 class AttemptRefused(Exception):

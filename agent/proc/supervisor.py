@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agent.coord.failure import Failure, FailureSignal
+from agent.proc.procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
+from agent.proc.wakeup import Wakeup
+from agent.reaper import ReaperChannel
 from schemas import FailureKind
-
-from .failure import Failure, FailureSignal
-from .procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
-from .reaper import ReaperChannel
-from .wakeup import Wakeup
 
 STRAY_SCAN_S = 2.0  # how often escaped descendants are looked for (and told to the reaper)
 FALLBACK_POLL_S = 0.1  # how often children are looked at where pidfds are unsupported

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import clock
-from .failure import FailureSignal
+from agent.coord import clock
+from agent.coord.failure import FailureSignal
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launch.config import MAX_NODES, JudgeConfig, RunConfig
-from launch.errors import Problem, SpecError
+from launch.spec.config import MAX_NODES, JudgeConfig, RunConfig
+from launch.spec.errors import Problem, SpecError
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The resolved spec is the data exactly as spelled after overrides: no defaults
 are injected, so an omitted key and a key set to its default value are
 different specs with different fingerprints (omitted ``cuda_graphs``
-vs ``cuda_graphs = false``). Defaults live in ``launch.config``.
+vs ``cuda_graphs = false``). Defaults live in ``launch.spec.config``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launch.errors import Problem, SpecError, UsageError
-from launch.keypath import format_key
-from launch.overrides import apply_overrides
+from launch.spec.errors import Problem, SpecError, UsageError
+from launch.spec.keypath import format_key
+from launch.spec.overrides import apply_overrides
 
 # Tables whose key order means something: pools take contiguous node ranges in declaration order,
 # so that order is part of the run's identity (one fingerprint, one plan).
@@ -179,7 +179,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ResolvedSpec:
     """Read a TOML run spec (or a ``.json`` resolved spec) and apply ``--set`` overrides.
 
     Raises UsageError for file-level problems (one line) and SpecError for
-    values canonical JSON cannot represent. Key validation is ``launch.validate``.
+    values canonical JSON cannot represent. Key validation is ``launch.spec.validate``.
     """
     p = Path(path)
     try:

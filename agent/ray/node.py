@@ -20,10 +20,10 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import signals, tempdirs
-from .procgroup import sweep_session
-from .ray_probe import PROGRESS_MARK
-from .waits import Progress, poll_until
+from agent.proc import signals, tempdirs
+from agent.proc.procgroup import sweep_session
+from agent.proc.waits import Progress, poll_until
+from agent.ray.probe import PROGRESS_MARK
 
 WORKER_PORT_SPAN = 40
 
@@ -280,7 +280,7 @@ def probe_live_nodes(
     argv = [
         sys.executable,
         "-m",
-        "agent.ray_probe",
+        "agent.ray.probe",
         "--address",
         gcs_address,
         "--node-ip",

@@ -1,9 +1,9 @@
-"""The one resolver: a spec's data (as spelled) -> the typed model of ``launch.config``.
+"""The one resolver: a spec's data (as spelled) -> the typed model of ``launch.spec.config``.
 
 ``resolve`` walks the model's field declarations, so unknown keys (with a did-you-mean), types,
 bounds and required keys are checked generically, then applies the rules that span several keys
 (below). It reports every problem at once, each with its full TOML key path, and never stops at
-the first. Placement rules that need the whole GPU picture are ``launch.plan``'s.
+the first. Placement rules that need the whole GPU picture are ``launch.spec.plan``'s.
 
 Rules beyond the field declarations:
 
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launch import keys, miles, names, slurm_directives
-from launch.config import (
+from launch.spec import keys, miles, names, slurm_directives
+from launch.spec.config import (
     MAX_BINDINGS,
     MAX_JUDGES,
     MAX_NAME,
@@ -46,9 +46,9 @@ from launch.config import (
     section_info,
     spelled,
 )
-from launch.errors import Problem, SpecError
-from launch.keypath import format_key
-from launch.spec import ResolvedSpec
+from launch.spec.errors import Problem, SpecError
+from launch.spec.keypath import format_key
+from launch.spec.load import ResolvedSpec
 
 Path_ = tuple[str, ...]
 

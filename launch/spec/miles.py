@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launch import config as model
-from launch.errors import Problem
-from launch.keypath import format_key
+from launch.spec import config as model
+from launch.spec.errors import Problem
+from launch.spec.keypath import format_key
 
 FORMAT_MILES = "miles"
 FORMAT_GYM = "gym-agent"
@@ -340,8 +340,8 @@ def schema() -> dict[str, Any]:
     """A JSON Schema of a MILES run file: owned keys typed from the model, trainer sections free."""
     import dataclasses
 
-    from launch.config import key_info, spelled
-    from launch.reference import table_schema
+    from launch.spec.config import key_info, spelled
+    from launch.spec.reference import table_schema
 
     def leaf(path: str) -> dict[str, Any]:
         parts = path.split(".")

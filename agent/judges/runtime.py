@@ -14,22 +14,22 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from launch.config import JudgeConfig
-from launch.data_check import DataError, check_data
-from launch.sglang_argv import judge_command
+from agent.coord import clock
+from agent.coord.failure import Failure
+from agent.judges.prepared import prove_revision
+from agent.judges.rubrics import resolve_rubric
+from agent.lifecycle.context import RunContext, Topology
+from agent.proc import tempdirs
+from agent.proc.procgroup import ProcessGroup
+from agent.proc.supervisor import ExitPolicy, child_env
+from agent.proc.waits import poll_until
+from launch.spec.config import JudgeConfig
+from launch.spec.data_check import DataError, check_data
+from launch.spec.sglang_argv import judge_command
 from schemas import DriverEnv, FailureKind, names
 
-from . import clock, tempdirs
-from .context import RunContext, Topology
-from .failure import Failure
-from .judges.prepared import prove_revision
-from .judges.rubrics import resolve_rubric
-from .procgroup import ProcessGroup
-from .supervisor import ExitPolicy, child_env
-from .waits import poll_until
-
 if TYPE_CHECKING:
-    from .judges.engine_health import EngineHealthRegistry, EngineStatus
+    from agent.judges.engine_health import EngineHealthRegistry, EngineStatus
 
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
 HEALTH_FAILURES = 3
@@ -187,7 +187,7 @@ class JudgeRuntime:
                 log=j.log,
             )
         if j.port is None:
-            from .judges.reference_server import read_port_file  # http.server: judge nodes only
+            from agent.judges.reference_server import read_port_file  # http.server: judge nodes only
 
             j.port = read_port_file(j.port_file)
             if j.port is None:
@@ -205,7 +205,7 @@ class JudgeRuntime:
     def _new_health_registry(self) -> EngineHealthRegistry:
         # The judge client (httpx) is imported only by a node that serves judges: an agent
         # without judges stays small (README, "Performance").
-        from .judges.engine_health import EngineHealthRegistry
+        from agent.judges.engine_health import EngineHealthRegistry
 
         ctx = self.ctx
         interval = ctx.config.coordination.heartbeat_interval
@@ -320,8 +320,8 @@ class JudgeRuntime:
     def run_canaries(self, topo: Topology) -> str:
         ctx = self.ctx
         registry = self.registry or {"judges": {}, "rubrics": {}, "bindings": {}}
-        from .judges.bindings import clients_from_registry, rubrics_from_registry
-        from .judges.canary import run_canaries
+        from agent.judges.bindings import clients_from_registry, rubrics_from_registry
+        from agent.judges.canary import run_canaries
 
         clients = clients_from_registry(registry)
         try:

@@ -10,7 +10,7 @@ Rules (docs/runtime-notes.md, "Liveness"):
   listing a directory (no exists(), no mtimes);
 - one bad read (partial JSON, EACCES, ESTALE) is retried and never by itself fails the run.
 A failure record reaches every agent within one poll interval; on a local filesystem inotify
-(agent/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
+(agent/coord/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
 poll(2) on that descriptor and a wake pipe: no other timer, no helper thread.
 """
 
@@ -22,13 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.coord import clock
+from agent.coord.dirwatch import DirWatch
+from agent.coord.failure import Failure, FailureSignal
+from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
 from schemas.safe_io import Sync
-
-from . import clock
-from .dirwatch import DirWatch
-from .failure import Failure, FailureSignal
-from .wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 RING_WATCHERS = 2
@@ -193,7 +192,7 @@ class Liveness(threading.Thread):
     def _own_writes_fail(self, exc: OSError) -> None:
         """Our own writes failing is OUR failure: say so before peers, who only see our silence
         after heartbeat_timeout, blame it on us as a silent (healthy-looking) rank."""
-        from .durable import describe
+        from agent.coord.durable import describe
 
         now = self.now()
         if self._write_failing_since is None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from launch.config import RunConfig
-from launch.errors import Problem
-from launch.plan import placement_problems
-from launch.resolve import Checked, check
-from launch.spec import ResolvedSpec, resolved_from_dict
+from launch.spec.config import RunConfig
+from launch.spec.errors import Problem
+from launch.spec.load import ResolvedSpec, resolved_from_dict
+from launch.spec.plan import placement_problems
+from launch.spec.resolve import Checked, check
 
 
 def _placed(checked: Checked, resolved: ResolvedSpec) -> tuple[RunConfig, list[Problem]]:

@@ -1,7 +1,7 @@
 """Rendezvous through address records, plan agreement, and the node order.
 
 Replica ranks are not roles: the replica whose address sorts i-th lowest (numerically) owns
-planned node i; the Ray head runs on the driver's planned node (launch.plan: Plan.ray_head).
+planned node i; the Ray head runs on the driver's planned node (launch.spec.plan: Plan.ray_head).
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from agent.coord import clock
+from agent.coord.failure import AgentFailed, Failure
+from agent.coord.identity import Identity
+from agent.proc.waits import poll_until
 from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
 
-from . import clock
-from .failure import AgentFailed, Failure
-from .identity import Identity
-from .waits import poll_until
-
 if TYPE_CHECKING:
-    from .context import RunContext
+    from agent.lifecycle.context import RunContext
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
 
     Two agents started for one rank (a reused uuid, a scheduler restarting a task, a race) cannot
     both win, and the loser has written nothing. A record of another attempt is no claim on this
-    one (agent/attempts.py): it is set aside and the create decides again."""
+    one (agent/coord/attempts.py): it is set aside and the create decides again."""
     fields = {
         "address": ident.address,
         "address_explicit": ident.address_explicit,

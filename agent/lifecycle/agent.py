@@ -22,8 +22,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from launch.config import RunConfig
-from launch.plan import Plan
+from agent.coord import clock, rendezvous
+from agent.coord.durable import RecordKeeper, local_dir
+from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
+from agent.coord.identity import Identity
+from agent.coord.liveness import Liveness
+from agent.judges.runtime import JudgeRuntime
+from agent.lifecycle.console_tee import ConsoleTee
+from agent.lifecycle.context import RunContext, Topology
+from agent.proc import signals
+from agent.proc.cpu_priority import lower_priority
+from agent.proc.procgroup import become_subreaper, escaped_descendants, session_members
+from agent.proc.supervisor import ExitPolicy, Supervisor, child_env
+from agent.proc.waits import poll_until
+from agent.ray import logs as ray_logs
+from agent.ray import node as ray_node
+from agent.reaper import ReaperChannel
+from launch.spec.config import RunConfig
+from launch.spec.plan import Plan
 from schemas import (
     AgentState,
     DriverEnv,
@@ -39,20 +55,6 @@ from schemas import (
 )
 from schemas.safe_io import Sync
 from schemas.vocab import PHASE_INIT, STATE_TRANSITIONS
-
-from . import clock, ray_logs, ray_node, rendezvous, signals
-from .console_tee import ConsoleTee
-from .context import RunContext, Topology
-from .cpu_priority import lower_priority
-from .durable import RecordKeeper, local_dir
-from .failure import AgentFailed, Failure, FailureSignal, write_failure_record
-from .identity import Identity
-from .judges_runtime import JudgeRuntime
-from .liveness import Liveness
-from .procgroup import become_subreaper, escaped_descendants, session_members
-from .reaper import ReaperChannel
-from .supervisor import ExitPolicy, Supervisor, child_env
-from .waits import poll_until
 
 RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children

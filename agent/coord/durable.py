@@ -15,9 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agent.proc import tempdirs
 from schemas import RunDir, Writer, names
-
-from . import tempdirs
 
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 # The phrase the audit looks for (audit/crosscheck_lifecycle.py): keep them in step.
@@ -44,7 +43,7 @@ class RecordKeeper:
         self.pending: dict[str, tuple[str, Writer, dict[str, Any]]] = {}
 
     def write(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> bool:
-        from .failure import held_by_another_incarnation
+        from agent.coord.failure import held_by_another_incarnation
 
         if held_by_another_incarnation(self.run, relpath, writer.incarnation):
             self.out(f"not overwriting {relpath}: another incarnation of this rank wrote it")

@@ -8,13 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent.coord import clock
 from schemas import FailureKind, RunDir, Writer, names, records
 from schemas.safe_io import Sync
 
-from . import clock
-
 if TYPE_CHECKING:
-    from .durable import RecordKeeper
+    from agent.coord.durable import RecordKeeper
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class Failure:
     log: str | None = None
     reacting_to: dict[str, Any] | None = None
     peers: tuple[int, ...] = ()
-    sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.signals)
+    sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 
@@ -101,7 +100,7 @@ def write_failure_record(
     """Write failure-RANK.json (the agent's own, or the reaper's for a killed agent).
 
     A hung or broken shared filesystem (OSError) is survivable: peers still see our silence, and
-    with a `keeper` the record is kept on this node and retried (agent/durable.py).
+    with a `keeper` the record is kept on this node and retried (agent/coord/durable.py).
     A record that does not match its schema is an agent bug, and must not cost the evidence:
     it is reported on stderr and replaced by an `internal` record that quotes it."""
     fields = records.failure_fields(

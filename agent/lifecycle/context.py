@@ -7,16 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launch.config import RunConfig
-from launch.plan import NodePlan, Plan
+from agent.coord import clock
+from agent.coord.failure import AgentFailed, Failure, FailureSignal
+from agent.coord.rendezvous import Peer
+from agent.proc.supervisor import Supervisor
+from agent.proc.waits import Progress, poll_until
+from agent.reaper import ReaperChannel
+from launch.spec.config import RunConfig
+from launch.spec.plan import NodePlan, Plan
 from schemas import FailureKind, RunDir, Writer
-
-from . import clock
-from .failure import AgentFailed, Failure, FailureSignal
-from .reaper import ReaperChannel
-from .rendezvous import Peer
-from .supervisor import Supervisor
-from .waits import Progress, poll_until
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The resolved run spec: one typed, frozen model with every default in exactly one place.
 
 Each section of the TOML run spec is a frozen dataclass below; each key is a field declared with
-``key(...)``, which carries its value type (``launch.keys``), its default (or REQUIRED), what it
+``key(...)``, which carries its value type (``launch.spec.keys``), its default (or REQUIRED), what it
 means and which rule it comes from. Three things are generated from these declarations, so they
-cannot drift apart: validation (``launch.resolve``), the JSON Schema printed by
-``gym-launch schema`` and docs/spec.md (``launch.reference``).
+cannot drift apart: validation (``launch.spec.resolve``), the JSON Schema printed by
+``gym-launch schema`` and docs/spec.md (``launch.spec.reference``).
 
 Why plain frozen dataclasses with one resolver rather than pydantic or msgspec: the resolver must
 report every problem at once with the full TOML key path and a did-you-mean, keep an omitted key
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from launch import keys, names
+from launch.spec import keys, names
 
 if TYPE_CHECKING:
-    from launch.spec import ResolvedSpec
+    from launch.spec.load import ResolvedSpec
 
 # --- bounds -----------------------------------------------------------------------------------
 
@@ -526,7 +526,7 @@ class RayConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    """The resolved run spec. Built only by ``launch.resolve.resolve``; ``spec`` is its identity."""
+    """The resolved run spec. Built only by ``launch.spec.resolve.resolve``; ``spec`` is its identity."""
 
     spec: ResolvedSpec
     # Which spelling the spec was written in ("gym-agent" or "miles") and, for a MILES run file,
@@ -622,7 +622,7 @@ class RunConfig:
     @classmethod
     def from_spec(cls, resolved: ResolvedSpec) -> RunConfig:
         """The model of ``resolved``; raises SpecError with every key-level problem."""
-        from launch.resolve import resolve
+        from launch.spec.resolve import resolve
 
         return resolve(resolved)
 

@@ -1,4 +1,4 @@
-"""`python -m agent.ray_probe`: print Ray's live nodes as JSON once `--expect` are alive.
+"""`python -m agent.ray.probe`: print Ray's live nodes as JSON once `--expect` are alive.
 
 Run as a child of the head's agent so that importing and connecting to Ray never happens inside
 the agent process itself.

@@ -24,15 +24,14 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
+from agent.coord import clock
 from schemas import FailureKind, RunDir, names
 from schemas.vocab import PHASE_UNKNOWN
-
-from . import clock
 
 if TYPE_CHECKING:
     import psutil
 
-    from .procgroup import StopRecord
+    from agent.proc.procgroup import StopRecord
 
 # An idle reaper (every agent has one) only reads its agent's lines and heartbeat. What it needs to
 # act (psutil, the record writers, jsonschema) is imported when it acts: that keeps it near a
@@ -42,8 +41,8 @@ RECORD_RETRY_S = 20.0  # refused records are retried this long (space may come b
 
 
 def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
-    from .procgroup import StopRecord, session_members, sweep_session
-    from .waits import poll_until
+    from agent.proc.procgroup import StopRecord, session_members, sweep_session
+    from agent.proc.waits import poll_until
 
     t0 = time.monotonic()
     how = "already_gone"
@@ -64,7 +63,7 @@ def remove_temp_dir(path: str) -> bool:
     import shutil
     from pathlib import Path
 
-    from . import tempdirs
+    from agent.proc import tempdirs
 
     p = Path(path)
     try:
@@ -243,7 +242,7 @@ def _live_strays(strays: dict[int, float]) -> list[psutil.Process]:
 def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
     import psutil
 
-    from .procgroup import ESCAPED, StopRecord
+    from agent.proc.procgroup import ESCAPED, StopRecord
 
     t0 = time.monotonic()
     live = _live_strays(strays)
@@ -296,11 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     if state.done and not fenced:
         return 0
     # The agent is gone (or fenced): record first (peers react to it), then stop everything.
+    from agent.coord.durable import RecordKeeper
+    from agent.coord.failure import Failure, write_failure_record
+    from agent.proc.procgroup import session_members
     from schemas import RunOutcome, Writer, WriterKind
-
-    from .durable import RecordKeeper
-    from .failure import Failure, write_failure_record
-    from .procgroup import session_members
 
     t0 = clock.mono()
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
@@ -347,9 +345,3 @@ def main(argv: list[str] | None = None) -> int:
         )
     keeper.flush(RECORD_RETRY_S)
     return 1
-
-
-if __name__ == "__main__":
-    from .fast_exit import exit_now
-
-    exit_now(main())  # no interpreter finalization: see exit_now

@@ -1,0 +1,1 @@
+"""Coordination through the run directory: rank claim and rendezvous, attempts, liveness, failure records."""

@@ -1,0 +1,1 @@
+"""Local processes: process groups, the supervisor, signals, wake-ups, waits, priorities, fast exit."""

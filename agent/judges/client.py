@@ -21,8 +21,10 @@ from typing import Any
 
 import httpx
 
+from agent.judges.extraction import extract_answer
 from agent.judges.framing import GradingPrompt, build_messages
-from agent.judges.rubrics import SCORE_MAX, ReplyFormatError, Rubric, parse_reply
+from agent.judges.replies import ReplyFormatError
+from agent.judges.rubrics import Rubric
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 REPLY_EXCERPT_CHARS = 300
@@ -60,7 +62,7 @@ class InvalidGrade(JudgeError):
 
 @dataclass(frozen=True)
 class Grade:
-    """A grade in [0, 1] (the rubric's 0..10 score divided by 10) and how it was obtained."""
+    """A reward (the rubric's score divided by its scale's maximum: agent/judges/replies.py) and how it was obtained."""
 
     score: float
     # A plain dict so drivers can store it as-is in metadata.verifier_diagnostics (JSON).
@@ -192,8 +194,9 @@ class JudgeClient:
         JudgeRequestError or InvalidGrade; never returns a default score."""
         if rubric.uses_reference and reference is None:
             raise ValueError(f"rubric {rubric.name!r} ({rubric.profile.name}) needs a reference answer")
+        extracted = extract_answer(answer, enabled=rubric.extract_answer)
         prompt = GradingPrompt(
-            question=question, candidate=answer, reference=reference if rubric.uses_reference else None
+            question=question, candidate=extracted.answer, reference=reference if rubric.uses_reference else None
         )
         messages = build_messages(rubric.text, prompt)
         started = time.monotonic()
@@ -231,11 +234,14 @@ class JudgeClient:
             "prompt_tokens": prompt_tokens,
             "max_output_tokens": rubric.max_output_tokens,
             "usage": payload.get("usage"),
+            "answer": {"raw": answer, "extracted": extracted.answer, "rule": extracted.rule.value},
+            "reply_format": rubric.reply_format.value,
+            "score_scale": [rubric.score_scale.low, rubric.score_scale.high],
         }
         choices = payload.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-        raw = message.get("content")
+        message = choice.get("message")
+        raw = message.get("content") if isinstance(message, dict) else None
         finish = choice.get("finish_reason")
         diagnostics["raw_reply"] = raw
         diagnostics["finish_reason"] = finish
@@ -247,12 +253,11 @@ class JudgeClient:
                 diagnostics,
             )
         try:
-            parsed = parse_reply(raw)
+            parsed = rubric.parse(raw)
         except ReplyFormatError as exc:
             raise InvalidGrade(f"invalid judge reply ({exc}): {raw[:REPLY_EXCERPT_CHARS]!r}", diagnostics) from exc
         diagnostics["reasoning"] = parsed.reasoning
         diagnostics["raw_score"] = parsed.raw_score
-        diagnostics["score_scale"] = SCORE_MAX
         return Grade(score=parsed.score, verifier_diagnostics=diagnostics)
 
     def grade_sample(

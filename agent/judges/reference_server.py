@@ -220,6 +220,9 @@ class ServerConfig:
     context_length: int = DEFAULT_CONTEXT_LENGTH
     startup_delay_s: float = 0.0
     faults: Faults = Faults()
+    # How it replies, so tests can exercise every format and scale a rubric may declare.
+    reply_format: str = "score_line"  # or "json": {"REASONING": ..., "SCORE": N}, as open-instruct asks
+    score_scale: tuple[int, int] = (0, SCORE_MAX)
 
 
 class JudgeHTTPServer(ThreadingHTTPServer):
@@ -388,9 +391,13 @@ class Handler(BaseHTTPRequestHandler):
             verdict = Verdict(0, "The request has no <question> and <candidate_answer> sections to grade.")
         else:
             verdict = grade(parsed)
-        score = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
+        tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
+        low, high = config.score_scale
+        score = round(low + (high - low) * tenths / SCORE_MAX)
         if config.faults.invalid:
             reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
+        elif config.reply_format == "json":
+            reply = "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```"
         else:
             reply = f"Reasoning: {verdict.reasoning}\nSCORE: {score}"
         finish_reason = "stop"
@@ -459,6 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="answer 503 for this many seconds, like a loading server",
     )
+    parser.add_argument("--reply-format", choices=("score_line", "json"), default="score_line")
+    parser.add_argument(
+        "--score-scale", nargs=2, type=int, default=(0, SCORE_MAX), metavar=("MIN", "MAX"), help="scale of SCORE"
+    )
     parser.add_argument(
         "--fault",
         nargs="+",
@@ -488,7 +499,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"reference_server: {exc}", file=sys.stderr)
         return 2
-    config = ServerConfig(args.model, args.context_length, max(args.startup_delay, faults.loading_s), faults)
+    config = ServerConfig(
+        args.model,
+        args.context_length,
+        max(args.startup_delay, faults.loading_s),
+        faults,
+        reply_format=args.reply_format,
+        score_scale=(args.score_scale[0], args.score_scale[1]),
+    )
     server = JudgeHTTPServer((args.host, args.port), config)
     port = server.server_address[1]
 

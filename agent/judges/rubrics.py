@@ -9,13 +9,29 @@ integer from 0 to 10, which :func:`parse_reply` extracts.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-SCORE_MAX = 10
+from agent.judges.replies import DEFAULT_SCALE, ParsedReply, ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
+
+# Re-exported: rubrics and their reply parsing are imported together by drivers and tests.
+__all__ = [
+    "PROFILES",
+    "ParsedReply",
+    "ReplyFormat",
+    "ReplyFormatError",
+    "Rubric",
+    "RubricError",
+    "RubricProfile",
+    "ScoreScale",
+    "get_profile",
+    "parse_reply",
+    "resolve_rubric",
+]
+
+SCORE_MAX = int(DEFAULT_SCALE.high)
 
 OUTPUT_FORMAT = (
     "Reply in exactly this format:\n"
@@ -96,6 +112,9 @@ class Rubric:
     profile: RubricProfile
     max_output_tokens: int
     temperature: float
+    reply_format: ReplyFormat = ReplyFormat.SCORE_LINE
+    score_scale: ScoreScale = DEFAULT_SCALE
+    extract_answer: bool = True
 
     @property
     def text(self) -> str:
@@ -108,6 +127,10 @@ class Rubric:
     @property
     def uses_reference(self) -> bool:
         return self.profile.uses_reference
+
+    def parse(self, reply: str) -> ParsedReply:
+        """The grade in a judge's reply, in this rubric's format and scale."""
+        return parse_reply(reply, self.reply_format, self.score_scale)
 
     def to_json(self) -> dict[str, Any]:
         """The ``registry.json`` entry for this rubric."""
@@ -140,35 +163,3 @@ def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
             f"({profile.digest}); the rubric text changed since the registry was written"
         )
     return Rubric(name, profile, max_output, float(temperature))
-
-
-# ---- reply parsing ---------------------------------------------------------------------------
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_SCORE_LINE = re.compile(r"^[ \t*]*SCORE[ \t*]*:[ \t*]*(-?\d+(?:\.\d+)?)[ \t*.]*$", re.MULTILINE | re.IGNORECASE)
-_REASONING_PREFIX = re.compile(r"^\s*reasoning\s*:\s*", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class ParsedReply:
-    raw_score: float  # on the 0..SCORE_MAX scale the rubric asked for
-    score: float  # raw_score / SCORE_MAX, in [0, 1]
-    reasoning: str
-
-
-class ReplyFormatError(ValueError):
-    """The judge's reply does not end in a valid SCORE line."""
-
-
-def parse_reply(reply: str) -> ParsedReply:
-    """Extract the grade: the LAST ``SCORE: N`` line wins (earlier ones may be quoted material)."""
-    visible = _THINK.sub("", reply)
-    matches = list(_SCORE_LINE.finditer(visible))
-    if not matches:
-        raise ReplyFormatError("no 'SCORE: N' line in the reply")
-    last = matches[-1]
-    raw = float(last.group(1))
-    if not 0 <= raw <= SCORE_MAX:
-        raise ReplyFormatError(f"score {last.group(1)} outside 0..{SCORE_MAX}")
-    reasoning = _REASONING_PREFIX.sub("", visible[: last.start()]).strip()
-    return ParsedReply(raw_score=raw, score=raw / SCORE_MAX, reasoning=reasoning)

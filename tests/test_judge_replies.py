@@ -1,0 +1,123 @@
+"""Reply formats and score scales (agent/judges/replies.py), and the client grading through a real
+reference judge server in each format and scale, with answer extraction on and off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from _judge_server import RunningServer
+
+from agent.judges.canary import KNOWN_GOOD, QUESTION
+from agent.judges.client import InvalidGrade, JudgeClient
+from agent.judges.replies import ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
+from agent.judges.rubrics import PROFILES, Rubric
+
+Factory = Callable[..., RunningServer]
+JSON = ReplyFormat.JSON
+ONE_TO_TEN = ScoreScale(1, 10)
+
+
+@pytest.mark.parametrize(
+    ("reply", "raw", "reasoning"),
+    [
+        ('{"REASONING": "close", "SCORE": 7}', 7.0, "close"),
+        ('```json\n{"REASONING": "fenced", "SCORE": "8"}\n```', 8.0, "fenced"),
+        ('Sure! {"reasoning": "lower-case keys", "score": 3.5} Hope that helps.', 3.5, "lower-case keys"),
+        # the last object with a SCORE wins: an earlier one may be quoted material
+        ('{"SCORE": 1} then {"note": "x"} and finally {"REASONING": "r", "SCORE": 9}', 9.0, "r"),
+        ('<think>{"SCORE": 2}</think>{"SCORE": 6}', 6.0, ""),
+    ],
+)
+def test_json_replies(reply: str, raw: float, reasoning: str) -> None:
+    parsed = parse_reply(reply, JSON)
+    assert (parsed.raw_score, parsed.score, parsed.reasoning) == (raw, raw / 10, reasoning)
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ('{"REASONING": "no score here"}', "no JSON object with a 'SCORE' key"),
+        ("SCORE: 7", "no JSON object"),  # a score line is not the JSON format
+        ('{"SCORE": true}', "not a number"),
+        ('{"SCORE": "seven"}', "not a number"),
+        ('{"SCORE": null}', "not a number"),
+        ('{"SCORE": 11}', "outside 0..10"),
+        ('{"SCORE": -1}', "outside 0..10"),
+        ('{"REASONING": "cut off", "SCORE": 7', "no JSON object"),  # truncated mid-object
+    ],
+)
+def test_invalid_json_replies(reply: str, message: str) -> None:
+    with pytest.raises(ReplyFormatError, match=message):
+        parse_reply(reply, JSON)
+
+
+def test_scales_bound_the_score_and_set_the_reward() -> None:
+    assert parse_reply("SCORE: 10", scale=ONE_TO_TEN).score == 1.0
+    assert parse_reply("SCORE: 1", scale=ONE_TO_TEN).score == pytest.approx(0.1)  # open-instruct's 1-10 / 10
+    with pytest.raises(ReplyFormatError, match="outside 1..10"):
+        parse_reply("SCORE: 0", scale=ONE_TO_TEN)
+    assert parse_reply('{"SCORE": 1}', JSON, ScoreScale(0, 1)).score == 1.0
+    with pytest.raises(ValueError, match="0 <= MIN < MAX"):
+        ScoreScale(10, 1)
+    with pytest.raises(ValueError, match="0 <= MIN < MAX"):
+        ScoreScale(-1, 1)
+
+
+ZERO_TO_TEN = ScoreScale(0, 10)
+
+
+def rubric(fmt: ReplyFormat = ReplyFormat.SCORE_LINE, scale: ScoreScale = ZERO_TO_TEN, **kw: object) -> Rubric:
+    return Rubric(
+        "r",
+        PROFILES["general-quality-ref"],
+        512,
+        0.0,
+        reply_format=fmt,
+        score_scale=scale,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def client(server: RunningServer) -> JudgeClient:
+    return JudgeClient(server.base_url, server.model, timeout=10, max_context_length=32768)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "scale"),
+    [(ReplyFormat.SCORE_LINE, (0, 10)), (ReplyFormat.JSON, (1, 10)), (ReplyFormat.JSON, (0, 1))],
+)
+def test_grading_through_a_real_judge_in_each_format_and_scale(
+    judge_server: Factory, fmt: ReplyFormat, scale: tuple[int, int]
+) -> None:
+    server = judge_server("--reply-format", fmt.value, "--score-scale", str(scale[0]), str(scale[1]))
+    with client(server) as c:
+        good = c.grade(rubric(fmt, ScoreScale(*scale)), QUESTION, "Paris.", "Paris.")
+        bad = c.grade(rubric(fmt, ScoreScale(*scale)), QUESTION, "Bananas are yellow.", "Paris.")
+    assert good.score == 1.0 and bad.score == scale[0] / scale[1]
+    assert good.verifier_diagnostics["reply_format"] == fmt.value
+    assert good.verifier_diagnostics["score_scale"] == list(scale)
+
+
+def test_a_reply_in_the_other_format_is_an_invalid_grade_not_a_zero(judge_server: Factory) -> None:
+    server = judge_server("--reply-format", "json")
+    with client(server) as c, pytest.raises(InvalidGrade, match="no 'SCORE: N' line") as info:
+        c.grade(rubric(ReplyFormat.SCORE_LINE), QUESTION, KNOWN_GOOD, "Paris.")
+    assert '"SCORE"' in info.value.diagnostics["raw_reply"]
+    server = judge_server("--score-scale", "0", "100")
+    with client(server) as c, pytest.raises(InvalidGrade, match="outside 0..10"):
+        c.grade(rubric(), QUESTION, KNOWN_GOOD, "Paris.")
+
+
+def test_the_judge_grades_the_extracted_answer(judge_server: Factory) -> None:
+    """The reference judge scores content-word overlap, so reasoning that reaches it lowers the grade."""
+    server = judge_server()
+    musing = "<think>Hmm, maybe Lyon or Marseille; bananas, trains and weather first.</think>\n"
+    with client(server) as c:
+        plain = c.grade(rubric(), QUESTION, KNOWN_GOOD, "Paris.")
+        thought = c.grade(rubric(), QUESTION, musing + KNOWN_GOOD, "Paris.")
+        verbatim = c.grade(rubric(extract_answer=False), QUESTION, musing + KNOWN_GOOD, "Paris.")
+    assert thought.score == plain.score > verbatim.score
+    answer = thought.verifier_diagnostics["answer"]
+    assert answer == {"raw": musing + KNOWN_GOOD, "extracted": KNOWN_GOOD.strip(), "rule": "after_think"}
+    assert verbatim.verifier_diagnostics["answer"]["rule"] == "disabled"

@@ -121,3 +121,22 @@ def test_the_judge_grades_the_extracted_answer(judge_server: Factory) -> None:
     answer = thought.verifier_diagnostics["answer"]
     assert answer == {"raw": musing + KNOWN_GOOD, "extracted": KNOWN_GOOD.strip(), "rule": "after_think"}
     assert verbatim.verifier_diagnostics["answer"]["rule"] == "disabled"
+
+
+def test_a_graded_sample_carries_its_evidence(judge_server: Factory) -> None:
+    server = judge_server(model="org/judge")
+    sample = {"ground_truth": ["Paris."], "metadata": {"judge_query": QUESTION, "source": "kept"}}
+    with client(server) as c:
+        grade, graded = c.graded_sample(rubric(), sample, "<think>hm</think> Paris.")
+    assert sample["metadata"] == {"judge_query": QUESTION, "source": "kept"}  # the input is not changed
+    meta = graded["metadata"]
+    assert meta["judge_query"] == QUESTION and meta["source"] == "kept" and graded["ground_truth"] == ["Paris."]
+    diag = meta["verifier_diagnostics"]
+    assert diag["score"] == grade.score == 1.0
+    assert diag["reference"] == "Paris."
+    assert diag["answer"]["extracted"] == "Paris."
+    assert diag["model"] == {"requested": "org/judge", "served": "org/judge", "endpoint": server.base_url}
+    sent = diag["request"]["messages"]
+    assert sent[0]["content"] == rubric().text and "Paris." in sent[1]["content"] and "hm" not in sent[1]["content"]
+    assert diag["rubric"]["digest"] == rubric().digest and diag["raw_reply"].endswith("SCORE: 10")
+    assert {"retries", "latency_s", "reasoning", "finish_reason"} <= set(diag)

@@ -1,5 +1,5 @@
 """Judges at run time: the reference judge server, rubric profiles, the judge client drivers
-import, engine health (probes, quarantine, epochs) and pre-training canaries.
+import (answer extraction, reply formats), engine health (probes, quarantine, epochs) and pre-training canaries.
 
 Exports resolve lazily so that ``python -m agent.judges.reference_server`` (a stdlib-only
 server) does not pay for importing httpx at startup.
@@ -22,6 +22,13 @@ _EXPORTS = {
     "JudgeError": "client",
     "JudgeRequestError": "client",
     "JudgeUnavailable": "client",
+    "with_diagnostics": "client",
+    "Extracted": "extraction",
+    "extract_answer": "extraction",
+    "ReplyFormat": "replies",
+    "ReplyFormatError": "replies",
+    "ScoreScale": "replies",
+    "parse_reply": "replies",
     "BoundJudge": "bindings",
     "bindings_from_registry": "bindings",
     "EngineHealthRegistry": "engine_health",

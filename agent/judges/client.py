@@ -235,6 +235,8 @@ class JudgeClient:
             "max_output_tokens": rubric.max_output_tokens,
             "usage": payload.get("usage"),
             "answer": {"raw": answer, "extracted": extracted.answer, "rule": extracted.rule.value},
+            "reference": prompt.reference,
+            "request": {"messages": messages},  # exactly what the judge was sent
             "reply_format": rubric.reply_format.value,
             "score_scale": [rubric.score_scale.low, rubric.score_scale.high],
         }
@@ -272,3 +274,22 @@ class JudgeClient:
         if reference is None and rubric.uses_reference:
             reference = reference_from_sample(sample)
         return self.grade(rubric, question, answer, reference)
+
+    def graded_sample(
+        self, rubric: Rubric, sample: Mapping[str, Any], answer: str, *, reference: str | None = None
+    ) -> tuple[Grade, dict[str, Any]]:
+        """:meth:`grade_sample`, and a copy of the sample carrying its evidence: ``metadata`` keeps
+        ``judge_query`` and gains ``verifier_diagnostics`` (raw reply, reasoning, rubric name and
+        digest, model requested and served, endpoint, retries, latency, the raw and extracted
+        answer, the reference label used and the exact messages sent)."""
+        grade = self.grade_sample(rubric, sample, answer, reference=reference)
+        return grade, with_diagnostics(sample, grade)
+
+
+def with_diagnostics(sample: Mapping[str, Any], grade: Grade) -> dict[str, Any]:
+    """A copy of ``sample`` whose ``metadata.verifier_diagnostics`` is the grade's (labels kept)."""
+    copy = dict(sample)
+    metadata = dict(sample.get("metadata") or {})
+    metadata["verifier_diagnostics"] = {**grade.verifier_diagnostics, "score": grade.score}
+    copy["metadata"] = metadata
+    return copy

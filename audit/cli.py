@@ -302,30 +302,39 @@ def _logs(argv: Sequence[str]) -> int:
 
 
 def _follow(safe: SafeDir, logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
-    """New complete lines of every selected log (new logs included) until the run has ended."""
+    """New complete lines of every selected log (new logs included) until the run has ended.
+
+    Woken by the run directory's events (schemas/watch.py): a line is printed as it lands and
+    nothing runs in between; the poll every `--interval` stays where events cannot see every
+    write (no watchdog, no inotify, a network filesystem written from other nodes)."""
     from audit import logview
+    from schemas.watch import RunDirWatch
 
     follower = logview.Follower(
         {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in logs}
     )
     printed = 0
     ended_at: float | None = None
-    try:
-        while True:
-            for log in list_logs(safe, rank=args.rank, judge=args.judge):
-                for number, text in follower.new_lines(safe, log.relpath):
-                    if matcher.line_matches(text):
-                        out.write(b"%s:%d:%s\n" % (log.relpath.encode(), number, text))  # type: ignore[attr-defined]
-                        printed += 1
-            out.flush()  # type: ignore[attr-defined]
-            if _run_ended(safe):
-                # One more round after the end: the last lines of a teardown land just after it.
-                if ended_at is not None and time.monotonic() - ended_at > 1.0:
-                    return printed
-                ended_at = ended_at or time.monotonic()
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return printed
+    with RunDirWatch.start(safe.path, logview.follow_wakes, args.interval) as watch:
+        try:
+            while True:
+                current = list_logs(safe, rank=args.rank, judge=args.judge)
+                for log in current:
+                    if "/" in log.relpath:
+                        watch.add(log.relpath.rsplit("/", 1)[0])  # a log directory (Ray's session logs)
+                    for number, text in follower.new_lines(safe, log.relpath):
+                        if matcher.line_matches(text):
+                            out.write(b"%s:%d:%s\n" % (log.relpath.encode(), number, text))  # type: ignore[attr-defined]
+                            printed += 1
+                out.flush()  # type: ignore[attr-defined]
+                if _run_ended(safe):
+                    # One more round after the end: the last lines of a teardown land just after it.
+                    if ended_at is not None and time.monotonic() - ended_at > 1.0:
+                        return printed
+                    ended_at = ended_at or time.monotonic()
+                watch.wait(limit=None if ended_at is None else max(0.05, ended_at + 1.0 - time.monotonic()))
+        except KeyboardInterrupt:
+            return printed
 
 
 def _count_lines(safe: SafeDir, relpath: str) -> int:
@@ -341,7 +350,8 @@ def _run_ended(safe: SafeDir) -> bool:
 
     entries, _ = safe.scan()
     files = {rel for rel, kind in entries if kind == "file"}
-    ranks = {p.rank for p in (names.parse(f) for f in files) if p is not None and p.schema == "phases"}
+    parsed = (names.parse(f) for f in files)
+    ranks = {p.rank for p in parsed if p is not None and p.schema == "phases" and p.rank is not None}
     return bool(ranks) and all(names.cleanup(r) in files for r in ranks)
 
 

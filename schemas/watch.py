@@ -148,7 +148,11 @@ class RunDirWatch:
             self._observer.schedule(
                 self._handler, os.path.join(self.root, subdir), recursive=False, event_filter=self._filter
             )
+        except FileNotFoundError:
+            return
         except OSError:
+            self.local = False  # out of inotify watches: this directory is seen by the poll alone
+            self._watched.add(subdir)
             return
         self._watched.add(subdir)
 

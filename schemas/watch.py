@@ -114,8 +114,8 @@ class RunDirWatch:
                 FileSystemEventHandler,
             )
             from watchdog.observers.inotify import InotifyObserver
-        except ImportError:
-            return  # the poll alone
+        except Exception:  # noqa: BLE001 - not installed, or no inotify in this libc/kernel: the poll alone
+            return
         flag, root, wanted = self._flag, self.root, self.wanted
 
         class Handler(FileSystemEventHandler):

@@ -264,6 +264,9 @@ def _logs(argv: Sequence[str]) -> int:
     out = sys.stdout.buffer
     printed = 0
     plain = not (args.after or args.before or since is not None or args.merge or args.follow)
+    # Followed without context or times, the history is printed by the follower's own reader:
+    # a line written while it starts is neither lost nor printed twice.
+    follow_all = args.follow and not (args.after or args.before or since is not None or args.merge)
     with safe:
         logs = list_logs(safe, rank=args.rank, judge=args.judge)
         if not logs and not args.follow:
@@ -284,7 +287,7 @@ def _logs(argv: Sequence[str]) -> int:
             for ln in logview.merged_view(safe, logs, matcher, since):
                 out.write(logview.render(ln))
                 printed += 1
-        else:
+        elif not follow_all:
             keep = logview.selector(matcher, since)
             for log in logs:
                 try:
@@ -297,12 +300,13 @@ def _logs(argv: Sequence[str]) -> int:
                     print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
         out.flush()
         if args.follow:
-            printed += _follow(safe, logs, matcher, args, out)
+            printed += _follow(safe, [] if follow_all else logs, matcher, args, out)
     return 0 if printed else 1
 
 
-def _follow(safe: SafeDir, logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
-    """New complete lines of every selected log (new logs included) until the run has ended.
+def _follow(safe: SafeDir, printed_logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
+    """New complete lines of every selected log (new logs included) until the run has ended;
+    every line of a log not in `printed_logs`.
 
     Woken by the run directory's events (schemas/watch.py): a line is printed as it lands and
     nothing runs in between; the poll every `--interval` stays where events cannot see every
@@ -311,7 +315,7 @@ def _follow(safe: SafeDir, logs: list, matcher: Matcher, args: argparse.Namespac
     from schemas.watch import RunDirWatch
 
     follower = logview.Follower(
-        {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in logs}
+        {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in printed_logs}
     )
     printed = 0
     ended_at: float | None = None

@@ -175,6 +175,24 @@ def test_status_watch_redraws_when_a_record_lands_and_sleeps_until_then(
     assert proc.wait(15) == 0
 
 
+def test_logs_follow_loses_no_line_written_while_it_starts(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The history and the new lines come from one reader: a line appended right after the
+    history was printed (before the follower's first wait) is printed once."""
+    b = running_run(tmp_path / "out")
+    log = names.agent_log(2)
+    for attempt in range(3):
+        argv = [str(BIN / "gym-audit"), "logs", str(b.path), "--rank", "2", "--follow", "--interval", "30"]
+        proc, out = _start(procs, argv)
+        assert out.next_of(log, 30) == f"{log}:1:old line"
+        _append(b.path / log, f"at once {attempt}\n")
+        lines = [out.next_of(log, 5) for _ in range(attempt + 1)]
+        assert lines == [f"{log}:{2 + k}:at once {k}" for k in range(attempt + 1)]
+        proc.kill()
+        proc.wait()
+
+
 def test_filesystem_type_takes_the_longest_mount_point_and_network_ones_keep_the_poll(tmp_path: Path) -> None:
     info = tmp_path / "mountinfo"
     info.write_text(
@@ -229,7 +247,6 @@ def test_logs_follow_on_a_filesystem_written_elsewhere_keeps_polling(
     argv = [str(BIN / "gym-audit"), "logs", str(seen), "--rank", "2", "--follow", "--interval", "0.5"]
     proc, out = _start(procs, argv)
     assert out.next_of(log, 30) == f"{log}:1:old line"
-    time.sleep(1.0)  # following (a line written before the follow starts is not followed)
     wrote = _append(b.path / log, "written underneath\n")  # no event reaches the view
     assert out.next_of(log, 5) == f"{log}:2:written underneath"
     assert time.monotonic() - wrote < 3.0  # the poll, not the 10 s safety net of a local disk

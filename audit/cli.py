@@ -291,9 +291,9 @@ def _logs(argv: Sequence[str]) -> int:
             keep = logview.selector(matcher, since)
             for log in logs:
                 try:
-                    for ln in logview.file_view(safe, log, matcher, since, args.before, args.after):
-                        out.write(logview.render(ln, ln is None or keep(ln)))
-                        printed += ln is not None and keep(ln)
+                    for shown in logview.file_view(safe, log, matcher, since, args.before, args.after):
+                        out.write(logview.render(shown, shown is None or keep(shown)))
+                        printed += shown is not None and keep(shown)
                 except BrokenPipeError:
                     raise
                 except (UnsafeFile, OSError) as exc:

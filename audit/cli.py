@@ -264,6 +264,9 @@ def _logs(argv: Sequence[str]) -> int:
     out = sys.stdout.buffer
     printed = 0
     plain = not (args.after or args.before or since is not None or args.merge or args.follow)
+    # Followed without context or times, the history is printed by the follower's own reader:
+    # a line written while it starts is neither lost nor printed twice.
+    follow_all = args.follow and not (args.after or args.before or since is not None or args.merge)
     with safe:
         logs = list_logs(safe, rank=args.rank, judge=args.judge)
         if not logs and not args.follow:
@@ -284,48 +287,58 @@ def _logs(argv: Sequence[str]) -> int:
             for ln in logview.merged_view(safe, logs, matcher, since):
                 out.write(logview.render(ln))
                 printed += 1
-        else:
+        elif not follow_all:
             keep = logview.selector(matcher, since)
             for log in logs:
                 try:
-                    for ln in logview.file_view(safe, log, matcher, since, args.before, args.after):
-                        out.write(logview.render(ln, ln is None or keep(ln)))
-                        printed += ln is not None and keep(ln)
+                    for shown in logview.file_view(safe, log, matcher, since, args.before, args.after):
+                        out.write(logview.render(shown, shown is None or keep(shown)))
+                        printed += shown is not None and keep(shown)
                 except BrokenPipeError:
                     raise
                 except (UnsafeFile, OSError) as exc:
                     print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
         out.flush()
         if args.follow:
-            printed += _follow(safe, logs, matcher, args, out)
+            printed += _follow(safe, [] if follow_all else logs, matcher, args, out)
     return 0 if printed else 1
 
 
-def _follow(safe: SafeDir, logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
-    """New complete lines of every selected log (new logs included) until the run has ended."""
+def _follow(safe: SafeDir, printed_logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
+    """New complete lines of every selected log (new logs included) until the run has ended;
+    every line of a log not in `printed_logs`.
+
+    Woken by the run directory's events (schemas/watch.py): a line is printed as it lands and
+    nothing runs in between; the poll every `--interval` stays where events cannot see every
+    write (no watchdog, no inotify, a network filesystem written from other nodes)."""
     from audit import logview
+    from schemas.watch import RunDirWatch
 
     follower = logview.Follower(
-        {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in logs}
+        {log.relpath: (safe.size(log.relpath) or 0, _count_lines(safe, log.relpath)) for log in printed_logs}
     )
     printed = 0
     ended_at: float | None = None
-    try:
-        while True:
-            for log in list_logs(safe, rank=args.rank, judge=args.judge):
-                for number, text in follower.new_lines(safe, log.relpath):
-                    if matcher.line_matches(text):
-                        out.write(b"%s:%d:%s\n" % (log.relpath.encode(), number, text))  # type: ignore[attr-defined]
-                        printed += 1
-            out.flush()  # type: ignore[attr-defined]
-            if _run_ended(safe):
-                # One more round after the end: the last lines of a teardown land just after it.
-                if ended_at is not None and time.monotonic() - ended_at > 1.0:
-                    return printed
-                ended_at = ended_at or time.monotonic()
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return printed
+    with RunDirWatch.start(safe.path, logview.follow_wakes, args.interval) as watch:
+        try:
+            while True:
+                current = list_logs(safe, rank=args.rank, judge=args.judge)
+                for log in current:
+                    if "/" in log.relpath:
+                        watch.add(log.relpath.rsplit("/", 1)[0])  # a log directory (Ray's session logs)
+                    for number, text in follower.new_lines(safe, log.relpath):
+                        if matcher.line_matches(text):
+                            out.write(b"%s:%d:%s\n" % (log.relpath.encode(), number, text))  # type: ignore[attr-defined]
+                            printed += 1
+                out.flush()  # type: ignore[attr-defined]
+                if _run_ended(safe):
+                    # One more round after the end: the last lines of a teardown land just after it.
+                    if ended_at is not None and time.monotonic() - ended_at > 1.0:
+                        return printed
+                    ended_at = ended_at or time.monotonic()
+                watch.wait(limit=None if ended_at is None else max(0.05, ended_at + 1.0 - time.monotonic()))
+        except KeyboardInterrupt:
+            return printed
 
 
 def _count_lines(safe: SafeDir, relpath: str) -> int:
@@ -341,7 +354,8 @@ def _run_ended(safe: SafeDir) -> bool:
 
     entries, _ = safe.scan()
     files = {rel for rel, kind in entries if kind == "file"}
-    ranks = {p.rank for p in (names.parse(f) for f in files) if p is not None and p.schema == "phases"}
+    parsed = (names.parse(f) for f in files)
+    ranks = {p.rank for p in parsed if p is not None and p.schema == "phases" and p.rank is not None}
     return bool(ranks) and all(names.cleanup(r) in files for r in ranks)
 
 

@@ -199,6 +199,15 @@ def render(ln: Line | None, match: bool = True) -> bytes:
     return ln.relpath.encode() + sep + str(ln.number).encode() + sep + ln.text + b"\n"
 
 
+def follow_wakes(relpath: str) -> bool:
+    """What wakes `--follow`: a log written or created (a new log directory too), or a record
+    that can end the run (its phases and cleanup records)."""
+    if names.is_known_log(relpath) or names.is_log_dir(relpath):
+        return True
+    parsed = names.parse(relpath)
+    return parsed is not None and parsed.schema in ("phases", "cleanup")
+
+
 @dataclass
 class Follower:
     """Where each followed log was read up to: only complete new lines are printed."""

@@ -275,10 +275,16 @@ def _configure_status(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    import time
-
     from launch.spec.console import use_colour
-    from launch.status import HeartbeatClock, format_status, open_run, planned_replicas, read_status, resolve_run_dir
+    from launch.status import (
+        HeartbeatClock,
+        format_status,
+        open_run,
+        planned_replicas,
+        read_status,
+        resolve_run_dir,
+        watch_clock,
+    )
 
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
@@ -287,6 +293,7 @@ def _run_status(args: argparse.Namespace) -> int:
 
     replicas = planned_replicas(run)
     colour = use_colour(sys.stdout) and not args.json
+    clock = watch_clock(run.path, args.interval) if args.watch else None
     try:
         while True:
             st = read_status(run, hb, replicas)
@@ -298,12 +305,14 @@ def _run_status(args: argparse.Namespace) -> int:
                 print(format_status(st, colour), flush=True)
                 if args.watch and not colour:
                     print(flush=True)
-            if not args.watch or st.outcome in ("succeeded", "failed"):
+            if clock is None or st.outcome in ("succeeded", "failed"):
                 break
-            time.sleep(args.interval)
+            clock.wait()
     except KeyboardInterrupt:
         return EXIT_OK
     finally:
+        if clock is not None:
+            clock.close()
         run.close()
     return 1 if st.outcome in ("failed", "failing") else EXIT_OK
 

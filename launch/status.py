@@ -15,12 +15,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, names
 
+if TYPE_CHECKING:
+    from schemas.watch import RunDirWatch
+
 TERMINAL = ("SUCCEEDED", "FAILED")
+# The records whose arrival redraws --watch at once. Not heartbeats: a new one only resets an age,
+# which the refresh every --interval shows (a redraw per heartbeat of every rank would flood a
+# terminal), and not logs.
+REDRAWN_BY = ("phases", "address", "failure", "cleanup")
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
 
 
@@ -222,6 +229,27 @@ def format_status(st: Status, colour: bool = False) -> str:
         lines.append("")
         lines.append("~ heartbeat age estimated from the writer's wall clock (first look); --watch measures it")
     return "\n".join(lines)
+
+
+def redraws(relpath: str) -> bool:
+    parsed = names.parse(relpath)
+    return parsed is not None and parsed.schema in REDRAWN_BY
+
+
+def watch_clock(path: Path, interval: float) -> RunDirWatch:
+    """--watch's clock: a refresh every `interval` (ages and times in phase move on their own),
+    and at once when a phase, address, failure or cleanup record lands (schemas/watch.py; on a
+    network filesystem a record written on another node waits for the refresh)."""
+    from schemas.watch import RunDirWatch
+
+    return RunDirWatch.start(
+        path,
+        redraws,
+        interval,
+        modified=False,  # records are renamed into place; appends are logs
+        quiet=interval,
+        subdirs=(names.ADDRESSES_DIR, names.FAILURES_DIR),
+    )
 
 
 def open_run(path: Path) -> RunDir:

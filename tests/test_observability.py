@@ -583,7 +583,10 @@ def test_the_wheel_builds_without_warnings_and_carries_its_metadata(tmp_path: Pa
     for pkg in ("launch", "agent", "audit", "schemas"):
         assert f"{pkg}/py.typed" in files
     assert "launch/spec/data/sglang-0.5.23-flags.txt" in files
-    assert "License-Expression: MIT" in meta and "Classifier: Typing :: Typed" in meta
+    assert "License-Expression: Apache-2.0" in meta and "Classifier: Typing :: Typed" in meta
+    license_file = next(n for n in files if n.endswith("licenses/LICENSE"))
+    with zipfile.ZipFile(wheel) as z:
+        assert "Apache License" in z.read(license_file).decode()
     ray = next(ln for ln in meta.splitlines() if ln.startswith("Requires-Dist: ray"))
     assert "==" not in ray and ">=2.58" in ray and "<2.61" in ray
     readme = (REPO / "README.md").read_text()

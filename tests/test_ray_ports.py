@@ -4,13 +4,21 @@ out of the kernel's ephemeral range, and a block held by another process is skip
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
+from agent.proc import tempdirs
 from agent.ray import node as ray_node
 from agent.ray.node import PORT_BLOCK, RayPorts, pick_ports, port_bases
 
 EPHEMERAL = (32768, 60999)
+
+
+@pytest.fixture(autouse=True)
+def own_lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks held by other processes on this machine (agent/proc/ports.py) stay out of these picks."""
+    monkeypatch.setenv(tempdirs.ROOT_ENV, str(tmp_path))
 
 
 def _span(p: RayPorts) -> range:

@@ -8,6 +8,7 @@ own; three consecutive failures fail the run — there is no reward-zero fallbac
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import socket
@@ -19,7 +20,7 @@ from agent.coord.failure import Failure
 from agent.judges.prepared import prove_revision
 from agent.judges.rubrics import resolve_rubric
 from agent.lifecycle.context import RunContext, Topology
-from agent.proc import tempdirs
+from agent.proc import ports, tempdirs
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.proc.waits import poll_until
@@ -35,6 +36,7 @@ CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky s
 HEALTH_FAILURES = 3
 SPAWN_ATTEMPTS = 3
 PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
+PORT_DRAWS = 32  # kernel-chosen ports tried before giving up on blocks held by other agents
 
 
 @dataclass
@@ -119,7 +121,8 @@ class JudgeRuntime:
         j.exits.clear()
         j.port = None
         try:
-            port = 0 if j.config.backend == "reference" else _free_port(ctx.address)
+            # The reference server binds port 0 itself and publishes it: no window to guard.
+            port = 0 if j.config.backend == "reference" else _free_port(ctx.address, f"judge-{j.config.name}")
         except OSError as exc:
             raise ctx.fail(
                 FailureKind.PORTS, f"no free port for judge {j.config.name} on {ctx.address}: {exc}"
@@ -354,10 +357,17 @@ def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def _free_port(address: str) -> int:
-    """A free port now. SGLang binds it minutes later; if someone took it meanwhile SGLang exits
-    with EADDRINUSE and the judge is started again on a new port (see _lost_port_race)."""
+def _free_port(address: str, purpose: str, draws: int = PORT_DRAWS) -> int:
+    """A free port now, which SGLang binds minutes later. Its block is held for `purpose` until
+    this agent ends or starts the judge again (agent.proc.ports): another agent's judge on this
+    host never gets it in between. A process outside gym-agent still may (the kernel hands the
+    port to anyone): SGLang then exits with EADDRINUSE and the judge is started again on a new
+    port (see _lost_port_race)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
+    for _ in range(draws):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))
+            port = int(s.getsockname()[1])
+        if ports.hold_block(purpose, [ports.block_of(port)], lambda _base: True) is not None:
+            return port
+    raise OSError(errno.EADDRINUSE, f"the kernel offered {draws} ports, each in a block another agent here holds")

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.proc import signals, tempdirs
+from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
 from agent.proc.waits import Progress, poll_until
 from agent.ray.probe import PROGRESS_MARK
@@ -50,8 +50,8 @@ class RayPorts:
         return self.min_worker - 1
 
 
-PORT_BLOCK = 50  # ports per node: 7 singles, a gap, then the worker range
-PORT_FLOOR, PORT_CEILING = 10000, 65500
+PORT_BLOCK = ports.PORT_BLOCK  # ports per node: 7 singles, a gap, then the worker range
+PORT_FLOOR, PORT_CEILING = ports.PORT_FLOOR, 65500
 DEFAULT_EPHEMERAL = (32768, 60999)
 
 
@@ -102,17 +102,30 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
     its `slot` (rank and attempt): replicas sharing a host then never pick each other's blocks,
     even before Ray has bound them. A block another run already uses is skipped in strides of
     `slots`, which keeps this run's slots apart. Ray exiting at once (another process won a race)
-    is still detected by the caller, which retries with its next slot."""
+    is still detected by the caller, which retries with its next slot.
+
+    The block is held (agent.proc.ports) from this check until Ray has bound it and after:
+    another agent on this host whose run hashes to the same block skips it instead of racing
+    this node's Ray for it. A new pick by this process releases the block of its last one."""
     # If the ephemeral range covers every block, use them all: the retry on an early exit remains.
     bases = port_bases(ephemeral or ephemeral_range()) or port_bases((0, 0))
     start = zlib.crc32(run_key.encode()) % len(bases)
     stride = slots if 0 < slots < len(bases) else 1
-    for k in range(len(bases)):
-        base = bases[(start + slot + k * stride) % len(bases)]
-        if all(_free(p) for p in range(base, base + 8 + WORKER_PORT_SPAN)):
-            singles = list(range(base, base + 7))
-            return RayPorts(*singles, min_worker=base + 8, max_worker=base + 8 + WORKER_PORT_SPAN - 1)
-    raise PortsError("no free block of ports for Ray outside the ephemeral port range")
+    order = (bases[(start + slot + k * stride) % len(bases)] for k in range(len(bases)))
+    base = ports.hold_block("ray", order, lambda b: all(_free(p) for p in range(b, b + 8 + WORKER_PORT_SPAN)))
+    if base is None:
+        raise PortsError("no free block of ports for Ray outside the ephemeral port range")
+    return RayPorts(
+        gcs=base,
+        node_manager=base + 1,
+        object_manager=base + 2,
+        dashboard_agent_listen=base + 3,
+        dashboard_agent_grpc=base + 4,
+        metrics_export=base + 5,
+        runtime_env_agent=base + 6,
+        min_worker=base + 8,
+        max_worker=base + 8 + WORKER_PORT_SPAN - 1,
+    )
 
 
 def listening(address: str, port: int) -> bool:

@@ -152,3 +152,24 @@ def test_gym_launch_local_is_the_parent_of_every_agent(tmp_path: Path) -> None:
     finally:
         kill_tree_by_session(run.proc)
     assert "gym-launch: run succeeded (agent exit codes [0, 0])" in run.text
+
+
+def test_submission_json_records_when_for_every_writer(tmp_path: Path) -> None:
+    """submit and regrade both write submission.json through write_submission: it carries
+    submitted_at, which the schema requires (regrade's used to lack it)."""
+    from launch.backends import Submission
+    from launch.backends.rundir import claim_run_dir, write_submission
+    from launch.spec.config import RunConfig
+    from launch.spec.load import load_spec
+    from schemas import violations
+
+    config = RunConfig.from_spec(load_spec(DEMO))
+    before = time.time()
+    with claim_run_dir(tmp_path, "s1", config, str(DEMO), resume=False) as run:
+        job = run.path / names.job_file(".sbatch")
+        write_submission(run, config, "slurm", job, Submission("42", ("sbatch", "--parsable", str(job))))
+    doc = json.loads((tmp_path / "cluster" / "s1" / names.SUBMISSION).read_text())
+    assert not violations("submission", doc), violations("submission", doc)
+    assert doc["job_file"] == names.job_file(".sbatch") and doc["job_id"] == "42"
+    assert before <= doc["submitted_at"] <= time.time()
+    assert violations("submission", {k: v for k, v in doc.items() if k != "submitted_at"})

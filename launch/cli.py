@@ -2,8 +2,10 @@
 
 Each subcommand is a ``Command`` (name, help, how to add its arguments, how to
 run it) listed in ``COMMANDS``; add one by writing its two functions and
-appending it there. ``main`` turns UsageError/SpecError into one-line (or
-one-line-per-problem) messages on stderr and exit code 2, never a traceback.
+appending it there. ``main`` turns UsageError/SpecError (and a refused submission or
+an unusable run directory) into one-line (or one-line-per-problem) messages on stderr and exit
+code 2, never a traceback. ``local``, ``submit`` and ``regrade`` run their backend here, in this
+process: the launcher's own process starts the agents or calls the scheduler.
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
-from launch.render import RenderRequest, render
+from launch.backends import Backend, RenderRequest, SubmitError, backend, scheduler_names
 from launch.spec.config import RunConfig
 from launch.spec.console import quiet_broken_pipe
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import ResolvedSpec, load_spec
 from launch.spec.plan import Plan, plan
 from launch.spec.validate import validated
-from schemas import names
+from schemas import RunDirError, names
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # invalid spec or bad command line, as argparse does
@@ -89,7 +92,7 @@ def describe_format(config: RunConfig) -> str:
 
 def format_plan(p: Plan, name: str, fingerprint: str, source: str = "") -> str:
     """A table with one row per replica (planned node) and a totals line."""
-    header = ("node", "pool", "trainer", "rollout", "judges", "ray", "unused")
+    header: tuple[str, ...] = ("node", "pool", "trainer", "rollout", "judges", "ray", "unused")
     rows: list[tuple[str, ...]] = []
     for n in p.nodes:
         judges = ", ".join(f"{k}:{v}" for k, v in n.judges.items()) or "-"
@@ -235,32 +238,19 @@ def _configure_local(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# The local runner starts agent processes, so it lives in agent/; launch/ stays pure and never
-# imports agent/. `gym-launch local` hands over to it by exec: same process, same output, same
-# exit code and signals, and the runner's module is named here as a string only.
-LOCAL_RUNNER = "agent.local_run"
-
-
-def local_runner_argv(args: argparse.Namespace) -> list[str]:
-    argv = [sys.executable, "-m", LOCAL_RUNNER, args.spec]
-    for override in args.overrides:
-        argv += ["--set", override]
-    if args.uuid:
-        argv += ["--uuid", args.uuid]
-    if args.output_root:
-        argv += ["--output-root", args.output_root]
-    if getattr(args, "resume", False):
-        argv.append("--resume")
-    return argv
-
-
 def _run_local(args: argparse.Namespace) -> int:
-    load_valid(args)  # every problem reported before any process starts
-    argv = local_runner_argv(args)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(argv[0], argv)
-    return EXIT_USAGE  # not reached: execv replaces this process or raises
+    from launch.backends.local import run_local
+
+    _, config, p = load_valid(args)  # every problem reported before any process starts
+    return run_local(
+        config,
+        p,
+        args.spec,
+        uuid=args.uuid,
+        output_root=args.output_root,
+        out=lambda line: print(line, flush=True),
+        resume=args.resume,
+    )
 
 
 # --- status -----------------------------------------------------------------
@@ -322,7 +312,7 @@ def _run_status(args: argparse.Namespace) -> int:
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arguments(parser)
-    parser.add_argument("--backend", choices=("slurm", "beaker"), help="default: [launch] backend of the spec")
+    parser.add_argument("--backend", choices=scheduler_names(), help="default: [launch] backend of the spec")
     parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
     parser.add_argument("--output-root", help="default: [output] root of the spec; must be a shared filesystem")
     parser.add_argument(
@@ -332,36 +322,39 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def backend_of(args: argparse.Namespace, config: RunConfig) -> str:
-    backend = args.backend or config.backend
-    if backend == "local":
+def backend_of(args: argparse.Namespace, config: RunConfig) -> Backend:
+    chosen = backend(args.backend or config.backend)
+    if not chosen.schedules:
         raise UsageError(
-            "this command renders for a scheduler: pass --backend slurm|beaker (or set [launch] backend); "
-            "for this machine use gym-launch local"
+            f"this command renders for a scheduler: pass --backend {'|'.join(scheduler_names())} "
+            f"(or set [launch] backend); for this machine use gym-launch {chosen.name}"
         )
-    return backend
+    return chosen
 
 
-def render_request(args: argparse.Namespace, spec_path: str | None = None) -> tuple[RenderRequest, str]:
-    """The render request of ``args`` (validated spec, plan, uuid, absolute output root) and its backend."""
+def render_request(args: argparse.Namespace, *, submitting: bool = False) -> tuple[RenderRequest, Backend]:
+    """The render request of ``args`` (validated spec, plan, uuid, absolute output root) and its backend.
+    ``submitting``: every replica loads the run directory's spec.json (overrides applied), not the file."""
     resolved, config, p = load_valid(args)
-    backend = backend_of(args, config)
+    chosen = backend_of(args, config)
     uuid = args.uuid or names.new_uuid()
     if not names.UUID_RE.match(uuid):
         raise UsageError(f"--uuid {uuid!r}: use letters, digits, '_' and '-' (at most 128)")
     root = args.output_root or config.output_root
+    output_root = os.path.abspath(root)
+    spec_path = str(Path(output_root) / "cluster" / uuid / names.SPEC) if submitting else os.path.abspath(args.spec)
     request = RenderRequest(
         config=config,
         plan=p,
         uuid=uuid,
-        output_root=os.path.abspath(root),
-        spec_path=spec_path or os.path.abspath(args.spec),
-        overrides=tuple(args.overrides),
+        output_root=output_root,
+        spec_path=spec_path,
+        overrides=() if submitting else tuple(args.overrides),
         resume=bool(getattr(args, "resume", False)),
         output_root_given=root,
         workdir=os.getcwd(),
     )
-    return request, backend
+    return request, chosen
 
 
 def _configure_render(parser: argparse.ArgumentParser) -> None:
@@ -370,8 +363,8 @@ def _configure_render(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_render(args: argparse.Namespace) -> int:
-    request, backend = render_request(args)
-    rendered = render(request, backend)
+    request, chosen = render_request(args)
+    rendered = chosen.render(request)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -390,33 +383,14 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print what would be submitted; submit nothing")
 
 
-# Submitting creates the run directory and talks to a scheduler: a side effect, so it lives in
-# agent/ (launch/ stays pure). Like `local`, `submit` validates here, then hands over by exec.
-SUBMITTER = "agent.submit"
-
-
-def submitter_argv(args: argparse.Namespace, backend: str) -> list[str]:
-    argv = [sys.executable, "-m", SUBMITTER, args.spec, "--backend", backend]
-    for override in args.overrides:
-        argv += ["--set", override]
-    for flag, value in (("--uuid", args.uuid), ("--output-root", args.output_root)):
-        if value:
-            argv += [flag, value]
-    if args.dry_run:
-        argv.append("--dry-run")
-    if getattr(args, "resume", False):
-        argv.append("--resume")
-    return argv
-
-
 def _run_submit(args: argparse.Namespace) -> int:
-    request, backend = render_request(args)
-    render(request, backend)  # every problem of rendering reported before anything is created
-    argv = submitter_argv(args, backend)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(argv[0], argv)
-    return EXIT_USAGE  # not reached
+    from launch.submit_job import submit
+
+    request, chosen = render_request(args, submitting=True)
+    rendered = chosen.render(request)  # every problem of rendering reported before anything is created
+    return submit(
+        request, chosen, rendered, spec_source=args.spec, dry_run=args.dry_run, out=lambda line: print(line, flush=True)
+    )
 
 
 # --- completion -----------------------------------------------------------------
@@ -453,25 +427,19 @@ def add_regrade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
 
 
-# Reading the partition's MaxTime, creating the run directory and sbatch are side effects: like
-# `submit`, `regrade` hands over by exec to agent/ (named here as a string only).
-REGRADER = "agent.regrade"
-
-
 def _run_regrade(args: argparse.Namespace) -> int:
-    argv = [sys.executable, "-m", REGRADER, args.run_dir, "--command", args.command]
-    for flag, value in (
-        ("--judge-partition", args.judge_partition),
-        ("--judge-qos", args.judge_qos),
-        ("--uuid", args.uuid),
-    ):
-        if value:
-            argv += [flag, value]
-    argv += [f for f, on in (("--dry-run", args.dry_run), ("--json", args.json)) if on]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(argv[0], argv)
-    return EXIT_USAGE  # not reached
+    from launch.regrade_job import RegradeArgs, regrade
+
+    asked = RegradeArgs(
+        run_dir=args.run_dir,
+        command=args.command,
+        judge_partition=args.judge_partition,
+        judge_qos=args.judge_qos,
+        uuid=args.uuid,
+        dry_run=args.dry_run,
+        json=args.json,
+    )
+    return regrade(asked, lambda line: print(line, flush=True))
 
 
 COMMANDS: list[Command] = [
@@ -576,7 +544,16 @@ def build_parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def report(exc: UsageError | SpecError, stream: TextIO) -> None:
+# Every error a person can fix, and its exit code (explicit: not inherited from a common root).
+USER_ERRORS: dict[type[Exception], int] = {
+    UsageError: EXIT_USAGE,
+    SpecError: EXIT_USAGE,
+    SubmitError: SubmitError.exit_code,
+    RunDirError: EXIT_USAGE,
+}
+
+
+def report(exc: Exception, stream: TextIO) -> None:
     if isinstance(exc, SpecError):
         print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=stream)
         for problem in exc.problems:
@@ -590,9 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args))
-    except (UsageError, SpecError) as exc:
+    except tuple(USER_ERRORS) as exc:
         report(exc, sys.stderr)
-        return EXIT_USAGE
+        return next(code for kind, code in USER_ERRORS.items() if isinstance(exc, kind))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Judge-only re-grading of a finished run (seed 003): where the job runs, for how long, what it
 starts, and the run spec of that job. Pure: reads only the resolved model of the source run and
-values the caller read from the scheduler (a partition's MaxTime); ``agent.regrade`` does the I/O.
+values the caller read from the scheduler (a partition's MaxTime); ``launch.regrade_job`` does the I/O.
 
 Two kinds of profile:
 

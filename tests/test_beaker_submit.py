@@ -19,7 +19,7 @@ from beaker import BeakerExperimentSpec
 from beaker import beaker_pb2 as pb2
 from beaker._experiment import ExperimentClient
 
-from agent.submit import main as submit_main
+from launch.cli import main as launch_main
 from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record
 from schemas import names, violations
 
@@ -27,6 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SPEC = REPO / "examples" / "three-node.toml"
 TOKEN = "tok-NEVER-WRITTEN-7f3a9c"  # a fake user token: it must appear nowhere we write
+
+
+def submit_main(argv: list[str]) -> int:
+    """`gym-launch submit ARGV` in this process (the one mock below must be in effect)."""
+    return launch_main(["submit", *argv])
 
 
 def clean_env(tmp_path: Path) -> dict[str, str]:

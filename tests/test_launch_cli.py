@@ -164,31 +164,9 @@ def test_script_usage_error_without_command() -> None:
     assert "usage: gym-launch" in result.stderr
 
 
-def test_local_hands_over_to_the_agent_runner_with_the_same_arguments() -> None:
-    from launch.cli import build_parser, local_runner_argv
-
-    args = build_parser().parse_args(
-        ["local", "run.toml", "--set", "name='x'", "--set", "driver.env.A='1'", "--uuid", "u1", "--output-root", "o"]
-    )
-    assert local_runner_argv(args) == [
-        sys.executable,
-        "-m",
-        "agent.local_run",
-        "run.toml",
-        "--set",
-        "name='x'",
-        "--set",
-        "driver.env.A='1'",
-        "--uuid",
-        "u1",
-        "--output-root",
-        "o",
-    ]
-
-
 def test_local_with_an_unusable_uuid_exits_2_without_a_traceback(tmp_path: Path) -> None:
-    # Through the real console script: gym-launch validates, then execs the agent's local runner,
-    # which refuses the uuid before any agent starts.
+    # Through the real console script: gym-launch validates, then its local backend refuses the
+    # uuid before any agent starts.
     proc = run_script("local", str(EXAMPLES / "demo.toml"), "--uuid", "../escape", "--output-root", str(tmp_path))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "uuid '../escape' is not allowed" in proc.stderr and "Traceback" not in proc.stderr

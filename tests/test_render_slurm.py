@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.render import RenderRequest
-from launch.render_slurm import directive_lines, render
+from launch.backends import RenderRequest
+from launch.backends.slurm import directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan

@@ -61,7 +61,10 @@ def assert_regraded(c: slurm.Cluster, source: Path, profile: dict, grades: Path)
     info = c.wait_job(int(profile["job_id"]), JOB_TIMEOUT_S)
     out = (run_dir / names.slurm_output(profile["job_id"])).read_text(errors="replace")
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", (info, out[-4000:])
-    assert_artifacts_valid(run_dir)  # regrade.json included: validated against its schema
+    assert_artifacts_valid(run_dir)  # regrade.json and submission.json included: validated against their schemas
+    submission = read(run_dir, names.SUBMISSION)
+    assert (submission["backend"], submission["job_id"]) == ("slurm", str(profile["job_id"]))
+    assert isinstance(submission["submitted_at"], float), submission  # as gym-launch submit records it
     assert not failures(run_dir)
     record = read(run_dir, names.REGRADE)
     assert record["source_run_dir"] == str(source) and record["source_uuid"] == source.name

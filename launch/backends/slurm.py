@@ -1,5 +1,6 @@
-"""The Slurm batch script of a run (seeds 000, 001, 004). Pure: reads only the resolved model and
-its plan.
+"""The Slurm backend (seeds 000, 001, 004): the batch script of a run, rendered purely from the
+resolved model and its plan, and its submission (``sbatch --parsable``) beside it; also the one
+other question the launcher asks Slurm (a partition's MaxTime, for ``gym-launch regrade``).
 
 One allocation of ``plan.replicas`` nodes, one task per node, ``gpus_per_replica`` GPUs per node;
 every ``srun`` step runs with ``--kill-on-bad-exit=1`` (an srun option: sbatch refuses it); the
@@ -25,17 +26,27 @@ refuses a hostname that resolves to loopback.
 from __future__ import annotations
 
 import shlex
+import shutil
+import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from launch.render import Rendered, RenderRequest
+from launch.backends.base import Rendered, RenderRequest, Submission, SubmitError, agent_argv
 from launch.spec.config import RunConfig, SlurmConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.plan import Plan
-from schemas import JobEnv, names
+from schemas import JobEnv, RunDir, names
 from schemas.vocab import ResumeEnv
 
 FILE_SUFFIX = ".sbatch"
+SBATCH_TIMEOUT_S = 120
+SCONTROL_TIMEOUT_S = 30
 q = shlex.quote
+# What a task's shell expands when it runs, so they are written in double quotes, not escaped.
+RANK_WORD = "$rank"
+ADDRESS_WORD = "$(hostname --ip-address)"
+SHELL_WORDS = (RANK_WORD, ADDRESS_WORD)
 
 
 def _problems(config: RunConfig, plan: Plan) -> list[Problem]:
@@ -102,20 +113,17 @@ def _directives(request: RenderRequest, run_dir: str) -> list[str]:
 def _agent_task(request: RenderRequest) -> str:
     """What each task runs: find its rank in GYM_NODES, then exec the agent."""
     config, plan = request.config, request.plan
-    argv = [
-        config.launch.slurm.agent,
-        "--uuid",
+    argv = agent_argv(
+        (config.launch.slurm.agent,),
         request.uuid,
-        "--config",
-        request.spec_path,
-        "--output-root",
         request.output_root,
-    ]
-    for o in request.overrides:
-        argv += ["--set", o]
-    agent = " ".join(q(a) for a in argv) + f' --rank "$rank" --replicas {plan.replicas}'
-    if config.launch.slurm.explicit_address:
-        agent += ' --address "$(hostname --ip-address)"'
+        config=request.spec_path,
+        overrides=request.overrides,
+        rank=RANK_WORD,
+        replicas=plan.replicas,
+        address=ADDRESS_WORD if config.launch.slurm.explicit_address else None,
+    )
+    agent = " ".join(f'"{a}"' if a in SHELL_WORDS else q(a) for a in argv)
     return "\n".join(
         [
             "set -eu",
@@ -230,3 +238,64 @@ def render(request: RenderRequest) -> Rendered:
 def directive_lines(text: str) -> Sequence[str]:
     """The ``#SBATCH`` directives of a rendered script, in order (for tests and the audit)."""
     return [line[len("#SBATCH ") :] for line in text.splitlines() if line.startswith("#SBATCH ")]
+
+
+# --- the side effects: sbatch, scontrol -------------------------------------------------------
+
+
+def submit(job_path: Path, run: RunDir) -> Submission:
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise SubmitError("sbatch is not on PATH: submit from a Slurm login node (or use --dry-run)")
+    command = (sbatch, "--parsable", str(job_path))
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S, cwd=run.path)
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"sbatch did not answer within {SBATCH_TIMEOUT_S} s (is slurmctld up?)") from None
+    if out.returncode != 0:
+        raise SubmitError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
+    # --parsable prints "JOBID" or "JOBID;CLUSTER".
+    return Submission(out.stdout.strip().split(";", 1)[0], command)
+
+
+def partition_max_time(partition: str | None) -> str | None:
+    """MaxTime of ``partition`` (None: the default partition) from `scontrol show partition`;
+    None when scontrol is missing or says nothing about it."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None
+    try:
+        out = subprocess.run(
+            [scontrol, "show", "partition", "--oneliner", *([partition] if partition else [])],
+            capture_output=True,
+            text=True,
+            timeout=SCONTROL_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        return None  # no cluster answered, or no such partition: sbatch will say which
+    for line in out.stdout.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if (fields.get("PartitionName") != partition) if partition else (fields.get("Default") != "YES"):
+            continue
+        return fields.get("MaxTime")
+    return None
+
+
+@dataclass(frozen=True)
+class SlurmBackend:
+    name: str = "slurm"
+    schedules: bool = True
+
+    def render(self, request: RenderRequest) -> Rendered:
+        return render(request)
+
+    def preflight(self) -> None:
+        """Nothing to ask before: a missing sbatch is said when submitting."""
+
+    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
+        return submit(job_path, run)
+
+
+SLURM = SlurmBackend()

@@ -1,16 +1,13 @@
-"""`gym-launch local`: the embedded default backend — every replica of a run on this machine.
-
-`gym-launch local` validates the spec, then execs `python -m agent.local_run` with the same
-arguments (launch/ never imports agent/); `main` here is that entry.
+"""The local backend: every replica of a run on this machine (``gym-launch local`` runs them itself).
 
 Each replica is a real `gym-agent` process with its own loopback address (127.0.0.2, .3, ...)
 and `CUDA_VISIBLE_DEVICES=0..C-1` (Ray advertises them as GPUs; no GPU is touched). Their phase
-lines are streamed prefixed by rank; the exit code is the run's outcome.
+lines are streamed prefixed by rank; the exit code is the run's outcome. There is no job to
+render or submit: the launcher's own process is the parent of every agent.
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import os
 import secrets
@@ -18,17 +15,21 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from launch.backends.base import Rendered, RenderRequest, Submission, agent_argv
+from launch.backends.rundir import claim_run_dir
 from launch.spec.config import RunConfig
-from launch.spec.errors import SpecError, UsageError
-from launch.spec.load import load_spec, spec_differences, spec_record
-from launch.spec.plan import plan as make_plan
-from schemas import RunDir, RunDirError, Writer, WriterKind, names
+from launch.spec.errors import UsageError
+from launch.spec.plan import Plan
+from schemas import RunDir, names
 from schemas.vocab import ResumeEnv
+
+AGENT = (sys.executable, "-m", "agent.cli")  # this interpreter's agent: the one installed beside us
+NOT_A_SCHEDULER = "the local backend renders and submits no job: gym-launch local runs every replica here"
 
 FIRST_LOCAL_ADDRESS = ipaddress.ip_address("127.0.0.2")
 
@@ -44,27 +45,26 @@ class LocalReplica:
 
 
 def local_replicas(
-    spec_file: Path, uuid: str, output_root: Path, replicas: int, gpus: int, extra_env: dict[str, str] | None = None
+    spec_file: Path,
+    uuid: str,
+    output_root: Path,
+    replicas: int,
+    gpus: int,
+    extra_env: dict[str, str] | None = None,
+    launcher_fd: int | None = None,
 ) -> list[LocalReplica]:
     out = []
     for rank in range(replicas):
         address = str(FIRST_LOCAL_ADDRESS + rank)
-        argv = (
-            sys.executable,
-            "-m",
-            "agent.cli",
-            "--uuid",
+        argv = agent_argv(
+            AGENT,
             uuid,
-            "--config",
-            str(spec_file),
-            "--output-root",
             str(output_root),
-            "--rank",
-            str(rank),
-            "--replicas",
-            str(replicas),
-            "--address",
-            address,
+            config=str(spec_file),
+            rank=str(rank),
+            replicas=replicas,
+            address=address,
+            launcher_fd=launcher_fd,
         )
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), **(extra_env or {})}
         out.append(LocalReplica(rank, address, argv, tuple(sorted(env.items()))))
@@ -72,8 +72,9 @@ def local_replicas(
 
 
 def run_local(
-    spec_path: str,
-    overrides: Sequence[str],
+    config: RunConfig,
+    plan: Plan,
+    spec_source: str,
     *,
     uuid: str | None = None,
     output_root: str | None = None,
@@ -81,30 +82,31 @@ def run_local(
     per_rank_env: dict[int, dict[str, str]] | None = None,
     resume: bool = False,
 ) -> int:
-    resolved = load_spec(spec_path, overrides)
-    config = RunConfig.from_spec(resolved)
-    plan = make_plan(config)
+    """Start every replica of the validated ``config`` here, stream their lines, wait for them all;
+    0 when every agent succeeded, else 1. A used run directory raises UsageError."""
     uuid = uuid or names.new_uuid()
     root = Path(output_root or config.output_root).absolute()
-    run = RunDir.create(root, uuid, mode=config.dir_mode)
-    writer = Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)
-    recorded = run.read_json(names.SPEC)
-    if recorded is not None and not resume:
-        out(f"gym-launch: error: run directory {run.path} already holds a run; pick a new --uuid (or --resume it)")
-        return 2
-    if recorded is not None and recorded.get("fingerprint") != config.fingerprint:
-        keys = spec_differences(recorded.get("spec") or {}, spec_record(resolved, "")["spec"])
-        out(
-            f"gym-launch: error: --resume: the spec differs from the one run {uuid} was started with "
-            f"(keys: {', '.join(keys) or '(spelling only)'}); resume with {run.path / names.SPEC} or restore them"
-        )
-        return 2
-    if recorded is None:
-        run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(spec_path)))
+    run = claim_run_dir(root, uuid, config, spec_source, resume=resume)
+    try:
+        return _run_replicas(run, config, plan, uuid, root, out, per_rank_env or {}, resume)
+    finally:
+        run.close()
+
+
+def _run_replicas(
+    run: RunDir,
+    config: RunConfig,
+    plan: Plan,
+    uuid: str,
+    root: Path,
+    out: Callable[[str], None],
+    per_rank_env: dict[int, dict[str, str]],
+    resume: bool,
+) -> int:
     spec_file = run.path / names.SPEC
     out(f"gym-launch: run {uuid}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs -> {run.path}")
 
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[str]] = []
     pumps: list[threading.Thread] = []
     env_base = dict(os.environ)
     env_base.pop("CUDA_VISIBLE_DEVICES", None)
@@ -135,13 +137,13 @@ def run_local(
     # A closed terminal (SIGHUP) stops the run like ^C: the agents get SIGTERM and record it.
     # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica):
+    for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica, launcher_fd=alive_r):
         if stopping:
             break  # told to stop while starting: the agents already started were passed it
-        env = {**env_base, **dict(rep.env), **(per_rank_env or {}).get(rep.rank, {})}
+        env = {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}
         # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
         p = subprocess.Popen(
-            (*rep.argv, "--launcher-fd", str(alive_r)),
+            rep.argv,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -172,7 +174,6 @@ def run_local(
             out(f"gym-launch: first cause: {cause}")
     out(f"gym-launch: run directory: {run.path}")
     out(f"gym-launch: inspect it with: gym-audit {run.path}   (logs: gym-audit logs {run.path})")
-    run.close()
     return 0 if ok else 1
 
 
@@ -191,32 +192,19 @@ def first_cause_line(run_dir: Path) -> str | None:
     return f"rank {fc.rank} {fc.kind} in {fc.phase or '?'}: {fc.cause}{log}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gym-launch local", description="Run every replica on this machine.")
-    ap.add_argument("spec", metavar="RUN.toml")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--uuid")
-    ap.add_argument("--output-root")
-    ap.add_argument("--resume", action="store_true", help="start a new attempt of the run --uuid names")
-    args = ap.parse_args(argv)
-    try:
-        return run_local(
-            args.spec,
-            args.overrides,
-            uuid=args.uuid,
-            output_root=args.output_root,
-            out=lambda line: print(line, flush=True),
-            resume=args.resume,
-        )
-    except SpecError as exc:
-        print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=sys.stderr)
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return 2
-    except (UsageError, RunDirError) as exc:
-        print(f"gym-launch: error: {exc}", file=sys.stderr)
-        return 2
+@dataclass(frozen=True)
+class LocalBackend:
+    name: str = "local"
+    schedules: bool = False
+
+    def render(self, request: RenderRequest) -> Rendered:
+        raise UsageError(NOT_A_SCHEDULER)
+
+    def preflight(self) -> None:
+        raise UsageError(NOT_A_SCHEDULER)
+
+    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
+        raise UsageError(NOT_A_SCHEDULER)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+LOCAL = LocalBackend()

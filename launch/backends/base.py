@@ -1,0 +1,114 @@
+"""What every backend shares: the render request and its result, the submission, the protocol a
+backend implements, its error, and the one builder of the agent's command line.
+
+A backend renders (pure: from the resolved model and its plan to the text a scheduler takes) and
+submits (the side effect: hand the rendered job to the scheduler). The two sit side by side in
+the backend's own module; this module holds only what they have in common.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from launch.spec.config import RunConfig
+from launch.spec.plan import Plan
+from schemas import RunDir
+
+EXIT_USAGE = 2  # what a user can fix (the spec, the command line, the scheduler's setup), as argparse exits
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """Everything a renderer may use. ``spec_path`` is what every replica's agent loads: the run
+    directory's spec.json when submitting, else the spec file as given (absolute)."""
+
+    config: RunConfig
+    plan: Plan
+    uuid: str
+    output_root: str  # absolute
+    spec_path: str  # absolute
+    overrides: tuple[str, ...] = ()
+    resume: bool = False
+    output_root_given: str = ""  # as the user wrote it (a Beaker run refuses a relative root)
+    workdir: str = ""  # absolute: where gym-launch ran; the job runs there (relative driver paths)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    backend: str
+    text: str
+    file_name: str  # how the submitter names it inside the run directory
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the scheduler answered: its id for the job, and the command that submitted it."""
+
+    job_id: str
+    command: tuple[str, ...]
+
+
+class SubmitError(Exception):
+    """The scheduler refused the job, or cannot be reached; the message says what it said."""
+
+    exit_code = EXIT_USAGE
+
+
+class Backend(Protocol):
+    """One way of running a run. ``schedules``: it hands a rendered job to a scheduler
+    (``gym-launch render|submit``); the one that does not runs every replica here (``gym-launch local``)."""
+
+    @property
+    def name(self) -> str: ...  # as ``[launch] backend`` and ``--backend`` spell it
+
+    @property
+    def schedules(self) -> bool: ...
+
+    def render(self, request: RenderRequest) -> Rendered:
+        """The job's text; raises SpecError with every problem (pure)."""
+        ...
+
+    def preflight(self) -> None:
+        """Raises SubmitError when nothing could be submitted (before the run directory exists)."""
+        ...
+
+    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
+        """Hand the rendered job (already written at ``job_path`` in ``run``) to the scheduler."""
+        ...
+
+
+def agent_argv(
+    program: Sequence[str],
+    uuid: str,
+    output_root: str,
+    *,
+    config: str | None = None,
+    overrides: Sequence[str] = (),
+    expect_fingerprint: str | None = None,
+    rank: str | None = None,
+    replicas: int | None = None,
+    address: str | None = None,
+    launcher_fd: int | None = None,
+) -> tuple[str, ...]:
+    """``gym-agent``'s command line, in one order for every backend. ``rank`` and ``address`` are
+    strings: a batch script passes a shell expression the node expands (``$rank``)."""
+    argv = [*program, "--uuid", uuid]
+    if config is not None:
+        argv += ["--config", config]
+    argv += ["--output-root", output_root]
+    for override in overrides:
+        argv += ["--set", override]
+    if expect_fingerprint is not None:
+        argv += ["--expect-fingerprint", expect_fingerprint]
+    if rank is not None:
+        argv += ["--rank", rank]
+    if replicas is not None:
+        argv += ["--replicas", str(replicas)]
+    if address is not None:
+        argv += ["--address", address]
+    if launcher_fd is not None:
+        argv += ["--launcher-fd", str(launcher_fd)]
+    return tuple(argv)

@@ -18,26 +18,28 @@ Bounds: every count has an upper bound (``MAX_*``) so any input plans in well un
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
 from launch.spec import keys, names
 
-if TYPE_CHECKING:
-    from launch.spec.load import ResolvedSpec
+# The readers of the declarations are re-exported, where the model's users have always found them.
+from launch.spec.fields import REQUIRED as REQUIRED
+from launch.spec.fields import default_of as default_of
+from launch.spec.fields import key, section
+from launch.spec.fields import key_info as key_info
+from launch.spec.fields import section_info as section_info
+from launch.spec.fields import spelled as spelled
+from launch.spec.load import ResolvedSpec
+from launch.spec.resolve import resolve
 
 # --- bounds -----------------------------------------------------------------------------------
 
 MAX_NODES = 4096  # replicas of one run; also the largest pool
 MAX_NODE_GPUS = 64  # GPUs of one node (today's nodes have 4-16)
 MAX_GPUS = MAX_NODES * MAX_NODE_GPUS
-# Names end up in file names (judge-NAME-RANK.log), Slurm step names and environment variable
-# names (GYM_POOL_<NAME>_NODES): 48 characters keep every derived name far below NAME_MAX (255).
-MAX_NAME = 48
+MAX_NAME = names.MAX_NAME
 MAX_JUDGES = 32
 MAX_RUBRICS = 64
 MAX_BINDINGS = 256
@@ -47,66 +49,6 @@ MAX_ARGS = 256
 MAX_CONTEXT = 1 << 21  # tokens
 MAX_CONCURRENCY = 4096
 
-
-# --- field declarations -----------------------------------------------------------------------
-
-REQUIRED: Any = dataclasses.MISSING
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    """What a field means to people and to the resolver."""
-
-    type: keys.KeyType
-    doc: str
-    rule: str = ""  # where the rule comes from, for docs/spec.md
-    modes: tuple[str, ...] = ()  # judges only: the modes that accept the key (empty: all)
-    derived: str = ""  # a default computed from other keys, described for people
-    spelled: str = ""  # the TOML key when it differs from the field name
-
-
-def key(
-    kind: keys.KeyType,
-    default: Any = REQUIRED,
-    *,
-    doc: str,
-    rule: str = "",
-    modes: tuple[str, ...] = (),
-    derived: str = "",
-    spelled: str = "",
-) -> Any:
-    info = KeyInfo(kind, doc, rule, modes, derived, spelled)
-    if default is REQUIRED:
-        return field(metadata={"key": info})
-    if isinstance(default, dict | list):
-        frozen = _frozen(default)
-        return field(default_factory=lambda: frozen, metadata={"key": info})
-    return field(default=default, metadata={"key": info})
-
-
-@dataclass(frozen=True)
-class SectionInfo:
-    doc: str
-    named: bool = False  # a [section.NAME] table of entries
-    spelled: str = ""
-
-
-def section(cls: type, *, doc: str, named: bool = False, spelled: str = "") -> Any:
-    """A sub-table (``[launch.coordination]``) or a table of named entries (``[judges.NAME]``)."""
-    factory = (lambda: EMPTY) if named else cls
-    return field(default_factory=factory, metadata={"section": SectionInfo(doc, named, spelled), "cls": cls})
-
-
-def _frozen(value: Any) -> Any:
-    """Deep read-only copy: tables become MappingProxyType, arrays tuples."""
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    return value
-
-
-EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 SEED_SPEC = "seed 000 (run spec)"
 SEED_PLACEMENT = "seed 000 (GPU ownership)"
@@ -445,7 +387,10 @@ class Binding:
 @dataclass(frozen=True, kw_only=True)
 class JudgingConfig:
     bindings: Mapping[str, Binding] = section(
-        Binding, named=True, doc='[judging.bindings."VERIFIER"]: which judge and rubric grade a verifier'
+        Binding,
+        named=True,
+        limit=MAX_BINDINGS,
+        doc='[judging.bindings."VERIFIER"]: which judge and rubric grade a verifier',
     )
 
 
@@ -545,12 +490,19 @@ class RunConfig:
     trainer: TrainerConfig = section(TrainerConfig, doc="the trainer's GPUs")
     inference: InferenceConfig = section(InferenceConfig, doc="rollout engines")
     driver: DriverConfig = section(DriverConfig, doc="the training driver the agent starts")
-    judges: Mapping[str, JudgeConfig] = section(JudgeConfig, named=True, doc="[judges.NAME]: judge services")
-    rubrics: Mapping[str, RubricConfig] = section(RubricConfig, named=True, doc="[rubrics.NAME]: grading rubrics")
+    judges: Mapping[str, JudgeConfig] = section(
+        JudgeConfig, named=True, limit=MAX_JUDGES, doc="[judges.NAME]: judge services"
+    )
+    rubrics: Mapping[str, RubricConfig] = section(
+        RubricConfig, named=True, limit=MAX_RUBRICS, doc="[rubrics.NAME]: grading rubrics"
+    )
     judging: JudgingConfig = section(JudgingConfig, doc="verifier bindings")
     data: DataConfig = section(DataConfig, doc="prepared data, checked against the bindings at startup")
     pools: Mapping[str, PoolConfig] = section(
-        PoolConfig, named=True, doc="[pools.NAME]: node pools, contiguous node ranges in declaration order"
+        PoolConfig,
+        named=True,
+        limit=MAX_POOLS,
+        doc="[pools.NAME]: node pools, contiguous node ranges in declaration order",
     )
     ray: RayConfig = section(RayConfig, doc="the Ray cluster")
 
@@ -621,29 +573,5 @@ class RunConfig:
 
     @classmethod
     def from_spec(cls, resolved: ResolvedSpec) -> RunConfig:
-        """The model of ``resolved``; raises SpecError with every key-level problem."""
-        from launch.spec.resolve import resolve
-
-        return resolve(resolved)
-
-
-def key_info(f: dataclasses.Field) -> KeyInfo | None:
-    return f.metadata.get("key")
-
-
-def section_info(f: dataclasses.Field) -> SectionInfo | None:
-    return f.metadata.get("section")
-
-
-def spelled(f: dataclasses.Field) -> str:
-    info = key_info(f) or section_info(f)
-    return (info.spelled if info else "") or f.name
-
-
-def default_of(f: dataclasses.Field) -> Any:
-    """The declared default of a field (REQUIRED when it has none)."""
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return REQUIRED
+        """The model of ``resolved``; raises SpecError with every problem of its keys."""
+        return resolve(cls, resolved)

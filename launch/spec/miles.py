@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launch.spec import config as model
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
 
@@ -334,64 +333,3 @@ def mapping_table() -> list[str]:
         "| `rubrics.*.profile` values | " + ", ".join(f"`{a}` = `{b}`" for a, b in RUBRIC_PROFILES.items()) + " |"
     )
     return rows
-
-
-def schema() -> dict[str, Any]:
-    """A JSON Schema of a MILES run file: owned keys typed from the model, trainer sections free."""
-    import dataclasses
-
-    from launch.spec.config import key_info, spelled
-    from launch.spec.reference import table_schema
-
-    def leaf(path: str) -> dict[str, Any]:
-        parts = path.split(".")
-        cls: Any = model.RunConfig
-        for part in parts[:-1]:
-            if part == "*":
-                continue
-            f = next(f for f in dataclasses.fields(cls) if spelled(f) == part)
-            cls = f.metadata["cls"]
-        f = next(f for f in dataclasses.fields(cls) if spelled(f) == parts[-1])
-        info = key_info(f)
-        return info.type.schema() if info else table_schema(f.metadata["cls"])
-
-    launch_props = {k.split(".", 1)[1]: leaf(v) for k, v in MAPPING.items() if k.startswith("launch.")}
-    free = {"type": "object"}
-    props: dict[str, Any] = {
-        "schema_version": {"const": 1},
-        "name": leaf("name"),
-        "launch": {"type": "object", "properties": launch_props},
-        "trainer": {
-            "type": "object",
-            "properties": {"gpus": leaf("trainer.gpus_per_node"), "trainer_num_nodes": leaf("trainer.nodes")},
-        },
-        "inference": {
-            "type": "object",
-            "properties": {
-                "gpus": leaf("inference.gpus"),
-                "rollout_tensor_parallel_size": leaf("inference.tensor_parallel_size"),
-                "placement_mode": leaf("inference.placement_mode"),
-            },
-        },
-        "judges": {"type": "object", "additionalProperties": {"type": "object"}},
-        "rubrics": {
-            "type": "object",
-            "additionalProperties": {
-                "type": "object",
-                "properties": {
-                    "profile": {"enum": [*RUBRIC_PROFILES]},
-                    "max_response_tokens": leaf("rubrics.*.max_output_tokens"),
-                    "temperature": leaf("rubrics.*.temperature"),
-                },
-                "additionalProperties": False,
-            },
-        },
-        "judging": {"type": "object"},
-        **{s: free for s in (*TRAINER_SECTIONS, "output", "data", *EXTENSION_SECTIONS)},
-    }
-    return {
-        "type": "object",
-        "properties": props,
-        "additionalProperties": False,
-        "anyOf": [{"required": ["schema_version"]}, {"required": ["model"]}],
-    }

@@ -6,9 +6,8 @@ bounds and required keys are checked generically, then applies the rules that sp
 and never stops at the first. Placement rules that need the whole GPU picture are
 ``launch.spec.plan``'s.
 
-The model is passed in (``RunConfig.from_spec`` calls ``resolve(cls, ...)``): this module reads the
-declarations through ``launch.spec.fields`` and names the model's classes only for the type
-checker, so the model can depend on its resolver without an import cycle.
+The model is passed in (``RunConfig.from_spec`` calls ``resolve(cls, ...)``), so the model can depend
+on its resolver without an import cycle; the tables it reads are ``launch.spec.sections``'.
 
 Rules beyond the field declarations:
 
@@ -28,29 +27,29 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from launch.spec import keys, miles, names, slurm_directives
 from launch.spec.errors import Problem, SpecError
 from launch.spec.fields import REQUIRED, default_of, frozen, key_info, section_info, spelled
 from launch.spec.keypath import format_key
 from launch.spec.load import ResolvedSpec
+from launch.spec.sections import (
+    DriverConfig,
+    InferenceConfig,
+    JudgeConfig,
+    JudgingConfig,
+    LaunchConfig,
+    PoolConfig,
+    RayConfig,
+    RubricConfig,
+    TrainerConfig,
+)
 
-if TYPE_CHECKING:  # the model's classes, for the type checker only (see the module's docstring)
-    from launch.spec.config import (
-        DriverConfig,
-        InferenceConfig,
-        JudgeConfig,
-        JudgingConfig,
-        LaunchConfig,
-        PoolConfig,
-        RayConfig,
-        RubricConfig,
-        RunConfig,
-        TrainerConfig,
-    )
+# The resolved model (launch.spec.config.RunConfig), passed in by the model itself.
+Model = TypeVar("Model")
 
 Path_ = tuple[str, ...]
 
@@ -535,7 +534,7 @@ def _listing(table: Mapping[str, Any]) -> str:
     return ", ".join(sorted(table)) or "none"
 
 
-def _check_spelled(model: type[RunConfig], data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
+def _check_spelled(model: type, data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
     c = Checker()
     sections = _walk(c, model, data, ())
     _cross_checks(c, sections)
@@ -555,7 +554,7 @@ class Checked:
         return [self.translation.user_problem(p) for p in problems] if self.translation else problems
 
 
-def check(model: type[RunConfig], data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> Checked:
+def check(model: type, data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> Checked:
     """Every key-level problem of ``data`` in either spelling, and the model's arguments when there is none."""
     if not isinstance(data, Mapping):
         return Checked([Problem("spec", f"must be a table, not {keys.describe(data)}")], None)
@@ -573,9 +572,10 @@ def check(model: type[RunConfig], data: Mapping[str, Any], overrides: tuple[str,
     return out
 
 
-def resolve(model: type[RunConfig], resolved: ResolvedSpec) -> RunConfig:
+def resolve(model: type[Model], resolved: ResolvedSpec) -> Model:
     """The typed ``model`` of ``resolved``. Raises SpecError with every key-level problem."""
     checked = check(model, resolved.data, resolved.overrides)
     if checked.problems or checked.built is None:
         raise SpecError(checked.problems)
-    return model(spec=resolved, **checked.built)
+    build: Callable[..., Model] = model
+    return build(spec=resolved, **checked.built)

@@ -13,6 +13,8 @@ from typing import Any
 
 from schemas import DriverEnv, RunDir, Writer, WriterKind, names
 
+__all__ = ["connect_ray", "plan", "registry", "run_file", "write_result"]
+
 
 def connect_ray(**kwargs: Any) -> Any:
     """ray.init() against this run's cluster, as a driver on this node's own Ray address."""

@@ -22,13 +22,14 @@ import orjson
 
 from audit.model import Finding
 from audit.sanitize import clean_text
+from launch.spec.errors import GymError
 from schemas import names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, UnsafeEntry
 
 MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
 
 
-class UnusableRunDir(Exception):
+class UnusableRunDir(GymError):
     """The input cannot be audited at all (exit 2); the message says why and what to pass instead."""
 
 

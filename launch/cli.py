@@ -19,7 +19,7 @@ from typing import TextIO
 from launch.render import RenderRequest, render
 from launch.spec.config import RunConfig
 from launch.spec.console import quiet_broken_pipe
-from launch.spec.errors import SpecError, UsageError
+from launch.spec.errors import GymError, SpecError, UsageError
 from launch.spec.load import ResolvedSpec, load_spec
 from launch.spec.plan import Plan, plan
 from launch.spec.validate import validated
@@ -567,7 +567,7 @@ def build_parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def report(exc: UsageError | SpecError, stream: TextIO) -> None:
+def report(exc: GymError, stream: TextIO) -> None:
     if isinstance(exc, SpecError):
         print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=stream)
         for problem in exc.problems:
@@ -581,9 +581,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args))
-    except (UsageError, SpecError) as exc:
+    except GymError as exc:
         report(exc, sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -227,3 +227,34 @@ def test_the_lazy_exports_are_complete() -> None:
     assert sorted(schemas.__all__) == sorted([*schemas._EXPORTS, *schemas._SUBMODULES])
     for name in schemas.__all__:
         assert getattr(schemas, name) is not None
+
+
+@pytest.mark.parametrize(
+    "module", ["agent.driver_api", "agent.judges", "agent.judges.client", "audit.api", "launch.spec", "schemas"]
+)
+def test_each_public_surface_names_what_it_exports(module: str) -> None:
+    """What drivers and the other packages import is named in __all__, and every name is there."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    exported = mod.__all__
+    assert exported and len(set(exported)) == len(exported)
+    for name in exported:
+        value = getattr(mod, name, None)
+        if value is None:  # a package's submodule
+            value = importlib.import_module(f"{module}.{name}")
+        assert value is not None, f"{module}.{name}"
+
+
+def test_user_errors_share_one_root_carrying_the_exit_code() -> None:
+    from agent.coord.attempts import AttemptRefused
+    from agent.coord.identity import IdentityError
+    from agent.coord.rendezvous import RankClaimed
+    from audit.load import UnusableRunDir
+    from launch.spec.data_check import DataError
+    from launch.spec.errors import GymError, SpecError, UsageError
+    from launch.spec.sglang_argv import JudgeCommandError
+
+    for cls in (AttemptRefused, IdentityError, RankClaimed, UnusableRunDir, DataError, SpecError, UsageError):
+        assert issubclass(cls, GymError) and cls.exit_code == 2, cls
+    assert issubclass(JudgeCommandError, GymError) and issubclass(JudgeCommandError, ValueError)

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.proc.waits import poll_until
+from launch.spec.errors import GymError
 from schemas import RunDir, Writer, names
 from schemas.vocab import ResumeEnv
 
 
-class AttemptRefused(Exception):
+class AttemptRefused(GymError):
     """This process must not join: another launch holds the attempt, or the previous one still runs."""
 
 

@@ -24,6 +24,18 @@ import httpx
 from agent.judges.framing import GradingPrompt, build_messages
 from agent.judges.rubrics import SCORE_MAX, ReplyFormatError, Rubric, parse_reply
 
+__all__ = [
+    "ContextOverflow",
+    "Grade",
+    "InvalidGrade",
+    "JudgeClient",
+    "JudgeError",
+    "JudgeRequestError",
+    "JudgeUnavailable",
+    "normalize_endpoint",
+    "reference_from_sample",
+]
+
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 REPLY_EXCERPT_CHARS = 300
 

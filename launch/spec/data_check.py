@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launch.spec.errors import GymError
+
 JUDGED_PREFIX = "general-"
 PathLike = str | os.PathLike[str]
 Paths = PathLike | Sequence[PathLike] | None
 
 
-class DataError(Exception):
+class DataError(GymError):
     """A data file is missing, unreadable or malformed; the message names file and line."""
 
 

@@ -193,7 +193,7 @@ def test_the_placement_record_builder_and_the_audit_view_agree(tmp_path: Path) -
         is_driver_node=True,
     )
     with RunDir.create(tmp_path, "place", mode=0o750) as run:
-        run.write_artifact(names.placement(5), "placement", Writer("d" * 64, 5, "me"), fields)  # validates
+        run.write_artifact(names.placement(5), Writer("d" * 64, 5, "me"), fields)  # validates
         with SafeDir(run.path) as safe:
             rec = placements(load_run(safe))[5]
     assert (rec.node_index, rec.address, rec.ray_devices, rec.ray_mask, rec.ray_num_gpus) == (
@@ -258,3 +258,47 @@ def test_user_errors_share_one_root_carrying_the_exit_code() -> None:
     for cls in (AttemptRefused, IdentityError, RankClaimed, UnusableRunDir, DataError, SpecError, UsageError):
         assert issubclass(cls, GymError) and cls.exit_code == 2, cls
     assert issubclass(JudgeCommandError, GymError) and issubclass(JudgeCommandError, ValueError)
+
+
+def test_every_schema_is_one_declared_artifact() -> None:
+    from schemas.validation import schema_names
+
+    declared = [a.schema for a in names.ARTIFACTS]
+    assert len(set(declared)) == len(declared)
+    assert sorted(declared) == sorted(schema_names())
+
+
+def test_write_artifact_derives_the_schema_from_the_name(tmp_path: Path) -> None:
+    from schemas import RunDir, Writer
+
+    run = RunDir.create(tmp_path, "u", mode=0o750)
+    w = Writer("e" * 64, 0, "me")
+    assert run.write_artifact(names.ack(0), w, {"outcome": "success"})["schema"] == "ack"
+    with pytest.raises(ValueError, match="does not match its schema"):
+        run.write_artifact(names.heartbeat(0), w, {"outcome": "success"})  # an ack's fields, a heartbeat's name
+    # The older spelling still works while its callers move, and must name the derived schema.
+    assert run.write_artifact(names.ack(1), "ack", w, {"outcome": "success"})["schema"] == "ack"
+    with pytest.raises(ValueError, match="is a heartbeat artifact, not ack"):
+        run.write_artifact(names.heartbeat(1), "ack", w, {"outcome": "success"})
+    with pytest.raises(ValueError, match="not the name of a run-directory artifact"):
+        run.write_artifact("notes.json", w, {})
+    run.ensure_dir(names.attempt_dir(1))
+    assert run.create_artifact(names.attempt_claim(1), w, _claim())["schema"] == "attempt"
+
+
+def _claim() -> dict:
+    return {"state": "claimed", "token": "t", "previous": None, "archived": []}
+
+
+def test_one_rule_says_which_attempt_is_current(tmp_path: Path) -> None:
+    from audit.load import current_attempt as audit_current
+    from schemas import RunDir, Writer
+
+    run = RunDir.create(tmp_path, "u", mode=0o750)
+    assert names.current_attempt([]) == 1 and run.current_attempt() == 1 == audit_current(run.path)
+    for n in (2, 3):
+        run.ensure_dir(names.attempt_dir(n))
+        run.create_artifact(names.attempt_claim(n), Writer("e" * 64, 0, "me"), _claim())
+    run.ensure_dir(names.attempt_dir(5))  # a folder without a claim is no attempt
+    assert names.claimed_attempts(run.listdir) == [2, 3]
+    assert RunDir.open(run.path).current_attempt() == 3 == audit_current(run.path)

@@ -179,7 +179,7 @@ def test_spec_json_keeps_the_pool_order(tmp_path: Path) -> None:
 
     resolved = resolved_from_dict(pooled(["zz", "aa"]))
     run = RunDir.create(tmp_path, "order-test", mode=0o750)
-    run.write_artifact(names.SPEC, "spec", Writer(resolved.fingerprint, 0, "i"), spec_record(resolved, "x.toml"))
+    run.write_artifact(names.SPEC, Writer(resolved.fingerprint, 0, "i"), spec_record(resolved, "x.toml"))
     again = load_spec(run.path / names.SPEC)
     assert again.fingerprint == resolved.fingerprint
     assert list(again.data["pools"]) == ["zz", "aa"]

@@ -105,7 +105,7 @@ def join(
 ) -> int:
     """Join the attempt of launch `token` (claiming a new one when needed); sets run.attempt."""
     claimed = run.claimed_attempts()
-    current = claimed[-1] if claimed else None
+    current = names.current_attempt(claimed) if claimed else None
     if current is not None:
         doc = run.read_json(names.attempt_claim(current)) or {}
         if doc.get("token") == token:

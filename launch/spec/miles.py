@@ -172,8 +172,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     known_top = ("schema_version", "name", *OWNED_SECTIONS, *MIXED_SECTIONS, *TRAINER_SECTIONS, *EXTENSION_SECTIONS)
     for key in data:
         if key not in known_top:
-            close = _close(key, known_top) or (difflib.get_close_matches(key, known_top, n=1) or [None])[0]
-            hint = f"did you mean {close}?" if close else "known sections: " + ", ".join(sorted(known_top))
+            guess = _close(key, known_top) or next(iter(difflib.get_close_matches(key, known_top, n=1)), None)
+            hint = f"did you mean {guess}?" if guess else "known sections: " + ", ".join(sorted(known_top))
             problem([key], f"unknown section of a MILES run file; {hint}")
     if "name" in data:
         out["name"] = data["name"]
@@ -184,7 +184,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     # [launch]: MILES keys map into launch and launch.beaker; our extensions pass as spelled.
     launch = data.get("launch", {})
     if isinstance(launch, Mapping):
-        owned = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
+        owned_launch = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
         for key, value in launch.items():
             if key in LAUNCH_EXTENSIONS:
                 placed = out.setdefault("launch", {})
@@ -197,7 +197,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
                 else:
                     placed[key] = dict(value) if isinstance(value, Mapping) else value
                 renames.setdefault(f"launch.{key}", f"launch.{key}")
-            elif key in owned:
+            elif key in owned_launch:
                 target = MAPPING[f"launch.{key}"]
                 path = _split(target)
                 node: Any = out
@@ -208,8 +208,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
                 _put(out, path, value)
                 renames[target] = f"launch.{key}"
             else:
-                close = _close(key, [*owned, *LAUNCH_EXTENSIONS])
-                hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned))
+                close = _close(key, [*owned_launch, *LAUNCH_EXTENSIONS])
+                hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned_launch))
                 problem(["launch", key], f"unknown key; {hint}")
     elif "launch" in data:
         out["launch"] = launch  # the resolver reports "must be a table"
@@ -237,7 +237,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
         if section in ("trainer", "inference"):
             out.setdefault(section, {})
 
-    inference = data.get("inference") if isinstance(data.get("inference"), Mapping) else {}
+    raw_inference = data.get("inference")
+    inference: Mapping[str, Any] = raw_inference if isinstance(raw_inference, Mapping) else {}
     if "placement_mode" not in inference and isinstance(out.get("inference"), dict):
         # The MILES rule: colocated unless the run is fully asynchronous.
         fully_async = _get(data, ["async", "fully_async"]) is True

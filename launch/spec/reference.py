@@ -14,18 +14,26 @@ from typing import Any
 
 from launch.spec import config as model
 from launch.spec import miles, names
-from launch.spec.fields import REQUIRED, default_of, key_info, section_info, spelled
+from launch.spec.fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
 
 SCHEMA_ID = "urn:gym-agent:run-spec"
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
+
+def _modes(f: dataclasses.Field) -> tuple[str, ...]:
+    info = key_info(f)
+    return info.modes if info else ()
+
+
+def _table(f: dataclasses.Field) -> SectionInfo:
+    info = section_info(f)
+    assert info is not None, f.name  # _fields keeps keys and sections only
+    return info
+
+
 # The judge keys each mode accepts, from the declarations (modes=...).
-_MANAGED_ONLY = [
-    spelled(f) for f in dataclasses.fields(model.JudgeConfig) if key_info(f) and key_info(f).modes == model.MANAGED
-]
-_EXTERNAL_ONLY = [
-    spelled(f) for f in dataclasses.fields(model.JudgeConfig) if key_info(f) and key_info(f).modes == model.EXTERNAL
-]
+_MANAGED_ONLY = [spelled(f) for f in dataclasses.fields(model.JudgeConfig) if _modes(f) == model.MANAGED]
+_EXTERNAL_ONLY = [spelled(f) for f in dataclasses.fields(model.JudgeConfig) if _modes(f) == model.EXTERNAL]
 
 
 def _plain(value: Any) -> Any:
@@ -55,7 +63,7 @@ def table_schema(cls: type) -> dict[str, Any]:
             if default is REQUIRED:
                 required.append(name)
             continue
-        sinfo = section_info(f)
+        sinfo = _table(f)
         sub = f.metadata["cls"]
         entry = table_schema(sub)
         if sinfo.named:
@@ -185,7 +193,7 @@ def _section(path: str, cls: type, doc: str, lines: list[str]) -> None:
         info = key_info(f)
         name = spelled(f)
         if info is None:
-            sinfo = section_info(f)
+            sinfo = _table(f)
             sub = f"{path}.{name}" if path else name
             if sinfo.named:
                 sub += '."VERIFIER"' if name == "bindings" else ".NAME"
@@ -199,8 +207,8 @@ def _section(path: str, cls: type, doc: str, lines: list[str]) -> None:
     if rows:
         lines += [f"## `[{path}]`" if path else "## Top level", "", _cell(doc), ""]
         lines += ["| key | type | default | bounds | meaning | rule |", "|---|---|---|---|---|---|", *rows, ""]
-    for sub in subs:
-        _section(*sub, lines)
+    for sub_path, sub_cls, sub_doc in subs:
+        _section(sub_path, sub_cls, sub_doc, lines)
 
 
 PLACEMENT_TEXT = [

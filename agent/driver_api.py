@@ -55,6 +55,6 @@ def write_result(**fields: Any) -> dict[str, Any]:
         kind=WriterKind.DRIVER,
     )
     try:
-        return run.write_artifact(names.DRIVER_RESULT, "driver-result", writer, fields)
+        return run.write_artifact(names.DRIVER_RESULT, writer, fields)
     finally:
         run.close()

@@ -67,6 +67,16 @@ def _parser() -> argparse.ArgumentParser:
 
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    from launch.spec.errors import GymError
+
+    try:
+        return _main(argv)
+    except GymError as exc:  # a user error no step above put in its own words
+        print(f"gym-agent: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     from agent.proc import signals
 

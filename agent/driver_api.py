@@ -13,6 +13,8 @@ from typing import Any
 
 from schemas import DriverEnv, RunDir, Writer, WriterKind, names
 
+__all__ = ["connect_ray", "plan", "registry", "run_file", "write_result"]
+
 
 def connect_ray(**kwargs: Any) -> Any:
     """ray.init() against this run's cluster, as a driver on this node's own Ray address."""
@@ -53,6 +55,6 @@ def write_result(**fields: Any) -> dict[str, Any]:
         kind=WriterKind.DRIVER,
     )
     try:
-        return run.write_artifact(names.DRIVER_RESULT, "driver-result", writer, fields)
+        return run.write_artifact(names.DRIVER_RESULT, writer, fields)
     finally:
         run.close()

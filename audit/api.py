@@ -27,7 +27,7 @@ from audit.crosscheck_lifecycle import (
 from audit.crosscheck_regrade import check_regrade
 from audit.expected import expected_plan
 from audit.first_cause import analyse
-from audit.load import SafeDir, UnusableRunDir, load_run
+from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
 from audit.schema_check import check_schemas
 from audit.views import as_dict, as_str, rank_of
@@ -276,5 +276,5 @@ def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[Attem
         except UnusableRunDir:
             continue
         earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause))
-    last = max(numbers, default=1)
+    last = current_attempt(path)
     return (*earlier, AttemptSummary(last, verdict, outcome, first))

@@ -25,6 +25,7 @@ from audit.load import SafeDir, UnsafeFile, UnusableRunDir
 from audit.logs import Matcher, grep_log, list_logs
 from audit.sanitize import terminal_safe
 from launch.spec.console import quiet_broken_pipe, use_colour, version
+from launch.spec.errors import GymError
 from schemas import safe_io
 
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
@@ -399,6 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] == "completion":
             return _completion(argv[1:])
         return _audit(argv)
+    except GymError as exc:  # a user error no command above put in its own words
+        print(f"gym-audit: {exc}", file=sys.stderr)
+        return exc.exit_code
     except BrokenPipeError:
         # `gym-audit logs ... | head`: the reader left; that is not an error.
         # Point stdout at /dev/null so the interpreter's final flush does not complain again.

@@ -22,13 +22,14 @@ import orjson
 
 from audit.model import Finding
 from audit.sanitize import clean_text
+from launch.spec.errors import GymError
 from schemas import names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, UnsafeEntry
 
 MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
 
 
-class UnusableRunDir(Exception):
+class UnusableRunDir(GymError):
     """The input cannot be audited at all (exit 2); the message says why and what to pass instead."""
 
 
@@ -216,13 +217,20 @@ def current_attempt(path: Path) -> int:
     archive (attempts/N/ itself) has no attempts/ directory: its attempt is its own name."""
     root = path / names.ATTEMPTS_DIR
     if root.is_dir() and not root.is_symlink():
-        claimed = [
-            int(n) for n in os.listdir(root) if names.ATTEMPT_RE.match(n) and (root / n / "claim.json").is_file()
-        ]
-        return max(claimed, default=1)
+        return names.current_attempt(names.claimed_attempts(lambda rel: _listing(path / rel)))
     if path.parent.name == names.ATTEMPTS_DIR and names.ATTEMPT_RE.match(path.name):
         return int(path.name)
     return 1
+
+
+def _listing(folder: Path) -> list[str]:
+    """The names in a real (not symlinked) folder; none when it is missing or unreadable."""
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def load_run(safe: SafeDir) -> LoadedRun:

@@ -156,7 +156,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     for rank in range(replicas):
         writer = Writer(fp, rank, new_incarnation(), clock_offset=clock.skew())
         if rank == 0:
-            run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, str(spec_file)))
+            run.write_artifact(names.SPEC, writer, spec_record(resolved, str(spec_file)))
         ident = Identity(rank, replicas, addresses[rank], True, f"gpu-{rank:04d}", tuple(str(i) for i in range(8)))
         rep = _Replica(ident, writer, PhaseLog(run, writer, rank, quiet), FailureSignal())
         rep.live = Liveness(
@@ -226,12 +226,12 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             is_head=rep.topo.is_head,
             is_driver_node=rep.topo.is_driver_node,
         )
-        run.write_artifact(names.placement(rep.rank), "placement", rep.writer, fields)
+        run.write_artifact(names.placement(rep.rank), rep.writer, fields)
         return ""
 
     def ray_start(rep: _Replica) -> str:
         if rep.topo.is_head:
-            run.write_artifact(names.RAY_HEAD, "ray-head", rep.writer, {"gcs_address": gcs})
+            run.write_artifact(names.RAY_HEAD, rep.writer, {"gcs_address": gcs})
         return ""
 
     def readiness(rep: _Replica) -> str:
@@ -242,7 +242,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         check = compare_layout(expected, live_nodes)
         run.write_artifact(
             names.RAY_LAYOUT,
-            "ray-layout",
             rep.writer,
             {
                 "head_address": rep.ident.address,
@@ -292,7 +291,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     if scenario == "success":
         run.write_artifact(
             names.DRIVER_RESULT,
-            "driver-result",
             Writer(fp, driver.rank, driver.writer.incarnation, WriterKind.DRIVER),
             {
                 "optimizer_steps": 200,
@@ -305,7 +303,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         )
         run.write_artifact(
             names.COMPLETE,
-            "complete",
             driver.writer,
             {"driver_rank": driver.rank, "driver_exit_code": 0, "driver_seconds": 3600.0},
         )
@@ -314,14 +311,13 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             rep.log.begin(Phase.COMPLETE)
             rep.log.end()
             rep.log.begin(Phase.ACKNOWLEDGE)
-            run.write_artifact(names.ack(rep.rank), "ack", rep.writer, {"outcome": str(RunOutcome.SUCCESS)})
+            run.write_artifact(names.ack(rep.rank), rep.writer, {"outcome": str(RunOutcome.SUCCESS)})
             rep.log.end()
             rep.log.set_state(AgentState.STOPPING)
             rep.log.begin(Phase.TEARDOWN)
             groups = [ray_group] + ([driver_group] if rep is driver else [])
             run.write_artifact(
                 names.cleanup(rep.rank),
-                "cleanup",
                 rep.writer,
                 {"outcome": str(RunOutcome.SUCCESS), "groups": groups, "leftover_pids": []},
             )
@@ -341,7 +337,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             raise OSError(f"could not write rank {victim.rank}'s failure record in {run.path}")
         run.write_artifact(
             names.cleanup(victim.rank),
-            "cleanup",
             reaper,
             {"outcome": str(RunOutcome.FAILURE), "groups": [ray_group], "leftover_pids": []},
         )
@@ -360,7 +355,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             groups = [ray_group] + ([driver_group] if rep is driver else [])
             run.write_artifact(
                 names.cleanup(rep.rank),
-                "cleanup",
                 rep.writer,
                 {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": []},
             )

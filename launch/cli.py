@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from launch.backends import Backend, RenderRequest, SubmitError, backend, scheduler_names
+from launch.backends import Backend, RenderRequest, backend, scheduler_names
 from launch.spec.config import RunConfig
 from launch.spec.console import quiet_broken_pipe
-from launch.spec.errors import SpecError, UsageError
+from launch.spec.errors import GymError, SpecError, UsageError
 from launch.spec.load import ResolvedSpec, load_spec
 from launch.spec.plan import Plan, plan
 from launch.spec.validate import validated
@@ -544,16 +544,7 @@ def build_parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-# Every error a person can fix, and its exit code (explicit: not inherited from a common root).
-USER_ERRORS: dict[type[Exception], int] = {
-    UsageError: EXIT_USAGE,
-    SpecError: EXIT_USAGE,
-    SubmitError: SubmitError.exit_code,
-    RunDirError: EXIT_USAGE,
-}
-
-
-def report(exc: Exception, stream: TextIO) -> None:
+def report(exc: GymError | RunDirError, stream: TextIO) -> None:
     if isinstance(exc, SpecError):
         print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=stream)
         for problem in exc.problems:
@@ -567,9 +558,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args))
-    except tuple(USER_ERRORS) as exc:
+    except GymError as exc:
         report(exc, sys.stderr)
-        return next(code for kind, code in USER_ERRORS.items() if isinstance(exc, kind))
+        return exc.exit_code
+    except RunDirError as exc:  # schemas/ cannot import launch's root error; the run directory is the user's
+        report(exc, sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

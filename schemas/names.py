@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 SPEC = "spec.json"
@@ -58,8 +59,11 @@ def attempt_dir(n: int) -> str:
     return f"{ATTEMPTS_DIR}/{n}"
 
 
+CLAIM_LEAF = "claim.json"
+
+
 def attempt_claim(n: int) -> str:
-    return f"{ATTEMPTS_DIR}/{n}/claim.json"
+    return f"{ATTEMPTS_DIR}/{n}/{CLAIM_LEAF}"
 
 
 def attempt_ready(n: int) -> str:
@@ -68,6 +72,18 @@ def attempt_ready(n: int) -> str:
 
 
 ATTEMPT_RE = re.compile(r"^[1-9][0-9]{0,5}$")
+
+
+def claimed_attempts(listdir: Callable[[str], Iterable[str]]) -> list[int]:
+    """Attempt numbers with a claim record (attempts/N/claim.json), ascending. ``listdir(relpath)``
+    lists a folder of the run directory (empty when it is missing): the store's and the audit's."""
+    numbers = (int(n) for n in listdir(ATTEMPTS_DIR) if ATTEMPT_RE.match(n))
+    return sorted(n for n in numbers if CLAIM_LEAF in listdir(attempt_dir(n)))
+
+
+def current_attempt(claimed: Iterable[int]) -> int:
+    """Which attempt is current: the highest claimed one; 1 for a run never resumed (no claim)."""
+    return max(claimed, default=1)
 
 
 def is_run_level(relpath: str) -> bool:
@@ -160,27 +176,38 @@ def is_log_dir(name: str) -> bool:
     return RAY_SESSION_DIR_RE.match(name) is not None
 
 
-# (pattern, schema name) for every JSON artifact; the audit uses this to classify files.
-ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^spec\.json$"), "spec"),
-    (re.compile(r"^addresses/address-(\d+)\.json$"), "address"),
-    (re.compile(r"^heartbeats/heartbeat-(\d+)\.json$"), "heartbeat"),
-    (re.compile(r"^failures/failure-(\d+)\.json$"), "failure"),
-    (re.compile(r"^acks/ack-(\d+)\.json$"), "ack"),
-    (re.compile(r"^phases-(\d+)\.json$"), "phases"),
-    (re.compile(r"^placement-(\d+)\.json$"), "placement"),
-    (re.compile(r"^cleanup-(\d+)\.json$"), "cleanup"),
-    (re.compile(r"^judge-canaries\.json$"), "judge-canaries"),
-    (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.json$"), "judge-endpoint"),
-    (re.compile(r"^ray-layout\.json$"), "ray-layout"),
-    (re.compile(r"^ray-head\.json$"), "ray-head"),
-    (re.compile(r"^registry\.json$"), "registry"),
-    (re.compile(r"^complete\.json$"), "complete"),
-    (re.compile(r"^driver-result\.json$"), "driver-result"),
-    (re.compile(r"^submission\.json$"), "submission"),
-    (re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready)\.json$"), "attempt"),
-    (re.compile(r"^regrade\.json$"), "regrade"),
+@dataclass(frozen=True)
+class Artifact:
+    """One JSON artifact of the run directory: its schema (``schemas/SCHEMA.schema.json``) and the
+    pattern of its names. Declared once here: writers derive the schema from the name they write
+    (``RunDir.write_artifact``), the audit classifies what it finds by the same table."""
+
+    schema: str
+    pattern: re.Pattern[str]
+
+
+ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("spec", re.compile(r"^spec\.json$")),
+    Artifact("address", re.compile(r"^addresses/address-(\d+)\.json$")),
+    Artifact("heartbeat", re.compile(r"^heartbeats/heartbeat-(\d+)\.json$")),
+    Artifact("failure", re.compile(r"^failures/failure-(\d+)\.json$")),
+    Artifact("ack", re.compile(r"^acks/ack-(\d+)\.json$")),
+    Artifact("phases", re.compile(r"^phases-(\d+)\.json$")),
+    Artifact("placement", re.compile(r"^placement-(\d+)\.json$")),
+    Artifact("cleanup", re.compile(r"^cleanup-(\d+)\.json$")),
+    Artifact("judge-canaries", re.compile(r"^judge-canaries\.json$")),
+    Artifact("judge-endpoint", re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.json$")),
+    Artifact("ray-layout", re.compile(r"^ray-layout\.json$")),
+    Artifact("ray-head", re.compile(r"^ray-head\.json$")),
+    Artifact("registry", re.compile(r"^registry\.json$")),
+    Artifact("complete", re.compile(r"^complete\.json$")),
+    Artifact("driver-result", re.compile(r"^driver-result\.json$")),
+    Artifact("submission", re.compile(r"^submission\.json$")),
+    Artifact("attempt", re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready)\.json$")),
+    Artifact("regrade", re.compile(r"^regrade\.json$")),
 )
+# (pattern, schema name) for every JSON artifact, as the audit has always read the table.
+ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple((a.pattern, a.schema) for a in ARTIFACTS)
 # Files of the run directory that are neither artifacts nor logs (the audit knows them).
 OTHER_FILES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^run-file\.(toml|json)$"),
@@ -265,10 +292,19 @@ def _rank_judge(m: re.Match[str]) -> tuple[int | None, str | None]:
 
 def schema_for(relpath: str) -> str | None:
     """The schema name of a run-directory file, or None when it is not a JSON artifact we know."""
-    for pattern, name in ARTIFACT_PATTERNS:
-        if pattern.match(relpath):
-            return name
+    for artifact in ARTIFACTS:
+        if artifact.pattern.match(relpath):
+            return artifact.schema
     return None
+
+
+def artifact_schema(relpath: str) -> str:
+    """The schema an artifact written as ``relpath`` must match; ValueError for a name that is
+    no artifact (a writer's mistake: every artifact name comes from the functions above)."""
+    schema = schema_for(relpath)
+    if schema is None:
+        raise ValueError(f"{relpath!r} is not the name of a run-directory artifact (schemas.names.ARTIFACTS)")
+    return schema
 
 
 def is_known_log(relpath: str) -> bool:

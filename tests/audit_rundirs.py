@@ -62,7 +62,6 @@ class RunBuilder:
         self.judge_rank = self.rank_of_node[self.plan.judge_node("general")]
         self.run.write_artifact(
             names.SPEC,
-            "spec",
             Writer(self.fingerprint, None, "launcher0", "launcher"),
             {"spec": self.spec, "source": "examples/demo.toml"},
         )
@@ -73,8 +72,8 @@ class RunBuilder:
         inc = self.incarnation[rank] if rank is not None else "head0"
         return Writer(self.fingerprint, rank, inc, kind)
 
-    def write(self, relpath: str, schema: str, rank: int | None, fields: dict[str, Any], kind: str = "agent") -> None:
-        self.run.write_artifact(relpath, schema, self.writer(rank, kind), fields)
+    def write(self, relpath: str, rank: int | None, fields: dict[str, Any], kind: str = "agent") -> None:
+        self.run.write_artifact(relpath, self.writer(rank, kind), fields)
 
     def log(self, relpath: str, text: str) -> None:
         self.run.write_bytes(relpath, text.encode())
@@ -106,7 +105,6 @@ class RunBuilder:
             spans.append({"phase": p, "started_at": start, "ended_at": start + DURATIONS.get(p, 0.5), "outcome": "ok"})
         self.write(
             names.phases(rank),
-            "phases",
             rank,
             {
                 "state": state,
@@ -123,7 +121,6 @@ class RunBuilder:
         for r in self.ranks:
             self.write(
                 names.address(r),
-                "address",
                 r,
                 {
                     "address": self.address[r],
@@ -133,12 +130,11 @@ class RunBuilder:
                     "started_at": T0 + 0.2 * r,
                 },
             )
-            self.write(names.heartbeat(r), "heartbeat", r, {"seq": 40 + r, "phase": "driver"})
+            self.write(names.heartbeat(r), r, {"seq": 40 + r, "phase": "driver"})
             node = self.plan.nodes[self.node_of[r]]
             vis = [str(i) for i in range(8)]
             self.write(
                 names.placement(r),
-                "placement",
                 r,
                 {
                     "node_index": node.index,
@@ -166,7 +162,6 @@ class RunBuilder:
         endpoint = f"http://{self.address[j]}:30000"
         self.write(
             names.judge_endpoint("general", j),
-            "judge-endpoint",
             j,
             {
                 "name": "general",
@@ -188,7 +183,6 @@ class RunBuilder:
         layout = {self.address[r]: float(self.plan.nodes[self.node_of[r]].ray_gpus) for r in self.ranks}
         self.write(
             names.RAY_LAYOUT,
-            "ray-layout",
             h,
             {
                 "head_address": self.address[h],
@@ -205,7 +199,6 @@ class RunBuilder:
         )
         self.write(
             names.REGISTRY,
-            "registry",
             h,
             {
                 "judges": {
@@ -235,7 +228,6 @@ class RunBuilder:
         )
         self.write(
             names.CANARIES,
-            "judge-canaries",
             h,
             {
                 "passed": True,
@@ -260,7 +252,6 @@ class RunBuilder:
         d = self.driver_rank
         self.write(
             names.DRIVER_RESULT,
-            "driver-result",
             d,
             {
                 "optimizer_steps": 3,
@@ -272,9 +263,9 @@ class RunBuilder:
             },
             kind="driver",
         )
-        self.write(names.COMPLETE, "complete", d, {"driver_rank": d, "driver_exit_code": 0, "driver_seconds": 30.0})
+        self.write(names.COMPLETE, d, {"driver_rank": d, "driver_exit_code": 0, "driver_seconds": 30.0})
         for r in self.ranks:
-            self.write(names.ack(r), "ack", r, {"outcome": "success"})
+            self.write(names.ack(r), r, {"outcome": "success"})
 
     def cleanup(self, rank: int, outcome: str, kind: str = "agent", leftover: list[int] | None = None) -> None:
         groups = [{"name": "ray", "pid": 3000 + rank, "how": "sigterm", "exit_code": 0, "swept": 0}]
@@ -282,7 +273,6 @@ class RunBuilder:
             groups.append({"name": "judge-general", "pid": 2000, "how": "sigterm", "exit_code": 0, "swept": 0})
         self.write(
             names.cleanup(rank),
-            "cleanup",
             rank,
             {"outcome": outcome, "groups": groups, "leftover_pids": leftover or []},
             kind=kind,
@@ -303,7 +293,6 @@ class RunBuilder:
     ) -> None:
         self.write(
             names.failure(rank),
-            "failure",
             rank,
             {
                 "kind": kind,

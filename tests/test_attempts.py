@@ -33,12 +33,11 @@ def test_attempt_token_prefers_the_explicit_one_then_the_scheduler() -> None:
 def _failed_attempt_1(tmp: Path) -> RunDir:
     run = RunDir.create(tmp, "u1", mode=0o750)
     w = Writer(FP, 0, "a1")
-    run.write_artifact(names.SPEC, "spec", w, {"spec": {}})
-    run.write_artifact(names.ack(0), "ack", w, {"outcome": "success"})
-    run.create_artifact(names.address(0), "address", w, {"address": "127.0.0.2"} | _addr())
+    run.write_artifact(names.SPEC, w, {"spec": {}})
+    run.write_artifact(names.ack(0), w, {"outcome": "success"})
+    run.create_artifact(names.address(0), w, {"address": "127.0.0.2"} | _addr())
     run.write_artifact(
         names.failure(0),
-        "failure",
         w,
         {
             "kind": "signal",
@@ -79,5 +78,5 @@ def test_one_token_wins_the_attempt_and_the_old_files_move(tmp_path: Path) -> No
     # A record stamped attempt 1 at the top is invisible to attempt 2.
     stale = RunDir.open(run.path)
     stale.attempt = 1
-    stale.write_artifact(names.COMPLETE, "complete", Writer(FP, 0, "old"), {"driver_rank": 0, "driver_exit_code": 0})
+    stale.write_artifact(names.COMPLETE, Writer(FP, 0, "old"), {"driver_rank": 0, "driver_exit_code": 0})
     assert run.read_json(names.COMPLETE) is None

@@ -106,7 +106,7 @@ def test_a_record_renamed_in_wakes_the_liveness_loop_long_before_its_poll(tmp_pa
     live.start()
     try:
         time.sleep(0.3)  # first round done: the loop now sleeps for a minute
-        run.write_artifact(names.failure(2), "failure", Writer(FP, 2, "p2"), failure_fields())
+        run.write_artifact(names.failure(2), Writer(FP, 2, "p2"), failure_fields())
         assert signal.wait(10.0), "the inotify wake-up did not happen (a 60 s poll would be the only bound)"
         assert signal.failure is not None and signal.failure.reacting_to["rank"] == 2
     finally:
@@ -119,7 +119,7 @@ def test_without_local_events_a_record_waits_for_the_next_poll(tmp_path: Path) -
     live.start()
     try:
         time.sleep(0.3)
-        run.write_artifact(names.failure(2), "failure", Writer(FP, 2, "p2"), failure_fields())
+        run.write_artifact(names.failure(2), Writer(FP, 2, "p2"), failure_fields())
         assert not signal.wait(1.5), "found without inotify before its poll: local_events=False is not honoured"
     finally:
         live.stop()
@@ -243,7 +243,7 @@ def test_descendants_come_from_the_kernels_children_lists_and_match_a_full_scan(
 @pytest.mark.parametrize("sync", list(Sync))
 def test_every_sync_mode_publishes_the_whole_file_and_leaves_no_temp(tmp_path: Path, sync: Sync) -> None:
     run = RunDir.create(tmp_path, "sync", mode=0o750)
-    doc = run.write_artifact(names.failure(1), "failure", Writer(FP, 1, "w"), failure_fields("x" * 5000), sync=sync)
+    doc = run.write_artifact(names.failure(1), Writer(FP, 1, "w"), failure_fields("x" * 5000), sync=sync)
     assert run.read_json(names.failure(1)) == doc
     assert not [n for n in os.listdir(run.path / names.FAILURES_DIR) if names.is_temp(n)]
 

@@ -32,7 +32,6 @@ def make(tmp_path: Path, rank: int = 0, count: int = 3, timeout: float = 1.0) ->
 def beat(run: RunDir, rank: int, seq: int, skew: float = 0.0) -> None:
     run.write_artifact(
         names.heartbeat(rank),
-        "heartbeat",
         Writer(FP, rank, f"p{rank}", clock_offset=skew),
         {"seq": seq, "phase": "driver"},
     )
@@ -87,7 +86,6 @@ def test_a_peer_failure_record_is_seen_within_a_poll(tmp_path: Path) -> None:
         time.sleep(0.2)
         run.write_artifact(
             names.failure(2),
-            "failure",
             Writer(FP, 2, "p2"),
             {
                 "kind": "driver_exit",
@@ -113,7 +111,6 @@ def test_records_of_another_run_are_ignored(tmp_path: Path) -> None:
     run, live, signal = make(tmp_path, timeout=60)
     run.write_artifact(
         names.failure(1),
-        "failure",
         Writer("e" * 64, 1, "old"),
         {
             "kind": "signal",
@@ -224,7 +221,6 @@ def test_tick_beats_once_per_interval_and_finds_failure_records(tmp_path: Path) 
     (run.path / names.FAILURES_DIR / names.temp_name(names.leaf(names.failure(1)), "0" * 12)).write_text("{")
     run.write_artifact(
         names.failure(0),
-        "failure",
         Writer(FP, 0, "me"),
         {
             "kind": "signal",
@@ -239,7 +235,6 @@ def test_tick_beats_once_per_interval_and_finds_failure_records(tmp_path: Path) 
     assert not signal.is_set()  # our own record and a temp file are no peer failure
     run.write_artifact(
         names.failure(2),
-        "failure",
         Writer(FP, 2, "p2"),
         {
             "kind": "judge",
@@ -265,12 +260,9 @@ def test_a_reaction_listed_first_is_followed_to_the_failure_it_names(tmp_path: P
     run, live, signal, _clock = make_ticked(tmp_path)
     live.count = 4
     base = {"phase": "driver", "wall_time": 1.0, "monotonic_time": 1.0, "reacting_to": None}
-    run.write_artifact(
-        names.failure(3), "failure", Writer(FP, 3, "p3"), {**base, "kind": "judge_health", "cause": "root"}
-    )
+    run.write_artifact(names.failure(3), Writer(FP, 3, "p3"), {**base, "kind": "judge_health", "cause": "root"})
     run.write_artifact(
         names.failure(1),
-        "failure",
         Writer(FP, 1, "p1"),
         {
             **base,

@@ -360,9 +360,7 @@ def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
     p = profile(source, judge_partition="cpu")
     body = rg.source_record("/out/cluster/u-0", "u-0", source, p, "grade")
     run = RunDir.create(str(tmp_path), "rec", mode=0o750)
-    run.write_artifact(
-        names.REGRADE, "regrade", Writer(source.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER), body
-    )
+    run.write_artifact(names.REGRADE, Writer(source.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER), body)
     doc = json.loads((run.path / names.REGRADE).read_text())
     assert violations("regrade", doc) == []
     assert doc["source_uuid"] == "u-0" and doc["profile"]["kind"] == "cpu"
@@ -404,7 +402,6 @@ def _run_dir(tmp: Path, config_text: str, *overrides: str, uuid: str = "src-1") 
     run = RunDir.create(str(tmp / "out"), uuid, mode=0o750)
     run.write_artifact(
         names.SPEC,
-        "spec",
         Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER),
         spec_record(resolved, str(spec)),
     )

@@ -40,7 +40,7 @@ def regraded(tmp_path: Path, judge_server) -> tuple[Path, Path, RunConfig, rg.Pr
     # A stand-in for a finished run: its directory with its spec (the job reads nothing else of it here).
     src = RunDir.create(tmp_path / "out", "src", mode=0o750)
     writer = Writer(source.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)
-    src.write_artifact(names.SPEC, "spec", writer, spec_record(source_spec, "demo.toml"))
+    src.write_artifact(names.SPEC, writer, spec_record(source_spec, "demo.toml"))
     profile = rg.derive_profile(source, rg.Placement(judge_partition="cpu"), "01:00:00")
     job_spec = tmp_path / "job.json"
     job_spec.write_text(json.dumps(rg.judge_job_spec(source, profile, "python -c 'print(42)'")))
@@ -61,7 +61,7 @@ def regraded(tmp_path: Path, judge_server) -> tuple[Path, Path, RunConfig, rg.Pr
 def _write_record(job: Path, body: dict) -> None:
     run = RunDir.open(job)
     fingerprint = json.loads((job / names.SPEC).read_text())["fingerprint"]
-    run.write_artifact(names.REGRADE, "regrade", Writer(fingerprint, None, "launcher", kind=WriterKind.LAUNCHER), body)
+    run.write_artifact(names.REGRADE, Writer(fingerprint, None, "launcher", kind=WriterKind.LAUNCHER), body)
     run.close()
 
 

@@ -145,7 +145,7 @@ def test_exclusive_create_has_exactly_one_winner(tmp_path: Path) -> None:
     def contend(i: int) -> None:
         gate.wait()
         try:
-            run.create_artifact(names.ack(0), "ack", Writer("f" * 64, 0, f"i{i}"), {"outcome": "success"})
+            run.create_artifact(names.ack(0), Writer("f" * 64, 0, f"i{i}"), {"outcome": "success"})
             wins.append(i)
         except FileExistsError:
             pass

@@ -98,7 +98,6 @@ def plant_stale(run_dir: Path) -> None:
         w = Writer(spec["fingerprint"], 1, "stale1")
         run.write_artifact(
             names.failure(1),
-            "failure",
             w,
             {
                 "kind": "peer_failure",
@@ -111,8 +110,8 @@ def plant_stale(run_dir: Path) -> None:
                 "peers": [],
             },
         )
-        run.write_artifact(names.COMPLETE, "complete", Writer(spec["fingerprint"], 0, "stale0"), _complete(run_dir))
-        run.write_artifact(names.ack(1), "ack", w, {"outcome": "success"})
+        run.write_artifact(names.COMPLETE, Writer(spec["fingerprint"], 0, "stale0"), _complete(run_dir))
+        run.write_artifact(names.ack(1), w, {"outcome": "success"})
 
 
 def _complete(run_dir: Path) -> dict:

@@ -26,11 +26,11 @@ def test_created_with_mode_and_subdirs(tmp_path: Path) -> None:
 
 def test_write_validates_and_stamps_the_header(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path, "u2", mode=0o750)
-    doc = run.write_artifact(names.heartbeat(0), "heartbeat", W, {"seq": 3, "phase": "driver"})
+    doc = run.write_artifact(names.heartbeat(0), W, {"seq": 3, "phase": "driver"})
     assert not violations("heartbeat", doc)
     assert run.read_json(names.heartbeat(0)) == doc
     with pytest.raises(ValueError, match="does not match its schema"):
-        run.write_artifact(names.heartbeat(0), "heartbeat", W, {"seq": -1, "phase": "x"})
+        run.write_artifact(names.heartbeat(0), W, {"seq": -1, "phase": "x"})
     assert run.read_json(names.heartbeat(0))["seq"] == 3  # nothing invalid was written
 
 

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.proc.waits import poll_until
+from launch.spec.errors import GymError
 from schemas import RunDir, Writer, names
 from schemas.vocab import ResumeEnv
 
 
-class AttemptRefused(Exception):
+class AttemptRefused(GymError):
     """This process must not join: another launch holds the attempt, or the previous one still runs."""
 
 
@@ -104,7 +105,7 @@ def join(
 ) -> int:
     """Join the attempt of launch `token` (claiming a new one when needed); sets run.attempt."""
     claimed = run.claimed_attempts()
-    current = claimed[-1] if claimed else None
+    current = names.current_attempt(claimed) if claimed else None
     if current is not None:
         doc = run.read_json(names.attempt_claim(current)) or {}
         if doc.get("token") == token:

@@ -10,10 +10,11 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launch.spec.errors import GymError
 from schemas import order
 
 
-class IdentityError(Exception):
+class IdentityError(GymError):
     """A user-fixable problem with rank, count, address or GPUs; the message says what to set."""
 
 

@@ -16,6 +16,7 @@ from agent.coord import clock
 from agent.coord.failure import AgentFailed, Failure
 from agent.coord.identity import Identity
 from agent.proc.waits import poll_until
+from launch.spec.errors import GymError
 from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class Peer:
     visible_devices: tuple[str, ...]
 
 
-class RankClaimed(Exception):
+class RankClaimed(GymError):
     """Another incarnation holds this rank: this process must not join (nor write anything)."""
 
 

@@ -26,6 +26,18 @@ from agent.judges.framing import GradingPrompt, build_messages
 from agent.judges.replies import ReplyFormatError
 from agent.judges.rubrics import Rubric
 
+__all__ = [
+    "ContextOverflow",
+    "Grade",
+    "InvalidGrade",
+    "JudgeClient",
+    "JudgeError",
+    "JudgeRequestError",
+    "JudgeUnavailable",
+    "normalize_endpoint",
+    "reference_from_sample",
+]
+
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 REPLY_EXCERPT_CHARS = 300
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from launch.spec.config import RunConfig
+from launch.spec.errors import GymError
 from launch.spec.plan import Plan
 from schemas import RunDir
 
@@ -51,7 +52,7 @@ class Submission:
     command: tuple[str, ...]
 
 
-class SubmitError(Exception):
+class SubmitError(GymError):
     """The scheduler refused the job, or cannot be reached; the message says what it said."""
 
     exit_code = EXIT_USAGE

@@ -1,527 +1,89 @@
-"""The resolved run spec: one typed, frozen model with every default in exactly one place.
+"""The resolved run spec: ``RunConfig``, the typed, frozen model of one run spec.
 
-Each section of the TOML run spec is a frozen dataclass below; each key is a field declared with
-``key(...)``, which carries its value type (``launch.spec.keys``), its default (or REQUIRED), what it
-means and which rule it comes from. Three things are generated from these declarations, so they
-cannot drift apart: validation (``launch.spec.resolve``), the JSON Schema printed by
-``gym-launch schema`` and docs/spec.md (``launch.spec.reference``).
-
-Why plain frozen dataclasses with one resolver rather than pydantic or msgspec: the resolver must
-report every problem at once with the full TOML key path and a did-you-mean, keep an omitted key
-distinct from an explicit default (``cuda_graphs``), and apply defaults that depend on other keys
-(a judge's ``tensor_parallel_size`` is its ``gpus``). Those are the parts a validation library
-does not give; the rest (types, bounds) is a few small classes. No new dependency reaches the
-agent's process or the user's training image.
-
-Bounds: every count has an upper bound (``MAX_*``) so any input plans in well under a second.
+Its top-level keys are declared here, its tables in ``launch.spec.sections`` (re-exported below,
+where the model's users have always found them); ``RunConfig.from_spec`` is the one way to build
+it (``launch.spec.resolve``). Every default is declared once, in those two modules.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
 from launch.spec import keys, names
+from launch.spec.fields import REQUIRED, default_of, key, key_info, section, section_info, spelled
+from launch.spec.load import ResolvedSpec
+from launch.spec.resolve import resolve
+from launch.spec.sections import (
+    EXTERNAL,
+    MANAGED,
+    MAX_ARGS,
+    MAX_BINDINGS,
+    MAX_CONCURRENCY,
+    MAX_CONTEXT,
+    MAX_ENV,
+    MAX_GPUS,
+    MAX_JUDGES,
+    MAX_NAME,
+    MAX_NODE_GPUS,
+    MAX_NODES,
+    MAX_POOLS,
+    MAX_RUBRICS,
+    BeakerConfig,
+    Binding,
+    Coordination,
+    DataConfig,
+    DriverConfig,
+    InferenceConfig,
+    JudgeConfig,
+    JudgingConfig,
+    LaunchConfig,
+    OutputConfig,
+    PoolConfig,
+    RayConfig,
+    RubricConfig,
+    SlurmConfig,
+    TrainerConfig,
+)
 
-if TYPE_CHECKING:
-    from launch.spec.load import ResolvedSpec
-
-# --- bounds -----------------------------------------------------------------------------------
-
-MAX_NODES = 4096  # replicas of one run; also the largest pool
-MAX_NODE_GPUS = 64  # GPUs of one node (today's nodes have 4-16)
-MAX_GPUS = MAX_NODES * MAX_NODE_GPUS
-# Names end up in file names (judge-NAME-RANK.log), Slurm step names and environment variable
-# names (GYM_POOL_<NAME>_NODES): 48 characters keep every derived name far below NAME_MAX (255).
-MAX_NAME = 48
-MAX_JUDGES = 32
-MAX_RUBRICS = 64
-MAX_BINDINGS = 256
-MAX_POOLS = 32
-MAX_ENV = 256
-MAX_ARGS = 256
-MAX_CONTEXT = 1 << 21  # tokens
-MAX_CONCURRENCY = 4096
-
-
-# --- field declarations -----------------------------------------------------------------------
-
-REQUIRED: Any = dataclasses.MISSING
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    """What a field means to people and to the resolver."""
-
-    type: keys.KeyType
-    doc: str
-    rule: str = ""  # where the rule comes from, for docs/spec.md
-    modes: tuple[str, ...] = ()  # judges only: the modes that accept the key (empty: all)
-    derived: str = ""  # a default computed from other keys, described for people
-    spelled: str = ""  # the TOML key when it differs from the field name
-
-
-def key(
-    kind: keys.KeyType,
-    default: Any = REQUIRED,
-    *,
-    doc: str,
-    rule: str = "",
-    modes: tuple[str, ...] = (),
-    derived: str = "",
-    spelled: str = "",
-) -> Any:
-    info = KeyInfo(kind, doc, rule, modes, derived, spelled)
-    if default is REQUIRED:
-        return field(metadata={"key": info})
-    if isinstance(default, dict | list):
-        frozen = _frozen(default)
-        return field(default_factory=lambda: frozen, metadata={"key": info})
-    return field(default=default, metadata={"key": info})
-
-
-@dataclass(frozen=True)
-class SectionInfo:
-    doc: str
-    named: bool = False  # a [section.NAME] table of entries
-    spelled: str = ""
-
-
-def section(cls: type, *, doc: str, named: bool = False, spelled: str = "") -> Any:
-    """A sub-table (``[launch.coordination]``) or a table of named entries (``[judges.NAME]``)."""
-    factory = (lambda: EMPTY) if named else cls
-    return field(default_factory=factory, metadata={"section": SectionInfo(doc, named, spelled), "cls": cls})
-
-
-def _frozen(value: Any) -> Any:
-    """Deep read-only copy: tables become MappingProxyType, arrays tuples."""
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    return value
-
-
-EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-SEED_SPEC = "seed 000 (run spec)"
-SEED_PLACEMENT = "seed 000 (GPU ownership)"
-SEED_JUDGES = "seed 000 (named services)"
-SEED_LIFECYCLE = "seed 000 (lifecycle)"
-SEED_POOLS = "seed 001 (node pools and Ray)"
-SEED_DRIVER = "seed 004 (driver placement)"
-SAFETY = "gym-agent (safety)"
-
-# --- sections ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutputConfig:
-    root: str = key(keys.Text(), "output", doc="where run directories go: ROOT/cluster/UUID")
-    dir_mode: int = key(
-        keys.DirMode(), 0o750, doc="permission mode of the run directory", rule="coordination records decide what runs"
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Coordination:
-    """Seconds. ``startup_timeout`` is one deadline measured from agent start."""
-
-    startup_timeout: float = key(
-        keys.Seconds(1, 7 * 86400),
-        1200,
-        doc="one deadline for the whole startup, from agent start",
-        rule=SEED_LIFECYCLE,
-    )
-    heartbeat_timeout: float = key(
-        keys.Seconds(1, 86400),
-        120,
-        doc="a peer whose heartbeat has not changed for this long has failed; at least 3 heartbeat intervals",
-        rule=SEED_LIFECYCLE,
-    )
-    heartbeat_interval: float = key(keys.Seconds(0.05, 60), 2.0, doc="how often each agent writes its heartbeat")
-    poll_interval: float = key(
-        keys.Seconds(0.01, 1),
-        1.0,
-        doc="how often failure records are listed: a peer's failure reaches every agent within it",
-    )
-    teardown_grace: float = key(
-        keys.Seconds(0.1, 600), 10.0, doc="seconds between SIGTERM and SIGKILL of a process group"
-    )
-    ack_timeout: float = key(
-        keys.Seconds(1, 3600), 60.0, doc="how long the driver's node waits for every replica's acknowledgement"
-    )
-    progress_interval: float = key(
-        keys.Seconds(0.1, 3600),
-        30.0,
-        doc="during a long wait (rendezvous, Ray nodes joining, a judge loading) one progress line this often",
-    )
-
-
-DURATION = r"\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d)(\s*\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d))*"
-DURATION_RULE = 'a duration such as "90m", "3h" or "1h30m"'
-
-
-@dataclass(frozen=True, kw_only=True)
-class BeakerConfig:
-    image: str | None = key(keys.Text(), None, doc="the Beaker image every replica runs")
-    cluster: str | tuple[str, ...] | None = key(
-        keys.TextOrList(64), None, doc="cluster(s); exclusive with launch.hostnames"
-    )
-    workspace: str | None = key(keys.Text(), None, doc="Beaker workspace")
-    budget: str | None = key(keys.Text(), None, doc="Beaker budget account")
-    priority: str | None = key(keys.Choice(names.BEAKER_PRIORITIES), None, doc="job priority")
-    preemptible: bool | None = key(keys.Bool(), None, doc="whether the replica group may be preempted")
-    min_runtime: str | None = key(keys.Text(64, DURATION, DURATION_RULE), None, doc="Beaker minRuntime")
-    timeout: str | None = key(keys.Text(64, DURATION, DURATION_RULE), None, doc="Beaker task timeout")
-    auto_resume: bool | None = key(keys.Bool(), None, doc="Beaker autoResume: restart the task after preemption")
-    max_retries: int | None = key(keys.Int(-1, 10000), None, doc="restarts allowed (-1: no cap)")
-    shared_memory: str | None = key(keys.Text(64), None, doc='Beaker sharedMemory, e.g. "200 GiB"')
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmConfig:
-    partition: str | None = key(keys.Text(), None, doc="partition (absent: the cluster's default)")
-    account: str | None = key(keys.Text(), None, doc="account to charge")
-    qos: str | None = key(keys.Text(), None, doc="quality of service")
-    time: str | None = key(
-        keys.Text(pattern=r"(\d+-)?\d+(:\d{1,2}){0,2}", rule='a Slurm time such as "04:00:00" or "1-00:00:00"'),
-        None,
-        doc="walltime of the job",
-    )
-    directives: tuple[str, ...] = key(
-        keys.TextList(64, keys.Text(255)),
-        (),
-        doc='extra #SBATCH directives in long form, e.g. ["--exclusive", "--mem=0"]; ones the renderer '
-        "writes (nodes, tasks, GPUs, output, job name, ...) or that a key above sets are refused",
-    )
-    agent: str = key(
-        keys.Text(4096),
-        "gym-agent",
-        doc="the command that runs gym-agent on every node (a name on the nodes' PATH or an absolute path)",
-    )
-    explicit_address: bool = key(
-        keys.Bool(),
-        False,
-        doc="pass each node's `hostname --ip-address` to gym-agent as an explicit --address; this lets a "
-        "loopback address through, so it is for single-machine test clusters only (off: a node whose "
-        "hostname resolves to loopback is refused)",
-        rule=SAFETY,
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class LaunchConfig:
-    gpus_per_replica: int = key(
-        keys.Int(1, MAX_NODE_GPUS), 8, doc="physical GPUs allocated to each replica", rule=SEED_PLACEMENT
-    )
-    node_gpus: int = key(
-        keys.Int(1, MAX_NODE_GPUS),
-        8,
-        doc="physical GPUs of one node; multi-node replicas must be whole nodes",
-        rule=SEED_PLACEMENT,
-    )
-    hostnames: tuple[str, ...] = key(
-        keys.TextList(MAX_NODES, keys.Text(255)),
-        (),
-        doc="the one shared hostname allowlist: an agent refuses to run on a host not listed (empty: any host)",
-        rule="seed 000 (scheduling)",
-    )
-    backend: str = key(keys.Choice(names.LAUNCH_BACKENDS), "local", doc="default --backend of render and submit")
-    env: Mapping[str, str] = key(
-        keys.Table(keys.Text(), MAX_ENV),
-        {},
-        doc="environment of every replica's job (not secret: no credentials)",
-        rule=SAFETY,
-    )
-    secrets: Mapping[str, str] = key(
-        keys.Table(keys.Text(255), MAX_ENV),
-        {},
-        doc="environment variable -> name of a scheduler secret (Beaker secret); never a value",
-        rule=SAFETY,
-    )
-    weka_mounts: tuple[Mapping[str, str], ...] = key(
-        keys.Mounts(64),
-        (),
-        doc="[[launch.weka_mounts]] weka = FILESYSTEM, mount_path = ABSOLUTE PATH: shared filesystems of the job",
-    )
-    coordination: Coordination = section(Coordination, doc="timeouts of the agents' coordination")
-    beaker: BeakerConfig = section(BeakerConfig, doc="Beaker replica group settings")
-    slurm: SlurmConfig = section(SlurmConfig, doc="Slurm job settings")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainerConfig:
-    nodes: int = key(
-        keys.Int(0, MAX_NODES),
-        1,
-        doc="trainer nodes; 0 = no trainer: a judge-only job (gym-launch regrade) whose nodes are its [pools] "
-        "and which has no rollout (inference.gpus = 0)",
-        rule=SEED_PLACEMENT,
-    )
-    gpus_per_node: int = key(keys.Int(1, MAX_NODE_GPUS), doc="trainer GPUs on each trainer node", rule=SEED_PLACEMENT)
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-
-@dataclass(frozen=True, kw_only=True)
-class InferenceConfig:
-    gpus: int = key(keys.Int(0, MAX_GPUS), doc="rollout GPUs in all (0 for none)", rule=SEED_PLACEMENT)
-    tensor_parallel_size: int = key(
-        keys.Int(1, MAX_NODE_GPUS),
-        1,
-        doc="GPUs of one rollout engine; must divide gpus_per_replica",
-        rule=SEED_PLACEMENT,
-    )
-    placement_mode: str = key(
-        keys.Choice(names.PLACEMENT_MODES),
-        "disaggregated",
-        doc='"colocated" shares the trainer\'s GPUs and is single-node only',
-        rule=SEED_PLACEMENT,
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DriverConfig:
-    """``command`` is an argv tuple, or one string to run through the shell."""
-
-    command: tuple[str, ...] | str = key(
-        keys.TextOrList(MAX_ARGS), doc="the training driver: an array of arguments, or one shell string"
-    )
-    env: Mapping[str, str] = key(
-        keys.Table(keys.Text(), MAX_ENV),
-        {},
-        doc='environment of the driver; "runtime:VAR" takes VAR from the job\'s environment; no credentials',
-        rule=SAFETY,
-    )
-    placement: str = key(
-        keys.Choice(names.DRIVER_PLACEMENTS),
-        "trainer",
-        doc='"trainer" = trainer rank 0; "inference" = the last node holding rollout GPUs (no effect without any)',
-        rule=SEED_DRIVER,
-    )
-
-
-MANAGED = ("managed",)
-EXTERNAL = ("external",)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JudgeConfig:
-    """A named judge service. Placement fields are None/0 for external judges."""
-
-    name: str
-    mode: str = key(
-        keys.Choice(names.JUDGE_MODES), doc='"managed" (the agent starts it) or "external"', rule=SEED_JUDGES
-    )
-    backend: str | None = key(
-        keys.Choice(names.JUDGE_BACKENDS),
-        None,
-        doc='"sglang", or "reference" (the project\'s small CPU judge, for tests and demos)',
-        modes=MANAGED,
-        derived='"sglang" for a managed judge',
-    )
-    model: str = key(keys.Text(), doc="served model name (what /v1/models lists)", rule=SEED_JUDGES)
-    revision: str | None = key(
-        keys.Text(pattern="[0-9a-f]{40}", rule="an immutable commit: 40 lowercase hex digits"),
-        None,
-        doc="pinned model revision; the prepared directory must prove it (required for sglang)",
-        rule=SEED_JUDGES,
-        modes=MANAGED,
-    )
-    prepared_dir: str | None = key(
-        keys.AbsolutePath(),
-        None,
-        doc="weights prepared before GPU allocation (required for sglang)",
-        rule=SEED_JUDGES,
-        modes=MANAGED,
-    )
-    gpus: int = key(keys.Int(1, MAX_NODE_GPUS), 1, doc="GPUs of the server", modes=MANAGED)
-    tensor_parallel_size: int | None = key(
-        keys.Int(1, MAX_NODE_GPUS),
-        None,
-        doc="must equal gpus: one server spans its GPUs",
-        modes=MANAGED,
-        derived="gpus",
-    )
-    chat_template: str | None = key(
-        keys.Choice(names.CHAT_TEMPLATES),
-        None,
-        doc="chat template passed to the server",
-        rule=SEED_JUDGES,
-        modes=MANAGED,
-        derived=f'"{names.DEFAULT_CHAT_TEMPLATE}" for a managed judge',
-    )
-    max_context_length: int = key(
-        keys.Int(1, MAX_CONTEXT),
-        40960,
-        doc="the judge's context in tokens: the client rejects a request plus output reservation above it",
-        rule=SEED_JUDGES,
-    )
-    max_concurrent_calls: int = key(
-        keys.Int(1, MAX_CONCURRENCY),
-        16,
-        doc="concurrent grading calls; the managed server's running-request limit",
-        rule=SEED_JUDGES,
-    )
-    timeout: int = key(
-        keys.Int(1, 86400),
-        600,
-        doc="seconds per HTTP request (not a total budget across retries)",
-        rule=SEED_JUDGES,
-    )
-    # None = key absent (eager); kept distinct from False, as in the fingerprint.
-    cuda_graphs: bool | None = key(
-        keys.Bool(), None, doc="CUDA graphs for decode and prefill (absent: eager)", rule=SEED_JUDGES, modes=MANAGED
-    )
-    context_extension: str | None = key(
-        keys.Choice(tuple(names.CONTEXT_EXTENSIONS)),
-        None,
-        doc='"qwen3-yarn-128k": YaRN factor 4 over 32768, Qwen/Qwen3-32B only, max_context_length <= 131072',
-        rule=SEED_JUDGES,
-        modes=MANAGED,
-    )
-    endpoint: str | None = key(
-        keys.Url(), None, doc="the external service's URL (required for external judges)", modes=EXTERNAL
-    )
-    node_pool: str | None = key(
-        keys.Text(MAX_NAME),
-        None,
-        doc="a [pools.NAME] the judge runs on, sized against it",
-        rule=SEED_POOLS,
-        modes=MANAGED,
-    )
-
-    def __post_init__(self) -> None:
-        # Mode-dependent defaults, applied here and nowhere else.
-        if self.mode == "managed":
-            if self.backend is None:
-                object.__setattr__(self, "backend", "sglang")
-            if self.tensor_parallel_size is None:
-                object.__setattr__(self, "tensor_parallel_size", self.gpus)
-            if self.chat_template is None:
-                object.__setattr__(self, "chat_template", names.DEFAULT_CHAT_TEMPLATE)
-        else:
-            # An external judge's serving is owned by its endpoint: it takes no GPU here.
-            object.__setattr__(self, "gpus", 0)
-            object.__setattr__(self, "tensor_parallel_size", 0)
-
-    @property
-    def managed(self) -> bool:
-        return self.mode == "managed"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RubricConfig:
-    name: str
-    profile: str = key(keys.Choice(names.RUBRIC_PROFILES), doc="the grading rubric", rule=SEED_JUDGES)
-    max_output_tokens: int = key(
-        keys.Int(1, MAX_CONTEXT),
-        2048,
-        doc="the judge's output reservation; smaller than the judge's context",
-        rule=SEED_JUDGES,
-    )
-    temperature: float = key(
-        keys.Number(0, 2),
-        1.0,
-        doc="sampling temperature of grading calls (the trainer grades with it too)",
-        rule=SEED_JUDGES,
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Binding:
-    verifier: str
-    judge: str = key(keys.Text(MAX_NAME), doc="a [judges.NAME]", rule=SEED_JUDGES)
-    rubric: str = key(keys.Text(MAX_NAME), doc="a [rubrics.NAME]", rule=SEED_JUDGES)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JudgingConfig:
-    bindings: Mapping[str, Binding] = section(
-        Binding, named=True, doc='[judging.bindings."VERIFIER"]: which judge and rubric grade a verifier'
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataConfig:
-    train: str | tuple[str, ...] | None = key(
-        keys.TextOrList(64), None, doc="training data (JSONL files), relative to the spec file's folder"
-    )
-    eval: str | tuple[str, ...] | None = key(
-        keys.TextOrList(64), None, doc="held-out data (JSONL files), relative to the spec file's folder"
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class PoolConfig:
-    name: str
-    nodes: int = key(keys.Int(1, MAX_NODES), doc="nodes of the pool", rule=SEED_POOLS)
-    gpus_per_node: int = key(
-        keys.Int(0, MAX_NODE_GPUS),
-        doc="GPUs per node; equal to launch.gpus_per_replica, or 0 for a CPU pool (no GPU work: only a run "
-        "without trainer, rollout or managed judges, whose pools are all CPU pools, may have one)",
-        rule=SEED_POOLS,
-    )
-    partition: str | None = key(keys.Text(), None, doc="Slurm partition of the pool", rule=SEED_POOLS)
-    qos: str | None = key(
-        keys.Text(),
-        None,
-        doc="Slurm QOS of the pool's partition (a judge-only job queued there takes it: gym-launch regrade)",
-        rule=SEED_POOLS,
-    )
-
-    @property
-    def cpu_only(self) -> bool:
-        return self.gpus_per_node == 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class RayConfig:
-    """``enabled = false`` runs coordination only (no Ray): benchmarks and drivers that need none."""
-
-    enabled: bool = key(keys.Bool(), True, doc="start Ray (false: coordination only)")
-    num_cpus: int | None = key(keys.Int(0, 65536), None, doc="CPUs each Ray node advertises (absent: Ray's count)")
-    object_store_memory: int | None = key(keys.Int(1, 1 << 50), None, doc="bytes of each node's object store")
-    # pool name -> {resource name -> amount}
-    resources: Mapping[str, Mapping[str, float]] = key(
-        keys.Table(keys.Opaque("table of resource = amount", {"type": "object"}), MAX_POOLS),
-        {},
-        doc="custom Ray resources per pool: {POOL = {NAME = amount}}",
-        rule=SEED_POOLS,
-    )
-    # None = key absent: every node joins (the cluster spans the whole allocation).
-    node_pools: tuple[str, ...] | None = key(
-        keys.TextList(MAX_POOLS, keys.Text(MAX_NAME)),
-        None,
-        doc="[pools.NAME]s the Ray cluster spans: the head starts on the driver's node and every node of "
-        "these pools joins it; [] = a single-node cluster on the driver's node (absent: every node)",
-        rule=SEED_POOLS,
-    )
-    extra_args: tuple[str, ...] = key(
-        keys.TextList(64),
-        (),
-        doc="appended to ray start on every node; flags the agent owns (ports, addresses, GPUs) are refused",
-        rule=SEED_POOLS,
-    )
-    dashboard: bool = key(
-        keys.Bool(),
-        False,
-        doc="serve Ray's dashboard from the head (its URL is printed on the console); off by default: "
-        "it costs a process and a port",
-    )
-    session_log_bytes: int = key(
-        keys.Int(0, 1 << 34),
-        16 * 1024 * 1024,
-        doc="bytes of Ray's own session logs (raylet, GCS, workers) each node copies into "
-        "ray-session-RANK/ at teardown, newest bytes of each file first; 0 keeps none",
-    )
+__all__ = [
+    "EXTERNAL",
+    "MANAGED",
+    "MAX_ARGS",
+    "MAX_BINDINGS",
+    "MAX_CONCURRENCY",
+    "MAX_CONTEXT",
+    "MAX_ENV",
+    "MAX_GPUS",
+    "MAX_JUDGES",
+    "MAX_NAME",
+    "MAX_NODES",
+    "MAX_NODE_GPUS",
+    "MAX_POOLS",
+    "MAX_RUBRICS",
+    "REQUIRED",
+    "BeakerConfig",
+    "Binding",
+    "Coordination",
+    "DataConfig",
+    "DriverConfig",
+    "InferenceConfig",
+    "JudgeConfig",
+    "JudgingConfig",
+    "LaunchConfig",
+    "OutputConfig",
+    "PoolConfig",
+    "RayConfig",
+    "RubricConfig",
+    "RunConfig",
+    "SlurmConfig",
+    "TrainerConfig",
+    "default_of",
+    "key_info",
+    "section_info",
+    "spelled",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -545,12 +107,19 @@ class RunConfig:
     trainer: TrainerConfig = section(TrainerConfig, doc="the trainer's GPUs")
     inference: InferenceConfig = section(InferenceConfig, doc="rollout engines")
     driver: DriverConfig = section(DriverConfig, doc="the training driver the agent starts")
-    judges: Mapping[str, JudgeConfig] = section(JudgeConfig, named=True, doc="[judges.NAME]: judge services")
-    rubrics: Mapping[str, RubricConfig] = section(RubricConfig, named=True, doc="[rubrics.NAME]: grading rubrics")
+    judges: Mapping[str, JudgeConfig] = section(
+        JudgeConfig, named=True, limit=MAX_JUDGES, doc="[judges.NAME]: judge services"
+    )
+    rubrics: Mapping[str, RubricConfig] = section(
+        RubricConfig, named=True, limit=MAX_RUBRICS, doc="[rubrics.NAME]: grading rubrics"
+    )
     judging: JudgingConfig = section(JudgingConfig, doc="verifier bindings")
     data: DataConfig = section(DataConfig, doc="prepared data, checked against the bindings at startup")
     pools: Mapping[str, PoolConfig] = section(
-        PoolConfig, named=True, doc="[pools.NAME]: node pools, contiguous node ranges in declaration order"
+        PoolConfig,
+        named=True,
+        limit=MAX_POOLS,
+        doc="[pools.NAME]: node pools, contiguous node ranges in declaration order",
     )
     ray: RayConfig = section(RayConfig, doc="the Ray cluster")
 
@@ -621,29 +190,5 @@ class RunConfig:
 
     @classmethod
     def from_spec(cls, resolved: ResolvedSpec) -> RunConfig:
-        """The model of ``resolved``; raises SpecError with every key-level problem."""
-        from launch.spec.resolve import resolve
-
-        return resolve(resolved)
-
-
-def key_info(f: dataclasses.Field) -> KeyInfo | None:
-    return f.metadata.get("key")
-
-
-def section_info(f: dataclasses.Field) -> SectionInfo | None:
-    return f.metadata.get("section")
-
-
-def spelled(f: dataclasses.Field) -> str:
-    info = key_info(f) or section_info(f)
-    return (info.spelled if info else "") or f.name
-
-
-def default_of(f: dataclasses.Field) -> Any:
-    """The declared default of a field (REQUIRED when it has none)."""
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return REQUIRED
+        """The model of ``resolved``; raises SpecError with every problem of its keys."""
+        return resolve(cls, resolved)

@@ -10,6 +10,7 @@ verifiers, ``metadata.judge_query`` (the question the judge sees). Judge-graded 
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -17,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
+from launch.spec.errors import GymError
 
 JUDGED_PREFIX = "general-"
 PathLike = str | os.PathLike[str]
 Paths = PathLike | Sequence[PathLike] | None
 
 
-class DataError(Exception):
+class DataError(GymError):
     """A data file is missing, unreadable or malformed; the message names file and line."""
 
 
@@ -116,14 +117,19 @@ def _rows(path: Path) -> Iterator[_Row]:
                     continue
                 where = f"{path}:{number}"
                 try:
-                    row = orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
+                    row = json.loads(raw, parse_constant=_no_constant)
+                except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
                     raise DataError(f"{where}: not valid JSON ({exc})") from None
                 if not isinstance(row, dict):
                     raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
                 yield _Row(path, number, _verifiers(row.get("verifier"), where), _has_query(row))
         except OSError as exc:
             raise DataError(f"data file {path} cannot be read: {exc.strerror or exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON (a trainer's strict parser refuses them too)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _verifiers(value: Any, where: str) -> tuple[str, ...]:

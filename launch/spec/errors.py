@@ -1,9 +1,22 @@
-"""Errors the launcher reports to people: every one says what to change."""
+"""Errors reported to people: every one says what to change.
+
+``GymError`` is the root of every user error of the three commands (a spec, a command line, a run
+directory or a replica's identity that must change); it carries the exit code, so each command's
+``main`` catches the one class and exits with the error's own code.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+__all__ = ["GymError", "Problem", "SpecError", "UsageError"]
+
+
+class GymError(Exception):
+    """A user error: the message says what to change; ``exit_code`` is what the command exits with."""
+
+    exit_code: int = 2  # as argparse exits for a bad command line
 
 
 @dataclass(frozen=True)
@@ -21,7 +34,7 @@ class Problem:
         return f"{self.key}: {self.message}"
 
 
-class SpecError(Exception):
+class SpecError(GymError):
     """A spec that cannot be used. Carries every problem found, not just the first."""
 
     def __init__(self, problems: Iterable[Problem]) -> None:
@@ -34,5 +47,5 @@ class SpecError(Exception):
         return "\n".join(str(p) for p in self.problems)
 
 
-class UsageError(Exception):
+class UsageError(GymError):
     """A file-level or command-line problem (missing file, bad TOML, bad --set): one line."""

@@ -31,9 +31,10 @@ def describe(v: Any) -> str:
     if isinstance(v, str):
         shown = v if len(v) <= 60 else v[:57] + "..."
         return f"the string {shown!r}"
-    if isinstance(v, dict):
+    # Resolved values are read-only copies (launch.spec.fields.frozen): describe them as spelled.
+    if isinstance(v, Mapping):
         return "a table"
-    if isinstance(v, list):
+    if isinstance(v, list | tuple):
         return "an array"
     return f"{type(v).__name__} {v!r}"
 

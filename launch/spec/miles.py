@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launch.spec import config as model
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
 
@@ -173,8 +172,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     known_top = ("schema_version", "name", *OWNED_SECTIONS, *MIXED_SECTIONS, *TRAINER_SECTIONS, *EXTENSION_SECTIONS)
     for key in data:
         if key not in known_top:
-            close = _close(key, known_top) or (difflib.get_close_matches(key, known_top, n=1) or [None])[0]
-            hint = f"did you mean {close}?" if close else "known sections: " + ", ".join(sorted(known_top))
+            guess = _close(key, known_top) or next(iter(difflib.get_close_matches(key, known_top, n=1)), None)
+            hint = f"did you mean {guess}?" if guess else "known sections: " + ", ".join(sorted(known_top))
             problem([key], f"unknown section of a MILES run file; {hint}")
     if "name" in data:
         out["name"] = data["name"]
@@ -185,7 +184,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     # [launch]: MILES keys map into launch and launch.beaker; our extensions pass as spelled.
     launch = data.get("launch", {})
     if isinstance(launch, Mapping):
-        owned = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
+        owned_launch = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
         for key, value in launch.items():
             if key in LAUNCH_EXTENSIONS:
                 placed = out.setdefault("launch", {})
@@ -198,7 +197,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
                 else:
                     placed[key] = dict(value) if isinstance(value, Mapping) else value
                 renames.setdefault(f"launch.{key}", f"launch.{key}")
-            elif key in owned:
+            elif key in owned_launch:
                 target = MAPPING[f"launch.{key}"]
                 path = _split(target)
                 node: Any = out
@@ -209,8 +208,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
                 _put(out, path, value)
                 renames[target] = f"launch.{key}"
             else:
-                close = _close(key, [*owned, *LAUNCH_EXTENSIONS])
-                hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned))
+                close = _close(key, [*owned_launch, *LAUNCH_EXTENSIONS])
+                hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned_launch))
                 problem(["launch", key], f"unknown key; {hint}")
     elif "launch" in data:
         out["launch"] = launch  # the resolver reports "must be a table"
@@ -238,7 +237,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
         if section in ("trainer", "inference"):
             out.setdefault(section, {})
 
-    inference = data.get("inference") if isinstance(data.get("inference"), Mapping) else {}
+    raw_inference = data.get("inference")
+    inference: Mapping[str, Any] = raw_inference if isinstance(raw_inference, Mapping) else {}
     if "placement_mode" not in inference and isinstance(out.get("inference"), dict):
         # The MILES rule: colocated unless the run is fully asynchronous.
         fully_async = _get(data, ["async", "fully_async"]) is True
@@ -334,64 +334,3 @@ def mapping_table() -> list[str]:
         "| `rubrics.*.profile` values | " + ", ".join(f"`{a}` = `{b}`" for a, b in RUBRIC_PROFILES.items()) + " |"
     )
     return rows
-
-
-def schema() -> dict[str, Any]:
-    """A JSON Schema of a MILES run file: owned keys typed from the model, trainer sections free."""
-    import dataclasses
-
-    from launch.spec.config import key_info, spelled
-    from launch.spec.reference import table_schema
-
-    def leaf(path: str) -> dict[str, Any]:
-        parts = path.split(".")
-        cls: Any = model.RunConfig
-        for part in parts[:-1]:
-            if part == "*":
-                continue
-            f = next(f for f in dataclasses.fields(cls) if spelled(f) == part)
-            cls = f.metadata["cls"]
-        f = next(f for f in dataclasses.fields(cls) if spelled(f) == parts[-1])
-        info = key_info(f)
-        return info.type.schema() if info else table_schema(f.metadata["cls"])
-
-    launch_props = {k.split(".", 1)[1]: leaf(v) for k, v in MAPPING.items() if k.startswith("launch.")}
-    free = {"type": "object"}
-    props: dict[str, Any] = {
-        "schema_version": {"const": 1},
-        "name": leaf("name"),
-        "launch": {"type": "object", "properties": launch_props},
-        "trainer": {
-            "type": "object",
-            "properties": {"gpus": leaf("trainer.gpus_per_node"), "trainer_num_nodes": leaf("trainer.nodes")},
-        },
-        "inference": {
-            "type": "object",
-            "properties": {
-                "gpus": leaf("inference.gpus"),
-                "rollout_tensor_parallel_size": leaf("inference.tensor_parallel_size"),
-                "placement_mode": leaf("inference.placement_mode"),
-            },
-        },
-        "judges": {"type": "object", "additionalProperties": {"type": "object"}},
-        "rubrics": {
-            "type": "object",
-            "additionalProperties": {
-                "type": "object",
-                "properties": {
-                    "profile": {"enum": [*RUBRIC_PROFILES]},
-                    "max_response_tokens": leaf("rubrics.*.max_output_tokens"),
-                    "temperature": leaf("rubrics.*.temperature"),
-                },
-                "additionalProperties": False,
-            },
-        },
-        "judging": {"type": "object"},
-        **{s: free for s in (*TRAINER_SECTIONS, "output", "data", *EXTENSION_SECTIONS)},
-    }
-    return {
-        "type": "object",
-        "properties": props,
-        "additionalProperties": False,
-        "anyOf": [{"required": ["schema_version"]}, {"required": ["model"]}],
-    }

@@ -8,6 +8,9 @@ import re
 # (judge-NAME-RANK.log, ...): keep them lowercase, no dots or slashes.
 FILE_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 FILE_NAME_RULE = "[a-z][a-z0-9_-]*"
+# Names end up in file names (judge-NAME-RANK.log), Slurm step names and environment variable
+# names (GYM_POOL_<NAME>_NODES): 48 characters keep every derived name far below NAME_MAX (255).
+MAX_NAME = 48
 
 # The run name only labels things; allow what schedulers accept in job names.
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

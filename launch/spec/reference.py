@@ -13,19 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from launch.spec import config as model
-from launch.spec import names
-from launch.spec.config import REQUIRED, default_of, key_info, section_info, spelled
+from launch.spec import miles, names
+from launch.spec.fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
 
 SCHEMA_ID = "urn:gym-agent:run-spec"
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
+
+def _modes(f: dataclasses.Field) -> tuple[str, ...]:
+    info = key_info(f)
+    return info.modes if info else ()
+
+
+def _table(f: dataclasses.Field) -> SectionInfo:
+    info = section_info(f)
+    assert info is not None, f.name  # _fields keeps keys and sections only
+    return info
+
+
 # The judge keys each mode accepts, from the declarations (modes=...).
-_MANAGED_ONLY = [
-    spelled(f) for f in dataclasses.fields(model.JudgeConfig) if key_info(f) and key_info(f).modes == model.MANAGED
-]
-_EXTERNAL_ONLY = [
-    spelled(f) for f in dataclasses.fields(model.JudgeConfig) if key_info(f) and key_info(f).modes == model.EXTERNAL
-]
+_MANAGED_ONLY = [spelled(f) for f in dataclasses.fields(model.JudgeConfig) if _modes(f) == model.MANAGED]
+_EXTERNAL_ONLY = [spelled(f) for f in dataclasses.fields(model.JudgeConfig) if _modes(f) == model.EXTERNAL]
 
 
 def _plain(value: Any) -> Any:
@@ -55,7 +63,7 @@ def table_schema(cls: type) -> dict[str, Any]:
             if default is REQUIRED:
                 required.append(name)
             continue
-        sinfo = section_info(f)
+        sinfo = _table(f)
         sub = f.metadata["cls"]
         entry = table_schema(sub)
         if sinfo.named:
@@ -88,15 +96,70 @@ def table_schema(cls: type) -> dict[str, Any]:
 
 def run_spec_schema() -> dict[str, Any]:
     """The JSON Schema of a run spec in this project's spelling, and of a MILES run file."""
-    from launch.spec import miles
-
     ours = table_schema(model.RunConfig)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "gym-agent run spec (TOML)",
         "description": "Generated from launch/spec/config.py; see docs/spec.md. A MILES run file is accepted as well.",
-        "anyOf": [{**ours, "title": "gym-agent spelling"}, {**miles.schema(), "title": "MILES run file"}],
+        "anyOf": [{**ours, "title": "gym-agent spelling"}, {**miles_schema(), "title": "MILES run file"}],
+    }
+
+
+def miles_schema() -> dict[str, Any]:
+    """A JSON Schema of a MILES run file: owned keys typed from the model, trainer sections free."""
+
+    def leaf(path: str) -> dict[str, Any]:
+        parts = path.split(".")
+        cls: Any = model.RunConfig
+        for part in parts[:-1]:
+            if part == "*":
+                continue
+            f = next(f for f in dataclasses.fields(cls) if spelled(f) == part)
+            cls = f.metadata["cls"]
+        f = next(f for f in dataclasses.fields(cls) if spelled(f) == parts[-1])
+        info = key_info(f)
+        return info.type.schema() if info else table_schema(f.metadata["cls"])
+
+    launch_props = {k.split(".", 1)[1]: leaf(v) for k, v in miles.MAPPING.items() if k.startswith("launch.")}
+    free = {"type": "object"}
+    props: dict[str, Any] = {
+        "schema_version": {"const": 1},
+        "name": leaf("name"),
+        "launch": {"type": "object", "properties": launch_props},
+        "trainer": {
+            "type": "object",
+            "properties": {"gpus": leaf("trainer.gpus_per_node"), "trainer_num_nodes": leaf("trainer.nodes")},
+        },
+        "inference": {
+            "type": "object",
+            "properties": {
+                "gpus": leaf("inference.gpus"),
+                "rollout_tensor_parallel_size": leaf("inference.tensor_parallel_size"),
+                "placement_mode": leaf("inference.placement_mode"),
+            },
+        },
+        "judges": {"type": "object", "additionalProperties": {"type": "object"}},
+        "rubrics": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "profile": {"enum": [*miles.RUBRIC_PROFILES]},
+                    "max_response_tokens": leaf("rubrics.*.max_output_tokens"),
+                    "temperature": leaf("rubrics.*.temperature"),
+                },
+                "additionalProperties": False,
+            },
+        },
+        "judging": {"type": "object"},
+        **{s: free for s in (*miles.TRAINER_SECTIONS, "output", "data", *miles.EXTENSION_SECTIONS)},
+    }
+    return {
+        "type": "object",
+        "properties": props,
+        "additionalProperties": False,
+        "anyOf": [{"required": ["schema_version"]}, {"required": ["model"]}],
     }
 
 
@@ -130,7 +193,7 @@ def _section(path: str, cls: type, doc: str, lines: list[str]) -> None:
         info = key_info(f)
         name = spelled(f)
         if info is None:
-            sinfo = section_info(f)
+            sinfo = _table(f)
             sub = f"{path}.{name}" if path else name
             if sinfo.named:
                 sub += '."VERIFIER"' if name == "bindings" else ".NAME"
@@ -144,8 +207,8 @@ def _section(path: str, cls: type, doc: str, lines: list[str]) -> None:
     if rows:
         lines += [f"## `[{path}]`" if path else "## Top level", "", _cell(doc), ""]
         lines += ["| key | type | default | bounds | meaning | rule |", "|---|---|---|---|---|---|", *rows, ""]
-    for sub in subs:
-        _section(*sub, lines)
+    for sub_path, sub_cls, sub_doc in subs:
+        _section(sub_path, sub_cls, sub_doc, lines)
 
 
 PLACEMENT_TEXT = [
@@ -173,8 +236,6 @@ PLACEMENT_TEXT = [
 
 
 def spec_markdown() -> str:
-    from launch.spec import miles
-
     lines = [
         "# Run spec reference",
         "",

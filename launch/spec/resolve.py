@@ -2,8 +2,12 @@
 
 ``resolve`` walks the model's field declarations, so unknown keys (with a did-you-mean), types,
 bounds and required keys are checked generically, then applies the rules that span several keys
-(below). It reports every problem at once, each with its full TOML key path, and never stops at
-the first. Placement rules that need the whole GPU picture are ``launch.spec.plan``'s.
+(below) to the typed sections. It reports every problem at once, each with its full TOML key path,
+and never stops at the first. Placement rules that need the whole GPU picture are
+``launch.spec.plan``'s.
+
+The model is passed in (``RunConfig.from_spec`` calls ``resolve(cls, ...)``), so the model can depend
+on its resolver without an import cycle; the tables it reads are ``launch.spec.sections``'.
 
 Rules beyond the field declarations:
 
@@ -14,6 +18,8 @@ Rules beyond the field declarations:
 * Credentials never enter a spec: an env table entry whose name or value looks like a
   credential is refused (specs are copied to the shared filesystem as ``spec.json``).
 * ``ray.extra_args`` may not set flags the agent owns (GPUs, ports, addresses, temp dir).
+* Rules across keys read the typed sections (so every default is the model's): a rule runs when
+  the sections it relates resolved without a problem of their own.
 """
 
 from __future__ import annotations
@@ -21,34 +27,29 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from launch.spec import keys, miles, names, slurm_directives
-from launch.spec.config import (
-    MAX_BINDINGS,
-    MAX_JUDGES,
-    MAX_NAME,
-    MAX_POOLS,
-    MAX_RUBRICS,
-    REQUIRED,
-    Binding,
+from launch.spec.errors import Problem, SpecError
+from launch.spec.fields import REQUIRED, default_of, frozen, key_info, section_info, spelled
+from launch.spec.keypath import format_key
+from launch.spec.load import ResolvedSpec
+from launch.spec.sections import (
+    DriverConfig,
     InferenceConfig,
     JudgeConfig,
+    JudgingConfig,
+    LaunchConfig,
     PoolConfig,
     RayConfig,
     RubricConfig,
-    RunConfig,
-    _frozen,
-    default_of,
-    key_info,
-    section_info,
-    spelled,
+    TrainerConfig,
 )
-from launch.spec.errors import Problem, SpecError
-from launch.spec.keypath import format_key
-from launch.spec.load import ResolvedSpec
+
+# The resolved model (launch.spec.config.RunConfig), passed in by the model itself.
+Model = TypeVar("Model")
 
 Path_ = tuple[str, ...]
 
@@ -160,14 +161,24 @@ def walk(
     when this table (or one below it) has a problem. With a ``mode``, keys that mode does not accept
     must be in ``unsupported`` (with their message) or they are reported as unknown."""
     start = c.mark()
+    kwargs = _walk(c, cls, raw, path, mode=mode, unsupported=unsupported)
+    return kwargs if c.clean_since(start) else None
+
+
+def _walk(
+    c: Checker,
+    cls: type,
+    raw: Mapping[str, Any],
+    path: Path_,
+    *,
+    mode: str | None = None,
+    unsupported: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``walk``'s arguments of every key and sub-table that resolved, even when another did not."""
     fields = _declared(cls)
     unsupported = unsupported or {}
     # A judge's keys depend on its mode; without a (valid) mode every key a judge may carry is accepted.
-    accepted = {
-        k
-        for k, f in fields.items()
-        if mode is None or not (key_info(f) and key_info(f).modes) or mode in key_info(f).modes
-    }
+    accepted = {k for k, f in fields.items() if mode is None or _accepts(f, mode)}
     for k in raw:
         if k in unsupported:
             c.add((*path, k), unsupported[k])
@@ -187,56 +198,72 @@ def walk(
             if msg:
                 c.add((*path, k), msg)
             else:
-                kwargs[f.name] = _frozen(raw[k])
+                kwargs[f.name] = frozen(raw[k])
             continue
         sub = raw.get(k, {})
         if not isinstance(sub, dict):
             c.add((*path, k), f"must be a table ([{format_key((*path, k))}]), not {keys.describe(sub)}")
             continue
         sub_cls = f.metadata["cls"]
-        if section_info(f).named:
-            kwargs[f.name] = _named(c, sub_cls, sub, (*path, k))
+        sinfo = section_info(f)
+        if sinfo is not None and sinfo.named:
+            entries = _named(c, sub_cls, sub, (*path, k), sinfo.limit)
+            if entries is not None:
+                kwargs[f.name] = entries
             continue
         required = _required_keys(sub_cls)
         if k not in raw and required:
             c.add((*path, k), f"is required: add [{format_key((*path, k))}] with {', '.join(required)}")
             continue
-        built = walk(c, sub_cls, sub, (*path, k), unsupported=UNSUPPORTED.get(sub_cls))
+        built = walk(c, sub_cls, sub, (*path, k), unsupported=UNSUPPORTED.get((*path, k)))
         if built is not None:
             kwargs[f.name] = sub_cls(**built)
-    return kwargs if c.clean_since(start) else None
+    return kwargs
 
 
-def _named(c: Checker, cls: type, table: Mapping[str, Any], path: Path_) -> Mapping[str, Any]:
-    """A ``[section.NAME]`` table: names become file names; entries are checked by their kind."""
-    limit = NAMED_LIMITS[cls]
+def _accepts(f: dataclasses.Field, mode: str) -> bool:
+    info = key_info(f)
+    return not (info and info.modes) or mode in info.modes
+
+
+def _entry_name_field(cls: type) -> str:
+    """The field of a named entry that holds its name (``name``; a binding's ``verifier``)."""
+    return next(f.name for f in dataclasses.fields(cls) if not key_info(f) and not section_info(f))
+
+
+def _named(c: Checker, cls: type, table: Mapping[str, Any], path: Path_, limit: int) -> Mapping[str, Any] | None:
+    """A ``[section.NAME]`` table: names become file names; entries are checked by their kind.
+    None when an entry (or its name) has a problem."""
+    start = c.mark()
     if len(table) > limit:
         c.add(path, f"has {len(table)} entries; at most {limit} are supported")
-        return {}
+        return None
     out: dict[str, Any] = {}
     for name, entry in table.items():
         p = (*path, name)
-        if not names.is_file_name(name) or len(name) > MAX_NAME:
+        if not names.is_file_name(name) or len(name) > names.MAX_NAME:
             what = path[-1].rstrip("s") if path[-1] != "bindings" else "verifier"
-            c.add(p, f"{what} names end up in file names: use {names.FILE_NAME_RULE}, at most {MAX_NAME} characters")
+            c.add(
+                p,
+                f"{what} names end up in file names: use {names.FILE_NAME_RULE}, at most {names.MAX_NAME} characters",
+            )
         if not isinstance(entry, dict):
             c.add(p, f"must be a table ([{format_key(p)}]), not {keys.describe(entry)}")
             continue
         built = (
-            _judge(c, name, entry, p)
-            if cls is JudgeConfig
-            else walk(c, cls, entry, p, unsupported=UNSUPPORTED.get(cls))
+            _judge(c, cls, name, entry, p)
+            if path == JUDGES
+            else walk(c, cls, entry, p, unsupported=UNSUPPORTED.get((*path, "*")))
         )
         if built is not None:
-            key_field = "verifier" if cls is Binding else "name"
-            out[name] = cls(**{key_field: name, **built})
-    return _frozen(out)
+            out[name] = cls(**{_entry_name_field(cls): name, **built})
+    return frozen(out) if c.clean_since(start) else None
 
 
-NAMED_LIMITS = {JudgeConfig: MAX_JUDGES, RubricConfig: MAX_RUBRICS, Binding: MAX_BINDINGS, PoolConfig: MAX_POOLS}
+JUDGES: Path_ = ("judges",)
 
 
-def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, Any] | None:
+def _judge(c: Checker, cls: type[JudgeConfig], name: str, t: Mapping[str, Any], p: Path_) -> dict[str, Any] | None:
     start = c.mark()
     mode = t.get("mode")
     unsupported: dict[str, str] = dict.fromkeys(CREDENTIAL_KEYS, CREDENTIALS)
@@ -251,8 +278,9 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
         )
         mode = None
     if mode == "external":
-        for k, f in _declared(JudgeConfig).items():
-            if key_info(f).modes == ("managed",):
+        for k, f in _declared(cls).items():
+            info = key_info(f)
+            if info is not None and info.modes == ("managed",):
                 unsupported[k] = (
                     "is not allowed for an external judge: its serving configuration and placement are "
                     "owned by the endpoint; remove it"
@@ -263,7 +291,7 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
         )
         for k in SCALING_KEYS:
             unsupported[k] = "is not allowed for an external judge; remove it"
-        built = walk(c, JudgeConfig, t, p, mode="external", unsupported=unsupported)
+        built = walk(c, cls, t, p, mode="external", unsupported=unsupported)
         if "endpoint" not in t:
             c.add((*p, "endpoint"), "is required for an external judge; add it to " + _where(p))
         return built if c.clean_since(start) else None
@@ -274,35 +302,33 @@ def _judge(c: Checker, name: str, t: Mapping[str, Any], p: Path_) -> dict[str, A
             if "context_extension" in t
             else 'is not supported; long context is set with context_extension = "qwen3-yarn-128k"'
         )
-    backend = t.get("backend", "sglang")
-    if backend == "vllm":
+    if t.get("backend") == "vllm":
         unsupported["backend"] = VLLM
-    built = walk(c, JudgeConfig, t, p, mode="managed" if mode else None, unsupported=unsupported)
-    if mode is None:
+    built = walk(c, cls, t, p, mode="managed" if mode else None, unsupported=unsupported)
+    if mode is None or built is None:
         return None
-    required = []
-    if backend != "reference":
-        # A real server needs immutable, pre-staged weights; the reference judge has none.
-        required += ["revision", "prepared_dir"]
-    for k in required:
-        if k not in t:
-            c.add(
-                (*p, k),
-                f"is required for a managed {backend if isinstance(backend, str) else ''} judge; "
-                f"add it to {_where(p)}".replace("  ", " "),
-            )
-    gpus, tp = t.get("gpus"), t.get("tensor_parallel_size")
-    if keys.is_int(gpus) and keys.is_int(tp) and gpus != tp:
-        c.add((*p, "tensor_parallel_size"), f"must equal gpus ({gpus}): one server spans its GPUs, not {tp}")
-    ext = t.get("context_extension")
-    if isinstance(ext, str) and ext in names.CONTEXT_EXTENSIONS:
-        model, limit = names.CONTEXT_EXTENSIONS[ext]
-        if t.get("model") != model:
-            c.add((*p, "context_extension"), f'"{ext}" is only supported for model "{model}"; remove it')
-        mcl = t.get("max_context_length")
-        if keys.is_int(mcl) and mcl > limit:
-            c.add((*p, "max_context_length"), f'must be at most {limit} with context_extension "{ext}"')
+    for k, message in _managed_judge_problems(cls(name=name, **built), p):
+        c.add((*p, k), message)
     return built if c.clean_since(start) else None
+
+
+def _managed_judge_problems(j: JudgeConfig, p: Path_) -> Iterator[tuple[str, str]]:
+    """Rules across a managed judge's own keys, on its resolved (defaulted) values."""
+    if j.backend != "reference":
+        # A real server needs immutable, pre-staged weights; the reference judge has none.
+        for k in ("revision", "prepared_dir"):
+            if getattr(j, k) is None:
+                yield k, f"is required for a managed {j.backend} judge; add it to {_where(p)}"
+    if j.tensor_parallel_size != j.gpus:
+        tp = j.tensor_parallel_size
+        yield "tensor_parallel_size", f"must equal gpus ({j.gpus}): one server spans its GPUs, not {tp}"
+    ext = j.context_extension
+    if ext is not None:
+        model, limit = names.CONTEXT_EXTENSIONS[ext]
+        if j.model != model:
+            yield "context_extension", f'"{ext}" is only supported for model "{model}"; remove it'
+        if j.max_context_length > limit:
+            yield "max_context_length", f'must be at most {limit} with context_extension "{ext}"'
 
 
 RAY_NODE_POOL = (
@@ -311,21 +337,23 @@ RAY_NODE_POOL = (
 )
 
 
-# Known-but-unsupported keys per table, with what to do instead (reported instead of "unknown key").
-UNSUPPORTED: dict[type, Mapping[str, str]] = {
-    RubricConfig: dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
-    InferenceConfig: {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
-    RayConfig: {"node_pool": RAY_NODE_POOL},
+# Known-but-unsupported keys per table ("*": every entry of a named table), with what to do
+# instead (reported instead of "unknown key").
+UNSUPPORTED: dict[Path_, Mapping[str, str]] = {
+    ("rubrics", "*"): dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
+    ("inference",): {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
+    ("ray",): {"node_pool": RAY_NODE_POOL},
 }
 
 
 # --- rules across keys ------------------------------------------------------------------------
 
+# Beaker's replica groups are whole nodes of eight GPUs (a fact of Beaker, not a default).
+BEAKER_NODE_GPUS = 8
 
-def check_env(c: Checker, env: Any, path: Path_) -> None:
+
+def check_env(c: Checker, env: Mapping[str, Any], path: Path_) -> None:
     """An environment table: valid names, string values, nothing the agent sets, no credentials."""
-    if not isinstance(env, dict):
-        return
     for k, value in env.items():
         p = (*path, k)
         if not names.ENV_NAME.fullmatch(k):
@@ -345,43 +373,82 @@ def check_env(c: Checker, env: Any, path: Path_) -> None:
             c.add(p, f'"{RUNTIME_PREFIX}VAR" must name an environment variable, not {value!r}')
 
 
-def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
-    """Rules that relate keys of different tables. Only reads values whose own checks passed."""
+def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
+    """Rules that relate keys of different tables, on the typed sections that resolved cleanly
+    (a section with a problem of its own is left out: its rules wait until that is fixed)."""
+    launch: LaunchConfig | None = sections.get("launch")
+    trainer: TrainerConfig | None = sections.get("trainer")
+    inference: InferenceConfig | None = sections.get("inference")
+    driver: DriverConfig | None = sections.get("driver")
+    judges: Mapping[str, JudgeConfig] | None = sections.get("judges")
+    rubrics: Mapping[str, RubricConfig] | None = sections.get("rubrics")
+    judging: JudgingConfig | None = sections.get("judging")
+    pools: Mapping[str, PoolConfig] | None = sections.get("pools")
+    ray: RayConfig | None = sections.get("ray")
 
-    def table(*path: str) -> Mapping[str, Any]:
-        node: Any = d
-        for part in path:
-            node = node.get(part, {}) if isinstance(node, dict) else {}
-        return node if isinstance(node, dict) else {}
+    if launch is not None:
+        _launch_rules(c, launch)
+    if launch is not None and pools is not None:
+        for pname, pool in pools.items():
+            # One allocation has one node size; gpus_per_replica is that size (0: a CPU pool).
+            if pool.gpus_per_node not in (0, launch.gpus_per_replica):
+                c.add(
+                    ("pools", pname, "gpus_per_node"),
+                    f"is {pool.gpus_per_node} but launch.gpus_per_replica is {launch.gpus_per_replica}: pools "
+                    "share one allocation, so every pool and the replica size must agree (or be 0: a CPU pool)",
+                )
+    if pools is not None:
+        _pool_shape_rules(c, pools, trainer, inference, judges, judging)
+    if launch is not None:
+        for i, msg in slurm_directives.problems(launch.slurm.directives):
+            c.add(("launch", "slurm", "directives", str(i)), msg)
+    if driver is not None:
+        check_env(c, driver.env, ("driver", "env"))
+    if launch is not None:
+        check_env(c, launch.env, ("launch", "env"))
+        for k in launch.secrets:
+            if not names.ENV_NAME.fullmatch(k):
+                c.add(("launch", "secrets", k), "is not a valid environment variable name")
+            elif k in launch.env:
+                c.add(("launch", "secrets", k), "is also in launch.env; a variable is either plain or a secret")
+    if judges is not None and pools is not None:
+        for jname, j in judges.items():
+            if j.managed and j.node_pool is not None and j.node_pool not in pools:
+                declared = ", ".join(pools) or "none declared"
+                c.add(
+                    ("judges", jname, "node_pool"),
+                    f"must name a [pools.NAME] table (declared: {declared}), not {j.node_pool!r}",
+                )
+    if judging is not None and judges is not None and rubrics is not None:
+        _binding_rules(c, judging, judges, rubrics)
+    if ray is not None:
+        _ray_rules(c, ray, pools)
 
-    launch = table("launch")
-    hosts = launch.get("hostnames")
-    if isinstance(hosts, list) and len(set(map(str, hosts))) != len(hosts):
+
+def _launch_rules(c: Checker, launch: LaunchConfig) -> None:
+    if len(set(launch.hostnames)) != len(launch.hostnames):
         c.add(("launch", "hostnames"), "lists a host more than once; remove the duplicates")
-    node_gpus = launch.get("node_gpus", 8)
-    if launch.get("backend") == "beaker" and keys.is_int(node_gpus) and node_gpus != 8:
+    if launch.backend == "beaker" and launch.node_gpus != BEAKER_NODE_GPUS:
         c.add(("launch", "node_gpus"), "Beaker replica groups need full eight-GPU nodes; set node_gpus = 8")
-    coord = table("launch", "coordination")
-    hb_i, hb_t = coord.get("heartbeat_interval", 2.0), coord.get("heartbeat_timeout", 120)
-    if keys.is_number(hb_i) and keys.is_number(hb_t) and hb_i > 0 and hb_t < 3 * hb_i:
+    coord = launch.coordination
+    if coord.heartbeat_timeout < 3 * coord.heartbeat_interval:
         c.add(
             ("launch", "coordination", "heartbeat_interval"),
-            f"must be smaller than heartbeat_timeout / 3 ({hb_t / 3:g}): a peer must miss three heartbeats "
-            "before it is called silent, else every pause looks like a death",
+            f"must be smaller than heartbeat_timeout / 3 ({coord.heartbeat_timeout / 3:g}): a peer must miss "
+            "three heartbeats before it is called silent, else every pause looks like a death",
         )
 
-    per_replica = launch.get("gpus_per_replica", 8)
-    pools = table("pools")
-    cpu_pools = [n for n, p in pools.items() if isinstance(p, dict) and p.get("gpus_per_node") == 0]
-    for pname, pool in pools.items():
-        gpn = pool.get("gpus_per_node") if isinstance(pool, dict) else None
-        # One allocation has one node size; gpus_per_replica is that size (0: a CPU pool).
-        if keys.is_int(gpn) and keys.is_int(per_replica) and gpn not in (0, per_replica):
-            c.add(
-                ("pools", pname, "gpus_per_node"),
-                f"is {gpn} but launch.gpus_per_replica is {per_replica}: pools share one allocation, "
-                "so every pool and the replica size must agree (or be 0: a CPU pool)",
-            )
+
+def _pool_shape_rules(
+    c: Checker,
+    pools: Mapping[str, PoolConfig],
+    trainer: TrainerConfig | None,
+    inference: InferenceConfig | None,
+    judges: Mapping[str, JudgeConfig] | None,
+    judging: JudgingConfig | None,
+) -> None:
+    """CPU pools and judge-only jobs: what an allocation of one node shape can hold."""
+    cpu_pools = [n for n, p in pools.items() if p.cpu_only]
     if cpu_pools and len(cpu_pools) != len(pools):
         # One allocation has one node shape: a job mixing GPU and CPU nodes would be a heterogeneous job.
         c.add(
@@ -389,95 +456,71 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
             "is 0 (a CPU pool) but other pools have GPUs: one allocation has one node shape; make every pool "
             "a CPU pool or give this one launch.gpus_per_replica GPUs",
         )
-    trainer, inference = table("trainer"), table("inference")
-    no_trainer = trainer.get("nodes") == 0
+    no_trainer = trainer is not None and trainer.nodes == 0
     if no_trainer and not pools:
         c.add(("trainer", "nodes"), "is 0 (a judge-only job) but no [pools.NAME] states the job's nodes; declare one")
-    if no_trainer and keys.is_int(inference.get("gpus")) and inference.get("gpus") != 0:
+    if no_trainer and inference is not None and inference.gpus != 0:
         c.add(("inference", "gpus"), "must be 0 when trainer.nodes = 0: a judge-only job has no rollout")
-    if cpu_pools and len(cpu_pools) == len(pools):
-        if not no_trainer:
-            c.add(("trainer", "nodes"), "must be 0 when every pool is a CPU pool (gpus_per_node = 0): no GPU work")
-        for jname, j in table("judges").items():
-            if isinstance(j, dict) and j.get("mode") == "managed" and _is_bound(jname, table("judging", "bindings")):
-                c.add(
-                    ("judges", jname, "mode"),
-                    "is managed but every pool is a CPU pool: a managed judge needs GPUs; use an external judge",
-                )
-
-    directives = table("launch", "slurm").get("directives")
-    if isinstance(directives, list) and all(isinstance(d, str) for d in directives):
-        for i, msg in slurm_directives.problems(directives):
-            c.add(("launch", "slurm", "directives", str(i)), msg)
-
-    check_env(c, table("driver").get("env"), ("driver", "env"))
-    check_env(c, launch.get("env"), ("launch", "env"))
-    secrets = launch.get("secrets")
-    if isinstance(secrets, dict):
-        for k in secrets:
-            if not names.ENV_NAME.fullmatch(k):
-                c.add(("launch", "secrets", k), "is not a valid environment variable name")
-            elif isinstance(launch.get("env"), dict) and k in launch["env"]:
-                c.add(("launch", "secrets", k), "is also in launch.env; a variable is either plain or a secret")
-
-    judges = table("judges")
+    if not cpu_pools or len(cpu_pools) != len(pools):
+        return
+    if trainer is not None and not no_trainer:
+        c.add(("trainer", "nodes"), "must be 0 when every pool is a CPU pool (gpus_per_node = 0): no GPU work")
+    if judges is None or judging is None:
+        return
+    bound = {b.judge for b in judging.bindings.values()}
     for jname, j in judges.items():
-        if not isinstance(j, dict) or "node_pool" not in j or j.get("mode") == "external":
-            continue
-        pool = j.get("node_pool")
-        if not isinstance(pool, str) or pool not in pools:
-            declared = ", ".join(pools) or "none declared"
+        if j.managed and jname in bound:
             c.add(
-                ("judges", jname, "node_pool"), f"must name a [pools.NAME] table (declared: {declared}), not {pool!r}"
+                ("judges", jname, "mode"),
+                "is managed but every pool is a CPU pool: a managed judge needs GPUs; use an external judge",
             )
 
-    rubrics = table("rubrics")
+
+def _binding_rules(
+    c: Checker, judging: JudgingConfig, judges: Mapping[str, JudgeConfig], rubrics: Mapping[str, RubricConfig]
+) -> None:
     reported: set[tuple[str, str]] = set()
-    for verifier, b in table("judging", "bindings").items():
-        if not isinstance(b, dict):
-            continue
+    for verifier, b in judging.bindings.items():
         p: Path_ = ("judging", "bindings", verifier)
-        judge, rubric = b.get("judge"), b.get("rubric")
-        if isinstance(judge, str) and judge not in judges:
-            c.add((*p, "judge"), f"names no [judges.{judge}]; declared judges: {_listing(judges)}")
-        if isinstance(rubric, str) and rubric not in rubrics:
-            c.add((*p, "rubric"), f"names no [rubrics.{rubric}]; declared rubrics: {_listing(rubrics)}")
-        j = judges.get(judge) if isinstance(judge, str) else None
-        r = rubrics.get(rubric) if isinstance(rubric, str) else None
-        if isinstance(j, dict) and isinstance(r, dict) and (judge, rubric) not in reported:
-            context, reserve = j.get("max_context_length"), r.get("max_output_tokens")
-            if keys.is_int(context) and keys.is_int(reserve) and reserve >= context:
-                reported.add((judge, rubric))
-                c.add(
-                    ("rubrics", str(rubric), "max_output_tokens"),
-                    f"({reserve}) must be smaller than judges.{judge}.max_context_length ({context}), "
-                    f"which judges it through judging.bindings.{format_key((verifier,))}",
-                )
-
-    ray = table("ray")
-    extra = ray.get("extra_args")
-    if isinstance(extra, list):
-        owned = [a for a in extra if isinstance(a, str) and a.split("=", 1)[0] in AGENT_OWNED_RAY_FLAGS]
-        if owned:
+        if b.judge not in judges:
+            c.add((*p, "judge"), f"names no [judges.{b.judge}]; declared judges: {_listing(judges)}")
+        if b.rubric not in rubrics:
+            c.add((*p, "rubric"), f"names no [rubrics.{b.rubric}]; declared rubrics: {_listing(rubrics)}")
+        j, r = judges.get(b.judge), rubrics.get(b.rubric)
+        if j is None or r is None or (b.judge, b.rubric) in reported:
+            continue
+        if r.max_output_tokens >= j.max_context_length:
+            reported.add((b.judge, b.rubric))
             c.add(
-                ("ray", "extra_args"),
-                f"must not set {', '.join(owned)}: the agent owns GPUs, ports, addresses and temp dirs of "
-                "ray start (the readiness gate checks the cluster it planned)",
+                ("rubrics", b.rubric, "max_output_tokens"),
+                f"({r.max_output_tokens}) must be smaller than judges.{b.judge}.max_context_length "
+                f"({j.max_context_length}), which judges it through judging.bindings.{format_key((verifier,))}",
             )
-    spanned = ray.get("node_pools")
-    if isinstance(spanned, list):
-        for i, pool in enumerate(spanned):
-            if isinstance(pool, str) and pool not in pools:
-                c.add(("ray", "node_pools"), f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
-            elif pool in spanned[:i]:
-                c.add(("ray", "node_pools"), f"lists pool {pool} twice")
-    for pool, res in table("ray", "resources").items():
+
+
+def _ray_rules(c: Checker, ray: RayConfig, pools: Mapping[str, PoolConfig] | None) -> None:
+    owned = [a for a in ray.extra_args if a.split("=", 1)[0] in AGENT_OWNED_RAY_FLAGS]
+    if owned:
+        c.add(
+            ("ray", "extra_args"),
+            f"must not set {', '.join(owned)}: the agent owns GPUs, ports, addresses and temp dirs of "
+            "ray start (the readiness gate checks the cluster it planned)",
+        )
+    if pools is None:
+        return
+    spanned = ray.node_pools
+    for i, pool in enumerate(spanned or ()):
+        if pool not in pools:
+            c.add(("ray", "node_pools"), f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
+        elif spanned is not None and pool in spanned[:i]:
+            c.add(("ray", "node_pools"), f"lists pool {pool} twice")
+    for pool, res in ray.resources.items():
         rp: Path_ = ("ray", "resources", pool)
         if pool not in pools:
             c.add(rp, f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
-        elif isinstance(spanned, list) and pool not in spanned:
-            c.add(rp, f"pool {pool} is not in ray.node_pools ({', '.join(map(str, spanned)) or 'empty'}): add it there")
-        if not isinstance(res, dict):
+        elif spanned is not None and pool not in spanned:
+            c.add(rp, f"pool {pool} is not in ray.node_pools ({', '.join(spanned) or 'empty'}): add it there")
+        if not isinstance(res, Mapping):
             c.add(rp, f"must be a table of resource = amount, not {keys.describe(res)}")
             continue
         for name, amount in res.items():
@@ -487,19 +530,15 @@ def _cross_checks(c: Checker, d: Mapping[str, Any]) -> None:
                 c.add((*rp, name), f"must be a non-negative number, not {keys.describe(amount)}")
 
 
-def _is_bound(judge: str, bindings: Mapping[str, Any]) -> bool:
-    return any(isinstance(b, dict) and b.get("judge") == judge for b in bindings.values())
-
-
 def _listing(table: Mapping[str, Any]) -> str:
     return ", ".join(sorted(table)) or "none"
 
 
-def _check_spelled(data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
+def _check_spelled(model: type, data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
     c = Checker()
-    built = walk(c, RunConfig, data, ())
-    _cross_checks(c, data)
-    return c.problems, (built if not c.problems else None)
+    sections = _walk(c, model, data, ())
+    _cross_checks(c, sections)
+    return c.problems, (sections if not c.problems else None)
 
 
 @dataclass(frozen=True)
@@ -515,14 +554,14 @@ class Checked:
         return [self.translation.user_problem(p) for p in problems] if self.translation else problems
 
 
-def check(data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> Checked:
+def check(model: type, data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> Checked:
     """Every key-level problem of ``data`` in either spelling, and the model's arguments when there is none."""
     if not isinstance(data, Mapping):
         return Checked([Problem("spec", f"must be a table, not {keys.describe(data)}")], None)
     if miles.detect(data) != miles.FORMAT_MILES:
-        return Checked(*_check_spelled(data))
+        return Checked(*_check_spelled(model, data))
     translation = miles.translate(data, overrides)
-    problems, built = _check_spelled(translation.data)
+    problems, built = _check_spelled(model, translation.data)
     out = Checked([*translation.problems], None, translation)
     # A key the translation already refused (and dropped) is not reported a second time as missing.
     seen = {p.key for p in translation.problems}
@@ -533,14 +572,10 @@ def check(data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> Checked:
     return out
 
 
-def check_spec(data: Mapping[str, Any]) -> list[Problem]:
-    """Every key-level problem of a spec's data (types, bounds, names, references, unsupported keys)."""
-    return check(data).problems
-
-
-def resolve(resolved: ResolvedSpec) -> RunConfig:
-    """The typed model of ``resolved``. Raises SpecError with every key-level problem."""
-    checked = check(resolved.data, resolved.overrides)
+def resolve(model: type[Model], resolved: ResolvedSpec) -> Model:
+    """The typed ``model`` of ``resolved``. Raises SpecError with every key-level problem."""
+    checked = check(model, resolved.data, resolved.overrides)
     if checked.problems or checked.built is None:
         raise SpecError(checked.problems)
-    return RunConfig(spec=resolved, **checked.built)
+    build: Callable[..., Model] = model
+    return build(spec=resolved, **checked.built)

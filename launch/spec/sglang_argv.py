@@ -17,6 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from launch.spec.errors import GymError
+
 if TYPE_CHECKING:
     from launch.spec.config import JudgeConfig
 
@@ -51,7 +53,7 @@ CONTEXT_EXTENSIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 _DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
-class JudgeCommandError(ValueError):
+class JudgeCommandError(GymError, ValueError):
     """The judge table cannot be turned into a command; the message names the key."""
 
 

@@ -25,7 +25,7 @@ def validated(resolved: ResolvedSpec) -> tuple[RunConfig | None, list[Problem]]:
     Placement is checked only once every key is valid: sizes of the wrong
     type cannot be placed, and their key-level problems already name them.
     """
-    checked = check(resolved.data, resolved.overrides)
+    checked = check(RunConfig, resolved.data, resolved.overrides)
     if checked.problems:
         return None, checked.problems
     return _placed(checked, resolved)
@@ -33,7 +33,7 @@ def validated(resolved: ResolvedSpec) -> tuple[RunConfig | None, list[Problem]]:
 
 def validate(data: Mapping[str, Any], overrides: tuple[str, ...] = ()) -> list[Problem]:
     """Every problem of a spec's data; empty when ``gym-launch plan`` would succeed."""
-    checked = check(data, overrides)
+    checked = check(RunConfig, data, overrides)
     if checked.problems:
         return checked.problems
     return _placed(checked, resolved_from_dict(data, overrides=overrides))[1]

@@ -23,7 +23,6 @@ PHASE_COLORS = {
     Phase.JUDGE_HEALTH: "#d4a6c8",
     Phase.RAY_START: "#59a14f",
     Phase.READINESS: "#8cd17d",
-    Phase.AWAIT_READINESS: "#c2e0b8",
     Phase.REGISTRY: "#b6992d",
     Phase.CANARIES: "#f1ce63",
     Phase.DRIVER: "#499894",

@@ -14,9 +14,10 @@ import pytest
 from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from agent.lifecycle import steps
 from agent.lifecycle.agent import Agent
+from agent.lifecycle.node_steps import NodeSteps
 from agent.lifecycle.phase_log import PhaseLog
 from agent.lifecycle.state import IllegalTransition, StateMachine
-from agent.lifecycle.steps import AGREEMENT_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Nodes, applies
+from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Nodes, applies
 from agent.proc.waits import poll_until
 from agent.reaper import ReaperChannel, ReaperState
 from schemas import AgentState, FailureKind, Phase, RunDir, Writer, names, violations
@@ -92,10 +93,13 @@ def test_the_phase_log_observes_the_state_machine(tmp_path: Path) -> None:
     assert [e["phase"] for e in doc["phases"]] == ["rendezvous"]
 
 
-def test_every_step_names_a_method_of_the_agent() -> None:
-    for step in (*STARTUP_STEPS, *RUN_STEPS, TEARDOWN):
-        for name in filter(None, (step.body, step.detail)):
-            assert callable(getattr(Agent, name, None)), f"{step.phase}: Agent has no method {name}"
+def test_every_step_names_a_method_of_what_runs_it() -> None:
+    """Before plan agreement (and at teardown) the Agent runs a step; after it, NodeSteps."""
+    for owner, table in ((Agent, (*AGREEMENT_STEPS, TEARDOWN)), (NodeSteps, PLACED_STEPS + RUN_STEPS)):
+        for step in table:
+            for name in filter(None, (step.body, step.detail)):
+                assert callable(getattr(owner, name, None)), f"{step.phase}: {owner.__name__} has no method {name}"
+    assert STARTUP_STEPS == AGREEMENT_STEPS + PLACED_STEPS
 
 
 def test_the_agreement_steps_run_on_every_node_before_the_topology_exists() -> None:

@@ -4,8 +4,9 @@
     any failure, from INIT, STARTING or RUNNING:               STOPPING -> FAILED
 
 The tables are data (steps.py: each step's phase, the nodes it applies to, the name of the method
-below that runs it); the state is the state machine's (state.py), observed by the phase log
-(phase_log.py). Ray, the driver and the judges are runtimes of their own on the run context.
+that runs it: the Agent's before plan agreement, NodeSteps' (node_steps.py) once the topology
+exists); the state is the state machine's (state.py), observed by the phase log (phase_log.py).
+Ray, the driver and the judges are runtimes of their own on the run context.
 Any failure (a child exits, the driver fails, SIGTERM/SIGINT, a peer's failure record, a silent
 peer, the single startup deadline) writes this replica's failure record, stops every local
 process group and writes its cleanup record; the agent then exits non-zero.
@@ -29,9 +30,10 @@ from agent.coord.rendezvous import Peer, agree, gather, node_order
 from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
+from agent.lifecycle.node_steps import NodeSteps, Running
 from agent.lifecycle.phase_log import PhaseLog
-from agent.lifecycle.state import IllegalTransition, StateMachine
-from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Step, applies
+from agent.lifecycle.state import StateMachine
+from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, TEARDOWN, Step, applies
 from agent.lifecycle.topology import Topology
 from agent.proc import signals
 from agent.proc.cpu_priority import lower_priority
@@ -51,11 +53,10 @@ from schemas import (
     RunOutcome,
     Writer,
     names,
-    records,
 )
 from schemas.vocab import PHASE_INIT
 
-__all__ = ["RUN_STEPS", "STARTUP_STEPS", "Agent", "IllegalTransition", "PhaseLog", "RunResult"]
+__all__ = ["Agent", "RunResult"]
 
 RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
@@ -71,19 +72,6 @@ class RunResult:
     state: AgentState
     failure: Failure | None
     exit_code: int
-
-
-@dataclass(frozen=True)
-class Running:
-    """What exists once the lifecycle runs: started by run_lifecycle before the first step and
-    handed to every step and to the teardown."""
-
-    ctx: RunContext
-    reaper: subprocess.Popen[str]
-    liveness: Liveness
-    judges: JudgeRuntime
-    ray: RayRuntime
-    driver: DriverRuntime
 
 
 class Agent:
@@ -173,10 +161,10 @@ class Agent:
         liveness.start()
         try:
             self.states.advance(AgentState.STARTING)
-            topo = self._agree(running)
-            self._run_steps(PLACED_STEPS, running, topo)
+            on = NodeSteps(running, self._agree(running))  # plan agreement gives the topology
+            self._run_steps(PLACED_STEPS, on)
             self.states.advance(AgentState.RUNNING)
-            self._run_steps(RUN_STEPS, running, topo)
+            self._run_steps(RUN_STEPS, on)
         except AgentFailed as exc:
             self.signal.trip(exc.failure)
         except RunDirError as exc:
@@ -204,14 +192,13 @@ class Agent:
         self.log.end(detail=f"node {topo.node.index} of {self.plan.replicas}; head {topo.head_address}")
         return topo
 
-    def _run_steps(self, steps: tuple[Step, ...], running: Running, topo: Topology) -> None:
+    def _run_steps(self, steps: tuple[Step, ...], on: NodeSteps) -> None:
         for step in steps:
-            if not applies(step, topo, self.config.ray.enabled):
+            if not applies(step, on.topo, self.config.ray.enabled):
                 continue
-            body: Callable[[Running, Topology], str] = getattr(self, step.body)
-            begin: Callable[[Running, Topology], str] | None = getattr(self, step.detail) if step.detail else None
-            self.log.begin(step.phase, begin(running, topo) if begin else "")
-            self.log.end(detail=body(running, topo))
+            body: Callable[[], str] = getattr(on, step.body)
+            self.log.begin(step.phase, getattr(on, step.detail)() if step.detail else "")
+            self.log.end(detail=body())
 
     # -- agreement steps -------------------------------------------------------------------------
 
@@ -248,85 +235,6 @@ class Agent:
         index = next(i for i, p in enumerate(ordered) if p.rank == self.rank)
         self.log.node_index, self.log.address = index, self.ident.address
         return Topology(self.plan.nodes[index], tuple(ordered), self.plan.driver_node, self.plan.ray_nodes)
-
-    # -- placed steps (after plan agreement; the names steps.py gives them) -----------------------
-
-    def check_data(self, running: Running, _topo: Topology) -> str:
-        return running.judges.check_data()
-
-    def check_devices(self, running: Running, _topo: Topology) -> str:
-        devices = self.ident.visible_devices
-        if len(devices) != self.plan.gpus_per_replica:
-            raise running.ctx.fail(
-                FailureKind.PLACEMENT,
-                f"rank {self.rank} sees {len(devices)} GPUs "
-                f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
-                f"gpus_per_replica={self.plan.gpus_per_replica}; fix the allocation or "
-                "launch.gpus_per_replica",
-            )
-        return f"{len(devices)} GPU(s) visible"
-
-    def write_placement(self, running: Running, topo: Topology) -> str:
-        node = topo.node
-        vis = self.ident.visible_devices
-        ray_mask = {vis[i] for i in node.ray_devices}
-        for name, devs in node.judge_devices.items():
-            if ray_mask & {vis[i] for i in devs}:
-                raise running.ctx.fail(
-                    FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}"
-                )
-        fields = records.placement_fields(
-            node_index=node.index,
-            address=self.ident.address,
-            visible_devices=vis,
-            trainer_gpus=node.trainer_gpus,
-            rollout_gpus=node.rollout_gpus,
-            ray_devices=node.ray_devices,
-            ray_num_gpus=node.ray_gpus,
-            judge_devices=node.judge_devices,
-            unused_devices=node.unused_devices,
-            is_head=topo.is_head,
-            is_driver_node=topo.is_driver_node,
-        )
-        self.run.write_artifact(names.placement(self.rank), "placement", self.writer, fields)
-        return ""
-
-    def start_judges(self, running: Running, topo: Topology) -> str:
-        return running.judges.start_local(topo)
-
-    def ray_role(self, running: Running, topo: Topology) -> str:
-        return running.ray.role(topo)
-
-    def start_ray(self, running: Running, topo: Topology) -> str:
-        return running.ray.start(topo)
-
-    def judge_health(self, running: Running, _topo: Topology) -> str:
-        return running.judges.wait_local_healthy()
-
-    def readiness_gate(self, running: Running, topo: Topology) -> str:
-        return running.ray.readiness(topo)
-
-    def write_registry(self, running: Running, topo: Topology) -> str:
-        return running.judges.write_registry(topo)
-
-    def run_canaries(self, running: Running, topo: Topology) -> str:
-        return running.judges.run_canaries(topo)
-
-    # -- run steps -------------------------------------------------------------------------------
-
-    def driver_detail(self, running: Running, topo: Topology) -> str:
-        return running.driver.detail(topo)
-
-    def drive(self, running: Running, topo: Topology) -> str:
-        return running.driver.run(topo)
-
-    def complete(self, running: Running, topo: Topology) -> str:
-        return running.driver.complete(topo)
-
-    def acknowledge(self, running: Running, _topo: Topology) -> str:
-        detail = running.driver.acknowledge()
-        running.liveness.stop_watching()  # peers may now exit: their silence is expected
-        return detail
 
     # -- teardown --------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from audit.report_text import cause_headline
 from audit.sanitize import clean_text
 from schemas import Phase
 
-PHASE_COLORS = {
+PHASE_COLORS: dict[str, str] = {  # keyed by Phase, looked up by the recorded phase name
     Phase.RENDEZVOUS: "#4e79a7",
     Phase.PLAN_AGREEMENT: "#a0cbe8",
     Phase.DATA_CHECK: "#e15759",

@@ -183,11 +183,11 @@ class Agent:
 
     def _agree(self, running: Running) -> Topology:
         """The steps before the topology exists (every node runs them); they produce it."""
-        gather, agree = AGREEMENT_STEPS
-        self.log.begin(gather.phase, self.rendezvous_detail())
+        meet, agreement = AGREEMENT_STEPS
+        self.log.begin(meet.phase, self.rendezvous_detail())
         peers = self.rendezvous(running)
         self.log.end()
-        self.log.begin(agree.phase)
+        self.log.begin(agreement.phase)
         topo = self.agree_plan(running, peers)
         self.log.end(detail=f"node {topo.node.index} of {self.plan.replicas}; head {topo.head_address}")
         return topo

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from agent.coord import clock
 from agent.proc.fast_exit import exit_now
@@ -22,6 +23,19 @@ EXIT_CODES = """exit codes:
   2    a usage or configuration problem found before this replica joined the run"""
 
 
+class _PrintSteps(argparse.Action):
+    """`--steps`, like `--version`: prints and exits before the required arguments are checked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
+        from agent.lifecycle.steps import text  # data only: no runtime is imported
+
+        sys.stdout.write(text())
+        parser.exit(0)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="gym-agent",
@@ -30,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--version", action="version", version=version("gym-agent"))
+    ap.add_argument(
+        "--steps", action=_PrintSteps, help="print the lifecycle's step table (state, phase, nodes, what runs) and exit"
+    )
     loud = ap.add_mutually_exclusive_group()
     loud.add_argument(
         "-v",

@@ -14,7 +14,7 @@ from audit.model import Cause
 from schemas import FailureKind, Phase, names
 
 RAY_KINDS = {FailureKind.CHILD_EXIT, FailureKind.LAYOUT}
-RAY_PHASES = {Phase.RAY_START, Phase.READINESS, Phase.AWAIT_READINESS}
+RAY_PHASES = {Phase.RAY_START, Phase.READINESS}
 FIRST = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
 MAX_LISTED = 6
 

@@ -13,7 +13,7 @@ from audit.report_text import cause_headline
 from audit.sanitize import clean_text
 from schemas import Phase
 
-PHASE_COLORS = {
+PHASE_COLORS: dict[str, str] = {  # keyed by Phase, looked up by the recorded phase name
     Phase.RENDEZVOUS: "#4e79a7",
     Phase.PLAN_AGREEMENT: "#a0cbe8",
     Phase.DATA_CHECK: "#e15759",
@@ -23,7 +23,6 @@ PHASE_COLORS = {
     Phase.JUDGE_HEALTH: "#d4a6c8",
     Phase.RAY_START: "#59a14f",
     Phase.READINESS: "#8cd17d",
-    Phase.AWAIT_READINESS: "#c2e0b8",
     Phase.REGISTRY: "#b6992d",
     Phase.CANARIES: "#f1ce63",
     Phase.DRIVER: "#499894",

@@ -76,7 +76,7 @@ class _Clock:
 
 def _applies(step: Any, topo: Any, ray_enabled: bool) -> bool:
     """Which nodes run a lifecycle step: Agent.applies' rule, on a replica's topology."""
-    from agent.lifecycle.agent import Nodes
+    from agent.lifecycle.steps import Nodes
 
     if step.needs_ray and not ray_enabled:
         return False
@@ -95,9 +95,9 @@ class _Replica:
 
     ident: Any  # agent.coord.identity.Identity
     writer: Any  # schemas.Writer
-    log: Any  # agent.lifecycle.agent.PhaseLog
+    log: Any  # agent.lifecycle.phase_log.PhaseLog
     signal: Any  # agent.coord.failure.FailureSignal
-    topo: Any = None  # agent.lifecycle.context.Topology, after plan agreement
+    topo: Any = None  # agent.lifecycle.topology.Topology, after plan agreement
     live: Any = None  # agent.coord.liveness.Liveness, never started: ticked on a _Clock
 
     @property
@@ -111,8 +111,11 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     from agent.coord.identity import Identity
     from agent.coord.liveness import Liveness
     from agent.judges.runtime import JudgeRuntime
-    from agent.lifecycle.agent import STARTUP_STEPS, PhaseLog
-    from agent.lifecycle.context import RunContext, Topology
+    from agent.lifecycle.context import RunContext
+    from agent.lifecycle.phase_log import PhaseLog
+    from agent.lifecycle.state import StateMachine
+    from agent.lifecycle.steps import STARTUP_STEPS
+    from agent.lifecycle.topology import Topology
     from agent.proc.procgroup import StopRecord
     from agent.proc.supervisor import Supervisor
     from agent.ray.node import compare_layout
@@ -158,7 +161,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         if rank == 0:
             run.write_artifact(names.SPEC, writer, spec_record(resolved, str(spec_file)))
         ident = Identity(rank, replicas, addresses[rank], True, f"gpu-{rank:04d}", tuple(str(i) for i in range(8)))
-        rep = _Replica(ident, writer, PhaseLog(run, writer, rank, quiet), FailureSignal())
+        rep = _Replica(ident, writer, PhaseLog(run, writer, rank, quiet, StateMachine()), FailureSignal())
         rep.live = Liveness(
             run,
             writer,
@@ -171,7 +174,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             phase=rep.log.phase_name,
             now=now,
         )
-        rep.log.set_state(AgentState.STARTING)
+        rep.log.states.advance(AgentState.STARTING)
         rep.log.begin(Phase.RENDEZVOUS, f"rank {rank}/{replicas} at {ident.address}")
         rendezvous.claim(run, writer, ident)
         reps.append(rep)
@@ -277,7 +280,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             rep.log.end(detail=steps.get(step.phase, lambda _rep: "")(rep))
     supervisor.halt()
     for rep in reps:
-        rep.log.set_state(AgentState.RUNNING)
+        rep.log.states.advance(AgentState.RUNNING)
         rep.log.begin(Phase.DRIVER)
         _log(run, names.agent_log(rep.rank), f"[rank {rep.rank}] RUNNING driver ...\n")
         _log(run, names.ray_log(rep.rank), "Ray runtime started.\n")
@@ -313,7 +316,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
             rep.log.begin(Phase.ACKNOWLEDGE)
             run.write_artifact(names.ack(rep.rank), rep.writer, {"outcome": str(RunOutcome.SUCCESS)})
             rep.log.end()
-            rep.log.set_state(AgentState.STOPPING)
+            rep.log.states.advance(AgentState.STOPPING)
             rep.log.begin(Phase.TEARDOWN)
             groups = [ray_group] + ([driver_group] if rep is driver else [])
             run.write_artifact(
@@ -322,7 +325,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
                 {"outcome": str(RunOutcome.SUCCESS), "groups": groups, "leftover_pids": []},
             )
             rep.log.end(detail=f"{len(groups)} process group(s) stopped")
-            rep.log.set_state(AgentState.SUCCEEDED)
+            rep.log.states.advance(AgentState.SUCCEEDED)
     else:  # one replica SIGKILLed in the driver phase; its reaper and every peer react
         victim = reps[peers[replicas // 2].rank]
         reaper = Writer(fp, victim.rank, victim.writer.incarnation, kind=WriterKind.REAPER)
@@ -350,7 +353,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         for rep in others:
             failure = rep.signal.failure
             rep.log.end(PhaseOutcome.FAILED, failure.cause[:300])
-            rep.log.set_state(AgentState.STOPPING)
+            rep.log.states.advance(AgentState.STOPPING)
             write_failure_record(run, rep.writer, rep.rank, failure, rep.log.phase_name())
             groups = [ray_group] + ([driver_group] if rep is driver else [])
             run.write_artifact(
@@ -358,7 +361,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
                 rep.writer,
                 {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": []},
             )
-            rep.log.set_state(AgentState.FAILED)
+            rep.log.states.advance(AgentState.FAILED)
     run.close()
     return run.path
 

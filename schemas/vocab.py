@@ -21,7 +21,6 @@ class Phase(enum.StrEnum):
     RAY_START = "ray_start"  # head on the driver's node, workers on the other nodes of the spanned pools
     JUDGE_HEALTH = "judge_health"  # managed judges answer /health
     READINESS = "readiness"  # head: Ray's live nodes equal the plan, per address (ray-layout.json)
-    AWAIT_READINESS = "await_readiness"  # driver node that is not the head: waits for that verdict
     REGISTRY = "registry"  # registry.json: judges, rubrics, bindings
     CANARIES = "canaries"  # known-good scores above known-bad through every binding
     DRIVER = "driver"  # the training driver runs (on one node); the others supervise

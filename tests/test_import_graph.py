@@ -32,7 +32,6 @@ KNOWN_UNTIL_MERGE: frozenset[str] = frozenset(
     {
         # cycles
         "agent.coord.durable <-> agent.coord.failure",
-        "agent.coord.rendezvous <-> agent.lifecycle.context",
     }
 )
 

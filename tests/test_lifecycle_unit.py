@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import io
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
-from agent.lifecycle.agent import RUN_STEPS, STARTUP_STEPS, IllegalTransition, PhaseLog
+from agent.lifecycle import steps
+from agent.lifecycle.agent import Agent
+from agent.lifecycle.node_steps import NodeSteps
+from agent.lifecycle.phase_log import PhaseLog
+from agent.lifecycle.state import IllegalTransition, StateMachine
+from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Nodes, applies
 from agent.proc.waits import poll_until
 from agent.reaper import ReaperChannel, ReaperState
 from schemas import AgentState, FailureKind, Phase, RunDir, Writer, names, violations
@@ -37,19 +44,123 @@ def test_every_state_is_reachable_and_final_states_are_final() -> None:
     assert AgentState.SUCCEEDED not in STATE_TRANSITIONS[AgentState.STARTING]  # success only after running
 
 
-def test_phase_log_enforces_the_transitions(tmp_path: Path) -> None:
-    run = RunDir.create(tmp_path, "states", mode=0o750)
-    lines: list[str] = []
-    log = PhaseLog(run, Writer(FP, 0, "me"), 0, lines.append)
-    with pytest.raises(IllegalTransition):
-        log.set_state(AgentState.RUNNING)  # INIT -> RUNNING skips the startup
-    for state in (AgentState.STARTING, AgentState.RUNNING, AgentState.STOPPING, AgentState.SUCCEEDED):
-        log.set_state(state)
-    doc = run.read_json(names.phases(0))
-    assert doc is not None and doc["state"] == "SUCCEEDED" and not violations("phases", doc)
+def test_the_state_machine_refuses_an_illegal_transition_and_tells_no_observer() -> None:
+    states = StateMachine()
+    heard: list[AgentState] = []
+    states.observe(heard.append)
+    with pytest.raises(IllegalTransition, match="INIT -> RUNNING is not allowed"):
+        states.advance(AgentState.RUNNING)  # INIT -> RUNNING skips the startup
+    assert states.state is AgentState.INIT and not heard
+    path = (AgentState.STARTING, AgentState.RUNNING, AgentState.STOPPING, AgentState.SUCCEEDED)
+    for state in path:
+        states.advance(state)
+        assert str(states) == str(state)
+    assert heard == list(path) and states.final
     for state in AgentState:
         with pytest.raises(IllegalTransition):
-            log.set_state(state)
+            states.advance(state)
+    assert heard == list(path)
+
+
+def test_every_allowed_transition_is_taken_and_every_other_refused() -> None:
+    for origin in AgentState:
+        for target in AgentState:
+            states = StateMachine(origin)
+            if target in STATE_TRANSITIONS[origin]:
+                states.advance(target)
+                assert states.state is target
+            else:
+                with pytest.raises(IllegalTransition):
+                    states.advance(target)
+                assert states.state is origin
+
+
+def test_the_phase_log_observes_the_state_machine(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "states", mode=0o750)
+    lines: list[str] = []
+    states = StateMachine()
+    log = PhaseLog(run, Writer(FP, 0, "me"), 0, lines.append, states)
+    states.advance(AgentState.STARTING)
+    doc = run.read_json(names.phases(0))
+    assert doc is not None and doc["state"] == "STARTING" and not violations("phases", doc)
+    log.begin(Phase.RENDEZVOUS, "rank 0/1")
+    log.end()
+    assert lines[0] == "STARTING rendezvous ... rank 0/1" and lines[1].startswith("STARTING rendezvous ok (")
+    for state in (AgentState.RUNNING, AgentState.STOPPING, AgentState.SUCCEEDED):
+        states.advance(state)
+    doc = run.read_json(names.phases(0))
+    assert doc is not None and doc["state"] == "SUCCEEDED" and not violations("phases", doc)
+    assert [e["phase"] for e in doc["phases"]] == ["rendezvous"]
+
+
+def test_every_step_names_a_method_of_what_runs_it() -> None:
+    """Before plan agreement (and at teardown) the Agent runs a step; after it, NodeSteps."""
+    for owner, table in ((Agent, (*AGREEMENT_STEPS, TEARDOWN)), (NodeSteps, PLACED_STEPS + RUN_STEPS)):
+        for step in table:
+            for name in filter(None, (step.body, step.detail)):
+                assert callable(getattr(owner, name, None)), f"{step.phase}: {owner.__name__} has no method {name}"
+    assert STARTUP_STEPS == AGREEMENT_STEPS + PLACED_STEPS
+
+
+def test_the_agreement_steps_run_on_every_node_before_the_topology_exists() -> None:
+    assert STARTUP_STEPS[: len(AGREEMENT_STEPS)] == AGREEMENT_STEPS
+    assert [s.phase for s in AGREEMENT_STEPS] == [Phase.RENDEZVOUS, Phase.PLAN_AGREEMENT]
+    assert all(s.nodes is Nodes.ALL and not s.needs_ray for s in AGREEMENT_STEPS)
+
+
+class _Node:
+    def __init__(self, *, head: bool, driver: bool, ray: bool) -> None:
+        self.is_head, self.is_driver_node, self.in_ray = head, driver, ray
+
+
+def test_each_step_applies_to_the_nodes_it_names() -> None:
+    by_phase = {s.phase: s for s in STARTUP_STEPS + RUN_STEPS}
+    head = _Node(head=True, driver=True, ray=True)
+    ray_worker = _Node(head=False, driver=False, ray=True)
+    outside = _Node(head=False, driver=False, ray=False)
+    assert applies(by_phase[Phase.RAY_START], ray_worker, True) and not applies(
+        by_phase[Phase.RAY_START], outside, True
+    )
+    assert not applies(by_phase[Phase.RAY_START], head, False)  # Ray steps only with [ray] enabled
+    assert applies(by_phase[Phase.READINESS], head, True) and not applies(by_phase[Phase.READINESS], ray_worker, True)
+    assert applies(by_phase[Phase.CANARIES], head, False) and not applies(by_phase[Phase.CANARIES], ray_worker, False)
+    assert all(applies(by_phase[p], outside, True) for p in (Phase.DATA_CHECK, Phase.DRIVER, Phase.ACKNOWLEDGE))
+
+
+def test_the_step_table_prints_without_importing_the_runtime() -> None:
+    code = (
+        "import sys, agent.lifecycle.steps as s; s.main([]); "
+        "loaded = [m for m in ('agent.lifecycle.agent', 'agent.proc.supervisor', 'agent.ray.node', "
+        "'agent.judges.runtime', 'agent.lifecycle.context') if m in sys.modules]; "
+        "assert not loaded, loaded"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == steps.text()
+
+
+def test_gym_agent_steps_prints_the_table_and_exits_0_without_a_uuid() -> None:
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "--steps"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[0].split() == ["STATE", "PHASE", "NODES", "RUNS", "WHAT", "IT", "DOES"]
+    phases = [line.split()[1] if not line.startswith(" ") else line.split()[0] for line in printed[1:]]
+    assert phases == [str(p) for p in Phase]
+    assert printed[1].startswith("STARTING  rendezvous") and "readiness_gate" in done.stdout
+
+
+def test_architecture_md_shows_the_generated_step_table() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "ARCHITECTURE.md").read_text()
+    assert doc.count(steps.BEGIN_MARKER) == 1 and doc.count(steps.END_MARKER) == 1
+    assert steps.replace_table(doc) == doc, "regenerate it: python -m agent.lifecycle.steps --update ARCHITECTURE.md"
+
+
+def test_the_markdown_table_has_one_row_per_phase_under_its_state() -> None:
+    table = steps.markdown().splitlines()
+    assert table[0] == "| state | phase | nodes | what it runs |"
+    body = [row.split(" | ") for row in table[2:]]
+    assert [cells[1].strip("`") for cells in body] == [str(p) for p in Phase]
+    assert [c[0].strip("| ") for c in body if c[0].strip("| ")] == ["STARTING", "RUNNING", "STOPPING"]
 
 
 def test_poll_until_returns_on_the_predicate_or_the_deadline() -> None:

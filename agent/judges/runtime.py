@@ -12,14 +12,17 @@ import errno
 import json
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agent.coord import clock
 from agent.coord.failure import Failure
 from agent.judges.prepared import prove_revision
 from agent.judges.rubrics import resolve_rubric
-from agent.lifecycle.context import RunContext, Topology
+from agent.lifecycle.context import RunContext
+from agent.lifecycle.topology import Topology
 from agent.proc import ports, tempdirs
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
@@ -151,13 +154,9 @@ class JudgeRuntime:
         self.health = self._new_health_registry()
         poll = min(0.5, ctx.config.coordination.poll_interval)
         for name, j in self.local.items():
-            progress = ctx.progress(
-                lambda left, name=name, j=j: (
-                    f"judge {name}: loading, {clock.mono() - j.started:.0f} s; {left:.0f} s left"
-                )
-            )
+            progress = ctx.progress(self._loading_line(name, j))
             if not poll_until(
-                lambda j=j: self._healthy_once(j),
+                partial(self._healthy_once, j),
                 deadline=ctx.deadline,
                 interval=poll,
                 signal=ctx.signal,
@@ -174,6 +173,13 @@ class JudgeRuntime:
             self._write_endpoint(j, ready_after=clock.mono() - j.started)
         self.health.start()
         return ""
+
+    @staticmethod
+    def _loading_line(name: str, j: LocalJudge) -> Callable[[float], str]:
+        def line(left: float) -> str:
+            return f"judge {name}: loading, {clock.mono() - j.started:.0f} s; {left:.0f} s left"
+
+        return line
 
     def _healthy_once(self, j: LocalJudge) -> bool:
         ctx = self.ctx

@@ -1,6 +1,6 @@
-"""What the parts of one agent share: the run context (fixed at start) and the topology
-(known after plan agreement). The judge runtime and the lifecycle steps see only these, never
-the Agent object itself."""
+"""What the parts of one agent share: the run context, fixed at start (the topology, known after
+plan agreement, is in topology.py). The judge, Ray and driver runtimes and the lifecycle steps see
+only these, never the Agent object itself."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 from agent.coord import clock
 from agent.coord.failure import AgentFailed, Failure, FailureSignal
-from agent.coord.rendezvous import Peer
 from agent.proc.supervisor import Supervisor
 from agent.proc.waits import Progress, poll_until
 from agent.reaper import ReaperChannel
 from launch.spec.config import RunConfig
-from launch.spec.plan import NodePlan, Plan
+from launch.spec.plan import Plan
 from schemas import FailureKind, RunDir, Writer
 
 
@@ -71,33 +70,3 @@ class RunContext:
         """Wait until `predicate` or a failure (the driver runs as long as it needs)."""
         poll = self.config.coordination.poll_interval
         poll_until(predicate, deadline=float("inf"), interval=poll, signal=self.signal)
-
-
-@dataclass(frozen=True)
-class Topology:
-    """Who is who, once every replica agreed on the plan."""
-
-    node: NodePlan
-    peers: tuple[Peer, ...]  # in node order: peers[i] owns planned node i
-    driver_node: int
-    ray_nodes: tuple[int, ...] = ()  # planned nodes that run Ray (seed 001: the spanned pools)
-
-    @property
-    def head_address(self) -> str:
-        # The Ray head runs on the driver's node (seed 001), where the driver reaches it locally.
-        return self.peers[self.driver_node].address
-
-    @property
-    def is_head(self) -> bool:
-        return self.node.index == self.driver_node
-
-    @property
-    def in_ray(self) -> bool:
-        return self.node.index in self.ray_nodes
-
-    @property
-    def is_driver_node(self) -> bool:
-        return self.node.index == self.driver_node
-
-    def rank_of_node(self, index: int) -> int:
-        return self.peers[index].rank

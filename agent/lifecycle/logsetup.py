@@ -60,8 +60,8 @@ def configure(tag: str, log_fd: int, console_fd: int | None = None, console_leve
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:
         name = args.thread.name if args.thread else "?"
-        logging.getLogger("thread").error(
-            "thread %s died: %s", name, args.exc_value, exc_info=(args.exc_type, args.exc_value, args.exc_traceback)
-        )
+        exc = args.exc_value
+        info = (args.exc_type, exc, args.exc_traceback) if exc is not None else None
+        logging.getLogger("thread").error("thread %s died: %s", name, exc, exc_info=info)
 
     threading.excepthook = thread_hook

@@ -1,0 +1,185 @@
+"""The driver as lifecycle steps: its environment and command line, running it (on the driver's
+node; the other nodes wait for that node's acknowledgement), completion and the acknowledgements.
+
+Sees the run context and, after plan agreement, the topology; never the Agent itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from agent.coord import clock
+from agent.coord.failure import Failure
+from agent.judges.runtime import JudgeRuntime
+from agent.lifecycle.console_tee import ConsoleTee
+from agent.lifecycle.context import RunContext
+from agent.lifecycle.topology import Topology
+from agent.proc.supervisor import ExitPolicy, child_env
+from agent.ray.runtime import RayRuntime
+from schemas import DriverEnv, FailureKind, Phase, RunOutcome, names
+
+
+class DriverRuntime:
+    """The run steps of one agent: driver, complete, acknowledge."""
+
+    def __init__(self, ctx: RunContext, judges: JudgeRuntime, ray: RayRuntime, replicas: int) -> None:
+        self.ctx = ctx
+        self.judges = judges
+        self.ray = ray
+        self.replicas = replicas
+        self.tee: ConsoleTee | None = None  # exists once this node started the driver
+        self._done = threading.Event()
+        self._seconds = 0.0
+
+    # -- environment and command line -------------------------------------------------------------
+
+    def env(self, topo: Topology) -> dict[str, str]:
+        ctx = self.ctx
+        run = ctx.run
+        plan_json = ctx.plan.to_json()
+        plan_json["addresses"] = [p.address for p in topo.peers]
+        run.ensure_dir(names.CHECKPOINTS_DIR)  # one directory for every attempt of the run
+        gcs = self.ray.gcs_address
+        extra = {
+            **({DriverEnv.RAY_ADDRESS: gcs, DriverEnv.RAY_ADDRESS_CLUSTER: gcs} if ctx.config.ray.enabled else {}),
+            DriverEnv.RUN_DIR: str(run.path),
+            DriverEnv.RANK: str(ctx.rank),
+            DriverEnv.NODE_INDEX: str(topo.node.index),
+            DriverEnv.NODE_ADDRESS: ctx.address,
+            DriverEnv.FINGERPRINT: ctx.config.fingerprint,
+            DriverEnv.INCARNATION: ctx.writer.incarnation,
+            DriverEnv.ATTEMPT: str(run.attempt),
+            DriverEnv.CHECKPOINT_DIR: str(run.path / names.CHECKPOINTS_DIR),
+            DriverEnv.PLAN: json.dumps(plan_json, sort_keys=True),
+            DriverEnv.DRIVER_RESULT: str(run.path / names.DRIVER_RESULT),
+            **self._run_file_env(),
+            **self.judges.driver_env(),
+            **self._spec_env(),
+        }
+        return child_env(extra)
+
+    def _run_file_env(self) -> dict[str, str]:
+        """The user's run file, byte for byte, for a driver that reads it (a MILES trainer does)."""
+        text = self.ctx.config.spec.source_text
+        if text is None:
+            return {}
+        rel = names.run_file(text)
+        if not self.ctx.listed(rel):
+            self.ctx.run.write_bytes(rel, text.encode("utf-8"))
+        return {DriverEnv.RUN_FILE: str(self.ctx.run.path / rel)}
+
+    def _spec_env(self) -> dict[str, str]:
+        """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment."""
+        out: dict[str, str] = {}
+        for key, value in self.ctx.config.driver.env.items():
+            if value.startswith("runtime:"):
+                var = value[len("runtime:") :]
+                if var not in os.environ:
+                    raise self.ctx.fail(
+                        FailureKind.PLACEMENT,
+                        f"driver.env.{key} = {value!r} but {var} is not set in the job's environment",
+                    )
+                value = os.environ[var]
+            out[key] = value
+        return out
+
+    def argv(self) -> tuple[list[str], bool]:
+        """The driver's command line, and whether it is one shell command."""
+        cmd = self.ctx.config.driver.command
+        if isinstance(cmd, str):
+            return [cmd], True
+        return list(cmd), False
+
+    # -- driver ----------------------------------------------------------------------------------
+
+    def detail(self, topo: Topology) -> str:
+        if not topo.is_driver_node:
+            return f"supervising; the driver runs on node {self.ctx.plan.driver_node}"
+        return " ".join(self.argv()[0])
+
+    def exit_failure(self, code: int) -> Failure:
+        """The one place the driver's non-zero exit becomes a failure."""
+        return Failure(
+            kind=FailureKind.DRIVER_EXIT,
+            cause=f"the driver exited with code {code}",
+            phase=str(Phase.DRIVER),
+            log=names.driver_log(self.ctx.rank),
+        )
+
+    def run(self, topo: Topology) -> str:
+        ctx = self.ctx
+        if not topo.is_driver_node:
+            # The driver's node acknowledges right after writing complete.json. Its ack is found by
+            # listing acks/ (empty while the driver runs), not the large top-level directory:
+            # O(1) per poll per agent instead of O(N).
+            driver_ack = names.leaf(names.ack(topo.rank_of_node(ctx.plan.driver_node)))
+            ctx.wait_unbounded(lambda: ctx.listed(driver_ack, names.ACKS_DIR))
+            return ""
+        argv, shell = self.argv()
+        t0 = clock.mono()
+
+        def on_exit(code: int) -> None:
+            if code != 0:
+                ctx.signal.trip(self.exit_failure(code))
+            self._done.set()
+
+        # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
+        # with a rank prefix.
+        tee = ConsoleTee(ctx.run.open_log(names.driver_log(ctx.rank)), f"[rank {ctx.rank} driver] ")
+        self.tee = tee
+        try:
+            ctx.supervisor.start(
+                "driver",
+                argv,
+                env=self.env(topo),
+                log_fd=tee.write_fd,
+                policy=ExitPolicy(FailureKind.DRIVER_EXIT, names.driver_log(ctx.rank), on_exit),
+                shell=shell,
+            )
+        finally:
+            tee.close_child_end()
+        ctx.wait_unbounded(self._done.is_set)
+        ctx.signal.raise_if_set()
+        self._seconds = clock.mono() - t0
+        return "exit 0"
+
+    def drain(self, timeout: float) -> None:
+        """Let the driver's last console lines (a traceback) through before the agent's own."""
+        if self.tee is not None:
+            self.tee.join(timeout)
+
+    # -- complete and acknowledge ----------------------------------------------------------------
+
+    def complete(self, topo: Topology) -> str:
+        """The driver's node records completion; every other node confirms it can read it."""
+        ctx = self.ctx
+        if topo.is_driver_node:
+            ctx.run.write_artifact(
+                names.COMPLETE,
+                "complete",
+                ctx.writer,
+                {"driver_rank": ctx.rank, "driver_exit_code": 0, "driver_seconds": round(self._seconds, 3)},
+            )
+            return ""
+        if ctx.run.read_json(names.COMPLETE) is None:
+            raise ctx.fail(FailureKind.INTERNAL, "the driver's node acknowledged but complete.json is unreadable")
+        return ""
+
+    def acknowledge(self) -> str:
+        """This replica's ack, then every replica's (bounded by ack_timeout)."""
+        ctx = self.ctx
+        ctx.run.write_artifact(names.ack(ctx.rank), "ack", ctx.writer, {"outcome": str(RunOutcome.SUCCESS)})
+        every_ack = {names.leaf(names.ack(r)) for r in range(self.replicas)}
+
+        def all_acked() -> bool:
+            return every_ack <= set(ctx.run.listdir(names.ACKS_DIR))
+
+        ctx.wait_bounded(
+            "an acknowledgement from every replica",
+            all_acked,
+            kind=FailureKind.ACK_TIMEOUT,
+            timeout=ctx.config.coordination.ack_timeout,
+        )
+        return ""

@@ -1,0 +1,121 @@
+"""The steps after plan agreement, on one node: what runs once the topology exists.
+
+`Running` is what run_lifecycle starts before the first step (the run context, the reaper, the
+liveness thread, the judge, Ray and driver runtimes); plan agreement adds the topology, and the
+two make a `NodeSteps`, whose methods are the bodies steps.py names for the placed and run
+steps. Each returns the detail printed when its phase ends.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from agent.coord.liveness import Liveness
+from agent.judges.runtime import JudgeRuntime
+from agent.lifecycle.context import RunContext
+from agent.lifecycle.driver import DriverRuntime
+from agent.lifecycle.topology import Topology
+from agent.ray.runtime import RayRuntime
+from schemas import FailureKind, names, records
+
+
+@dataclass(frozen=True)
+class Running:
+    """What exists once the lifecycle runs: started by run_lifecycle before the first step and
+    handed to every step and to the teardown."""
+
+    ctx: RunContext
+    reaper: subprocess.Popen[str]
+    liveness: Liveness
+    judges: JudgeRuntime
+    ray: RayRuntime
+    driver: DriverRuntime
+
+
+@dataclass(frozen=True)
+class NodeSteps:
+    """The placed and run steps of one node (the method names are steps.py's)."""
+
+    running: Running
+    topo: Topology
+
+    # -- startup, after plan agreement -------------------------------------------------------------
+
+    def check_data(self) -> str:
+        return self.running.judges.check_data()
+
+    def check_devices(self) -> str:
+        ctx = self.running.ctx
+        devices = ctx.visible_devices
+        need = ctx.plan.gpus_per_replica
+        if len(devices) != need:
+            raise ctx.fail(
+                FailureKind.PLACEMENT,
+                f"rank {ctx.rank} sees {len(devices)} GPUs "
+                f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
+                f"gpus_per_replica={need}; fix the allocation or launch.gpus_per_replica",
+            )
+        return f"{len(devices)} GPU(s) visible"
+
+    def write_placement(self) -> str:
+        ctx = self.running.ctx
+        topo = self.topo
+        node = topo.node
+        vis = ctx.visible_devices
+        ray_mask = {vis[i] for i in node.ray_devices}
+        for name, devs in node.judge_devices.items():
+            if ray_mask & {vis[i] for i in devs}:
+                raise ctx.fail(FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}")
+        fields = records.placement_fields(
+            node_index=node.index,
+            address=ctx.address,
+            visible_devices=vis,
+            trainer_gpus=node.trainer_gpus,
+            rollout_gpus=node.rollout_gpus,
+            ray_devices=node.ray_devices,
+            ray_num_gpus=node.ray_gpus,
+            judge_devices=node.judge_devices,
+            unused_devices=node.unused_devices,
+            is_head=topo.is_head,
+            is_driver_node=topo.is_driver_node,
+        )
+        ctx.run.write_artifact(names.placement(ctx.rank), "placement", ctx.writer, fields)
+        return ""
+
+    def start_judges(self) -> str:
+        return self.running.judges.start_local(self.topo)
+
+    def ray_role(self) -> str:
+        return self.running.ray.role(self.topo)
+
+    def start_ray(self) -> str:
+        return self.running.ray.start(self.topo)
+
+    def judge_health(self) -> str:
+        return self.running.judges.wait_local_healthy()
+
+    def readiness_gate(self) -> str:
+        return self.running.ray.readiness(self.topo)
+
+    def write_registry(self) -> str:
+        return self.running.judges.write_registry(self.topo)
+
+    def run_canaries(self) -> str:
+        return self.running.judges.run_canaries(self.topo)
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def driver_detail(self) -> str:
+        return self.running.driver.detail(self.topo)
+
+    def drive(self) -> str:
+        return self.running.driver.run(self.topo)
+
+    def complete(self) -> str:
+        return self.running.driver.complete(self.topo)
+
+    def acknowledge(self) -> str:
+        detail = self.running.driver.acknowledge()
+        self.running.liveness.stop_watching()  # peers may now exit: their silence is expected
+        return detail

@@ -1,0 +1,202 @@
+"""Ray on one node, as lifecycle steps: start (head or worker, ports on probation, retried), the
+head's readiness gate (`ray-layout.json`), and Ray's session logs kept at teardown.
+
+Like the judge runtime it sees the run context and, after plan agreement, the topology; never
+the Agent itself. What starting Ray produces (the GCS address, the temp dir) it keeps: the
+readiness gate, the driver's environment and the teardown read it from here.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from agent.coord import clock
+from agent.lifecycle.context import RunContext
+from agent.lifecycle.topology import Topology
+from agent.proc.supervisor import ExitPolicy, child_env
+from agent.proc.waits import poll_until
+from agent.ray import logs as ray_logs
+from agent.ray import node as ray_node
+from schemas import FailureKind, names
+
+RAY_START_ATTEMPTS = 3
+RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
+RAY_UP_POLL_S = 0.2
+
+
+class RayRuntime:
+    """The Ray steps of one agent."""
+
+    def __init__(self, ctx: RunContext, replicas: int, probe_log_fd: int) -> None:
+        self.ctx = ctx
+        self.replicas = replicas
+        self.probe_log_fd = probe_log_fd  # the readiness probe's stderr: the agent's own log
+        self.gcs_address = ""  # the head picks it; a worker reads it from ray-head.json
+        self.temp_dir = ""  # Ray's local temp dir, once this node starts Ray
+
+    # -- ray_start -------------------------------------------------------------------------------
+
+    def role(self, topo: Topology) -> str:
+        return "head" if topo.is_head else f"worker of {topo.head_address}"
+
+    def start(self, topo: Topology) -> str:
+        ctx = self.ctx
+        ray = ctx.config.ray
+        if ray.dashboard and topo.is_head:
+            missing = ray_node.dashboard_missing()
+            if missing:
+                raise ctx.fail(
+                    FailureKind.PLACEMENT,
+                    f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
+                    "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
+                )
+        self.temp_dir = ray_node.short_temp_dir()
+        ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
+        if not topo.is_head:
+            ctx.wait_startup("the Ray head's address", self._head_known)
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            ports = ray_node.pick_ports(
+                ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * RAY_START_ATTEMPTS
+            )
+            if topo.is_head:
+                self.gcs_address = f"{ctx.address}:{ports.gcs}"
+            if self._spawn(topo, ports):
+                break
+            if attempt == RAY_START_ATTEMPTS:
+                raise ctx.fail(
+                    FailureKind.CHILD_EXIT,
+                    f"ray start exited at once {attempt} times (ports taken?)",
+                    log=names.ray_log(ctx.rank),
+                )
+        if topo.is_head:
+            ctx.run.write_artifact(names.RAY_HEAD, "ray-head", ctx.writer, {"gcs_address": self.gcs_address})
+            if ray.dashboard:
+                ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
+        return ""
+
+    def _head_known(self) -> bool:
+        if not self.ctx.listed(names.RAY_HEAD):
+            return False
+        doc = self.ctx.run.read_json(names.RAY_HEAD)
+        if not doc or doc.get("fingerprint") != self.ctx.config.fingerprint:
+            return False
+        self.gcs_address = str(doc["gcs_address"])
+        return True
+
+    def _resources(self, topo: Topology) -> dict[str, float]:
+        pool = topo.node.pool
+        resources = self.ctx.config.ray.resources
+        if pool and pool in resources:
+            return {k: float(v) for k, v in resources[pool].items()}
+        return {}
+
+    def _spawn(self, topo: Topology, ports: ray_node.RayPorts) -> bool:
+        """Start Ray on probation until every port it should bind accepts connections. Ports are
+        picked and then bound by Ray: if another process took one, Ray exits during probation,
+        which is retried with new ports instead of failing the run. A fixed probation time is
+        not enough: on a loaded host a node can take several seconds to bind its last port."""
+        ctx = self.ctx
+        ray = ctx.config.ray
+        node = topo.node
+        vis = ctx.visible_devices
+        spec = ray_node.RayNodeSpec(
+            is_head=topo.is_head,
+            address=ctx.address,
+            head_address=self.gcs_address,
+            ports=ports,
+            num_gpus=node.ray_gpus,
+            num_cpus=ray.num_cpus,
+            object_store_memory=ray.object_store_memory,
+            temp_dir=self.temp_dir,
+            resources=self._resources(topo),
+            extra_args=ray.extra_args,
+            dashboard=ray.dashboard and topo.is_head,
+        )
+        env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir)
+        early: list[int] = []
+        log = names.ray_log(ctx.rank)
+        group = ctx.supervisor.start(
+            "ray-head" if topo.is_head else "ray-worker",
+            ray_node.ray_start_argv(spec),
+            env=env,
+            log_fd=ctx.run.open_log(log),
+            policy=ExitPolicy(FailureKind.CHILD_EXIT, log, on_exit=early.append),
+            term_leader_only=True,
+        )
+        t0 = clock.mono()
+        limit = max(RAY_UP_MIN_WAIT_S, ctx.deadline - t0)
+
+        def up_or_exited() -> bool:
+            return bool(early) or ray_node.ray_is_up(ctx.address, ports, topo.is_head)
+
+        if not poll_until(up_or_exited, deadline=t0 + limit, interval=RAY_UP_POLL_S, signal=ctx.signal):
+            raise ctx.fail(
+                FailureKind.STARTUP_TIMEOUT,
+                f"Ray did not open its ports within {limit:.0f}s (ports {ports.gcs}-{ports.max_worker})",
+                log=log,
+            )
+        if early:
+            return False
+        ctx.supervisor.set_policy(group, ExitPolicy(FailureKind.CHILD_EXIT, log))
+        return True
+
+    # -- readiness -------------------------------------------------------------------------------
+
+    def readiness(self, topo: Topology) -> str:
+        """The head checks Ray's live nodes against the plan and writes ray-layout.json."""
+        ctx = self.ctx
+        plan = ctx.plan
+        peers = topo.peers
+        # Exactly the nodes that join: the head and the nodes of the spanned pools.
+        expected = {peers[i].address: float(plan.nodes[i].ray_gpus) for i in plan.ray_nodes}
+        t0 = clock.mono()
+        remaining = max(5.0, ctx.deadline - clock.mono())
+        try:
+            live = ray_node.probe_live_nodes(
+                self.gcs_address,
+                ctx.address,
+                len(expected),
+                remaining,
+                self.probe_log_fd,
+                ctx.signal.is_set,
+                progress=ctx.out,
+                progress_every=ctx.config.coordination.progress_interval,
+            )
+        except (RuntimeError, ValueError) as exc:
+            ctx.signal.raise_if_set()
+            raise ctx.fail(
+                FailureKind.LAYOUT, f"could not read Ray's live nodes: {exc}", log=names.ray_log(ctx.rank)
+            ) from None
+        check = ray_node.compare_layout(expected, live)
+        ctx.run.write_artifact(
+            names.RAY_LAYOUT,
+            "ray-layout",
+            ctx.writer,
+            {
+                "head_address": ctx.address,
+                "ray_address": self.gcs_address,
+                "expected": check.expected,
+                "actual": check.actual,
+                "live_nodes": check.live_nodes,
+                "passed": check.passed,
+                "problems": check.problems,
+                "waited_s": round(clock.mono() - t0, 3),
+            },
+        )
+        if not check.passed:
+            raise ctx.fail(FailureKind.LAYOUT, "Ray's live layout differs from the plan: " + "; ".join(check.problems))
+        return ""
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    def keep_session_logs(self) -> None:
+        """Ray's own logs (raylet, GCS, workers) are the evidence of a Ray-side death: keep them
+        in the run directory before the temp dir goes (after Ray's process groups stopped)."""
+        if not self.temp_dir:
+            return
+        ctx = self.ctx
+        where = names.ray_session_dir(ctx.rank)
+        kept = ray_logs.keep(self.temp_dir, ctx.run, where, ctx.config.ray.session_log_bytes)
+        if kept.files:
+            ctx.out(f"kept {kept.describe()} of Ray's session logs in {where}/")
+        shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -6,8 +6,8 @@
 Nothing is hand-made JSON: every artifact goes through schemas.RunDir.write_artifact (stamped,
 schema-checked, atomic), built by the project's own code where it has a builder: address records
 by rendezvous.claim, phase timelines by the lifecycle's PhaseLog walking the agent's own step
-table (lifecycle.STARTUP_STEPS, on the nodes each step names), placements by
-schemas.records.placement_fields, heartbeats and every peer's failure (found by listing
+table (STARTUP_STEPS, on the nodes Agent.applies' own rule picks; both through tests.harness.steps),
+placements by schemas.records.placement_fields, heartbeats and every peer's failure (found by listing
 failures/) by each replica's own liveness.Liveness, never started but ticked on a clock the
 generator advances, failure records by failure.write_failure_record (the reaper's too), the Ray
 layout by ray_node.compare_layout, the data check, registry and canaries by the judge runtime
@@ -74,21 +74,6 @@ class _Clock:
         return self.t
 
 
-def _applies(step: Any, topo: Any, ray_enabled: bool) -> bool:
-    """Which nodes run a lifecycle step: Agent.applies' rule, on a replica's topology."""
-    from agent.lifecycle.agent import Nodes
-
-    if step.needs_ray and not ray_enabled:
-        return False
-    if step.nodes is Nodes.ALL:
-        return True
-    if step.nodes is Nodes.HEAD:
-        return topo.is_head
-    if step.nodes is Nodes.DRIVER_NODE:
-        return topo.is_driver_node
-    return topo.is_driver_node and not topo.is_head
-
-
 @dataclass
 class _Replica:
     """One replica as the generator keeps it: what an agent writes its records with."""
@@ -111,7 +96,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     from agent.coord.identity import Identity
     from agent.coord.liveness import Liveness
     from agent.judges.runtime import JudgeRuntime
-    from agent.lifecycle.agent import STARTUP_STEPS, PhaseLog
+    from agent.lifecycle.agent import PhaseLog
     from agent.lifecycle.context import RunContext, Topology
     from agent.proc.procgroup import StopRecord
     from agent.proc.supervisor import Supervisor
@@ -133,6 +118,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         new_incarnation,
         records,
     )
+    from tests.harness.steps import STARTUP_STEPS, applies
 
     trainer_nodes = max(1, replicas // 8)
     spec_file = root / "scale.toml"
@@ -183,7 +169,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     peers = rendezvous.node_order(peers, str(Phase.PLAN_AGREEMENT))
     for index, peer in enumerate(peers):
         rep = reps[peer.rank]
-        rep.topo = Topology(plan.nodes[index], tuple(peers), plan.driver_node)
+        rep.topo = Topology(plan.nodes[index], tuple(peers), plan.driver_node, plan.ray_nodes)
         rep.log.node_index, rep.log.address = index, rep.ident.address
     head = reps[peers[0].rank]
     driver = reps[peers[plan.driver_node].rank]
@@ -271,7 +257,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     }
     for step in STARTUP_STEPS:  # the agent's own step table, step by step across the replicas
         for rep in reps:
-            if not _applies(step, rep.topo, config.ray.enabled):
+            if not applies(step, rep.topo, config.ray.enabled):
                 continue
             if step.phase is not Phase.RENDEZVOUS:
                 rep.log.begin(step.phase)

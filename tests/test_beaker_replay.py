@@ -20,7 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_harness import (
+from beaker import BeakerExperimentSpec
+
+from agent.coord.identity import TEST_ADDRESS_ENV
+from agent.proc import tempdirs
+from launch.cli import main as launch_main
+from tests.harness import (
     agent_tmp_root,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -28,11 +33,6 @@ from agent_harness import (
     failures,
     wait_phase,
 )
-from beaker import BeakerExperimentSpec
-
-from agent.coord.identity import TEST_ADDRESS_ENV
-from agent.proc import tempdirs
-from launch.cli import main as launch_main
 
 pytestmark = pytest.mark.slow
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import signal
 import time
 from pathlib import Path
 
 import orjson
 import pytest
-from agent_harness import (
+
+from schemas import RunDir, Writer, names
+from tests.harness import (
     agent_pid,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -23,12 +24,11 @@ from agent_harness import (
     read,
     small_spec,
     start_agent,
+    uid,
     wait_all,
     wait_for_file,
     wait_phase,
 )
-
-from schemas import RunDir, Writer, names
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +48,11 @@ driver_api.write_result(optimizer_steps=2, final_loss=0.25, policy_version=2, po
 """
 
 
-def uid(tag: str) -> str:
-    return f"{tag}-{secrets.token_hex(3)}"
-
-
 def spec_text(tmp: Path, **kw: object) -> str:
     drv = tmp / "resume_driver.py"
     drv.write_text(DRIVER)
     driver = f'command = ["python", "{drv}"]'
-    text = small_spec(replicas=2, driver=driver, **kw)  # type: ignore[arg-type]
-    return text.replace("[ray]\n", "[ray]\nenabled = false\n")
+    return small_spec(replicas=2, driver=driver, ray=False, **kw)  # type: ignore[arg-type]
 
 
 def snapshot(run_dir: Path) -> dict[str, str]:

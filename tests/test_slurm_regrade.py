@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from _judge_server import start_server
-from agent_harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read
 from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
 from test_slurm_rendered import JOB_TIMEOUT_S, assert_passed, new_uuid, spec, submit
@@ -31,6 +30,7 @@ from test_slurm_rendered import JOB_TIMEOUT_S, assert_passed, new_uuid, spec, su
 from launch import regrade as rg
 from schemas import names
 from schemas.vocab import LauncherEnv
+from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]

@@ -14,31 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.coord.rendezvous import Peer
+from agent.lifecycle.context import Topology
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, WriterKind, names, records
+from schemas.order import node_owners
+from tests.harness.steps import lifecycle_phases
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo.toml"
 T0 = 1_700_000_000.0
 
-PHASES = (
-    "rendezvous",
-    "plan_agreement",
-    "devices",
-    "placement",
-    "judges_start",
-    "judge_health",
-    "ray_start",
-    "readiness",
-    "registry",
-    "canaries",
-    "driver",
-    "complete",
-    "acknowledge",
-    "teardown",
-)
+VISIBLE = tuple(str(i) for i in range(8))
 DURATIONS = {"judge_health": 6.0, "ray_start": 4.0, "readiness": 2.0, "canaries": 3.0, "driver": 30.0}
 
 
@@ -53,17 +42,30 @@ class RunBuilder:
         self.path = self.run.path
         self.ranks = list(range(self.plan.replicas))
         self.address = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}
-        order = sorted(self.ranks, key=lambda r: tuple(int(x) for x in self.address[r].split(".")))
+        order = node_owners(self.address)  # the agent's own node order
         self.node_of = {r: i for i, r in enumerate(order)}
         self.rank_of_node = {i: r for r, i in self.node_of.items()}
         self.incarnation = {r: f"inc{r}0a1b2c" for r in self.ranks}
+        peers = tuple(
+            Peer(r, self.address[r], self.incarnation[r], self.fingerprint, f"gpu-node-{r}", VISIBLE) for r in order
+        )
+        self.topo = {
+            r: Topology(self.plan.nodes[i], peers, self.plan.driver_node, self.plan.ray_nodes)
+            for r, i in self.node_of.items()
+        }
+        # Each rank's phases: the agent's step table, on the nodes each step names.
+        self.lifecycle = {
+            r: tuple(map(str, lifecycle_phases(t, self.config.ray.enabled))) for r, t in self.topo.items()
+        }
         self.driver_rank = self.rank_of_node[self.plan.driver_node]
-        self.head_rank = self.rank_of_node[0]
-        self.judge_rank = self.rank_of_node[self.plan.judge_node("general")]
+        self.head_rank = next(r for r, t in self.topo.items() if t.is_head)
+        judge_node = self.plan.judge_node("general")
+        assert judge_node is not None, "the demo's judge takes a GPU"
+        self.judge_rank = self.rank_of_node[judge_node]
         self.run.write_artifact(
             names.SPEC,
             "spec",
-            Writer(self.fingerprint, None, "launcher0", "launcher"),
+            Writer(self.fingerprint, None, "launcher0", WriterKind.LAUNCHER),
             {"spec": self.spec, "source": "examples/demo.toml"},
         )
 
@@ -71,7 +73,7 @@ class RunBuilder:
 
     def writer(self, rank: int | None, kind: str = "agent") -> Writer:
         inc = self.incarnation[rank] if rank is not None else "head0"
-        return Writer(self.fingerprint, rank, inc, kind)
+        return Writer(self.fingerprint, rank, inc, WriterKind(kind))
 
     def write(self, relpath: str, schema: str, rank: int | None, fields: dict[str, Any], kind: str = "agent") -> None:
         self.run.write_artifact(relpath, schema, self.writer(rank, kind), fields)
@@ -81,7 +83,7 @@ class RunBuilder:
 
     def phase_start(self, rank: int, phase: str) -> float:
         t = T0 + 0.2 * rank  # hosts start a little apart
-        for p in PHASES:
+        for p in self.lifecycle[rank]:
             if p == phase:
                 return t
             t += DURATIONS.get(p, 0.5)
@@ -97,7 +99,7 @@ class RunBuilder:
         detail: str = "",
     ) -> None:
         spans = []
-        for p in PHASES:
+        for p in self.lifecycle[rank]:
             start = self.phase_start(rank, p)
             if p == upto:
                 ended = None if last == "running" else start + DURATIONS.get(p, 0.5) / 2
@@ -128,38 +130,27 @@ class RunBuilder:
                 {
                     "address": self.address[r],
                     "hostname": f"gpu-node-{r}",
-                    "visible_devices": [str(i) for i in range(8)],
+                    "visible_devices": list(VISIBLE),
                     "pid": 1000 + r,
                     "started_at": T0 + 0.2 * r,
                 },
             )
             self.write(names.heartbeat(r), "heartbeat", r, {"seq": 40 + r, "phase": "driver"})
-            node = self.plan.nodes[self.node_of[r]]
-            vis = [str(i) for i in range(8)]
-            self.write(
-                names.placement(r),
-                "placement",
-                r,
-                {
-                    "node_index": node.index,
-                    "address": self.address[r],
-                    "visible_devices": vis,
-                    "trainer_gpus": node.trainer_gpus,
-                    "rollout_gpus": node.rollout_gpus,
-                    "ray": {
-                        "devices": list(node.ray_devices),
-                        "num_gpus": node.ray_gpus,
-                        "cuda_visible_devices": ",".join(vis[i] for i in node.ray_devices),
-                    },
-                    "judges": {
-                        n: {"devices": list(d), "cuda_visible_devices": ",".join(vis[i] for i in d)}
-                        for n, d in node.judge_devices.items()
-                    },
-                    "unused_devices": list(node.unused_devices),
-                    "is_head": node.index == 0,
-                    "is_driver_node": node.index == self.plan.driver_node,
-                },
+            node, topo = self.plan.nodes[self.node_of[r]], self.topo[r]
+            fields = records.placement_fields(
+                node_index=node.index,
+                address=self.address[r],
+                visible_devices=VISIBLE,
+                trainer_gpus=node.trainer_gpus,
+                rollout_gpus=node.rollout_gpus,
+                ray_devices=node.ray_devices,
+                ray_num_gpus=node.ray_gpus,
+                judge_devices=node.judge_devices,
+                unused_devices=node.unused_devices,
+                is_head=topo.is_head,
+                is_driver_node=topo.is_driver_node,
             )
+            self.write(names.placement(r), "placement", r, fields)
             self.log(names.agent_log(r), f"rank {r} agent started\nrendezvous ok\n")
             self.log(names.ray_log(r), "ray started\n")
         j = self.judge_rank
@@ -301,23 +292,17 @@ class RunBuilder:
         writer: str = "agent",
         peers: list[int] | None = None,
     ) -> None:
-        self.write(
-            names.failure(rank),
-            "failure",
-            rank,
-            {
-                "kind": kind,
-                "cause": cause,
-                "phase": phase,
-                "wall_time": at,
-                "monotonic_time": 5000.0 + at - T0,
-                "since_start": at - T0,
-                "log": log,
-                "reacting_to": reacting_to,
-                "peers": peers or [],
-            },
-            kind=writer,
+        fields = records.failure_fields(
+            kind=kind,
+            cause=cause,
+            phase=phase,
+            wall_time=at,
+            monotonic_time=5000.0 + at - T0,
+            log=log,
+            reacting_to=reacting_to,
+            peers=peers or [],
         )
+        self.write(names.failure(rank), "failure", rank, fields, kind=writer)
 
     def react(self, rank: int, to: int, at: float, kind: str = "peer_failure", to_kind: str = "agent_died") -> None:
         ref = {"rank": to, "kind": to_kind}

@@ -159,8 +159,13 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_
     assert all(c != 0 for c in codes), codes
     fails = failures(run_dir)
     assert sorted(fails) == [0, 1, 2], text[-4000:]
+    # Each replica records the SIGTERM it received, unless a faster peer's record reached it
+    # first: then it records that reaction. Which of the two lands first is the machine's load.
+    signalled = {rank for rank, rec in fails.items() if rec["kind"] == "signal"}
+    assert signalled, fails
     for rank, rec in fails.items():
-        assert rec["kind"] == "signal" and "SIGTERM" in rec["cause"], (rank, rec)
+        assert rec["kind"] in ("signal", "peer_failure"), (rank, rec)
+        assert "SIGTERM" in rec["cause"] or rec["reacting_to"]["rank"] in signalled, (rank, rec)
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)
     assert_secret_not_recorded(run_dir)
@@ -170,5 +175,5 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_
     assert result.verdict == "fail"
     fc = result.first_cause
     # Every replica was signalled: the first cause is one of them, and it says what happened.
-    assert fc is not None and fc.kind == "signal" and fc.rank in fails, (fc, result.cascade)
+    assert fc is not None and fc.kind == "signal" and fc.rank in signalled, (fc, result.cascade)
     assert "SIGTERM" in fc.cause

@@ -428,8 +428,10 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         assert any(r["kind"] == "run_dir" and "shared filesystem full" in r["cause"] for r in recs.values())
         for r in range(3):
             assert (run_dir / names.cleanup(r)).exists()
-        roots = sorted((d["wall_time"], r) for r, d in recs.items() if d["kind"] == "run_dir")
-        result = audit(run_dir, verdict="fail", rank=roots[0][1], kind="run_dir")
+        # Every agent meets the full filesystem: which of them the audit names depends on which
+        # record landed first once space returned; it is one of those that recorded run_dir.
+        roots = {r for r, d in recs.items() if d["kind"] == "run_dir"}
+        result = audit(run_dir, verdict="fail", rank=roots, kind="run_dir")
         assert "run_dir.unwritable" in result.codes("error")
         assert_nothing_left(run_dir)
     finally:

@@ -141,7 +141,7 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert assert_artifacts_valid(run_dir)
     assert read(run_dir, names.COMPLETE)["attempt"] == 2  # attempt 2 wrote its own over the planted one
     result = audit(run_dir, verdict="pass")  # the planted failure is reported, not judged
-    stale = [f for f in result.findings if f.code == "record.other_attempt"]  # type: ignore[attr-defined]
+    stale = [f for f in result.findings if f.code == "record.other_attempt"]
     assert [f.file for f in stale] == [names.failure(1)], stale
     attempts = getattr(result, "attempts", None)
     assert attempts is not None and [a.attempt for a in attempts] == [1, 2], attempts
@@ -149,7 +149,7 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert attempts[0].first_cause.kind == ("agent_died" if how == "sigkill_agent" else "signal")
     from audit.report_text import render
 
-    text = render(result)  # type: ignore[arg-type]
+    text = render(result)
     assert "attempt 1: FAIL" in text and "attempt 2: PASS" in text and attempts[0].first_cause.kind in text, text
 
 

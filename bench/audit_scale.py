@@ -7,13 +7,14 @@ Nothing is hand-made JSON: every artifact goes through schemas.RunDir.write_arti
 schema-checked, atomic), built by the project's own code where it has a builder: address records
 by rendezvous.claim, phase timelines by the lifecycle's PhaseLog walking the agent's own step
 table (STARTUP_STEPS, on the nodes Agent.applies' own rule picks; both through tests.harness.steps),
-placements by schemas.records.placement_fields, heartbeats and every peer's failure (found by listing
-failures/) by each replica's own liveness.Liveness, never started but ticked on a clock the
-generator advances, failure records by failure.write_failure_record (the reaper's too), the Ray
-layout by ray_node.compare_layout, the data check, registry and canaries by the judge runtime
-(no judges in this spec). Records without a builder of their own (ray-head, complete, ack,
-cleanup, driver-result: a few fields each in lifecycle.py) are written with the same
-write_artifact call and fields as there. Rank order differs from address order.
+placements by schemas.records.placement_fields (through tests.harness.placement), heartbeats and
+every peer's failure (found by listing failures/) by each replica's own liveness.Liveness, never
+started but ticked on a clock the generator advances, failure records by
+failure.write_failure_record (the reaper's too), the Ray layout by ray_node.compare_layout, the
+data check, registry and canaries by the judge runtime (no judges in this spec). Records without
+a builder of their own (ray-head, complete, ack, cleanup, driver-result: a few fields each in
+lifecycle.py) are written with the same write_artifact call and fields as there. Rank order
+differs from address order.
 
 Generated on tmpfs when available (each write fsyncs twice; on a disk 60,000 writes take
 minutes); the audit is then timed on that directory, warm, as `gym-audit` CLI processes.
@@ -116,8 +117,8 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         WriterKind,
         names,
         new_incarnation,
-        records,
     )
+    from tests.harness.placement import placement_fields
     from tests.harness.steps import STARTUP_STEPS, applies
 
     trainer_nodes = max(1, replicas // 8)
@@ -198,20 +199,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     gcs = f"{head.ident.address}:6379"
 
     def placement(rep: _Replica) -> str:
-        node = rep.topo.node
-        fields = records.placement_fields(
-            node_index=node.index,
-            address=rep.ident.address,
-            visible_devices=rep.ident.visible_devices,
-            trainer_gpus=node.trainer_gpus,
-            rollout_gpus=node.rollout_gpus,
-            ray_devices=node.ray_devices,
-            ray_num_gpus=node.ray_gpus,
-            judge_devices=node.judge_devices,
-            unused_devices=node.unused_devices,
-            is_head=rep.topo.is_head,
-            is_driver_node=rep.topo.is_driver_node,
-        )
+        fields = placement_fields(rep.topo, rep.ident.address, rep.ident.visible_devices)
         run.write_artifact(names.placement(rep.rank), "placement", rep.writer, fields)
         return ""
 

@@ -209,7 +209,7 @@ class Ours(Cluster):
         return hb.get("phase") == "driver"
 
     def records(self) -> dict[int, Record]:
-        out = {}
+        out: dict[int, Record] = {}
         d = self.run_dir / names.FAILURES_DIR
         try:
             listed = os.listdir(d)
@@ -269,7 +269,7 @@ class Anchor(Cluster):
         return int(hb.get("seq", 0)) >= 2
 
     def records(self) -> dict[int, Record]:
-        out = {}
+        out: dict[int, Record] = {}
         try:
             listed = os.listdir(self.run_dir)
         except OSError:

@@ -31,7 +31,7 @@ import psutil
 
 from agent.proc import tempdirs
 from schemas import DriverEnv, names
-from tests.harness import orphans
+from tests.harness import fullfs, orphans
 from tests.harness.agents import read
 from tests.harness.specs import small_spec, uid
 
@@ -284,14 +284,7 @@ def _close_stdout(run: Run) -> None:
 def _disk_full(run: Run) -> None:
     run.wait_phase()
     run.fault()
-    filler = run.root / "out" / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    filler = fullfs.fill(run.root / "out")
     time.sleep(HB_TIMEOUT)
     filler.unlink()
 
@@ -355,13 +348,6 @@ class Trial:
     problems: list[str]
 
 
-def _mount_tmpfs(path: Path) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(path)], check=False).returncode == 0
-
-
 def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
     root = Path(tempfile.mkdtemp(prefix="f", dir=base))
     uuid = uid(fault.name, "fault")
@@ -380,7 +366,7 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
     )
     run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))
     problems: list[str] = []
-    mounted = fault.needs_root and _mount_tmpfs(root / "out")
+    mounted = fault.needs_root and fullfs.mount_tmpfs(root / "out", "3m") is None
     if fault.needs_root and not mounted:
         return Trial(fault.name, False, [], None, {}, [], "skipped", False, ["needs root for a tmpfs mount"])
     try:
@@ -417,7 +403,7 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
     finally:
         _kill(run)
         if mounted:
-            subprocess.run(["umount", "-l", str(root / "out")], check=False)
+            fullfs.unmount(root / "out")
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(run.tmp or root, ignore_errors=True)
 

@@ -23,6 +23,7 @@ from test_slurm_cluster import wait_nodes_clean
 
 from schemas import DriverEnv, FailureKind, JobEnv, names
 from tests.harness import agent_pid, assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid, wait_phase
+from tests.harness.specs import judge_tables
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -45,33 +46,6 @@ if os.environ.get("PROBE_RAY"):
 print("probe:", json.dumps(facts, sort_keys=True))
 with open(os.environ["PROBE_OUT"], "w") as f:
     json.dump(facts, f)
-"""
-
-JUDGE = """
-[judges.general]
-mode = "managed"
-backend = "reference"
-model = "reference-judge"
-gpus = 1
-max_context_length = 8192
-max_concurrent_calls = 8
-timeout = 60
-{pool}
-[rubrics.general-quality]
-profile = "general-quality"
-max_output_tokens = 512
-
-[rubrics.general-quality-ref]
-profile = "general-quality-ref"
-max_output_tokens = 512
-
-[judging.bindings."general-quality"]
-judge = "general"
-rubric = "general-quality"
-
-[judging.bindings."general-quality_ref"]
-judge = "general"
-rubric = "general-quality-ref"
 """
 
 
@@ -101,7 +75,7 @@ command = "python {probe} && exec python examples/demo_driver.py"
 {body}
 [driver.env]
 {env_lines}
-{JUDGE.format(pool=f'node_pool = "{judge_pool}"' if judge_pool else "")}
+{judge_tables(max_concurrent_calls=8, timeout=60, max_output_tokens=512, pool=judge_pool)}
 [data]
 train = "{REPO / "examples" / "data" / "train.jsonl"}"
 eval = "{REPO / "examples" / "data" / "eval.jsonl"}"

@@ -21,6 +21,7 @@ from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
 from schemas import RunDir, Writer, WriterKind, names, records
 from schemas.order import node_owners
+from tests.harness.placement import placement_fields
 from tests.harness.steps import lifecycle_phases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,20 +137,7 @@ class RunBuilder:
                 },
             )
             self.write(names.heartbeat(r), "heartbeat", r, {"seq": 40 + r, "phase": "driver"})
-            node, topo = self.plan.nodes[self.node_of[r]], self.topo[r]
-            fields = records.placement_fields(
-                node_index=node.index,
-                address=self.address[r],
-                visible_devices=VISIBLE,
-                trainer_gpus=node.trainer_gpus,
-                rollout_gpus=node.rollout_gpus,
-                ray_devices=node.ray_devices,
-                ray_num_gpus=node.ray_gpus,
-                judge_devices=node.judge_devices,
-                unused_devices=node.unused_devices,
-                is_head=topo.is_head,
-                is_driver_node=topo.is_driver_node,
-            )
+            fields = placement_fields(self.topo[r], self.address[r], VISIBLE)
             self.write(names.placement(r), "placement", r, fields)
             self.log(names.agent_log(r), f"rank {r} agent started\nrendezvous ok\n")
             self.log(names.ray_log(r), "ray started\n")
@@ -357,6 +345,18 @@ def killed_replica(root: Path) -> RunBuilder:
     return b
 
 
+def _fails_in_driver(
+    b: RunBuilder, rank: int, kind: str, cause: str, at: float, *, log: str, detail: str, react_after: float
+) -> None:
+    """`rank` fails during the driver (its record, phases, cleanup); every other rank reacts."""
+    b.failure(rank, kind, cause, "driver", at, log=log)
+    b.phases(rank, "driver", state="FAILED", last="failed", detail=detail)
+    b.cleanup(rank, "failure")
+    for r in b.ranks:
+        if r != rank:
+            b.react(r, rank, at + react_after + 0.1 * r, to_kind=kind)
+
+
 DRIVER_TRACEBACK = """step 1 loss 2.31
 step 2 loss 2.05
 Traceback (most recent call last):
@@ -374,12 +374,8 @@ def driver_failure(root: Path) -> RunBuilder:
     d = b.driver_rank
     t = b.phase_start(d, "driver") + 9.0
     b.log(names.driver_log(d), DRIVER_TRACEBACK)
-    b.failure(d, "driver_exit", "driver exited with code 1", "driver", t, log=names.driver_log(d))
-    b.phases(d, "driver", state="FAILED", last="failed", detail="driver exited with code 1")
-    b.cleanup(d, "failure")
-    for r in b.ranks:
-        if r != d:
-            b.react(r, d, t + 0.5 + 0.1 * r, to_kind="driver_exit")
+    cause = "driver exited with code 1"
+    _fails_in_driver(b, d, "driver_exit", cause, t, log=names.driver_log(d), detail=cause, react_after=0.5)
     return b
 
 
@@ -400,12 +396,8 @@ def judge_failure(root: Path) -> RunBuilder:
     t = b.phase_start(j, "driver") + 15.0
     log = names.judge_log("general", j)
     b.log(log, JUDGE_LOG)
-    b.failure(j, "judge_health", "judge general failed 3 consecutive /health probes", "driver", t, log=log)
-    b.phases(j, "driver", state="FAILED", last="failed", detail="judge general unhealthy")
-    b.cleanup(j, "failure")
-    for r in b.ranks:
-        if r != j:
-            b.react(r, j, t + 0.4 + 0.1 * r, to_kind="judge_health")
+    cause = "judge general failed 3 consecutive /health probes"
+    _fails_in_driver(b, j, "judge_health", cause, t, log=log, detail="judge general unhealthy", react_after=0.4)
     return b
 
 

@@ -11,22 +11,27 @@ from typing import Any
 
 SLEEP_1 = 'command = ["python", "-c", "import time; time.sleep(1)"]'
 
-# A managed reference judge (one GPU of the last node) bound twice, the demo's bindings.
-JUDGE_TABLES = """
+
+def judge_tables(
+    *, max_concurrent_calls: int = 4, timeout: float = 30, max_output_tokens: int = 256, pool: str | None = None
+) -> str:
+    """A managed reference judge (one GPU; in node pool `pool` if given) bound twice, as in the demo."""
+    pool_line = f'node_pool = "{pool}"\n' if pool else ""
+    return f"""
 [judges.general]
 mode = "managed"
 backend = "reference"
 model = "reference-judge"
 gpus = 1
 max_context_length = 8192
-max_concurrent_calls = 4
-timeout = 30
-[rubrics.general-quality]
+max_concurrent_calls = {max_concurrent_calls}
+timeout = {timeout}
+{pool_line}[rubrics.general-quality]
 profile = "general-quality"
-max_output_tokens = 256
+max_output_tokens = {max_output_tokens}
 [rubrics.general-quality-ref]
 profile = "general-quality-ref"
-max_output_tokens = 256
+max_output_tokens = {max_output_tokens}
 [judging.bindings."general-quality"]
 judge = "general"
 rubric = "general-quality"
@@ -34,6 +39,9 @@ rubric = "general-quality"
 judge = "general"
 rubric = "general-quality-ref"
 """
+
+
+JUDGE_TABLES = judge_tables()
 
 
 def uid(tag: str, prefix: str = "e2e") -> str:

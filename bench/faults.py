@@ -32,7 +32,7 @@ import psutil
 from agent.proc import tempdirs
 from schemas import DriverEnv, names
 from tests.harness import fullfs, orphans
-from tests.harness.agents import read
+from tests.harness.agents import read, start_agent
 from tests.harness.specs import small_spec, uid
 
 BIN = Path(sys.executable).parent
@@ -77,14 +77,20 @@ class Run:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, tempdirs.ROOT_ENV: str(self.tmp), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
 
-    def agent(self, rank: int, *, replicas: int = REPLICAS, address: str | None = None, args: tuple = (), **kw):
-        cmd = [str(BIN / "gym-agent"), "--uuid", self.uuid, "--config", str(self.spec)]
-        cmd += ["--output-root", str(self.root / "out"), "--rank", str(rank), "--replicas", str(replicas)]
-        cmd += ["--address", address or f"127.0.0.{rank + 2}", *args]
-        out = kw.pop("stdout", None)
-        log = out if out is not None else open(self.root / f"agent-{rank}-{len(self.extra)}.out", "wb")  # noqa: SIM115
-        return subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(kw.pop("env", None)), start_new_session=True
+    def agent(
+        self,
+        rank: int,
+        *,
+        replicas: int = REPLICAS,
+        address: str | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        stdout: int | None = None,
+    ) -> subprocess.Popen:
+        log = stdout if stdout is not None else open(self.root / f"agent-{rank}-{len(self.extra)}.out", "wb")  # noqa: SIM115
+        addr = address or f"127.0.0.{rank + 2}"
+        return start_agent(
+            self.root, self.spec, self.uuid, rank, replicas, addr, env=env, args=args, stdout=log, temp_root=self.tmp
         )
 
     def start_agents(self, **per_rank: dict) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import orjson
 
@@ -89,30 +90,23 @@ def start_agent(
     address: str,
     gpus: int = 2,
     env: dict[str, str] | None = None,
+    *,
+    args: tuple[str, ...] = (),
+    stdout: int | IO[bytes] = subprocess.PIPE,
+    temp_root: Path | None = None,
 ) -> subprocess.Popen:
-    cmd = [
-        str(BIN / "gym-agent"),
-        "--uuid",
-        uuid,
-        "--config",
-        str(spec_path),
-        "--output-root",
-        str(tmp / "out"),
-        "--rank",
-        str(rank),
-        "--replicas",
-        str(replicas),
-        "--address",
-        address,
-    ]
+    """`gym-agent` for one rank of a run under `tmp`/out, in a session of its own, as a user starts
+    it; its local temp dirs go under `temp_root` (default: this test's own root)."""
+    cmd = [str(BIN / "gym-agent"), "--uuid", uuid, "--config", str(spec_path), "--output-root", str(tmp / "out")]
+    cmd += ["--rank", str(rank), "--replicas", str(replicas), "--address", address, *args]
     full_env = {
         **os.environ,
-        tempdirs.ROOT_ENV: str(agent_tmp_root(tmp)),
+        tempdirs.ROOT_ENV: str(temp_root or agent_tmp_root(tmp)),
         "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))),
         **(env or {}),
     }
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
+        cmd, stdout=stdout, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
     )
     started_session(tmp / "out" / "cluster" / uuid, proc.pid)
     return proc

@@ -6,14 +6,15 @@
 Nothing is hand-made JSON: every artifact goes through schemas.RunDir.write_artifact (stamped,
 schema-checked, atomic), built by the project's own code where it has a builder: address records
 by rendezvous.claim, phase timelines by the lifecycle's PhaseLog walking the agent's own step
-table (lifecycle.STARTUP_STEPS, on the nodes each step names), placements by
-schemas.records.placement_fields, heartbeats and every peer's failure (found by listing
-failures/) by each replica's own liveness.Liveness, never started but ticked on a clock the
-generator advances, failure records by failure.write_failure_record (the reaper's too), the Ray
-layout by ray_node.compare_layout, the data check, registry and canaries by the judge runtime
-(no judges in this spec). Records without a builder of their own (ray-head, complete, ack,
-cleanup, driver-result: a few fields each in lifecycle.py) are written with the same
-write_artifact call and fields as there. Rank order differs from address order.
+table (STARTUP_STEPS, on the nodes Agent.applies' own rule picks; both through tests.harness.steps),
+placements by schemas.records.placement_fields (through tests.harness.placement), heartbeats and
+every peer's failure (found by listing failures/) by each replica's own liveness.Liveness, never
+started but ticked on a clock the generator advances, failure records by
+failure.write_failure_record (the reaper's too), the Ray layout by ray_node.compare_layout, the
+data check, registry and canaries by the judge runtime (no judges in this spec). Records without
+a builder of their own (ray-head, complete, ack, cleanup, driver-result: a few fields each in
+lifecycle.py) are written with the same write_artifact call and fields as there. Rank order
+differs from address order.
 
 Generated on tmpfs when available (each write fsyncs twice; on a disk 60,000 writes take
 minutes); the audit is then timed on that directory, warm, as `gym-audit` CLI processes.
@@ -74,21 +75,6 @@ class _Clock:
         return self.t
 
 
-def _applies(step: Any, topo: Any, ray_enabled: bool) -> bool:
-    """Which nodes run a lifecycle step: Agent.applies' rule, on a replica's topology."""
-    from agent.lifecycle.steps import Nodes
-
-    if step.needs_ray and not ray_enabled:
-        return False
-    if step.nodes is Nodes.ALL:
-        return True
-    if step.nodes is Nodes.HEAD:
-        return topo.is_head
-    if step.nodes is Nodes.DRIVER_NODE:
-        return topo.is_driver_node
-    return topo.is_driver_node and not topo.is_head
-
-
 @dataclass
 class _Replica:
     """One replica as the generator keeps it: what an agent writes its records with."""
@@ -114,7 +100,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     from agent.lifecycle.context import RunContext
     from agent.lifecycle.phase_log import PhaseLog
     from agent.lifecycle.state import StateMachine
-    from agent.lifecycle.steps import STARTUP_STEPS
     from agent.lifecycle.topology import Topology
     from agent.proc.procgroup import StopRecord
     from agent.proc.supervisor import Supervisor
@@ -134,8 +119,9 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         WriterKind,
         names,
         new_incarnation,
-        records,
     )
+    from tests.harness.placement import placement_fields
+    from tests.harness.steps import STARTUP_STEPS, applies
 
     trainer_nodes = max(1, replicas // 8)
     spec_file = root / "scale.toml"
@@ -186,7 +172,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     peers = rendezvous.node_order(peers, str(Phase.PLAN_AGREEMENT))
     for index, peer in enumerate(peers):
         rep = reps[peer.rank]
-        rep.topo = Topology(plan.nodes[index], tuple(peers), plan.driver_node)
+        rep.topo = Topology(plan.nodes[index], tuple(peers), plan.driver_node, plan.ray_nodes)
         rep.log.node_index, rep.log.address = index, rep.ident.address
     head = reps[peers[0].rank]
     driver = reps[peers[plan.driver_node].rank]
@@ -215,20 +201,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     gcs = f"{head.ident.address}:6379"
 
     def placement(rep: _Replica) -> str:
-        node = rep.topo.node
-        fields = records.placement_fields(
-            node_index=node.index,
-            address=rep.ident.address,
-            visible_devices=rep.ident.visible_devices,
-            trainer_gpus=node.trainer_gpus,
-            rollout_gpus=node.rollout_gpus,
-            ray_devices=node.ray_devices,
-            ray_num_gpus=node.ray_gpus,
-            judge_devices=node.judge_devices,
-            unused_devices=node.unused_devices,
-            is_head=rep.topo.is_head,
-            is_driver_node=rep.topo.is_driver_node,
-        )
+        fields = placement_fields(rep.topo, rep.ident.address, rep.ident.visible_devices)
         run.write_artifact(names.placement(rep.rank), rep.writer, fields)
         return ""
 
@@ -273,7 +246,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     }
     for step in STARTUP_STEPS:  # the agent's own step table, step by step across the replicas
         for rep in reps:
-            if not _applies(step, rep.topo, config.ray.enabled):
+            if not applies(step, rep.topo, config.ray.enabled):
                 continue
             if step.phase is not Phase.RENDEZVOUS:
                 rep.log.begin(step.phase)

@@ -21,28 +21,9 @@ from pathlib import Path
 import orjson
 
 from schemas import names
+from tests.harness.specs import small_spec
 
-SPEC = """
-name = "bench"
-[launch]
-gpus_per_replica = 1
-node_gpus = 1
-[launch.coordination]
-startup_timeout = {startup}
-heartbeat_timeout = {timeout}
-heartbeat_interval = {hb}
-poll_interval = {poll}
-teardown_grace = 2.0
-[trainer]
-nodes = 1
-gpus_per_node = 1
-[inference]
-gpus = {rollout}
-[driver]
-command = ["python", "-c", "import time; time.sleep(3600)"]
-[ray]
-enabled = false
-"""
+IDLE_DRIVER = 'command = ["python", "-c", "import time; time.sleep(3600)"]'
 
 
 @dataclass(frozen=True)
@@ -181,12 +162,19 @@ class Ours(Cluster):
         self.spec = root / "bench.toml"
         s = settings
         self.spec.write_text(
-            SPEC.format(
-                startup=120 + n,
-                timeout=s.heartbeat_timeout,
-                hb=s.heartbeat_interval,
-                poll=s.poll_interval,
-                rollout=n - 1,
+            small_spec(
+                name="bench",
+                replicas=n,
+                node_gpus=1,
+                driver=IDLE_DRIVER,
+                placement=None,
+                startup_timeout=120 + n,
+                heartbeat_timeout=s.heartbeat_timeout,
+                heartbeat_interval=s.heartbeat_interval,
+                poll_interval=s.poll_interval,
+                teardown_grace=2.0,
+                ack_timeout=None,
+                ray=False,
             )
         )
 
@@ -221,7 +209,7 @@ class Ours(Cluster):
         return hb.get("phase") == "driver"
 
     def records(self) -> dict[int, Record]:
-        out = {}
+        out: dict[int, Record] = {}
         d = self.run_dir / names.FAILURES_DIR
         try:
             listed = os.listdir(d)
@@ -281,7 +269,7 @@ class Anchor(Cluster):
         return int(hb.get("seq", 0)) >= 2
 
     def records(self) -> dict[int, Record]:
-        out = {}
+        out: dict[int, Record] = {}
         try:
             listed = os.listdir(self.run_dir)
         except OSError:

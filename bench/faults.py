@@ -6,10 +6,10 @@
 Each trial starts real `gym-agent` processes (or `gym-launch local` for the launcher's faults) on
 127.0.0.x with a small coordination-only spec (no Ray: seconds per trial), waits until every rank
 runs the driver, injects the fault, and measures: the exit codes, the time from the fault to the
-last exit of any process of the run, each rank's failure and cleanup record, orphans (processes
-found by the run — its directory or uuid in the command line, its run directory in the
-environment — never by name), and whether `gym-audit`'s text names the expected rank and kind in
-its first 10 lines. A row passes when every trial does.
+last exit of any process of the run, each rank's failure and cleanup record, orphans (the
+processes of the run still alive, as tests.harness.orphans finds them: in a session of the run,
+or its directory or uuid in the command line or environment; never by name), and whether
+`gym-audit`'s text names the expected rank and kind in its first 10 lines. A row passes when every trial does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -28,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import orjson
 import psutil
 
 from agent.proc import tempdirs
 from schemas import DriverEnv, names
+from tests.harness import fullfs, orphans
+from tests.harness.agents import read, start_agent
+from tests.harness.specs import small_spec, uid
 
 BIN = Path(sys.executable).parent
 SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/coord/clock.py's test hook
@@ -53,51 +54,6 @@ SETSID = (
     "command = [\"python\", \"-c\", \"import subprocess, time; subprocess.Popen(['setsid', 'sleep', '300']); "
     'time.sleep(3); raise SystemExit(1)"]'
 )
-
-
-JUDGES = """
-[judges.general]
-mode = "managed"
-backend = "reference"
-model = "reference-judge"
-gpus = 1
-max_context_length = 8192
-max_concurrent_calls = 4
-timeout = 30
-[rubrics.general-quality]
-profile = "general-quality"
-max_output_tokens = 256
-[judging.bindings."general-quality"]
-judge = "general"
-rubric = "general-quality"
-"""
-
-
-def spec_text(driver: str, ray: bool = False, judges: bool = False) -> str:
-    inference = 2 * (REPLICAS - 1) - (1 if judges else 0)  # a judge takes one GPU of the last node
-    return f"""
-name = "faults"
-[launch]
-gpus_per_replica = 2
-node_gpus = 2
-[launch.coordination]
-startup_timeout = 30
-heartbeat_timeout = {HB_TIMEOUT}
-heartbeat_interval = 0.5
-poll_interval = 0.25
-teardown_grace = 3.0
-ack_timeout = 20.0
-[trainer]
-nodes = 1
-gpus_per_node = 2
-[inference]
-gpus = {inference}
-[driver]
-{driver}
-placement = "trainer"
-[ray]
-{"num_cpus = 1" + chr(10) + "object_store_memory = 80000000" if ray else "enabled = false"}
-""" + (JUDGES if judges else "")
 
 
 @dataclass
@@ -121,14 +77,20 @@ class Run:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, tempdirs.ROOT_ENV: str(self.tmp), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
 
-    def agent(self, rank: int, *, replicas: int = REPLICAS, address: str | None = None, args: tuple = (), **kw):
-        cmd = [str(BIN / "gym-agent"), "--uuid", self.uuid, "--config", str(self.spec)]
-        cmd += ["--output-root", str(self.root / "out"), "--rank", str(rank), "--replicas", str(replicas)]
-        cmd += ["--address", address or f"127.0.0.{rank + 2}", *args]
-        out = kw.pop("stdout", None)
-        log = out if out is not None else open(self.root / f"agent-{rank}-{len(self.extra)}.out", "wb")  # noqa: SIM115
-        return subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(kw.pop("env", None)), start_new_session=True
+    def agent(
+        self,
+        rank: int,
+        *,
+        replicas: int = REPLICAS,
+        address: str | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        stdout: int | None = None,
+    ) -> subprocess.Popen:
+        log = stdout if stdout is not None else open(self.root / f"agent-{rank}-{len(self.extra)}.out", "wb")  # noqa: SIM115
+        addr = address or f"127.0.0.{rank + 2}"
+        return start_agent(
+            self.root, self.spec, self.uuid, rank, replicas, addr, env=env, args=args, stdout=log, temp_root=self.tmp
         )
 
     def start_agents(self, **per_rank: dict) -> None:
@@ -162,30 +124,15 @@ class Run:
     def fault(self) -> None:
         self.fault_at = time.monotonic()
 
-
-def read(run_dir: Path, rel: str) -> dict:
-    return orjson.loads((run_dir / rel).read_bytes())
+    def sessions(self) -> tuple[int, ...]:
+        """The sessions this trial started: every agent's (the launcher shares the bench's)."""
+        return tuple(p.pid for p in (*self.procs.values(), *self.extra))
 
 
 def run_processes(run: Run) -> list[psutil.Process]:
-    """Live processes of the run: found by the run (directory or uuid in the command line, the
-    run directory in the environment), never by name. The harness's own process is excluded."""
-    needles = (run.uuid, str(run.run_dir), str(run.tmp))  # Ray's daemons name their temp dir
-    rd = str(run.run_dir)
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            cmd = " ".join(p.info["cmdline"] or [])
-            if any(n in cmd for n in needles):
-                found.append(p)
-                continue
-            if p.environ().get(DriverEnv.RUN_DIR) == rd:
-                found.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return found
+    """Live processes of the trial's run (tests.harness.orphans: by session and PID, never by
+    name); the agents' temp root marks Ray's daemons, which name their temp dir."""
+    return orphans.run_processes(run.run_dir, sessions=run.sessions(), marks=(str(run.tmp),))
 
 
 # -- the faults --------------------------------------------------------------------------------
@@ -343,14 +290,7 @@ def _close_stdout(run: Run) -> None:
 def _disk_full(run: Run) -> None:
     run.wait_phase()
     run.fault()
-    filler = run.root / "out" / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    filler = fullfs.fill(run.root / "out")
     time.sleep(HB_TIMEOUT)
     filler.unlink()
 
@@ -414,21 +354,25 @@ class Trial:
     problems: list[str]
 
 
-def _mount_tmpfs(path: Path) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(path)], check=False).returncode == 0
-
-
 def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
     root = Path(tempfile.mkdtemp(prefix="f", dir=base))
-    uuid = f"fault-{fault.name}-{secrets.token_hex(3)}"
+    uuid = uid(fault.name, "fault")
     spec = root / "run.toml"
-    spec.write_text(spec_text(fault.driver, fault.ray, fault.judges))
+    spec.write_text(
+        small_spec(
+            name="faults",
+            replicas=REPLICAS,
+            driver=fault.driver,
+            startup_timeout=30,
+            heartbeat_timeout=HB_TIMEOUT,
+            teardown_grace=3.0,
+            ray=fault.ray,
+            judges=fault.judges,
+        )
+    )
     run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))
     problems: list[str] = []
-    mounted = fault.needs_root and _mount_tmpfs(root / "out")
+    mounted = fault.needs_root and fullfs.mount_tmpfs(root / "out", "3m") is None
     if fault.needs_root and not mounted:
         return Trial(fault.name, False, [], None, {}, [], "skipped", False, ["needs root for a tmpfs mount"])
     try:
@@ -444,7 +388,7 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
         codes = _wait_exits(run, timeout)
         last = _wait_no_processes(run, timeout)
         seconds = None if last is None else round(last - run.fault_at, 2)
-        orphans = [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in run_processes(run) if p.is_running()]
+        left = orphans.describe(run_processes(run))
         _kill(run)
         records = _records(run.run_dir)
         verdict, names_cause = _audit(run.run_dir, fault)
@@ -453,19 +397,19 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
                 problems.append(f"audit {verdict}, expected pass")
         elif not names_cause:
             problems.append(f"audit's first 10 lines do not name rank {fault.rank} / {'|'.join(fault.kinds)}")
-        if orphans:
-            problems.append(f"{len(orphans)} orphan(s)")
+        if left:
+            problems.append(f"{len(left)} orphan(s)")
         if seconds is None:
             problems.append("processes still ran at the timeout")
         if fault.expect == "fail" and any(c in (None, 0) for c in codes):
             problems.append(f"exit codes {codes}")
         if fault.expect == "pass" and any(c not in (0, 2) for c in codes):
             problems.append(f"exit codes {codes}")
-        return Trial(fault.name, not problems, codes, seconds, records, orphans, verdict, names_cause, problems)
+        return Trial(fault.name, not problems, codes, seconds, records, left, verdict, names_cause, problems)
     finally:
         _kill(run)
         if mounted:
-            subprocess.run(["umount", "-l", str(root / "out")], check=False)
+            fullfs.unmount(root / "out")
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(run.tmp or root, ignore_errors=True)
 
@@ -483,20 +427,12 @@ def _wait_exits(run: Run, timeout: float) -> list[int | None]:
 
 
 def _wait_no_processes(run: Run, timeout: float) -> float | None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not run_processes(run):
-            return time.monotonic()
-        time.sleep(0.1)
-    return None
+    left = orphans.wait_gone(run.run_dir, timeout, sessions=run.sessions(), marks=(str(run.tmp),))
+    return None if left else time.monotonic()
 
 
 def _kill(run: Run) -> None:
-    for p in run_processes(run):
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    orphans.kill_all(run_processes(run))
 
 
 def _records(run_dir: Path) -> dict[str, dict[str, str | None]]:

@@ -17,17 +17,24 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _judge_server import RunningServer, server_factory
-from agent_harness import forget_agent_tmp_root
 from hypothesis import HealthCheck, settings
 from slurm import cluster as slurm
 
-from schemas import names
+# tests.harness is shared with bench/ and imported from the repository root, however pytest runs.
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from schemas import names  # noqa: E402
+from tests.harness.agents import forget_agent_tmp_root  # noqa: E402
 
 LOG_TAIL_LINES = 15
 
@@ -40,7 +47,7 @@ settings.load_profile("gym")
 @pytest.fixture(autouse=True)
 def _own_agent_temp_root(request: pytest.FixtureRequest) -> Iterator[None]:
     """Agents started by a test keep their local temp dirs under that test's own root
-    (agent_harness.agent_tmp_root); it is removed once the test is over."""
+    (tests.harness.agents.agent_tmp_root); it is removed once the test is over."""
     yield
     tmp = getattr(request.node, "funcargs", {}).get("tmp_path")
     root = forget_agent_tmp_root(tmp) if isinstance(tmp, Path) else None
@@ -120,7 +127,7 @@ def run_dir_diagnostics(run_dir: Path) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
     if report.when != "call" or not report.failed:

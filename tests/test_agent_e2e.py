@@ -4,13 +4,14 @@ process of the run survives and that every artifact validates against its schema
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import time
 from pathlib import Path
 
 import pytest
-from agent_harness import (
+
+from schemas import names
+from tests.harness import (
     agent_pid,
     agent_temp_dirs,
     assert_artifacts_valid,
@@ -22,19 +23,14 @@ from agent_harness import (
     read,
     small_spec,
     start_agent,
+    uid,
     wait_all,
     wait_for_file,
     wait_phase,
 )
 
-from schemas import names
-
 pytestmark = pytest.mark.slow
 SLEEPY_DRIVER = 'command = ["python", "-c", "import time; time.sleep(60)"]'
-
-
-def uid(tag: str) -> str:
-    return f"e2e-{tag}-{secrets.token_hex(3)}"
 
 
 def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_rundirs import SCENARIOS, RunBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit import report_html, report_json, report_text
 from audit.api import audit_run
 from audit.load import MAX_ARTIFACT_BYTES, UnusableRunDir
+from tests.harness.rundirs import SCENARIOS, RunBuilder
 
 BASES: dict[str, Path] = {}
 

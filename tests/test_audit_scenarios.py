@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_rundirs import SCENARIOS, RunBuilder
 
 from audit.api import audit_run
 from audit.cli import main
 from schemas import names
+from tests.harness.rundirs import SCENARIOS, RunBuilder
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_harness import (
+from beaker import BeakerExperimentSpec
+
+from agent.coord.identity import TEST_ADDRESS_ENV
+from agent.proc import tempdirs
+from launch.cli import main as launch_main
+from tests.harness import (
     agent_tmp_root,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -28,11 +33,6 @@ from agent_harness import (
     failures,
     wait_phase,
 )
-from beaker import BeakerExperimentSpec
-
-from agent.coord.identity import TEST_ADDRESS_ENV
-from agent.proc import tempdirs
-from launch.cli import main as launch_main
 
 pytestmark = pytest.mark.slow
 
@@ -159,8 +159,13 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_
     assert all(c != 0 for c in codes), codes
     fails = failures(run_dir)
     assert sorted(fails) == [0, 1, 2], text[-4000:]
+    # Each replica records the SIGTERM it received, unless a faster peer's record reached it
+    # first: then it records that reaction. Which of the two lands first is the machine's load.
+    signalled = {rank for rank, rec in fails.items() if rec["kind"] == "signal"}
+    assert signalled, fails
     for rank, rec in fails.items():
-        assert rec["kind"] == "signal" and "SIGTERM" in rec["cause"], (rank, rec)
+        assert rec["kind"] in ("signal", "peer_failure"), (rank, rec)
+        assert "SIGTERM" in rec["cause"] or rec["reacting_to"]["rank"] in signalled, (rank, rec)
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)
     assert_secret_not_recorded(run_dir)
@@ -170,5 +175,5 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_
     assert result.verdict == "fail"
     fc = result.first_cause
     # Every replica was signalled: the first cause is one of them, and it says what happened.
-    assert fc is not None and fc.kind == "signal" and fc.rank in fails, (fc, result.cascade)
+    assert fc is not None and fc.kind == "signal" and fc.rank in signalled, (fc, result.cascade)
     assert "SIGTERM" in fc.cause

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import BIN
-from audit_rundirs import RunBuilder, success
 
 from schemas import names
 from schemas.watch import LOCAL_FILESYSTEMS, RunDirWatch, filesystem_type
+from tests.harness import BIN
+from tests.harness.rundirs import RunBuilder, success
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_S = 3.0

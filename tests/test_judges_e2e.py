@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 from pathlib import Path
 
 import pytest
-from agent_harness import (
+
+from schemas import names
+from tests.harness import (
     assert_artifacts_valid,
     assert_nothing_left,
     audit,
@@ -22,16 +23,11 @@ from agent_harness import (
     kill_tree_by_session,
     launch_local,
     read,
+    uid,
     wait_phase,
 )
 
-from schemas import names
-
 pytestmark = pytest.mark.slow
-
-
-def uid(tag: str) -> str:
-    return f"e2e-judge-{tag}-{secrets.token_hex(3)}"
 
 
 def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:

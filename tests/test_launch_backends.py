@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import kill_tree_by_session, launch_local, small_spec
 
 from launch.backends import BACKENDS, backend, scheduler_names
 from launch.backends.local import FIRST_LOCAL_ADDRESS, local_replicas
@@ -22,6 +21,7 @@ from launch.cli import build_parser, main
 from launch.spec.errors import UsageError
 from launch.spec.names import LAUNCH_BACKENDS
 from schemas import names
+from tests.harness import kill_tree_by_session, launch_local, small_spec
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

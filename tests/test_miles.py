@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import subprocess
 import sys
 import tomllib
@@ -14,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import assert_artifacts_valid, assert_nothing_left, audit, kill_tree_by_session, launch_local
 
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec, resolved_from_dict
 from launch.spec.plan import plan
 from launch.spec.validate import validate
+from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, kill_tree_by_session, launch_local, uid
 
 ROOT = Path(__file__).resolve().parent.parent
 MILES = ROOT / "tests" / "data" / "miles"
@@ -217,7 +216,7 @@ def test_a_miles_file_runs_locally_and_the_driver_gets_it_byte_for_byte(tmp_path
     run = launch_local(
         tmp_path,
         text,
-        f"e2e-miles-{secrets.token_hex(3)}",
+        uid("miles"),
         env={"DEMO_STEPS": "1", "DEMO_PRINT_RUN_FILE": "1"},
         args=args,
     )

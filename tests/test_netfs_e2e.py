@@ -10,7 +10,6 @@ path afterwards.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 import time
@@ -18,10 +17,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import BIN, agent_tmp_root, assert_artifacts_valid, audit, failures, kill_tree_by_session, read
 
 from agent.proc import tempdirs
 from schemas import names
+from tests.harness import (
+    BIN,
+    agent_tmp_root,
+    assert_artifacts_valid,
+    audit,
+    failures,
+    kill_tree_by_session,
+    read,
+    small_spec,
+    uid,
+)
 
 pytestmark = pytest.mark.slow
 CACHED = "attr_timeout=30,entry_timeout=30,negative_timeout=30"
@@ -34,29 +43,16 @@ EXIT_DRIVER = 'command = ["python", "-c", "import time; time.sleep(4); raise Sys
 
 
 def spec(driver: str) -> str:
-    return f"""
-name = "netfs"
-[launch]
-gpus_per_replica = 2
-node_gpus = 2
-[launch.coordination]
-startup_timeout = 90
-heartbeat_timeout = 15
-heartbeat_interval = 1.0
-poll_interval = 0.5
-teardown_grace = 3.0
-ack_timeout = 60.0
-[trainer]
-nodes = 1
-gpus_per_node = 2
-[inference]
-gpus = 4
-[driver]
-{driver}
-placement = "trainer"
-[ray]
-enabled = false
-"""
+    return small_spec(
+        name="netfs",
+        driver=driver,
+        heartbeat_timeout=15,
+        heartbeat_interval=1.0,
+        poll_interval=0.5,
+        teardown_grace=3.0,
+        ack_timeout=60.0,
+        ray=False,
+    )
 
 
 @pytest.fixture()
@@ -92,7 +88,7 @@ def run_split(tmp: Path, mounts: tuple[Path, Path, Path], driver: str) -> tuple[
     src, a, b = mounts
     spec_file = tmp / "netfs.toml"
     spec_file.write_text(spec(driver))
-    uuid = f"netfs-{secrets.token_hex(3)}"
+    uuid = uid("netfs")
     # Rank 0 (the driver's node) writes through the plain mount; ranks 1 and 2 read everything it
     # writes through the cached one (and rank 0 reads theirs through its own).
     procs = [start(tmp, root, spec_file, uuid, r) for r, root in enumerate((b, a, a))]

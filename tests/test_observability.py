@@ -16,8 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from agent_harness import BIN
-from audit_rundirs import REPO, T0, driver_failure, judge_failure, success
 
 from agent.lifecycle.console_tee import MAX_CONSOLE_LINE, ConsoleTee
 from agent.proc.waits import Progress, poll_until
@@ -30,6 +28,8 @@ from launch.spec.console import use_colour
 from launch.status import HeartbeatClock, read_status
 from schemas import RunDir, names
 from schemas.timefmt import iso_ms
+from tests.harness import BIN
+from tests.harness.rundirs import REPO, T0, driver_failure, judge_failure, success
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -402,7 +402,7 @@ def test_logs_follow_prints_new_lines_until_the_run_ends(tmp_path: Path) -> None
 
 
 def test_ls_lists_runs_with_outcome_and_first_cause(tmp_path: Path) -> None:
-    from audit_rundirs import RunBuilder
+    from tests.harness.rundirs import RunBuilder
 
     root = tmp_path / "out"
     success(root)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from agent_harness import (
+
+from schemas import names
+from tests.harness import (
     BIN,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -23,18 +24,13 @@ from agent_harness import (
     launch_local,
     small_spec,
     start_agent,
+    uid,
     wait_all,
     wait_for_file,
 )
 
-from schemas import names
-
 pytestmark = pytest.mark.slow
 ISO_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S")
-
-
-def uid(tag: str) -> str:
-    return f"obs-{tag}-{secrets.token_hex(3)}"
 
 
 def with_progress(spec: str, every: float) -> str:
@@ -209,7 +205,8 @@ def test_a_killed_raylet_leaves_its_evidence_and_the_audit_cites_it(tmp_path: Pa
     """SIGKILL (by pid) the raylet of rank 1's Ray node during the driver: `ray start --block` exits,
     rank 1 fails as child_exit, and Ray's own logs of that node are in ray-session-1/ and cited."""
     import psutil
-    from agent_harness import agent_tmp_root, wait_phase
+
+    from tests.harness import agent_tmp_root, wait_phase
 
     u = uid("raylet")
     run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER), u)
@@ -263,7 +260,7 @@ def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
             audit(run.run_dir, verdict="fail", rank=0, kind="placement")
             assert_nothing_left(run.run_dir)
             return
-        from agent_harness import wait_phase
+        from tests.harness import wait_phase
 
         wait_phase(run.run_dir, 0, "driver", 120)
         url = None
@@ -291,7 +288,7 @@ def test_a_loading_judge_says_so_while_the_replicas_wait(tmp_path: Path) -> None
     """The reference judge answers /health 503 for 12 s (a model loading; Ray's start takes some
     of that time before the health wait begins): its agent prints
     "judge general: loading, N s" at the spec's calm rate instead of staying silent."""
-    from agent_harness import judge_spec
+    from tests.harness import judge_spec
 
     u = uid("loading")
     spec = with_progress(judge_spec(driver='command = ["python", "-c", "print(1)"]'), 0.5)

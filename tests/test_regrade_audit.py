@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_harness import assert_artifacts_valid
 
 from audit.api import audit_run
 from launch import regrade as rg
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec, spec_record
 from schemas import RunDir, Writer, WriterKind, names
+from tests.harness import assert_artifacts_valid
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

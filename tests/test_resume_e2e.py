@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import signal
 import time
 from pathlib import Path
 
 import orjson
 import pytest
-from agent_harness import (
+
+from schemas import RunDir, Writer, names
+from tests.harness import (
     agent_pid,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -23,12 +24,11 @@ from agent_harness import (
     read,
     small_spec,
     start_agent,
+    uid,
     wait_all,
     wait_for_file,
     wait_phase,
 )
-
-from schemas import RunDir, Writer, names
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +48,11 @@ driver_api.write_result(optimizer_steps=2, final_loss=0.25, policy_version=2, po
 """
 
 
-def uid(tag: str) -> str:
-    return f"{tag}-{secrets.token_hex(3)}"
-
-
 def spec_text(tmp: Path, **kw: object) -> str:
     drv = tmp / "resume_driver.py"
     drv.write_text(DRIVER)
     driver = f'command = ["python", "{drv}"]'
-    text = small_spec(replicas=2, driver=driver, **kw)  # type: ignore[arg-type]
-    return text.replace("[ray]\n", "[ray]\nenabled = false\n")
+    return small_spec(replicas=2, driver=driver, ray=False, **kw)  # type: ignore[arg-type]
 
 
 def snapshot(run_dir: Path) -> dict[str, str]:
@@ -145,7 +140,7 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert assert_artifacts_valid(run_dir)
     assert read(run_dir, names.COMPLETE)["attempt"] == 2  # attempt 2 wrote its own over the planted one
     result = audit(run_dir, verdict="pass")  # the planted failure is reported, not judged
-    stale = [f for f in result.findings if f.code == "record.other_attempt"]  # type: ignore[attr-defined]
+    stale = [f for f in result.findings if f.code == "record.other_attempt"]
     assert [f.file for f in stale] == [names.failure(1)], stale
     attempts = getattr(result, "attempts", None)
     assert attempts is not None and [a.attempt for a in attempts] == [1, 2], attempts
@@ -153,7 +148,7 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert attempts[0].first_cause.kind == ("agent_died" if how == "sigkill_agent" else "signal")
     from audit.report_text import render
 
-    text = render(result)  # type: ignore[arg-type]
+    text = render(result)
     assert "attempt 1: FAIL" in text and "attempt 2: PASS" in text and attempts[0].first_cause.kind in text, text
 
 

@@ -9,11 +9,12 @@ Everything around it is real: agents, Ray, the supervisor, health probes, canari
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 
 import pytest
-from agent_harness import (
+
+from schemas import names
+from tests.harness import (
     JUDGE_TABLES,
     assert_artifacts_valid,
     assert_nothing_left,
@@ -23,9 +24,8 @@ from agent_harness import (
     kill_tree_by_session,
     launch_local,
     read,
+    uid,
 )
-
-from schemas import names
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def run_with_stand_in(
         "DEMO_STEPS": "1",
     }
     prepared = prepared_dir or snapshot_dir(tmp_path, REVISION)
-    run = launch_local(tmp_path, sglang_spec(prepared), f"e2e-sglang-{tag}-{secrets.token_hex(3)}", env=env)
+    run = launch_local(tmp_path, sglang_spec(prepared), uid(f"sglang-{tag}"), env=env)
     return run, record
 
 

@@ -9,7 +9,6 @@ issue 9 will write such scripts; this one is written by hand to prove the agent 
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import subprocess
 import sys
@@ -17,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read
 from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
 
 from schemas import names
+from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +59,7 @@ def demo_script(tmp: Path, uuid: str, root: Path) -> Path:
 
 def test_demo_runs_on_three_slurm_nodes_and_audits_pass(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
     c = slurm_cluster
-    uuid = f"slurm-demo-{secrets.token_hex(3)}"
+    uuid = uid("demo", "slurm")
     root = tmp_path / "out"
     run_dir = root / "cluster" / uuid
     t0 = time.monotonic()

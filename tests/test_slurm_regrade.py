@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 from _judge_server import start_server
-from agent_harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read
 from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
-from test_slurm_rendered import JOB_TIMEOUT_S, assert_passed, new_uuid, spec, submit
+from test_slurm_rendered import JOB_TIMEOUT_S, assert_passed, spec, submit
 
 from launch import regrade as rg
 from schemas import names
 from schemas.vocab import LauncherEnv
+from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
     c, root = slurm_cluster, tmp_path / "out"
     server = start_server(tmp_path, model="reference-judge", name="external")
     try:
-        uuid = new_uuid("rgsrc")
+        uuid = uid("rgsrc")
         external = (
             f'judges.general={{mode="external",model="reference-judge",endpoint="{server.base_url}",'
             "max_context_length=8192,timeout=60}"
@@ -119,7 +119,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
         assert read(source, names.DRIVER_RESULT)["judge_replies"] > 0
 
         grades = tmp_path / "grades-cpu.json"
-        profile = regrade(c, source, new_uuid("rgcpu"), grades, env={LauncherEnv.READER_SRUN: "-p cpu"})
+        profile = regrade(c, source, uid("rgcpu"), grades, env={LauncherEnv.READER_SRUN: "-p cpu"})
         assert (profile["kind"], profile["partition"]) == ("cpu", "cpu")
         assert LauncherEnv.READER_SRUN in profile["partition_source"]
         assert (profile["qos"], profile["qos_source"]) == (None, rg.PARTITION_DEFAULT)
@@ -142,7 +142,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
 def test_served_judge_profile_regrades_a_pooled_run_on_the_judge_pool_alone(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:
-    c, uuid, root = slurm_cluster, new_uuid("rgpool"), tmp_path / "out"
+    c, uuid, root = slurm_cluster, uid("rgpool"), tmp_path / "out"
     body = """
 [trainer]
 nodes = 1
@@ -165,7 +165,7 @@ object_store_memory = 100000000
     assert_passed(c, job, source)
 
     grades = tmp_path / "grades-served.json"
-    profile = regrade(c, source, new_uuid("rgserved"), grades, "--judge-partition", "cpu", "--judge-qos", "cpu-qos")
+    profile = regrade(c, source, uid("rgserved"), grades, "--judge-partition", "cpu", "--judge-qos", "cpu-qos")
     assert profile["kind"] == "served-judge" and profile["services"] == ["general"]
     assert [p["name"] for p in profile["pools"]] == ["judge"] and profile["pools"][0]["gpus_per_node"] == 8
     assert rg.CPU_PLACEMENT_UNUSED in profile["unused"]

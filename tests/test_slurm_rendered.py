@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -19,11 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_harness import agent_pid, assert_artifacts_valid, assert_nothing_left, audit, failures, read, wait_phase
 from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
 
 from schemas import DriverEnv, FailureKind, JobEnv, names
+from tests.harness import agent_pid, assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid, wait_phase
+from tests.harness.specs import judge_tables
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -46,33 +46,6 @@ if os.environ.get("PROBE_RAY"):
 print("probe:", json.dumps(facts, sort_keys=True))
 with open(os.environ["PROBE_OUT"], "w") as f:
     json.dump(facts, f)
-"""
-
-JUDGE = """
-[judges.general]
-mode = "managed"
-backend = "reference"
-model = "reference-judge"
-gpus = 1
-max_context_length = 8192
-max_concurrent_calls = 8
-timeout = 60
-{pool}
-[rubrics.general-quality]
-profile = "general-quality"
-max_output_tokens = 512
-
-[rubrics.general-quality-ref]
-profile = "general-quality-ref"
-max_output_tokens = 512
-
-[judging.bindings."general-quality"]
-judge = "general"
-rubric = "general-quality"
-
-[judging.bindings."general-quality_ref"]
-judge = "general"
-rubric = "general-quality-ref"
 """
 
 
@@ -102,7 +75,7 @@ command = "python {probe} && exec python examples/demo_driver.py"
 {body}
 [driver.env]
 {env_lines}
-{JUDGE.format(pool=f'node_pool = "{judge_pool}"' if judge_pool else "")}
+{judge_tables(max_concurrent_calls=8, timeout=60, max_output_tokens=512, pool=judge_pool)}
 [data]
 train = "{REPO / "examples" / "data" / "train.jsonl"}"
 eval = "{REPO / "examples" / "data" / "eval.jsonl"}"
@@ -152,13 +125,9 @@ def probe(tmp: Path) -> dict:
     return json.loads((tmp / "probe.json").read_text())
 
 
-def new_uuid(tag: str) -> str:
-    return f"{tag}-{secrets.token_hex(3)}"
-
-
 def test_rendered_demo_passes_with_the_driver_on_trainer_rank_0(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
     """The 3-node demo (real Ray across the nodes, the reference judge), trainer placement."""
-    c, uuid, root = slurm_cluster, new_uuid("rdemo"), tmp_path / "out"
+    c, uuid, root = slurm_cluster, uid("rdemo"), tmp_path / "out"
     body = """
 [trainer]
 nodes = 1
@@ -190,7 +159,7 @@ def test_pools_judge_on_its_own_node_and_the_driver_on_the_last_inference_node(
 ) -> None:
     """policy (2 nodes) + judge (1 node, the judge pinned there); driver.placement = "inference";
     the driver reads the judge pool's hosts through a runtime: value."""
-    c, uuid, root = slurm_cluster, new_uuid("rpool"), tmp_path / "out"
+    c, uuid, root = slurm_cluster, uid("rpool"), tmp_path / "out"
     body = """
 placement = "inference"
 [trainer]
@@ -242,7 +211,7 @@ object_store_memory = 100000000
 def test_ray_spans_main_and_aux_with_the_aux_resource_and_leaves_other_pools_out(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:
-    c, uuid, root = slurm_cluster, new_uuid("rray"), tmp_path / "out"
+    c, uuid, root = slurm_cluster, uid("rray"), tmp_path / "out"
     body = """
 [trainer]
 nodes = 1
@@ -279,7 +248,7 @@ aux_slot = 2
 
 
 def test_a_killed_agent_ends_the_job_and_the_audit_names_its_rank(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
-    c, uuid, root = slurm_cluster, new_uuid("rkill"), tmp_path / "out"
+    c, uuid, root = slurm_cluster, uid("rkill"), tmp_path / "out"
     body = """
 [trainer]
 nodes = 1

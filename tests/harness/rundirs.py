@@ -14,31 +14,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.coord.rendezvous import Peer
+from agent.lifecycle.topology import Topology
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, WriterKind, names, records
+from schemas.order import node_owners
+from tests.harness.placement import placement_fields
+from tests.harness.steps import lifecycle_phases
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo.toml"
 T0 = 1_700_000_000.0
 
-PHASES = (
-    "rendezvous",
-    "plan_agreement",
-    "devices",
-    "placement",
-    "judges_start",
-    "judge_health",
-    "ray_start",
-    "readiness",
-    "registry",
-    "canaries",
-    "driver",
-    "complete",
-    "acknowledge",
-    "teardown",
-)
+VISIBLE = tuple(str(i) for i in range(8))
 DURATIONS = {"judge_health": 6.0, "ray_start": 4.0, "readiness": 2.0, "canaries": 3.0, "driver": 30.0}
 
 
@@ -53,16 +43,29 @@ class RunBuilder:
         self.path = self.run.path
         self.ranks = list(range(self.plan.replicas))
         self.address = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}
-        order = sorted(self.ranks, key=lambda r: tuple(int(x) for x in self.address[r].split(".")))
+        order = node_owners(self.address)  # the agent's own node order
         self.node_of = {r: i for i, r in enumerate(order)}
         self.rank_of_node = {i: r for r, i in self.node_of.items()}
         self.incarnation = {r: f"inc{r}0a1b2c" for r in self.ranks}
+        peers = tuple(
+            Peer(r, self.address[r], self.incarnation[r], self.fingerprint, f"gpu-node-{r}", VISIBLE) for r in order
+        )
+        self.topo = {
+            r: Topology(self.plan.nodes[i], peers, self.plan.driver_node, self.plan.ray_nodes)
+            for r, i in self.node_of.items()
+        }
+        # Each rank's phases: the agent's step table, on the nodes each step names.
+        self.lifecycle = {
+            r: tuple(map(str, lifecycle_phases(t, self.config.ray.enabled))) for r, t in self.topo.items()
+        }
         self.driver_rank = self.rank_of_node[self.plan.driver_node]
-        self.head_rank = self.rank_of_node[0]
-        self.judge_rank = self.rank_of_node[self.plan.judge_node("general")]
+        self.head_rank = next(r for r, t in self.topo.items() if t.is_head)
+        judge_node = self.plan.judge_node("general")
+        assert judge_node is not None, "the demo's judge takes a GPU"
+        self.judge_rank = self.rank_of_node[judge_node]
         self.run.write_artifact(
             names.SPEC,
-            Writer(self.fingerprint, None, "launcher0", "launcher"),
+            Writer(self.fingerprint, None, "launcher0", WriterKind.LAUNCHER),
             {"spec": self.spec, "source": "examples/demo.toml"},
         )
 
@@ -70,7 +73,7 @@ class RunBuilder:
 
     def writer(self, rank: int | None, kind: str = "agent") -> Writer:
         inc = self.incarnation[rank] if rank is not None else "head0"
-        return Writer(self.fingerprint, rank, inc, kind)
+        return Writer(self.fingerprint, rank, inc, WriterKind(kind))
 
     def write(self, relpath: str, rank: int | None, fields: dict[str, Any], kind: str = "agent") -> None:
         self.run.write_artifact(relpath, self.writer(rank, kind), fields)
@@ -80,7 +83,7 @@ class RunBuilder:
 
     def phase_start(self, rank: int, phase: str) -> float:
         t = T0 + 0.2 * rank  # hosts start a little apart
-        for p in PHASES:
+        for p in self.lifecycle[rank]:
             if p == phase:
                 return t
             t += DURATIONS.get(p, 0.5)
@@ -96,7 +99,7 @@ class RunBuilder:
         detail: str = "",
     ) -> None:
         spans = []
-        for p in PHASES:
+        for p in self.lifecycle[rank]:
             start = self.phase_start(rank, p)
             if p == upto:
                 ended = None if last == "running" else start + DURATIONS.get(p, 0.5) / 2
@@ -125,37 +128,14 @@ class RunBuilder:
                 {
                     "address": self.address[r],
                     "hostname": f"gpu-node-{r}",
-                    "visible_devices": [str(i) for i in range(8)],
+                    "visible_devices": list(VISIBLE),
                     "pid": 1000 + r,
                     "started_at": T0 + 0.2 * r,
                 },
             )
             self.write(names.heartbeat(r), r, {"seq": 40 + r, "phase": "driver"})
-            node = self.plan.nodes[self.node_of[r]]
-            vis = [str(i) for i in range(8)]
-            self.write(
-                names.placement(r),
-                r,
-                {
-                    "node_index": node.index,
-                    "address": self.address[r],
-                    "visible_devices": vis,
-                    "trainer_gpus": node.trainer_gpus,
-                    "rollout_gpus": node.rollout_gpus,
-                    "ray": {
-                        "devices": list(node.ray_devices),
-                        "num_gpus": node.ray_gpus,
-                        "cuda_visible_devices": ",".join(vis[i] for i in node.ray_devices),
-                    },
-                    "judges": {
-                        n: {"devices": list(d), "cuda_visible_devices": ",".join(vis[i] for i in d)}
-                        for n, d in node.judge_devices.items()
-                    },
-                    "unused_devices": list(node.unused_devices),
-                    "is_head": node.index == 0,
-                    "is_driver_node": node.index == self.plan.driver_node,
-                },
-            )
+            fields = placement_fields(self.topo[r], self.address[r], VISIBLE)
+            self.write(names.placement(r), r, fields)
             self.log(names.agent_log(r), f"rank {r} agent started\nrendezvous ok\n")
             self.log(names.ray_log(r), "ray started\n")
         j = self.judge_rank
@@ -291,22 +271,17 @@ class RunBuilder:
         writer: str = "agent",
         peers: list[int] | None = None,
     ) -> None:
-        self.write(
-            names.failure(rank),
-            rank,
-            {
-                "kind": kind,
-                "cause": cause,
-                "phase": phase,
-                "wall_time": at,
-                "monotonic_time": 5000.0 + at - T0,
-                "since_start": at - T0,
-                "log": log,
-                "reacting_to": reacting_to,
-                "peers": peers or [],
-            },
-            kind=writer,
+        fields = records.failure_fields(
+            kind=kind,
+            cause=cause,
+            phase=phase,
+            wall_time=at,
+            monotonic_time=5000.0 + at - T0,
+            log=log,
+            reacting_to=reacting_to,
+            peers=peers or [],
         )
+        self.write(names.failure(rank), rank, fields, kind=writer)
 
     def react(self, rank: int, to: int, at: float, kind: str = "peer_failure", to_kind: str = "agent_died") -> None:
         ref = {"rank": to, "kind": to_kind}
@@ -361,6 +336,18 @@ def killed_replica(root: Path) -> RunBuilder:
     return b
 
 
+def _fails_in_driver(
+    b: RunBuilder, rank: int, kind: str, cause: str, at: float, *, log: str, detail: str, react_after: float
+) -> None:
+    """`rank` fails during the driver (its record, phases, cleanup); every other rank reacts."""
+    b.failure(rank, kind, cause, "driver", at, log=log)
+    b.phases(rank, "driver", state="FAILED", last="failed", detail=detail)
+    b.cleanup(rank, "failure")
+    for r in b.ranks:
+        if r != rank:
+            b.react(r, rank, at + react_after + 0.1 * r, to_kind=kind)
+
+
 DRIVER_TRACEBACK = """step 1 loss 2.31
 step 2 loss 2.05
 Traceback (most recent call last):
@@ -378,12 +365,8 @@ def driver_failure(root: Path) -> RunBuilder:
     d = b.driver_rank
     t = b.phase_start(d, "driver") + 9.0
     b.log(names.driver_log(d), DRIVER_TRACEBACK)
-    b.failure(d, "driver_exit", "driver exited with code 1", "driver", t, log=names.driver_log(d))
-    b.phases(d, "driver", state="FAILED", last="failed", detail="driver exited with code 1")
-    b.cleanup(d, "failure")
-    for r in b.ranks:
-        if r != d:
-            b.react(r, d, t + 0.5 + 0.1 * r, to_kind="driver_exit")
+    cause = "driver exited with code 1"
+    _fails_in_driver(b, d, "driver_exit", cause, t, log=names.driver_log(d), detail=cause, react_after=0.5)
     return b
 
 
@@ -404,12 +387,8 @@ def judge_failure(root: Path) -> RunBuilder:
     t = b.phase_start(j, "driver") + 15.0
     log = names.judge_log("general", j)
     b.log(log, JUDGE_LOG)
-    b.failure(j, "judge_health", "judge general failed 3 consecutive /health probes", "driver", t, log=log)
-    b.phases(j, "driver", state="FAILED", last="failed", detail="judge general unhealthy")
-    b.cleanup(j, "failure")
-    for r in b.ranks:
-        if r != j:
-            b.react(r, j, t + 0.4 + 0.1 * r, to_kind="judge_health")
+    cause = "judge general failed 3 consecutive /health probes"
+    _fails_in_driver(b, j, "judge_health", cause, t, log=log, detail="judge general unhealthy", react_after=0.4)
     return b
 
 

@@ -1,91 +1,26 @@
-"""Helpers for tests that run real agents: specs, launching, artifact validation, leftovers."""
+"""Running real agents for a test: launching, waiting, reading and validating what they wrote."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import orjson
-import psutil
 
 from agent.proc import tempdirs
+from audit.api import audit_run
+from audit.model import AuditResult
 from schemas import RunDir, names, violations
+from tests.harness.orphans import kill_tree_by_session, started_session
 
 BIN = Path(sys.executable).parent
-
-
-def small_spec(
-    *,
-    replicas: int = 3,
-    driver: str = 'command = ["python", "-c", "import time; time.sleep(1)"]',
-    heartbeat_timeout: float = 6,
-    startup_timeout: float = 90,
-    extra: str = "",
-    placement: str = "trainer",
-) -> str:
-    """A multi-node spec with 2-GPU nodes: one trainer node, the rest rollout."""
-    rollout = 2 * (replicas - 1)
-    return f"""
-name = "e2e"
-[launch]
-gpus_per_replica = 2
-node_gpus = 2
-[launch.coordination]
-startup_timeout = {startup_timeout}
-heartbeat_timeout = {heartbeat_timeout}
-heartbeat_interval = 0.5
-poll_interval = 0.25
-teardown_grace = 4.0
-ack_timeout = 20.0
-[trainer]
-nodes = 1
-gpus_per_node = 2
-[inference]
-gpus = {rollout}
-[driver]
-{driver}
-placement = "{placement}"
-[ray]
-num_cpus = 1
-object_store_memory = 80000000
-{extra}
-"""
-
-
-JUDGE_TABLES = """
-[judges.general]
-mode = "managed"
-backend = "reference"
-model = "reference-judge"
-gpus = 1
-max_context_length = 8192
-max_concurrent_calls = 4
-timeout = 30
-[rubrics.general-quality]
-profile = "general-quality"
-max_output_tokens = 256
-[rubrics.general-quality-ref]
-profile = "general-quality-ref"
-max_output_tokens = 256
-[judging.bindings."general-quality"]
-judge = "general"
-rubric = "general-quality"
-[judging.bindings."general-quality_ref"]
-judge = "general"
-rubric = "general-quality-ref"
-"""
-
-
-def judge_spec(driver: str = 'command = ["python", "-c", "import time; time.sleep(60)"]', **kw: object) -> str:
-    """Three 2-GPU nodes: trainer, rollout, and rollout + a managed reference judge on node 2."""
-    text = small_spec(driver=driver, **kw)  # type: ignore[arg-type]
-    return text.replace("gpus = 4\n", "gpus = 3\n", 1) + JUDGE_TABLES
 
 
 @dataclass
@@ -141,7 +76,9 @@ def launch_local(
         env={**os.environ, tempdirs.ROOT_ENV: str(agent_tmp_root(tmp)), **(env or {})},
         start_new_session=True,
     )
-    return LocalRun(proc, root / "cluster" / uuid, uuid, [])
+    run_dir = root / "cluster" / uuid
+    started_session(run_dir, proc.pid)
+    return LocalRun(proc, run_dir, uuid, [])
 
 
 def start_agent(
@@ -153,31 +90,26 @@ def start_agent(
     address: str,
     gpus: int = 2,
     env: dict[str, str] | None = None,
+    *,
+    args: tuple[str, ...] = (),
+    stdout: int | IO[bytes] = subprocess.PIPE,
+    temp_root: Path | None = None,
 ) -> subprocess.Popen:
-    cmd = [
-        str(BIN / "gym-agent"),
-        "--uuid",
-        uuid,
-        "--config",
-        str(spec_path),
-        "--output-root",
-        str(tmp / "out"),
-        "--rank",
-        str(rank),
-        "--replicas",
-        str(replicas),
-        "--address",
-        address,
-    ]
+    """`gym-agent` for one rank of a run under `tmp`/out, in a session of its own, as a user starts
+    it; its local temp dirs go under `temp_root` (default: this test's own root)."""
+    cmd = [str(BIN / "gym-agent"), "--uuid", uuid, "--config", str(spec_path), "--output-root", str(tmp / "out")]
+    cmd += ["--rank", str(rank), "--replicas", str(replicas), "--address", address, *args]
     full_env = {
         **os.environ,
-        tempdirs.ROOT_ENV: str(agent_tmp_root(tmp)),
+        tempdirs.ROOT_ENV: str(temp_root or agent_tmp_root(tmp)),
         "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus))),
         **(env or {}),
     }
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
+    proc = subprocess.Popen(
+        cmd, stdout=stdout, stderr=subprocess.STDOUT, text=True, env=full_env, start_new_session=True
     )
+    started_session(tmp / "out" / "cluster" / uuid, proc.pid)
+    return proc
 
 
 def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
@@ -247,27 +179,6 @@ def failures(run_dir: Path) -> dict[int, dict]:
     return out
 
 
-def run_processes(run_dir: Path, extra_pids: tuple[int, ...] = ()) -> list[psutil.Process]:
-    """Live processes of a run: anything naming the run dir or its uuid, or in a recorded session."""
-    sessions = set(extra_pids)
-    for f in run_dir.glob("cleanup-*.json"):
-        for g in orjson.loads(f.read_bytes())["groups"]:
-            sessions.add(int(g["session"]))
-    needle = run_dir.name
-    me = os.getpid()
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if p.pid == me or p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            cmd = " ".join(p.info["cmdline"] or [])
-            if needle in cmd or str(run_dir) in cmd or os.getsid(p.pid) in sessions:
-                found.append(p)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def agent_temp_dirs(tmp: Path) -> set[Path]:
     """The local temp dirs (Ray's, judges') that this test's agents have right now: only this
     test's own root is looked at, never another run's dirs in /tmp."""
@@ -275,26 +186,11 @@ def agent_temp_dirs(tmp: Path) -> set[Path]:
     return {p for prefix in tempdirs.PREFIXES for p in root.glob(f"{prefix}*")}
 
 
-def assert_nothing_left(run_dir: Path, extra_pids: tuple[int, ...] = (), timeout: float = 15) -> None:
-    end = time.monotonic() + timeout
-    left = run_processes(run_dir, extra_pids)
-    while left and time.monotonic() < end:
-        time.sleep(0.3)
-        left = run_processes(run_dir, extra_pids)
-    if left:
-        desc = [f"{p.pid} {' '.join(p.cmdline()[:6])}" for p in left if p.is_running()]
-        for p in left:  # do not leak into later tests; the assertion below still fails this one
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        raise AssertionError(f"processes of the run survived: {desc}")
-
-
-def audit(run_dir: Path, *, verdict: str, rank: int | None = None, kind: str | None = None) -> object:
-    """Audit a real run directory and check its verdict and first cause (rank, kind)."""
-    from audit.api import audit_run
-
+def audit(
+    run_dir: Path, *, verdict: str, rank: int | Collection[int] | None = None, kind: str | None = None
+) -> AuditResult:
+    """Audit a real run directory and check its verdict and first cause: its kind, and its rank
+    (or, where racing records decide which of several ranks the audit names, one of `rank`)."""
     result = audit_run(run_dir)
     errors = [f"{f.code}: {f.message}" for f in result.findings if f.severity == "error"]
     assert result.verdict == verdict, (result.verdict, errors)
@@ -303,14 +199,6 @@ def audit(run_dir: Path, *, verdict: str, rank: int | None = None, kind: str | N
     else:
         fc = result.first_cause
         assert fc is not None, errors
-        assert (fc.rank, fc.kind) == (rank, kind), (fc, result.cascade)
+        ranks = {rank} if rank is None or isinstance(rank, int) else set(rank)
+        assert fc.kind == kind and fc.rank in ranks, (fc, result.cascade)
     return result
-
-
-def kill_tree_by_session(proc: subprocess.Popen) -> None:
-    """Test cleanup for a launcher we started (its own session): by pid, never by name."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -1,0 +1,107 @@
+"""Spec texts for runs of real agents on this machine, and unique run ids.
+
+One template: `small_spec` writes a multi-node spec (one trainer node, the rest rollout) with short
+coordination timings; its arguments are the knobs the tests and bench turn.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+SLEEP_1 = 'command = ["python", "-c", "import time; time.sleep(1)"]'
+
+
+def judge_tables(
+    *, max_concurrent_calls: int = 4, timeout: float = 30, max_output_tokens: int = 256, pool: str | None = None
+) -> str:
+    """A managed reference judge (one GPU; in node pool `pool` if given) bound twice, as in the demo."""
+    pool_line = f'node_pool = "{pool}"\n' if pool else ""
+    return f"""
+[judges.general]
+mode = "managed"
+backend = "reference"
+model = "reference-judge"
+gpus = 1
+max_context_length = 8192
+max_concurrent_calls = {max_concurrent_calls}
+timeout = {timeout}
+{pool_line}[rubrics.general-quality]
+profile = "general-quality"
+max_output_tokens = {max_output_tokens}
+[rubrics.general-quality-ref]
+profile = "general-quality-ref"
+max_output_tokens = {max_output_tokens}
+[judging.bindings."general-quality"]
+judge = "general"
+rubric = "general-quality"
+[judging.bindings."general-quality_ref"]
+judge = "general"
+rubric = "general-quality-ref"
+"""
+
+
+JUDGE_TABLES = judge_tables()
+
+
+def uid(tag: str, prefix: str = "e2e") -> str:
+    """A run id no other run on this machine has: `prefix-tag-<6 hex>`."""
+    return f"{prefix}-{tag}-{secrets.token_hex(3)}" if prefix else f"{tag}-{secrets.token_hex(3)}"
+
+
+def small_spec(
+    *,
+    name: str = "e2e",
+    replicas: int = 3,
+    node_gpus: int = 2,
+    driver: str = SLEEP_1,
+    placement: str | None = "trainer",
+    startup_timeout: float = 90,
+    heartbeat_timeout: float = 6,
+    heartbeat_interval: float = 0.5,
+    poll_interval: float = 0.25,
+    teardown_grace: float = 4.0,
+    ack_timeout: float | None = 20.0,
+    ray: bool = True,
+    judges: bool = False,
+    extra: str = "",
+) -> str:
+    """A spec of `replicas` nodes with `node_gpus` GPUs each: node 0 trains, the others roll out
+    (less one GPU for the judge with `judges`). `driver` is the [driver] table's command line;
+    `extra` lands in the [ray] table; None leaves a key at its default."""
+    rollout = node_gpus * (replicas - 1) - (1 if judges else 0)
+    coordination = [
+        f"startup_timeout = {startup_timeout}",
+        f"heartbeat_timeout = {heartbeat_timeout}",
+        f"heartbeat_interval = {heartbeat_interval}",
+        f"poll_interval = {poll_interval}",
+        f"teardown_grace = {teardown_grace}",
+    ]
+    if ack_timeout is not None:
+        coordination.append(f"ack_timeout = {ack_timeout}")
+    drive = [driver] + ([f'placement = "{placement}"'] if placement is not None else [])
+    ray_table = "num_cpus = 1\nobject_store_memory = 80000000" if ray else "enabled = false"
+    nl = "\n"
+    return f"""
+name = "{name}"
+[launch]
+gpus_per_replica = {node_gpus}
+node_gpus = {node_gpus}
+[launch.coordination]
+{nl.join(coordination)}
+[trainer]
+nodes = 1
+gpus_per_node = {node_gpus}
+[inference]
+gpus = {rollout}
+[driver]
+{nl.join(drive)}
+[ray]
+{ray_table}
+{extra}
+""" + (JUDGE_TABLES if judges else "")
+
+
+def judge_spec(driver: str = 'command = ["python", "-c", "import time; time.sleep(60)"]', **kw: Any) -> str:
+    """Three 2-GPU nodes: trainer, rollout, and rollout + a managed reference judge on node 2."""
+    return small_spec(driver=driver, judges=True, **kw)

@@ -10,6 +10,7 @@ from audit.context import AuditContext
 from audit.model import Finding
 from audit.views import as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
+from schemas.vocab import FsCondition
 
 
 def check_phases(ctx: AuditContext) -> list[Finding]:
@@ -356,17 +357,14 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
     return out
 
 
-# The agents' wording for their own refused writes (agent/coord/durable.py says the same).
-_FS_PHRASES = ("shared filesystem full", "shared filesystem unwritable")
-
-
 def check_shared_filesystem(ctx: AuditContext) -> list[Finding]:
     """Name a full or unwritable run directory as such, not as the silence it causes."""
-    hit = {r: rec for r, rec in sorted(ctx.failures.items()) if any(p in rec.cause for p in _FS_PHRASES)}
+    conditions = {str(c) for c in FsCondition}
+    hit = {r: rec for r, rec in sorted(ctx.failures.items()) if rec.fs_condition in conditions}
     if not hit:
         return []
-    full = any(_FS_PHRASES[0] in rec.cause for rec in hit.values())
-    what = "shared filesystem full" if full else "shared filesystem unwritable"
+    full = any(rec.fs_condition == FsCondition.FULL for rec in hit.values())
+    what = f"shared filesystem {FsCondition.FULL if full else FsCondition.UNWRITABLE}"
     first = next(iter(hit.values()))
     return [
         Finding(

@@ -17,7 +17,7 @@ from typing import Any
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, names, records
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo.toml"
@@ -300,24 +300,22 @@ class RunBuilder:
         reacting_to: dict[str, Any] | None = None,
         writer: str = "agent",
         peers: list[int] | None = None,
+        **facts: Any,
     ) -> None:
-        self.write(
-            names.failure(rank),
-            "failure",
-            rank,
-            {
-                "kind": kind,
-                "cause": cause,
-                "phase": phase,
-                "wall_time": at,
-                "monotonic_time": 5000.0 + at - T0,
-                "since_start": at - T0,
-                "log": log,
-                "reacting_to": reacting_to,
-                "peers": peers or [],
-            },
-            kind=writer,
+        """A failure record built as the agent builds it; `facts`: exit_code, child, judge, signal,
+        sender, fs_condition (schemas.records.failure_fields)."""
+        fields = records.failure_fields(
+            kind=kind,
+            cause=cause,
+            phase=phase,
+            wall_time=at,
+            monotonic_time=5000.0 + at - T0,
+            log=log,
+            reacting_to=reacting_to,
+            peers=peers or [],
+            **facts,
         )
+        self.write(names.failure(rank), "failure", rank, {**fields, "since_start": at - T0}, kind=writer)
 
     def react(self, rank: int, to: int, at: float, kind: str = "peer_failure", to_kind: str = "agent_died") -> None:
         ref = {"rank": to, "kind": to_kind}
@@ -389,7 +387,7 @@ def driver_failure(root: Path) -> RunBuilder:
     d = b.driver_rank
     t = b.phase_start(d, "driver") + 9.0
     b.log(names.driver_log(d), DRIVER_TRACEBACK)
-    b.failure(d, "driver_exit", "driver exited with code 1", "driver", t, log=names.driver_log(d))
+    b.failure(d, "driver_exit", "driver exited with code 1", "driver", t, log=names.driver_log(d), exit_code=1)
     b.phases(d, "driver", state="FAILED", last="failed", detail="driver exited with code 1")
     b.cleanup(d, "failure")
     for r in b.ranks:
@@ -415,7 +413,9 @@ def judge_failure(root: Path) -> RunBuilder:
     t = b.phase_start(j, "driver") + 15.0
     log = names.judge_log("general", j)
     b.log(log, JUDGE_LOG)
-    b.failure(j, "judge_health", "judge general failed 3 consecutive /health probes", "driver", t, log=log)
+    b.failure(
+        j, "judge_health", "judge general failed 3 consecutive /health probes", "driver", t, log=log, judge="general"
+    )
     b.phases(j, "driver", state="FAILED", last="failed", detail="judge general unhealthy")
     b.cleanup(j, "failure")
     for r in b.ranks:

@@ -647,6 +647,7 @@ class Agent:
                         cause=f"the driver exited with code {code}",
                         phase=str(Phase.DRIVER),
                         log=names.driver_log(self.rank),
+                        exit_code=code,
                     )
                 )
             self._driver_done.set()
@@ -852,7 +853,7 @@ class Agent:
     def _install_signal_handlers(self) -> None:
         def received(sig: signals.Received) -> None:
             self.signal.trip(
-                Failure(kind=FailureKind.SIGNAL, cause=sig.describe(), phase=self.log.phase_name(), sender=sig.sender())
+                Failure(kind=FailureKind.SIGNAL, cause=sig.describe(), phase=self.log.phase_name(), **sig.facts())
             )
 
         # SIGTERM/SIGINT with their sender (si_pid): a scheduler's reaction is told from a cause.

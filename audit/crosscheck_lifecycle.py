@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 
 from audit.context import AuditContext
-from audit.model import Finding
+from audit.model import Finding, Severity
 from audit.views import as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 from schemas.vocab import FsCondition
@@ -62,7 +62,7 @@ def check_completion(ctx: AuditContext) -> list[Finding]:
     if missing:
         # After complete.json a replica may still fail (e.g. during acknowledgement); then missing
         # acks are part of that failure, not a separate protocol violation.
-        sev = "warning" if ctx.failures else "error"
+        sev: Severity = "warning" if ctx.failures else "error"
         out.append(
             Finding(
                 sev,
@@ -196,7 +196,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
         return []
     out: list[Finding] = []
     steps = doc.get("optimizer_steps")
-    if not (as_int(steps) is not None and steps > 0):
+    if not ((n := as_int(steps)) is not None and n > 0):
         out.append(
             Finding(
                 "error",
@@ -212,7 +212,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
         where = f"losses at steps {bad[:5]}" if bad else "final_loss"
         out.append(Finding("error", "driver.nonfinite_loss", f"{where} not finite", f, json_path="$.losses"))
     refreshes = doc.get("policy_refreshes")
-    if not (as_int(refreshes) is not None and refreshes >= 1):
+    if not ((n := as_int(refreshes)) is not None and n >= 1):
         out.append(
             Finding(
                 "error",
@@ -223,7 +223,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
             )
         )
     replies = doc.get("judge_replies")
-    if ctx.plan.bindings and not (as_int(replies) is not None and replies > 0):
+    if ctx.plan.bindings and not ((n := as_int(replies)) is not None and n > 0):
         out.append(
             Finding(
                 "error",

@@ -209,9 +209,12 @@ def analyse(
         # A peer's silence report is the likeliest start: the silent rank wrote its own record
         # only after it resumed (SIGSTOP/SIGCONT, a long stall), reacting to its peers' records.
         reactions.sort(key=_order_key)
-        silent = [c for c in reactions if c.kind == FailureKind.PEER_SILENT and c.reacting_to is not None]
+        silent = [
+            (c, c.reacting_to) for c in reactions if c.kind == FailureKind.PEER_SILENT and c.reacting_to is not None
+        ]
         if silent:
-            culprit = _silent_culprit(failures[silent[0].rank], phases, heartbeat_phases.get(silent[0].reacting_to))
+            noticed, target = silent[0]
+            culprit = _silent_culprit(failures[noticed.rank], phases, heartbeat_phases.get(target))
             roots.append(replace(culprit, cause=culprit.cause + _cycle_note(failures)))
         else:
             earliest = reactions.pop(0)

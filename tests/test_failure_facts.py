@@ -125,12 +125,12 @@ def _audit_codes(b: RunBuilder) -> dict[str, str]:
 
 
 def test_the_audit_names_a_full_filesystem_from_the_field_not_the_words(tmp_path: Path) -> None:
-    def run(name: str, **facts: object) -> dict[str, str]:
+    def run(name: str, fs_condition: str | None = None) -> dict[str, str]:
         b = RunBuilder(tmp_path / name)
         b.startup()
         t = b.phase_start(0, "driver") + 5.0
         cause = "shared filesystem full: [Errno 28] No space left on device (this agent's heartbeat writes failed)"
-        b.failure(0, "run_dir", cause, "driver", t, **facts)
+        b.failure(0, "run_dir", cause, "driver", t, fs_condition=fs_condition)
         b.phases(0, "driver", state="FAILED", last="failed")
         b.cleanup(0, "failure")
         for r in (1, 2):

@@ -28,7 +28,7 @@ from audit.crosscheck_regrade import check_regrade
 from audit.expected import expected_plan
 from audit.first_cause import analyse
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
-from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary
+from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
 from audit.schema_check import check_schemas
 from audit.views import as_dict, as_str, rank_of
 from launch.spec.load import restore_key_order
@@ -242,7 +242,7 @@ def audit_run(path: str | Path) -> AuditResult:
                 )
             )
         findings = sorted(set(findings), key=Finding.sort_key)
-        verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
+        verdict: Verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
         return AuditResult(
             run_dir=str(path),
             verdict=verdict,

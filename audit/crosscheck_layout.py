@@ -4,9 +4,10 @@ CUDA masks, and Ray's live layout against the plan recomputed from the spec."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from audit.context import AuditContext
-from audit.model import Finding
+from audit.model import Finding, Severity
 from audit.views import as_dict, as_list, mask_entries
 from schemas import names
 
@@ -16,7 +17,7 @@ def check_ranks(ctx: AuditContext) -> list[Finding]:
     expected = set(ctx.expected_ranks)
     # A record that is missing on a run that failed early is expected; on a run that claims
     # success it means a replica never joined or its record was lost.
-    sev = "error" if ctx.outcome != "failed" else "warning"
+    sev: Severity = "error" if ctx.outcome != "failed" else "warning"
     for rank in ctx.expected_ranks:
         if rank not in ctx.addresses:
             out.append(Finding(sev, "rank.missing_address", "no address record", names.address(rank), rank))
@@ -282,5 +283,5 @@ def _gpus(d: dict[str, object]) -> dict[str, float | None]:
     return {k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None for k, v in d.items()}
 
 
-def _fmt(d: dict[str, object]) -> str:
+def _fmt(d: Mapping[str, object]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" if isinstance(v, float) else f"{k}: {v}" for k, v in sorted(d.items())) + "}"

@@ -7,9 +7,10 @@ import math
 from collections import defaultdict
 
 from audit.context import AuditContext
-from audit.model import Finding
+from audit.model import Finding, Severity
 from audit.views import as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
+from schemas.vocab import FsCondition
 
 
 def check_phases(ctx: AuditContext) -> list[Finding]:
@@ -61,7 +62,7 @@ def check_completion(ctx: AuditContext) -> list[Finding]:
     if missing:
         # After complete.json a replica may still fail (e.g. during acknowledgement); then missing
         # acks are part of that failure, not a separate protocol violation.
-        sev = "warning" if ctx.failures else "error"
+        sev: Severity = "warning" if ctx.failures else "error"
         out.append(
             Finding(
                 sev,
@@ -195,7 +196,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
         return []
     out: list[Finding] = []
     steps = doc.get("optimizer_steps")
-    if not (as_int(steps) is not None and steps > 0):
+    if not ((n := as_int(steps)) is not None and n > 0):
         out.append(
             Finding(
                 "error",
@@ -211,7 +212,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
         where = f"losses at steps {bad[:5]}" if bad else "final_loss"
         out.append(Finding("error", "driver.nonfinite_loss", f"{where} not finite", f, json_path="$.losses"))
     refreshes = doc.get("policy_refreshes")
-    if not (as_int(refreshes) is not None and refreshes >= 1):
+    if not ((n := as_int(refreshes)) is not None and n >= 1):
         out.append(
             Finding(
                 "error",
@@ -222,7 +223,7 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
             )
         )
     replies = doc.get("judge_replies")
-    if ctx.plan.bindings and not (as_int(replies) is not None and replies > 0):
+    if ctx.plan.bindings and not ((n := as_int(replies)) is not None and n > 0):
         out.append(
             Finding(
                 "error",
@@ -356,17 +357,14 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
     return out
 
 
-# The agents' wording for their own refused writes (agent/coord/durable.py says the same).
-_FS_PHRASES = ("shared filesystem full", "shared filesystem unwritable")
-
-
 def check_shared_filesystem(ctx: AuditContext) -> list[Finding]:
     """Name a full or unwritable run directory as such, not as the silence it causes."""
-    hit = {r: rec for r, rec in sorted(ctx.failures.items()) if any(p in rec.cause for p in _FS_PHRASES)}
+    conditions = {str(c) for c in FsCondition}
+    hit = {r: rec for r, rec in sorted(ctx.failures.items()) if rec.fs_condition in conditions}
     if not hit:
         return []
-    full = any(_FS_PHRASES[0] in rec.cause for rec in hit.values())
-    what = "shared filesystem full" if full else "shared filesystem unwritable"
+    full = any(rec.fs_condition == FsCondition.FULL for rec in hit.values())
+    what = f"shared filesystem {FsCondition.FULL if full else FsCondition.UNWRITABLE}"
     first = next(iter(hit.values()))
     return [
         Finding(

@@ -18,7 +18,7 @@ Rules (the agent's failure records are the evidence):
 
 from __future__ import annotations
 
-import re
+import signal
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -72,7 +72,7 @@ def _order_key(c: Cause) -> tuple[float, int, int]:
     return (c.wall_time if c.wall_time is not None else float("inf"), _priority(c.kind), c.rank)
 
 
-def _default_log(kind: str, rank: int, phase: str | None, logs: Mapping[str, int], cause: str) -> str | None:
+def _default_log(kind: str, rank: int, phase: str | None, logs: Mapping[str, int], judge: str | None) -> str | None:
     """The most relevant log when the record names none."""
     candidates: list[str] = []
     if kind == FailureKind.DRIVER_EXIT or phase == Phase.DRIVER:
@@ -83,8 +83,8 @@ def _default_log(kind: str, rank: int, phase: str | None, logs: Mapping[str, int
             parsed = names.parse(p)
             if parsed and parsed.schema == "log" and parsed.judge and parsed.rank == rank:
                 judge_logs[p] = parsed.judge
-        # Prefer the judge the cause text mentions.
-        candidates.extend(sorted(judge_logs, key=lambda p: (judge_logs[p] not in cause, p)))
+        # Prefer the judge the record names.
+        candidates.extend(sorted(judge_logs, key=lambda p: (judge_logs[p] != judge, p)))
     candidates.append(names.agent_log(rank))
     return next((c for c in candidates if c in logs), None)
 
@@ -101,6 +101,8 @@ def _from_record(rec: FailureRec) -> Cause:
         log=rec.log,
         reacting_to=rec.reacting_to,
         writer=rec.writer,
+        exit_code=rec.exit_code,
+        judge=rec.judge,
     )
 
 
@@ -128,13 +130,13 @@ def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_
 # A driver or child killed by SIGTERM, SIGINT or SIGHUP was signalled by someone else (a scheduler
 # signals every process of a step): like the agent's own signal record, a reaction, not a cause.
 # SIGKILL (-9) is not among them: the kernel's OOM killer sends it, and that is a real failure.
-_SIGNALLED_CHILD = re.compile(r"exited with code -(1|2|15)\b")
+SIGNALLED_EXIT_CODES = frozenset({-signal.SIGHUP, -signal.SIGINT, -signal.SIGTERM})
 
 
 def _signal_like(c: Cause) -> bool:
     if c.kind == FailureKind.SIGNAL:
         return True
-    return c.kind in (FailureKind.DRIVER_EXIT, FailureKind.CHILD_EXIT) and bool(_SIGNALLED_CHILD.search(c.cause))
+    return c.kind in (FailureKind.DRIVER_EXIT, FailureKind.CHILD_EXIT) and c.exit_code in SIGNALLED_EXIT_CODES
 
 
 def _signals_after_real_failures(roots: list[Cause]) -> list[Cause]:
@@ -207,9 +209,12 @@ def analyse(
         # A peer's silence report is the likeliest start: the silent rank wrote its own record
         # only after it resumed (SIGSTOP/SIGCONT, a long stall), reacting to its peers' records.
         reactions.sort(key=_order_key)
-        silent = [c for c in reactions if c.kind == FailureKind.PEER_SILENT and c.reacting_to is not None]
+        silent = [
+            (c, c.reacting_to) for c in reactions if c.kind == FailureKind.PEER_SILENT and c.reacting_to is not None
+        ]
         if silent:
-            culprit = _silent_culprit(failures[silent[0].rank], phases, heartbeat_phases.get(silent[0].reacting_to))
+            noticed, target = silent[0]
+            culprit = _silent_culprit(failures[noticed.rank], phases, heartbeat_phases.get(target))
             roots.append(replace(culprit, cause=culprit.cause + _cycle_note(failures)))
         else:
             earliest = reactions.pop(0)
@@ -217,7 +222,7 @@ def analyse(
     roots.sort(key=_order_key)
     roots = _signals_after_real_failures(roots)
     first = roots[0]
-    log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.cause)
+    log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.judge)
     excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()
     first = replace(first, log=log, excerpt=excerpt, ray_logs=ray_evidence(first, log, logs))
     cascade = tuple(sorted(roots[1:] + reactions, key=_order_key))

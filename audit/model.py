@@ -65,6 +65,8 @@ class Cause:
     writer: str | None = None
     excerpt: tuple[str, ...] = ()  # last error lines / traceback of `log`
     ray_logs: tuple[str, ...] = ()  # Ray's own session logs kept for this rank, when Ray is involved
+    exit_code: int | None = None  # the record's: a child's or the driver's exit status (-N: signal N)
+    judge: str | None = None  # the record's: the managed judge concerned
 
     def to_json(self) -> dict[str, Any]:
         return {

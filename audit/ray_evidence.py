@@ -1,13 +1,12 @@
 """Which of Ray's own session logs (kept in ray-session-RANK/) speak to a failure.
 
 A Ray child that exited (`child_exit` citing ray-RANK.log), a layout that never formed, or a
-driver whose Ray calls failed: the raylet's and GCS's logs of that rank say why (an OOM kill,
-a lost GCS) where `ray start`'s own output does not.
+failure in a Ray phase: the raylet's and GCS's logs of that rank say why (an OOM kill, a lost
+GCS) where `ray start`'s own output does not. Decided on the record's fields, never its text.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from audit.model import Cause
@@ -22,10 +21,7 @@ MAX_LISTED = 6
 def ray_evidence(cause: Cause, log: str | None, logs: Mapping[str, int]) -> tuple[str, ...]:
     """The rank's kept Ray session logs, most telling first, when the failure involves Ray."""
     involved = (
-        (log is not None and log == names.ray_log(cause.rank))
-        or cause.kind in RAY_KINDS
-        or cause.phase in RAY_PHASES
-        or re.search(r"\bray\b", cause.cause, re.IGNORECASE) is not None
+        (log is not None and log == names.ray_log(cause.rank)) or cause.kind in RAY_KINDS or cause.phase in RAY_PHASES
     )
     if not involved:
         return ()

@@ -11,7 +11,7 @@ import math
 from audit.model import AuditResult, Cause, NodeMap, RankSummary
 from audit.report_text import cause_headline
 from audit.sanitize import clean_text
-from schemas import Phase
+from schemas import Phase, timefmt
 
 PHASE_COLORS: dict[str, str] = {  # keyed by Phase, looked up by the recorded phase name
     Phase.RENDEZVOUS: "#4e79a7",
@@ -119,7 +119,7 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause], first: Cause 
         out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 6}" stroke="#eee"/>')
         out.append(
             f'<text x="{x:.1f}" y="{top - 8}" font-size="10" fill="#666" text-anchor="middle">'
-            f"+{span * i / 4:.1f}s</text>"
+            f"+{timefmt.seconds(span * i / 4)}s</text>"
         )
     for row, r in enumerate(rows):
         y = top + row * row_h
@@ -143,7 +143,7 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause], first: Cause 
             else:
                 stroke = ""
             dash = ' stroke-dasharray="4 2" stroke="#333"' if p.outcome == "running" else ""
-            dur = f"{end - p.started_at:.2f}s" + (" (still running)" if p.ended_at is None else "")
+            dur = f"{timefmt.seconds(end - p.started_at, 2)}s" + (" (still running)" if p.ended_at is None else "")
             cls = f"phase phase-{_e(p.outcome)}" + (" first-cause" if root else "")
             out.append(
                 f'<rect class="{cls}" data-phase="{_e(p.phase)}" '
@@ -217,11 +217,9 @@ def _gpu_map(maps: tuple[NodeMap, ...]) -> str:
 
 
 def _when(result: AuditResult) -> str:
-    from schemas.timefmt import iso_ms
-
     start, total = run_span(result.ranks)
-    began = f'<span id="run-start">{_e(iso_ms(start))}</span>' if start is not None else "unknown"
-    took = f'<span id="run-duration">{total:.1f} s</span>' if total is not None else "unknown"
+    began = f'<span id="run-start">{_e(timefmt.iso_ms(start))}</span>' if start is not None else "unknown"
+    took = f'<span id="run-duration">{timefmt.seconds(total)} s</span>' if total is not None else "unknown"
     return f"Started {began}; total duration {took}."
 
 

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-
 from audit.model import AuditResult, Cause, Finding
 from audit.sanitize import terminal_safe as _t
+from schemas import timefmt
 
 
 def fmt_time(t: float | None) -> str:
     if t is None:
         return "unknown time"
-    try:
-        return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-    except (OverflowError, OSError, ValueError):
-        return f"t={t!r}"
+    return timefmt.iso_ms(t, sep=" ")
 
 
 def cause_headline(c: Cause) -> str:
@@ -66,7 +62,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         if fc.reported_by is not None:
             lines.append(f"  (no record from rank {fc.rank}; reported by rank {fc.reported_by})")
         if fc.since_start is not None:
-            lines.append(f"  {fc.since_start:.1f} s after that agent started")
+            lines.append(f"  {timefmt.seconds(fc.since_start)} s after that agent started")
         if fc.log:
             lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
             lines += [_t(f"    | {ln}") for ln in fc.excerpt]

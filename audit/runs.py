@@ -7,12 +7,14 @@ audited is listed as unusable rather than stopping the listing.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from audit.api import audit_run
 from audit.load import UnusableRunDir
+from audit.model import AuditResult
 from audit.sanitize import terminal_safe
 
 MAX_RUNS = 10_000
@@ -41,13 +43,19 @@ def row_of(path: Path) -> RunRow:
         result = audit_run(path)
     except (UnusableRunDir, OSError) as exc:
         return RunRow(path.name, None, None, "unusable", str(exc)[:200])
+    return row_from(path.name, result)
+
+
+def row_from(uuid: str, result: AuditResult) -> RunRow:
     starts = [r.phases[0].started_at for r in result.ranks if r.phases]
     ends = [p.ended_at for r in result.ranks for p in r.phases if p.ended_at is not None]
     started = min(starts) if starts else None
     elapsed = (max(ends) - started) if (started is not None and ends) else None
+    if elapsed is not None and not math.isfinite(elapsed):  # corrupt times at both ends (-1e308, 1e308)
+        elapsed = None
     fc = result.first_cause
     cause = f"rank {fc.rank} {fc.kind} in {fc.phase or '?'}: {fc.cause}" if fc else None
-    return RunRow(path.name, started, elapsed, result.outcome, cause)
+    return RunRow(uuid, started, elapsed, result.outcome, cause)
 
 
 def list_runs(output_root: Path) -> list[RunRow]:
@@ -62,7 +70,7 @@ def list_runs(output_root: Path) -> list[RunRow]:
 
 
 def render_table(rows: list[RunRow]) -> str:
-    from schemas.timefmt import iso_ms
+    from schemas.timefmt import iso_ms, seconds
 
     table = [("uuid", "start", "elapsed", "outcome", "first cause")]
     for r in rows:
@@ -70,7 +78,7 @@ def render_table(rows: list[RunRow]) -> str:
             (
                 r.uuid,
                 iso_ms(r.started_at) if r.started_at is not None else "-",
-                f"{r.elapsed_s:.1f}s" if r.elapsed_s is not None else "-",
+                f"{seconds(r.elapsed_s)}s" if r.elapsed_s is not None else "-",
                 r.outcome,
                 (r.first_cause or "")[:160],
             )

@@ -23,7 +23,11 @@ def as_int(v: Any) -> int | None:
 def as_num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    return float(v) if math.isfinite(v) else None
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float (JSON allows 1e400 written out)
+        return None
+    return f if math.isfinite(f) else None
 
 
 def as_str(v: Any) -> str | None:
@@ -120,6 +124,11 @@ class FailureRec:
     peers: tuple[int, ...]
     writer: str | None
     incarnation: str | None
+    exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
+    child: str | None = None
+    judge: str | None = None
+    signal: str | None = None
+    fs_condition: str | None = None  # schemas.vocab.FsCondition
 
 
 def _visible(v: Any) -> tuple[str, ...]:
@@ -226,6 +235,11 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             peers=tuple(p for p in as_list(d.get("peers")) if as_int(p) is not None),
             writer=as_str(d.get("writer")),
             incarnation=as_str(d.get("incarnation")),
+            exit_code=as_int(d.get("exit_code")),
+            child=as_str(d.get("child")),
+            judge=as_str(d.get("judge")),
+            signal=as_str(d.get("signal")),
+            fs_condition=as_str(d.get("fs_condition")),
         )
     return out
 

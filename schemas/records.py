@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schemas.vocab import FailureKind
+from schemas.vocab import FailureKind, FsCondition
 
 
 def failure_fields(
@@ -23,12 +23,29 @@ def failure_fields(
     reacting_to: Mapping[str, Any] | None,
     peers: Sequence[int] = (),
     sender: Mapping[str, Any] | None = None,
+    exit_code: int | None = None,
+    child: str | None = None,
+    judge: str | None = None,
+    signal: str | None = None,
+    fs_condition: FsCondition | str | None = None,
 ) -> dict[str, Any]:
     """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
-    ``sender``: who sent the signal of a ``signal`` failure (the kernel's si_pid), when known."""
-    extra = {"sender": dict(sender)} if sender is not None else {}
+
+    `cause` is for people; the facts the audit decides on are fields, present only when they
+    apply: ``exit_code`` and ``child`` (a supervised child's or the driver's exit, -N: killed by
+    signal N), ``judge`` (the managed judge concerned), ``signal`` and ``sender`` (the signal this
+    agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
+    refused our writes)."""
+    facts: dict[str, Any] = {
+        "exit_code": exit_code,
+        "child": child,
+        "judge": judge,
+        "signal": signal,
+        "sender": dict(sender) if sender is not None else None,
+        "fs_condition": str(fs_condition) if fs_condition is not None else None,
+    }
     return {
-        **extra,
+        **{k: v for k, v in facts.items() if v is not None},
         "kind": str(kind),
         "cause": cause,
         "phase": phase,

@@ -101,6 +101,13 @@ class FailureKind(enum.StrEnum):
     INTERNAL = "internal"  # an agent bug
 
 
+class FsCondition(enum.StrEnum):
+    """Why the run directory refused a record (failure-RANK.json `fs_condition`)."""
+
+    FULL = "full"  # ENOSPC, EDQUOT: free space and the kept records land
+    UNWRITABLE = "unwritable"  # EROFS, EIO, EACCES, ...: the filesystem itself is broken
+
+
 class DriverEnv:
     """The environment variables the agent sets for the driver (agent/driver_api.py reads them)."""
 

@@ -96,13 +96,23 @@ def test_a_signal_well_before_any_real_failure_stays_the_first_cause() -> None:
 def test_a_driver_killed_by_the_schedulers_sigterm_is_a_reaction_too() -> None:
     # Measured on the local Slurm cluster: the scheduler's SIGTERM reached rank 0's driver before its
     # agent, so rank 0 recorded driver_exit with code -15; rank 1 (SIGKILLed) is still the first cause.
-    killed_driver = replace(rec(0, "driver_exit", 100.38), cause="the driver exited with code -15")
+    killed_driver = replace(rec(0, "driver_exit", 100.38), exit_code=-15)
     fc, _, _ = first(rec(2, "signal", 100.32), killed_driver, rec(1, "agent_died", 100.97))
     assert (fc.rank, fc.kind) == (1, "agent_died")
     # A driver that crashed on its own (or was OOM-killed: -9) stays a real failure.
-    crashed = replace(killed_driver, cause="the driver exited with code -9")
-    fc, _, _ = first(rec(2, "signal", 100.32), crashed, rec(1, "agent_died", 100.97))
-    assert (fc.rank, fc.kind) == (0, "driver_exit")
+    for code in (-9, 1, None):
+        crashed = replace(killed_driver, exit_code=code)
+        fc, _, _ = first(rec(2, "signal", 100.32), crashed, rec(1, "agent_died", 100.97))
+        assert (fc.rank, fc.kind) == (0, "driver_exit"), code
+
+
+def test_the_exit_code_is_read_from_its_field_not_from_the_cause_text() -> None:
+    # The cause is for people: a text that reads like a signalled exit decides nothing.
+    worded = replace(rec(0, "child_exit", 100.38), cause="ray-head (pid 7) exited with code -15 during driver")
+    fc, _, _ = first(rec(2, "signal", 100.32), worded, rec(1, "agent_died", 100.97))
+    assert (fc.rank, fc.kind) == (0, "child_exit")
+    fc, _, _ = first(rec(2, "signal", 100.32), replace(worded, exit_code=-15), rec(1, "agent_died", 100.97))
+    assert (fc.rank, fc.kind) == (1, "agent_died")
 
 
 def test_a_cycle_of_reactions_still_names_a_cause() -> None:

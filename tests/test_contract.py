@@ -12,6 +12,7 @@ import pytest
 
 from audit.first_cause import KIND_PRIORITY
 from schemas import AgentState, DriverEnv, FailureKind, Phase, PhaseOutcome, RunOutcome, WriterKind, names, order
+from schemas.vocab import FsCondition
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -123,6 +124,7 @@ def _schema(name: str) -> dict:
         (PhaseOutcome, "phases", ("properties", "phases", "items", "properties", "outcome", "enum")),
         (RunOutcome, "cleanup", ("properties", "outcome", "enum")),
         (WriterKind, "common", ("$defs", "header", "properties", "writer", "enum")),
+        (FsCondition, "failure", ("properties", "fs_condition", "enum")),
     ],
 )
 def test_vocabularies_equal_the_schema_enums(enum: type, schema: str, path: tuple[str, ...]) -> None:

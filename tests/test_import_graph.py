@@ -31,7 +31,6 @@ JUDGE_CLIENT = ("agent.judges.client", "agent.judges.rubrics", "agent.judges.ext
 KNOWN_UNTIL_MERGE: frozenset[str] = frozenset(
     {
         # cycles
-        "agent.coord.durable <-> agent.coord.failure",
     }
 )
 

@@ -61,6 +61,7 @@ def test_driver_output_and_summary_on_the_console_of_a_failed_run(tmp_path: Path
         assert any(ln.startswith(f"[rank {r}] summary: run FAILED") for ln in lines), r
         assert f"[rank {r}] summary: the run's first cause and every rank's view: gym-audit {run.run_dir}" in lines
     assert f"gym-launch: first cause: rank {rank} driver_exit in driver: the driver exited with code 3" in out
+    assert json.loads((run.run_dir / names.failure(rank)).read_text())["exit_code"] == 3  # the fact, as a field
     assert lines[-1].startswith(f"gym-launch: inspect it with: gym-audit {run.run_dir}")
     # No unprefixed library line anywhere beside the FAILED lines.
     stray = [ln for ln in lines if not ln.startswith(("[rank ", "gym-launch: "))]

@@ -232,6 +232,8 @@ def test_launcher_hangup_or_kill_stops_every_agent_with_records(tmp_path: Path, 
     for r in range(3):
         assert read(run.run_dir, names.cleanup(r))["outcome"] == "failure"
         assert recs[r]["kind"] in ("signal", "peer_failure") and recs[r]["writer"] == "agent", recs[r]
+        if recs[r]["cause"].startswith("received SIGTERM"):  # not the launcher's pipe: a signal, as a field
+            assert recs[r]["signal"] == "SIGTERM", recs[r]
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)
 
@@ -412,7 +414,10 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         recs = failures(run_dir)
         assert sorted(recs) == [0, 1, 2], (sorted(recs), out[-3000:])
         assert all(r["kind"] != "peer_silent" for r in recs.values()), recs
-        assert any(r["kind"] == "run_dir" and "shared filesystem full" in r["cause"] for r in recs.values())
+        assert any(
+            r["kind"] == "run_dir" and "shared filesystem full" in r["cause"] and r["fs_condition"] == "full"
+            for r in recs.values()
+        )
         for r in range(3):
             assert (run_dir / names.cleanup(r)).exists()
         # Every agent meets the full filesystem: which of them the audit names depends on which

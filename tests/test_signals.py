@@ -34,7 +34,7 @@ child.terminate()
 child.wait(10)
 r = got[0]
 print(json.dumps({"signal": r.name, "pid": r.sender_pid, "name": r.sender_name, "text": r.describe(),
-                  "child_rc": child.returncode}), flush=True)
+                  "child_rc": child.returncode, "facts": r.facts()}), flush=True)
 """
 
 
@@ -58,3 +58,5 @@ def test_sender_is_recorded_and_children_are_stoppable() -> None:
     me = os.getpid()
     assert (second["signal"], second["pid"], second["child_rc"]) == ("SIGTERM", me, -signal.SIGTERM), second
     assert second["name"] and second["text"] == f"received SIGTERM from pid {me} ({second['name']})"
+    # The failure record's fields: the signal by name, its sender as the kernel told it.
+    assert second["facts"] == {"signal": "SIGTERM", "sender": {"pid": me, "uid": os.getuid(), "name": second["name"]}}

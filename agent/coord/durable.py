@@ -17,16 +17,27 @@ from typing import Any
 
 from agent.proc import tempdirs
 from schemas import RunDir, Writer, names
+from schemas.vocab import FsCondition
 
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
-# The phrase the audit looks for (audit/crosscheck_lifecycle.py): keep them in step.
-FULL = "shared filesystem full"
-UNWRITABLE = "shared filesystem unwritable"
+
+
+def fs_condition(exc: OSError) -> FsCondition:
+    """What a refused write says of the run directory's filesystem (a failure record's field)."""
+    return FsCondition.FULL if exc.errno in FULL_ERRNOS else FsCondition.UNWRITABLE
 
 
 def describe(exc: OSError) -> str:
-    """`shared filesystem full: [Errno 28] ...` or `shared filesystem unwritable: ...`."""
-    return f"{FULL if exc.errno in FULL_ERRNOS else UNWRITABLE}: {exc}"
+    """`shared filesystem full: [Errno 28] ...` or `shared filesystem unwritable: ...` (for people;
+    the audit reads `fs_condition`)."""
+    return f"shared filesystem {fs_condition(exc)}: {exc}"
+
+
+def held_by_another_incarnation(run: RunDir, relpath: str, incarnation: str) -> bool:
+    """A record of another incarnation of this rank is never overwritten (a restarted rank, a
+    reused uuid): the claim keeps such a process out, and this keeps every writer honest."""
+    doc = run.read_json(relpath)
+    return doc is not None and doc.get("incarnation") not in (None, incarnation)
 
 
 def local_dir(run: RunDir) -> Path:
@@ -43,8 +54,6 @@ class RecordKeeper:
         self.pending: dict[str, tuple[str, Writer, dict[str, Any]]] = {}
 
     def write(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> bool:
-        from agent.coord.failure import held_by_another_incarnation
-
         if held_by_another_incarnation(self.run, relpath, writer.incarnation):
             self.out(f"not overwriting {relpath}: another incarnation of this rank wrote it")
             return False

@@ -6,14 +6,13 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.coord import clock
+from agent.coord.durable import RecordKeeper, held_by_another_incarnation
 from schemas import FailureKind, RunDir, Writer, names, records
 from schemas.safe_io import Sync
-
-if TYPE_CHECKING:
-    from agent.coord.durable import RecordKeeper
+from schemas.vocab import FsCondition
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,13 @@ class Failure:
     log: str | None = None
     reacting_to: dict[str, Any] | None = None
     peers: tuple[int, ...] = ()
+    # The facts behind `cause`, as fields the audit reads (schemas/records.py says which is which).
+    exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
+    child: str | None = None  # which supervised child exited
+    judge: str | None = None  # the managed judge concerned
+    signal: str | None = None  # the signal this agent received, by name
     sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
+    fs_condition: FsCondition | None = None  # the run directory refused our writes
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 
@@ -87,13 +92,6 @@ class FailureSignal:
             raise AgentFailed(self._failure)
 
 
-def held_by_another_incarnation(run: RunDir, relpath: str, incarnation: str) -> bool:
-    """A record of another incarnation of this rank is never overwritten (a restarted rank, a
-    reused uuid): the claim keeps such a process out, and this keeps every writer honest."""
-    doc = run.read_json(relpath)
-    return doc is not None and doc.get("incarnation") not in (None, incarnation)
-
-
 def write_failure_record(
     run: RunDir, writer: Writer, rank: int, failure: Failure, phase: str, keeper: RecordKeeper | None = None
 ) -> bool:
@@ -113,6 +111,11 @@ def write_failure_record(
         reacting_to=failure.reacting_to,
         peers=failure.peers,
         sender=failure.sender,
+        exit_code=failure.exit_code,
+        child=failure.child,
+        judge=failure.judge,
+        signal=failure.signal,
+        fs_condition=failure.fs_condition,
     )
     if held_by_another_incarnation(run, names.failure(rank), writer.incarnation):
         print(f"gym-agent: [rank {rank}] not overwriting another incarnation's failure record", file=sys.stderr)
@@ -125,16 +128,17 @@ def write_failure_record(
         return keeper.write(names.failure(rank), "failure", writer, fields) if keeper is not None else False
     except ValueError as exc:
         print(f"gym-agent: [rank {rank}] failure record rejected by its schema: {exc}", file=sys.stderr, flush=True)
-        fallback = {
-            **fields,
-            "kind": str(FailureKind.INTERNAL),
-            "cause": f"the failure record did not match its schema ({exc}); it said: "
+        # Only the fields that cannot be wrong: a bad fact must not sink its own report.
+        fallback = records.failure_fields(
+            kind=FailureKind.INTERNAL,
+            cause=f"the failure record did not match its schema ({exc}); it said: "
             f"{fields['kind']!r}: {fields['cause']!r}",
-            "reacting_to": None,
-            "peers": [],
-            "log": names.agent_log(rank),
-            "phase": str(fields["phase"]),
-        }
+            phase=str(fields["phase"]),
+            wall_time=failure.wall_time,
+            monotonic_time=failure.monotonic_time,
+            log=names.agent_log(rank),
+            reacting_to=None,
+        )
         try:
             run.write_artifact(names.failure(rank), "failure", writer, fallback)
             return True

@@ -192,7 +192,7 @@ class Liveness(threading.Thread):
     def _own_writes_fail(self, exc: OSError) -> None:
         """Our own writes failing is OUR failure: say so before peers, who only see our silence
         after heartbeat_timeout, blame it on us as a silent (healthy-looking) rank."""
-        from agent.coord.durable import describe
+        from agent.coord.durable import describe, fs_condition
 
         now = self.now()
         if self._write_failing_since is None:
@@ -205,6 +205,7 @@ class Liveness(threading.Thread):
                     cause=f"{describe(exc)} (this agent's heartbeat writes failed for {failing:.1f}s; "
                     "free space on, or fix, the run directory's filesystem)",
                     phase=str(self.phase()),
+                    fs_condition=fs_condition(exc),
                 )
             )
 

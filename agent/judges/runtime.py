@@ -100,7 +100,7 @@ class JudgeRuntime:
                 # The pinned revision must mean something at run time: refuse other weights.
                 proof = prove_revision(judge_cfg.prepared_dir, judge_cfg.revision)
                 if not proof.ok:
-                    raise ctx.fail(FailureKind.JUDGE, f"judge {name}: {proof.detail}")
+                    raise ctx.fail(FailureKind.JUDGE, f"judge {name}: {proof.detail}", judge=name)
         if node.judges:
             self._tmp = tempdirs.make(tempdirs.JUDGE_PREFIX)
             ctx.reaper.temp_dir(self._tmp)  # removed by the reaper if we are SIGKILLed
@@ -128,7 +128,9 @@ class JudgeRuntime:
             port = 0 if j.config.backend == "reference" else _free_port(ctx.address, f"judge-{j.config.name}")
         except OSError as exc:
             raise ctx.fail(
-                FailureKind.PORTS, f"no free port for judge {j.config.name} on {ctx.address}: {exc}"
+                FailureKind.PORTS,
+                f"no free port for judge {j.config.name} on {ctx.address}: {exc}",
+                judge=j.config.name,
             ) from None
         cmd = judge_command(j.config, host=ctx.address, port=port, port_file=j.port_file)
         if j.config.backend != "reference":
@@ -141,7 +143,7 @@ class JudgeRuntime:
             j.argv,
             env=env,
             log_fd=ctx.run.open_log(j.log),
-            policy=ExitPolicy(FailureKind.JUDGE, j.log, on_exit=j.exits.append),
+            policy=ExitPolicy(FailureKind.JUDGE, j.log, on_exit=j.exits.append, judge=j.config.name),
         )
         j.started = clock.mono()
 
@@ -167,9 +169,10 @@ class JudgeRuntime:
                     f"judge {name} did not answer /health within startup_timeout "
                     f"{ctx.config.coordination.startup_timeout:g}s",
                     log=j.log,
+                    judge=name,
                 )
             assert j.group is not None
-            ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log))
+            ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log, judge=name))
             self._write_endpoint(j, ready_after=clock.mono() - j.started)
         self.health.start()
         return ""
@@ -194,6 +197,9 @@ class JudgeRuntime:
                 FailureKind.JUDGE,
                 f"judge {j.config.name} exited with code {code} before it became healthy (attempt {j.attempts})",
                 log=j.log,
+                exit_code=code,
+                child=j.group.name if j.group is not None else None,
+                judge=j.config.name,
             )
         if j.port is None:
             from agent.judges.reference_server import read_port_file  # http.server: judge nodes only
@@ -228,6 +234,7 @@ class JudgeRuntime:
                     f"(last: {status.last_error or 'no answer'})",
                     phase=ctx.phase(),
                     log=j.log,
+                    judge=status.engine_id,
                 )
             )
 
@@ -342,8 +349,15 @@ class JudgeRuntime:
                 c.close()
         ctx.run.write_artifact(names.CANARIES, "judge-canaries", ctx.writer, report.to_json())
         if not report.passed:
-            logs = [self._judge_log(topo, b.judge) for b in report.failures()]
-            raise ctx.fail(FailureKind.CANARY, report.summary(), log=next((x for x in logs if x), None))
+            failed = report.failures()
+            logs = [self._judge_log(topo, b.judge) for b in failed]
+            judges = {b.judge for b in failed}
+            raise ctx.fail(
+                FailureKind.CANARY,
+                report.summary(),
+                log=next((x for x in logs if x), None),
+                judge=next(iter(judges)) if len(judges) == 1 else None,
+            )
         return report.summary()
 
     def _judge_log(self, topo: Topology, judge: str) -> str | None:

@@ -371,7 +371,7 @@ class Agent:
     def _install_signal_handlers(self) -> None:
         def received(sig: signals.Received) -> None:
             self.signal.trip(
-                Failure(kind=FailureKind.SIGNAL, cause=sig.describe(), phase=self.log.phase_name(), sender=sig.sender())
+                Failure(kind=FailureKind.SIGNAL, cause=sig.describe(), phase=self.log.phase_name(), **sig.facts())
             )
 
         # SIGTERM/SIGINT with their sender (si_pid): a scheduler's reaction is told from a cause.

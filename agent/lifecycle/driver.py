@@ -106,6 +106,7 @@ class DriverRuntime:
             cause=f"the driver exited with code {code}",
             phase=str(Phase.DRIVER),
             log=names.driver_log(self.ctx.rank),
+            exit_code=code,
         )
 
     def run(self, topo: Topology) -> str:

@@ -41,6 +41,10 @@ class Received:
             return None
         return {"pid": self.sender_pid, "uid": self.sender_uid, "name": self.sender_name}
 
+    def facts(self) -> dict[str, Any]:
+        """The failure record's fields for this signal: its name and, when known, its sender."""
+        return {"signal": self.name, "sender": self.sender()}
+
     def describe(self) -> str:
         if self.sender_pid is None:
             return f"received {self.name}"

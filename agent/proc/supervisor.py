@@ -30,6 +30,7 @@ class ExitPolicy:
     kind: FailureKind
     log: str | None
     on_exit: Callable[[int], None] | None = None
+    judge: str | None = None  # the managed judge this child is (the failure record names it)
 
 
 class Supervisor:
@@ -95,6 +96,9 @@ class Supervisor:
                 cause=f"{group.name} (pid {group.pid}) exited with code {code} during {self._phase()}",
                 phase=self._phase(),
                 log=policy.log,
+                exit_code=code,
+                child=group.name,
+                judge=policy.judge,
             )
         )
 

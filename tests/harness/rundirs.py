@@ -270,7 +270,10 @@ class RunBuilder:
         reacting_to: dict[str, Any] | None = None,
         writer: str = "agent",
         peers: list[int] | None = None,
+        **facts: Any,
     ) -> None:
+        """A failure record built as the agent builds it; `facts`: exit_code, child, judge, signal,
+        sender, fs_condition (schemas.records.failure_fields)."""
         fields = records.failure_fields(
             kind=kind,
             cause=cause,
@@ -280,6 +283,7 @@ class RunBuilder:
             log=log,
             reacting_to=reacting_to,
             peers=peers or [],
+            **facts,
         )
         self.write(names.failure(rank), rank, fields, kind=writer)
 
@@ -337,10 +341,19 @@ def killed_replica(root: Path) -> RunBuilder:
 
 
 def _fails_in_driver(
-    b: RunBuilder, rank: int, kind: str, cause: str, at: float, *, log: str, detail: str, react_after: float
+    b: RunBuilder,
+    rank: int,
+    kind: str,
+    cause: str,
+    at: float,
+    *,
+    log: str,
+    detail: str,
+    react_after: float,
+    **facts: Any,
 ) -> None:
     """`rank` fails during the driver (its record, phases, cleanup); every other rank reacts."""
-    b.failure(rank, kind, cause, "driver", at, log=log)
+    b.failure(rank, kind, cause, "driver", at, log=log, **facts)
     b.phases(rank, "driver", state="FAILED", last="failed", detail=detail)
     b.cleanup(rank, "failure")
     for r in b.ranks:
@@ -366,7 +379,7 @@ def driver_failure(root: Path) -> RunBuilder:
     t = b.phase_start(d, "driver") + 9.0
     b.log(names.driver_log(d), DRIVER_TRACEBACK)
     cause = "driver exited with code 1"
-    _fails_in_driver(b, d, "driver_exit", cause, t, log=names.driver_log(d), detail=cause, react_after=0.5)
+    _fails_in_driver(b, d, "driver_exit", cause, t, log=names.driver_log(d), detail=cause, react_after=0.5, exit_code=1)
     return b
 
 
@@ -388,7 +401,9 @@ def judge_failure(root: Path) -> RunBuilder:
     log = names.judge_log("general", j)
     b.log(log, JUDGE_LOG)
     cause = "judge general failed 3 consecutive /health probes"
-    _fails_in_driver(b, j, "judge_health", cause, t, log=log, detail="judge general unhealthy", react_after=0.4)
+    _fails_in_driver(
+        b, j, "judge_health", cause, t, log=log, detail="judge general unhealthy", react_after=0.4, judge="general"
+    )
     return b
 
 

@@ -196,7 +196,7 @@ def _main(argv: Sequence[str] | None) -> int:
             os.close(devnull)
 
     if ident.rank == 0 and run.read_json(names.SPEC) is None:
-        run.write_artifact(names.SPEC, "spec", writer, spec_record(resolved, origin))
+        run.write_artifact(names.SPEC, writer, spec_record(resolved, origin))
 
     from agent.lifecycle.agent import Agent
 

@@ -85,7 +85,7 @@ def regrade(args: RegradeArgs, out: Callable[[str], None]) -> int:
         return EXIT_OK
     run = claim_run_dir(root, uuid, config, str(source_dir / names.SPEC), resume=False, resumable=False)
     try:
-        run.write_artifact(names.REGRADE, "regrade", launcher_writer(config), record)
+        run.write_artifact(names.REGRADE, launcher_writer(config), record)
         job = write_job(run, rendered)
         submission = SLURM.submit(job, run, config)
         write_submission(run, config, SLURM.name, job, submission)

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import orjson
 
@@ -200,23 +200,18 @@ class RunDir:
 
     # -- writing --------------------------------------------------------------------------------
 
-    @overload
     def write_artifact(
-        self, relpath: str, writer: Writer, fields: Mapping[str, Any], /, *, sync: safe_io.Sync = ...
-    ) -> dict: ...
-
-    @overload
-    def write_artifact(
-        self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any], /, *, sync: safe_io.Sync = ...
-    ) -> dict: ...
-
-    def write_artifact(self, relpath: str, *args: Any, sync: safe_io.Sync = safe_io.Sync.BEFORE_RENAME) -> dict:
-        """``write_artifact(relpath, writer, fields)``: stamp the header, validate against the schema
-        of ``relpath``'s artifact (schemas.names.ARTIFACTS), and write atomically. Returns the
-        document. ``sync`` says when it is fsynced (safe_io.Sync). The older spelling with the
-        schema's name before the writer is still accepted, and checked against the derived one."""
-        schema, writer, fields = _artifact_arguments(relpath, args)
-        doc = self._stamp(schema, writer, fields)
+        self,
+        relpath: str,
+        writer: Writer,
+        fields: Mapping[str, Any],
+        *,
+        sync: safe_io.Sync = safe_io.Sync.BEFORE_RENAME,
+    ) -> dict:
+        """Stamp the header, validate against the schema of ``relpath``'s artifact
+        (schemas.names.ARTIFACTS), and write atomically. Returns the document. ``sync`` says when
+        it is fsynced (safe_io.Sync)."""
+        doc = self._stamp(names.artifact_schema(relpath), writer, fields)
         data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
         self.write_bytes(relpath, data, sync=sync)
         return doc
@@ -240,17 +235,10 @@ class RunDir:
         check(schema, doc)
         return doc
 
-    @overload
-    def create_artifact(self, relpath: str, writer: Writer, fields: Mapping[str, Any], /) -> dict: ...
-
-    @overload
-    def create_artifact(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any], /) -> dict: ...
-
-    def create_artifact(self, relpath: str, *args: Any) -> dict:
+    def create_artifact(self, relpath: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
         """Like write_artifact, but only when `relpath` does not exist yet: the one atomic claim
         (raises FileExistsError when another writer holds the name; nothing is replaced)."""
-        schema, writer, fields = _artifact_arguments(relpath, args)
-        doc = self._stamp(schema, writer, fields)
+        doc = self._stamp(names.artifact_schema(relpath), writer, fields)
         data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
         fd, leaf, close = self._parent_fd(relpath)
         try:
@@ -326,23 +314,6 @@ class RunDir:
             for n in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
                 out.append(n if rel == "." else f"{rel}/{n}")
         return sorted(out)
-
-
-def _artifact_arguments(relpath: str, args: tuple[Any, ...]) -> tuple[str, Writer, Mapping[str, Any]]:
-    """(schema, writer, fields) of a write: the schema is the one of ``relpath``'s artifact. A
-    caller still naming it (``relpath, schema, writer, fields``) must name that one."""
-    schema = names.artifact_schema(relpath)
-    if len(args) == 3:
-        named, writer, fields = args
-        if named != schema:
-            raise ValueError(f"{relpath} is a {schema} artifact, not {named}: drop the schema argument")
-    elif len(args) == 2:
-        writer, fields = args
-    else:
-        raise TypeError(f"expected (relpath, writer, fields), got {len(args) + 1} arguments")
-    if not isinstance(writer, Writer):
-        raise TypeError(f"expected a Writer after the artifact's name, not {type(writer).__name__}")
-    return schema, writer, fields
 
 
 def new_incarnation() -> str:

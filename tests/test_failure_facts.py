@@ -53,8 +53,8 @@ def test_the_builder_writes_only_the_facts_that_apply_and_the_schema_takes_them(
         fs_condition=FsCondition.FULL,
     )
     # write_artifact validates: a record of an older agent (no facts) and one with every fact.
-    run.write_artifact(names.failure(0), "failure", Writer(FP, 0, "me"), plain)
-    run.write_artifact(names.failure(1), "failure", Writer(FP, 1, "me"), full)
+    run.write_artifact(names.failure(0), Writer(FP, 0, "me"), plain)
+    run.write_artifact(names.failure(1), Writer(FP, 1, "me"), full)
     doc = run.read_json(names.failure(1))
     assert doc is not None and (doc["fs_condition"], doc["exit_code"], doc["signal"]) == ("full", -15, "SIGTERM")
     for bad in ({"exit_code": "-15"}, {"signal": "TERM"}, {"fs_condition": "gone"}, {"exit_code": True}):

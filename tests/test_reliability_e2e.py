@@ -443,7 +443,7 @@ def test_no_writer_overwrites_another_incarnations_record(tmp_path: Path) -> Non
     assert not write_failure_record(run, new, 0, failure, "driver")
     keeper = RecordKeeper(run, lambda _line: None)
     fields = {"outcome": "failure", "groups": [], "leftover_pids": []}
-    assert keeper.write(names.cleanup(0), "cleanup", old, fields)
-    assert not keeper.write(names.cleanup(0), "cleanup", new, fields) and not keeper.pending
+    assert keeper.write(names.cleanup(0), old, fields)
+    assert not keeper.write(names.cleanup(0), new, fields) and not keeper.pending
     for rel in (names.failure(0), names.cleanup(0)):
         assert read(run.path, rel)["incarnation"] == "old-incarnation"

@@ -125,7 +125,7 @@ def join(
     run.ensure_dir(names.attempt_dir(target))
     run.attempt = target
     try:
-        run.create_artifact(names.attempt_claim(target), "attempt", writer, _fields("claimed", token, previous, []))
+        run.create_artifact(names.attempt_claim(target), writer, _fields("claimed", token, previous, []))
     except FileExistsError:
         doc = run.read_json(names.attempt_claim(target)) or {}
         if doc.get("token") == token:
@@ -136,7 +136,7 @@ def join(
             f"pid-independent claim {names.attempt_claim(target)}); this process did not join and wrote nothing"
         ) from None
     archived = _archive(run, previous) if previous is not None else []
-    run.write_artifact(names.attempt_ready(target), "attempt", writer, _fields("ready", token, previous, archived))
+    run.write_artifact(names.attempt_ready(target), writer, _fields("ready", token, previous, archived))
     log(
         f"attempt {target} claimed"
         + (f"; attempt {previous}'s files moved to {names.attempt_dir(previous)}/" if previous else "")

@@ -51,23 +51,24 @@ class RecordKeeper:
     def __init__(self, run: RunDir, out: Callable[[str], None]) -> None:
         self.run = run
         self.out = out
-        self.pending: dict[str, tuple[str, Writer, dict[str, Any]]] = {}
+        self.pending: dict[str, tuple[Writer, dict[str, Any]]] = {}
 
-    def write(self, relpath: str, schema: str, writer: Writer, fields: Mapping[str, Any]) -> bool:
+    def write(self, relpath: str, writer: Writer, fields: Mapping[str, Any]) -> bool:
         if held_by_another_incarnation(self.run, relpath, writer.incarnation):
             self.out(f"not overwriting {relpath}: another incarnation of this rank wrote it")
             return False
         try:
-            self.run.write_artifact(relpath, schema, writer, fields)
+            self.run.write_artifact(relpath, writer, fields)
             self.pending.pop(relpath, None)
             return True
         except OSError as exc:
-            self.pending[relpath] = (schema, writer, dict(fields))
-            where = self._keep_locally(relpath, schema, fields)
+            self.pending[relpath] = (writer, dict(fields))
+            where = self._keep_locally(relpath, fields)
             self.out(f"could not write {relpath} ({describe(exc)}); kept at {where}; retrying")
             return False
 
-    def _keep_locally(self, relpath: str, schema: str, fields: Mapping[str, Any]) -> str:
+    def _keep_locally(self, relpath: str, fields: Mapping[str, Any]) -> str:
+        schema = names.artifact_schema(relpath)
         path = local_dir(self.run) / names.leaf(relpath)
         try:
             path.parent.mkdir(mode=0o700, exist_ok=True)
@@ -82,9 +83,9 @@ class RecordKeeper:
         """Retry every pending record until all are written or `budget` seconds passed."""
         end = time.monotonic() + budget
         while self.pending:
-            for relpath, (schema, writer, fields) in list(self.pending.items()):
+            for relpath, (writer, fields) in list(self.pending.items()):
                 try:
-                    self.run.write_artifact(relpath, schema, writer, fields)
+                    self.run.write_artifact(relpath, writer, fields)
                     self.pending.pop(relpath)
                     self.out(f"wrote {relpath} after all: the run directory is writable again")
                 except OSError:

@@ -122,10 +122,10 @@ def write_failure_record(
         return False
     try:
         # Visible first, durable before we return: peers are waiting for this one.
-        run.write_artifact(names.failure(rank), "failure", writer, fields, sync=Sync.AFTER_RENAME)
+        run.write_artifact(names.failure(rank), writer, fields, sync=Sync.AFTER_RENAME)
         return True
     except OSError:
-        return keeper.write(names.failure(rank), "failure", writer, fields) if keeper is not None else False
+        return keeper.write(names.failure(rank), writer, fields) if keeper is not None else False
     except ValueError as exc:
         print(f"gym-agent: [rank {rank}] failure record rejected by its schema: {exc}", file=sys.stderr, flush=True)
         # Only the fields that cannot be wrong: a bad fact must not sink its own report.
@@ -140,7 +140,7 @@ def write_failure_record(
             reacting_to=None,
         )
         try:
-            run.write_artifact(names.failure(rank), "failure", writer, fallback)
+            run.write_artifact(names.failure(rank), writer, fallback)
             return True
         except OSError:
             return False

@@ -175,7 +175,6 @@ class Liveness(threading.Thread):
         try:
             self.run_dir.write_artifact(
                 names.heartbeat(self.rank),
-                "heartbeat",
                 self.writer,
                 {
                     "seq": self.seq,

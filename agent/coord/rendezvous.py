@@ -54,7 +54,7 @@ def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
     }
     rel = names.address(ident.rank)
     try:
-        run.create_artifact(rel, "address", writer, fields)
+        run.create_artifact(rel, writer, fields)
     except FileExistsError:
         if _set_aside_other_attempt(run, rel):
             return claim(run, writer, ident)  # the exclusive create decides again

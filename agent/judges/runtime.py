@@ -260,7 +260,6 @@ class JudgeRuntime:
         assert j.group is not None and j.port is not None
         ctx.run.write_artifact(
             names.judge_endpoint(j.config.name, ctx.rank),
-            "judge-endpoint",
             ctx.writer,
             {
                 "name": j.config.name,
@@ -330,7 +329,7 @@ class JudgeRuntime:
                 rubrics[name] = {**table, "digest": resolve_rubric(name, table).profile.digest}
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         self.registry = {"judges": judges, "rubrics": rubrics, "bindings": bindings}
-        ctx.run.write_artifact(names.REGISTRY, "registry", ctx.writer, self.registry)
+        ctx.run.write_artifact(names.REGISTRY, ctx.writer, self.registry)
         return f"{len(judges)} judge(s), {len(rubrics)} rubric(s), {len(bindings)} binding(s)"
 
     def run_canaries(self, topo: Topology) -> str:
@@ -347,7 +346,7 @@ class JudgeRuntime:
         finally:
             for c in clients.values():
                 c.close()
-        ctx.run.write_artifact(names.CANARIES, "judge-canaries", ctx.writer, report.to_json())
+        ctx.run.write_artifact(names.CANARIES, ctx.writer, report.to_json())
         if not report.passed:
             failed = report.failures()
             logs = [self._judge_log(topo, b.judge) for b in failed]

@@ -266,7 +266,6 @@ class Agent:
         leftovers = self._leftovers(running, groups)
         self.run.write_artifact(
             names.cleanup(self.rank),
-            "cleanup",
             self.writer,
             {"outcome": str(RunOutcome.SUCCESS), "groups": groups, "leftover_pids": leftovers},
         )
@@ -301,7 +300,6 @@ class Agent:
         leftovers = self._leftovers(running, groups)
         keeper.write(
             names.cleanup(self.rank),
-            "cleanup",
             self.writer,
             {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
         )

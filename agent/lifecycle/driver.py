@@ -159,7 +159,6 @@ class DriverRuntime:
         if topo.is_driver_node:
             ctx.run.write_artifact(
                 names.COMPLETE,
-                "complete",
                 ctx.writer,
                 {"driver_rank": ctx.rank, "driver_exit_code": 0, "driver_seconds": round(self._seconds, 3)},
             )
@@ -171,7 +170,7 @@ class DriverRuntime:
     def acknowledge(self) -> str:
         """This replica's ack, then every replica's (bounded by ack_timeout)."""
         ctx = self.ctx
-        ctx.run.write_artifact(names.ack(ctx.rank), "ack", ctx.writer, {"outcome": str(RunOutcome.SUCCESS)})
+        ctx.run.write_artifact(names.ack(ctx.rank), ctx.writer, {"outcome": str(RunOutcome.SUCCESS)})
         every_ack = {names.leaf(names.ack(r)) for r in range(self.replicas)}
 
         def all_acked() -> bool:

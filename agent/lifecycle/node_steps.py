@@ -80,7 +80,7 @@ class NodeSteps:
             is_head=topo.is_head,
             is_driver_node=topo.is_driver_node,
         )
-        ctx.run.write_artifact(names.placement(ctx.rank), "placement", ctx.writer, fields)
+        ctx.run.write_artifact(names.placement(ctx.rank), ctx.writer, fields)
         return ""
 
     def start_judges(self) -> str:

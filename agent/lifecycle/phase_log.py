@@ -84,6 +84,6 @@ class PhaseLog:
         # loses at most the latest transitions; close() still publishes each to NFS readers).
         sync = Sync.BEFORE_RENAME if self.states.final else Sync.NONE
         try:
-            self.run.write_artifact(names.phases(self.rank), "phases", self.writer, fields, sync=sync)
+            self.run.write_artifact(names.phases(self.rank), self.writer, fields, sync=sync)
         except OSError:
             pass  # the timeline is evidence, not control: never fail the run over it

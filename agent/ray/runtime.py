@@ -69,7 +69,7 @@ class RayRuntime:
                     log=names.ray_log(ctx.rank),
                 )
         if topo.is_head:
-            ctx.run.write_artifact(names.RAY_HEAD, "ray-head", ctx.writer, {"gcs_address": self.gcs_address})
+            ctx.run.write_artifact(names.RAY_HEAD, ctx.writer, {"gcs_address": self.gcs_address})
             if ray.dashboard:
                 ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
         return ""
@@ -170,7 +170,6 @@ class RayRuntime:
         check = ray_node.compare_layout(expected, live)
         ctx.run.write_artifact(
             names.RAY_LAYOUT,
-            "ray-layout",
             ctx.writer,
             {
                 "head_address": ctx.address,

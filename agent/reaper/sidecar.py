@@ -335,7 +335,6 @@ def main(argv: list[str] | None = None) -> int:
         leftovers += [p.pid for p in _live_strays(state.strays)]
         keeper.write(
             names.cleanup(args.rank),
-            "cleanup",
             writer,
             {
                 "outcome": str(RunOutcome.FAILURE),

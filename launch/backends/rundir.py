@@ -38,7 +38,7 @@ def claim_run_dir(
                 f"(keys: {', '.join(keys) or '(spelling only)'}); resume with {run.path / names.SPEC} or restore them"
             )
         if recorded is None:
-            run.write_artifact(names.SPEC, "spec", launcher_writer(config), spec_record(config.spec, source))
+            run.write_artifact(names.SPEC, launcher_writer(config), spec_record(config.spec, source))
     except BaseException:
         run.close()
         raise
@@ -55,7 +55,6 @@ def write_job(run: RunDir, rendered: Rendered) -> Path:
 def write_submission(run: RunDir, config: RunConfig, backend: str, job: Path, submission: Submission) -> None:
     run.write_artifact(
         names.SUBMISSION,
-        "submission",
         launcher_writer(config),
         {
             "backend": backend,

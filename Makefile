@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# ruff (lint and format) and mypy over agent/, launch/, audit/, schemas/ (pyproject.toml [tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # The HTML audit report is checked in a real headless Chromium (Debian's package). Installed
 # when missing and we are root; without it that one test skips and says why.
@@ -30,9 +32,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  chromium >/dev/null) ; } || echo "chromium not available: the browser test will be skipped"
 
-test: $(STAMP) browser
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+test: $(STAMP) browser lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)

@@ -88,13 +88,13 @@ def resolve_address(explicit: str | None, env: Mapping[str, str]) -> tuple[str, 
         num = _numeric(explicit)
         if num is None:
             try:
-                num = socket.getaddrinfo(explicit, None)[0][4][0]
+                num = str(socket.getaddrinfo(explicit, None)[0][4][0])
             except OSError as exc:
                 raise IdentityError(f"--address {explicit!r} does not resolve: {exc}") from None
         return num, True
     host = env.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
     try:
-        num = _numeric(host) or socket.getaddrinfo(host, None)[0][4][0]
+        num = _numeric(host) or str(socket.getaddrinfo(host, None)[0][4][0])
     except OSError as exc:
         raise IdentityError(f"hostname {host!r} does not resolve ({exc}); pass --address") from None
     if ipaddress.ip_address(num).is_loopback:

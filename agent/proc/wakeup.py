@@ -7,6 +7,7 @@ without a timed poll of a flag.
 
 from __future__ import annotations
 
+import builtins
 import os
 import select
 import threading
@@ -38,7 +39,7 @@ class Wakeup:
         except (BlockingIOError, OSError):
             pass
 
-    def wait(self, timeout: float | None, fds: Iterable[int] = ()) -> set[int]:
+    def wait(self, timeout: float | None, fds: Iterable[int] = ()) -> builtins.set[int]:
         """Block until set() or one of `fds` is readable, or `timeout` seconds (None: forever).
         Returns the readable fds among `fds` (a pending wake is consumed)."""
         poller = select.poll()

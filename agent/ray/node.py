@@ -19,6 +19,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
@@ -240,7 +241,7 @@ def ray_env(base: Mapping[str, str], cuda_visible_devices: str, temp_dir: str) -
 class LayoutCheck:
     expected: dict[str, float]
     actual: dict[str, float]
-    live_nodes: list[dict]
+    live_nodes: list[Mapping[str, Any]]
     problems: list[str]
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 
@@ -23,7 +24,7 @@ def main() -> int:
     args = ap.parse_args()
     import ray
 
-    ray.init(address=args.address, _node_ip_address=args.node_ip, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=args.address, _node_ip_address=args.node_ip, logging_level=logging.ERROR, log_to_driver=False)
     deadline = time.monotonic() + args.timeout
     seen = -1
     while True:

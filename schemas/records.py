@@ -28,6 +28,7 @@ def failure_fields(
     judge: str | None = None,
     signal: str | None = None,
     fs_condition: FsCondition | str | None = None,
+    since_start: float | None = None,
 ) -> dict[str, Any]:
     """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
 
@@ -35,7 +36,7 @@ def failure_fields(
     apply: ``exit_code`` and ``child`` (a supervised child's or the driver's exit, -N: killed by
     signal N), ``judge`` (the managed judge concerned), ``signal`` and ``sender`` (the signal this
     agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
-    refused our writes)."""
+    refused our writes), ``since_start`` (seconds since that agent started, on its host's clock)."""
     facts: dict[str, Any] = {
         "exit_code": exit_code,
         "child": child,
@@ -43,6 +44,7 @@ def failure_fields(
         "signal": signal,
         "sender": dict(sender) if sender is not None else None,
         "fs_condition": str(fs_condition) if fs_condition is not None else None,
+        "since_start": since_start,
     }
     return {
         **{k: v for k, v in facts.items() if v is not None},

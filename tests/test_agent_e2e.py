@@ -82,6 +82,7 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
         # The reaper records the dead agent; the others react to it.
         assert fails[1]["kind"] == "agent_died" and fails[1]["writer"] == "reaper"
         assert fails[1]["phase"] == "driver"  # the reaper knew where the agent was when it died
+        assert 1 < fails[1]["since_start"] < 120  # the reaper was told when its agent started
         for r in (0, 2):
             assert fails[r]["reacting_to"]["rank"] == 1
         assert read(run.run_dir, names.cleanup(1))["writer"] == "reaper"
@@ -142,7 +143,9 @@ def test_driver_failure_stops_every_replica(tmp_path: Path) -> None:
         assert run.wait(120) != 0
         fails = failures(run.run_dir)
         assert fails[0]["kind"] == "driver_exit" and fails[0]["log"] == names.driver_log(0)
-        assert "code 1" in fails[0]["cause"]
+        assert "code 1" in fails[0]["cause"] and fails[0]["exit_code"] == 1
+        # Seconds since that agent started: after its startup, well within this test's bound.
+        assert all(0 < fails[r]["since_start"] < 120 for r in (0, 1, 2))
         for r in (1, 2):
             assert fails[r]["kind"] == "peer_failure" and fails[r]["reacting_to"]["rank"] == 0
         assert "boom" in (run.run_dir / names.driver_log(0)).read_text()

@@ -93,7 +93,14 @@ class FailureSignal:
 
 
 def write_failure_record(
-    run: RunDir, writer: Writer, rank: int, failure: Failure, phase: str, keeper: RecordKeeper | None = None
+    run: RunDir,
+    writer: Writer,
+    rank: int,
+    failure: Failure,
+    phase: str,
+    keeper: RecordKeeper | None = None,
+    *,
+    started_mono: float | None = None,
 ) -> bool:
     """Write failure-RANK.json (the agent's own, or the reaper's for a killed agent).
 
@@ -116,6 +123,8 @@ def write_failure_record(
         judge=failure.judge,
         signal=failure.signal,
         fs_condition=failure.fs_condition,
+        # The agent's start on the same host's monotonic clock (the reaper is told it).
+        since_start=max(0.0, failure.monotonic_time - started_mono) if started_mono is not None else None,
     )
     if held_by_another_incarnation(run, names.failure(rank), writer.incarnation):
         print(f"gym-agent: [rank {rank}] not overwriting another incarnation's failure record", file=sys.stderr)

@@ -97,6 +97,7 @@ class Agent:
         self.states = StateMachine()
         self.log = PhaseLog(run, self.writer, ident.rank, out, self.states)
         self.out = out
+        self.started_mono = started_mono
         self.deadline = started_mono + self.coord.startup_timeout
         self._agent_log_fd = run.open_log(names.agent_log(self.rank))
         self._record_keeper = RecordKeeper(run, out)
@@ -116,7 +117,15 @@ class Agent:
     def _write_failure_record(self) -> None:
         failure = self.signal.failure
         if failure is not None:  # always: the thread starts only once the signal tripped
-            write_failure_record(self.run, self.writer, self.rank, failure, self._record_phase, self._record_keeper)
+            write_failure_record(
+                self.run,
+                self.writer,
+                self.rank,
+                failure,
+                self._record_phase,
+                self._record_keeper,
+                started_mono=self.started_mono,
+            )
 
     # -- entry -----------------------------------------------------------------------------------
 
@@ -345,6 +354,8 @@ class Agent:
             str(self.coord.heartbeat_timeout),
             "--poll",
             str(self.coord.poll_interval),
+            "--agent-started",
+            repr(self.started_mono),
         ]
         with signals.unblocked():
             return subprocess.Popen(

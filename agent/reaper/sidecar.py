@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grace", type=float, default=5.0)
     ap.add_argument("--heartbeat-timeout", type=float, default=0.0, help="fence a hung agent (0: never)")
     ap.add_argument("--poll", type=float, default=1.0)
+    ap.add_argument("--agent-started", type=float, default=None, help="the agent's start (this host's monotonic clock)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C must not kill the cleaner
     state = ReaperState()
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             log=names.agent_log(args.rank),
             monotonic_time=t0,
         )
-        write_failure_record(run, writer, args.rank, failure, state.phase, keeper)
+        write_failure_record(run, writer, args.rank, failure, state.phase, keeper, started_mono=args.agent_started)
     records = _stop_all(dict(state.sessions), args.grace)
     escaped = _kill_strays(state.strays)
     if escaped is not None:

@@ -21,6 +21,7 @@ from tests.harness import (
     kill_tree_by_session,
     launch_local,
     read,
+    run_processes,
     small_spec,
     start_agent,
     uid,
@@ -77,6 +78,8 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
         code = run.wait(60)
         took = time.monotonic() - t0
         assert code != 0
+        # gym-launch local returns once the killed agent's reaper is done too: the run is final.
+        assert [p.pid for p in run_processes(run.run_dir)] == []
         assert took < hb_timeout + 0.25 + 8, f"peers took {took:.1f}s to stop"  # + teardown grace
         fails = failures(run.run_dir)
         # The reaper records the dead agent; the others react to it.

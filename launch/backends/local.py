@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,8 @@ def _run_replicas(
                 except ProcessLookupError:
                     pass
 
+    _become_subreaper()
+    ours_before = set(_children())
     # A closed terminal (SIGHUP) stops the run like ^C: the agents get SIGTERM and record it.
     # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -160,12 +163,18 @@ def _run_replicas(
     os.close(alive_r)
     try:
         codes = [p.wait() for p in procs]
+        # An agent that was killed leaves its reaper to record and clean up after it: the run is
+        # over (and its files final) only once that is done too.
+        grace = config.coordination.teardown_grace + ORPHAN_MARGIN_S
+        left = _wait_for_orphans(time.monotonic() + grace, ours_before)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
     os.close(alive_w)
     for t in pumps:
         t.join(timeout=5)
+    if left:
+        out(f"gym-launch: still running after the agents exited (pids {left}): they end by themselves")
     ok = all(c == 0 for c in codes)
     out(f"gym-launch: run {'succeeded' if ok else 'FAILED'} (agent exit codes {codes})")
     if not ok:
@@ -175,6 +184,49 @@ def _run_replicas(
     out(f"gym-launch: run directory: {run.path}")
     out(f"gym-launch: inspect it with: gym-audit {run.path}   (logs: gym-audit logs {run.path})")
     return 0 if ok else 1
+
+
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+ORPHAN_MARGIN_S = 15.0  # beyond teardown_grace: a reaper records the death, then stops its agent's groups
+
+
+def _become_subreaper() -> None:
+    """Orphans of a killed agent (its reaper, say) become our children instead of init's, so we
+    can wait for them. Linux only; elsewhere nothing waits for them and they end on their own."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _wait_for_orphans(deadline: float, ours_before: set[int]) -> list[int]:
+    """Reap the children this run left us (the agents are waited for already; children we had
+    before the run are not ours to wait for) until none is left or the deadline passes; returns
+    the pids still running then."""
+    while True:
+        left = []
+        for pid in sorted(set(_children()) - ours_before):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if not done:
+                left.append(pid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _children() -> list[int]:
+    me = os.getpid()
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+        kids = {int(c) for t in tasks for c in Path(f"/proc/{me}/task/{t}/children").read_text().split()}
+    except OSError:
+        return []
+    return sorted(kids)
 
 
 def first_cause_line(run_dir: Path) -> str | None:

@@ -152,7 +152,10 @@ def test_judge_crash_mid_run_stops_every_replica(tmp_path: Path) -> None:
 
 
 def test_judge_hang_fails_after_three_health_probes(tmp_path: Path) -> None:
-    run = launch_local(tmp_path, judge_spec(), uid("hang"), env={"GYM_REFERENCE_JUDGE_FAULTS": "hang-health-after=20"})
+    """The judge's /health hangs 20 s after it started, while the driver runs. Without Ray: a slow
+    Ray start on a loaded machine would move the startup past that moment."""
+    spec = judge_spec(ray=False)
+    run = launch_local(tmp_path, spec, uid("hang"), env={"GYM_REFERENCE_JUDGE_FAULTS": "hang-health-after=20"})
     try:
         assert run.wait(180) != 0
     finally:

@@ -286,13 +286,14 @@ def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
 
 
 def test_a_loading_judge_says_so_while_the_replicas_wait(tmp_path: Path) -> None:
-    """The reference judge answers /health 503 for 12 s (a model loading; Ray's start takes some
-    of that time before the health wait begins): its agent prints
-    "judge general: loading, N s" at the spec's calm rate instead of staying silent."""
+    """The reference judge answers /health 503 for 12 s from its start (a model loading): its agent
+    prints "judge general: loading, N s" at the spec's calm rate instead of staying silent. Without
+    Ray, so that a slow Ray start on a loaded machine cannot use up the loading window before the
+    health wait begins."""
     from tests.harness import judge_spec
 
     u = uid("loading")
-    spec = with_progress(judge_spec(driver='command = ["python", "-c", "print(1)"]'), 0.5)
+    spec = with_progress(judge_spec(driver='command = ["python", "-c", "print(1)"]', ray=False), 0.5)
     run = launch_local(tmp_path, spec, u, env={"GYM_REFERENCE_JUDGE_FAULTS": "loading=12"})
     try:
         run.wait(180)

@@ -7,7 +7,7 @@ Nothing is hand-made JSON: every artifact goes through schemas.RunDir.write_arti
 schema-checked, atomic), built by the project's own code where it has a builder: address records
 by rendezvous.claim, phase timelines by the lifecycle's PhaseLog walking the agent's own step
 table (STARTUP_STEPS, on the nodes Agent.applies' own rule picks; both through tests.harness.steps),
-placements by schemas.records.placement_fields (through tests.harness.placement), heartbeats and
+placements by Topology.placement_fields, heartbeats and
 every peer's failure (found by listing failures/) by each replica's own liveness.Liveness, never
 started but ticked on a clock the generator advances, failure records by
 failure.write_failure_record (the reaper's too), the Ray layout by ray_node.compare_layout, the
@@ -120,7 +120,6 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
         names,
         new_incarnation,
     )
-    from tests.harness.placement import placement_fields
     from tests.harness.steps import STARTUP_STEPS, applies
 
     trainer_nodes = max(1, replicas // 8)
@@ -201,7 +200,7 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     gcs = f"{head.ident.address}:6379"
 
     def placement(rep: _Replica) -> str:
-        fields = placement_fields(rep.topo, rep.ident.address, rep.ident.visible_devices)
+        fields = rep.topo.placement_fields(rep.ident.address, rep.ident.visible_devices)
         run.write_artifact(names.placement(rep.rank), rep.writer, fields)
         return ""
 

@@ -17,7 +17,7 @@ from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
 from agent.lifecycle.topology import Topology
 from agent.ray.runtime import RayRuntime
-from schemas import FailureKind, names, records
+from schemas import FailureKind, names
 
 
 @dataclass(frozen=True)
@@ -67,19 +67,7 @@ class NodeSteps:
         for name, devs in node.judge_devices.items():
             if ray_mask & {vis[i] for i in devs}:
                 raise ctx.fail(FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}")
-        fields = records.placement_fields(
-            node_index=node.index,
-            address=ctx.address,
-            visible_devices=vis,
-            trainer_gpus=node.trainer_gpus,
-            rollout_gpus=node.rollout_gpus,
-            ray_devices=node.ray_devices,
-            ray_num_gpus=node.ray_gpus,
-            judge_devices=node.judge_devices,
-            unused_devices=node.unused_devices,
-            is_head=topo.is_head,
-            is_driver_node=topo.is_driver_node,
-        )
+        fields = topo.placement_fields(ctx.address, vis)
         ctx.run.write_artifact(names.placement(ctx.rank), ctx.writer, fields)
         return ""
 

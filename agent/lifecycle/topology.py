@@ -4,10 +4,13 @@ rendezvous (which takes a run context): the two would import each other."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agent.coord.rendezvous import Peer
 from launch.spec.plan import NodePlan
+from schemas import records
 
 
 @dataclass(frozen=True)
@@ -38,3 +41,20 @@ class Topology:
 
     def rank_of_node(self, index: int) -> int:
         return self.peers[index].rank
+
+    def placement_fields(self, address: str, visible_devices: Sequence[str]) -> dict[str, Any]:
+        """placement-RANK.json of this node (schemas.records.placement_fields)."""
+        node = self.node
+        return records.placement_fields(
+            node_index=node.index,
+            address=address,
+            visible_devices=visible_devices,
+            trainer_gpus=node.trainer_gpus,
+            rollout_gpus=node.rollout_gpus,
+            ray_devices=node.ray_devices,
+            ray_num_gpus=node.ray_gpus,
+            judge_devices=node.judge_devices,
+            unused_devices=node.unused_devices,
+            is_head=self.is_head,
+            is_driver_node=self.is_driver_node,
+        )

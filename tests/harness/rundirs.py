@@ -21,7 +21,6 @@ from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
 from schemas import RunDir, Writer, WriterKind, names, records
 from schemas.order import node_owners
-from tests.harness.placement import placement_fields
 from tests.harness.steps import lifecycle_phases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,7 +133,7 @@ class RunBuilder:
                 },
             )
             self.write(names.heartbeat(r), r, {"seq": 40 + r, "phase": "driver"})
-            fields = placement_fields(self.topo[r], self.address[r], VISIBLE)
+            fields = self.topo[r].placement_fields(self.address[r], VISIBLE)
             self.write(names.placement(r), r, fields)
             self.log(names.agent_log(r), f"rank {r} agent started\nrendezvous ok\n")
             self.log(names.ray_log(r), "ray started\n")

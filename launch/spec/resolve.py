@@ -161,22 +161,15 @@ def walk(
     when this table (or one below it) has a problem. With a ``mode``, keys that mode does not accept
     must be in ``unsupported`` (with their message) or they are reported as unknown."""
     start = c.mark()
-    kwargs = _walk(c, cls, raw, path, mode=mode, unsupported=unsupported)
+    kwargs = _walk(c, cls, raw, path, mode, unsupported or {})
     return kwargs if c.clean_since(start) else None
 
 
 def _walk(
-    c: Checker,
-    cls: type,
-    raw: Mapping[str, Any],
-    path: Path_,
-    *,
-    mode: str | None = None,
-    unsupported: Mapping[str, str] | None = None,
+    c: Checker, cls: type, raw: Mapping[str, Any], path: Path_, mode: str | None, unsupported: Mapping[str, str]
 ) -> dict[str, Any]:
     """``walk``'s arguments of every key and sub-table that resolved, even when another did not."""
     fields = _declared(cls)
-    unsupported = unsupported or {}
     # A judge's keys depend on its mode; without a (valid) mode every key a judge may carry is accepted.
     accepted = {k for k, f in fields.items() if mode is None or _accepts(f, mode)}
     for k in raw:
@@ -536,7 +529,7 @@ def _listing(table: Mapping[str, Any]) -> str:
 
 def _check_spelled(model: type, data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
     c = Checker()
-    sections = _walk(c, model, data, ())
+    sections = _walk(c, model, data, (), None, {})
     _cross_checks(c, sections)
     return c.problems, (sections if not c.problems else None)
 

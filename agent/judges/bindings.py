@@ -41,7 +41,10 @@ def clients_from_registry(registry: Mapping[str, Any], **client_options: Any) ->
             str(judge["endpoint"]),
             str(judge["model"]),
             timeout=float(judge["timeout"]),
-            max_context_length=judge.get("max_context_length"),
+            # Counted by the judge's /tokenize only where the registry says so (an older one: always).
+            max_context_length=(
+                judge.get("max_context_length") if judge.get("context_check", "tokenize") == "tokenize" else None
+            ),
             max_connections=int(judge["max_concurrent_calls"]),
             **client_options,
         )

@@ -162,6 +162,7 @@ class Faults:
     slow_s: float = 0.0
     hang_health_after_s: float | None = None
     crash_after_s: float | None = None
+    no_tokenize: bool = False  # like an external service that serves no /tokenize
     loading_s: float = 0.0  # /health answers 503 this long after start, like a large model loading
 
 
@@ -169,6 +170,7 @@ _FAULT_KINDS = {
     "loading": True,
     "wrong": False,
     "invalid": False,
+    "no-tokenize": False,
     "slow": True,
     "hang-health-after": True,
     "crash-after": True,
@@ -198,6 +200,7 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
     return Faults(
         wrong=bool(values.get("wrong", False)),
         invalid=bool(values.get("invalid", False)),
+        no_tokenize=bool(values.get("no-tokenize", False)),
         slow_s=float(values.get("slow", 0.0)),
         hang_health_after_s=values.get("hang-health-after"),
         crash_after_s=values.get("crash-after"),
@@ -321,7 +324,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(503, "server is starting")
         elif path == "/v1/chat/completions":
             note = self._chat(body)
-        elif path in ("/tokenize", "/v1/tokenize"):
+        elif path in ("/tokenize", "/v1/tokenize") and not self.server.config.faults.no_tokenize:
             self._tokenize(body)
         else:
             self._error(404, f"no route POST {path}")
@@ -476,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KIND [VALUE]",
-        help="test hook: wrong | invalid | slow S | hang-health-after N | crash-after N | loading S",
+        help="test hook: wrong | invalid | no-tokenize | slow S | hang-health-after N | crash-after N | loading S",
     )
     return parser
 

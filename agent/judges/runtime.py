@@ -298,6 +298,7 @@ class JudgeRuntime:
                 "model": j.model,
                 "timeout": j.timeout,
                 "max_context_length": j.max_context_length,
+                "context_check": j.context_check,
                 "max_concurrent_calls": j.max_concurrent_calls,
             }
             if j.managed:

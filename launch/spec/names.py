@@ -19,6 +19,9 @@ REVISION = re.compile(r"[0-9a-f]{40}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 JUDGE_MODES = ("managed", "external")
+# How a judge's context is enforced: counted by its /tokenize (refused above the limit, never
+# truncated), or left to the service (seed 000: an external service's context is its own).
+CONTEXT_CHECKS = ("tokenize", "none")
 JUDGE_BACKENDS = ("sglang", "reference")
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
 DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking

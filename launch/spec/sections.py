@@ -298,6 +298,15 @@ class JudgeConfig:
         doc="the judge's context in tokens: the client rejects a request plus output reservation above it",
         rule=SEED_JUDGES,
     )
+    context_check: str | None = key(
+        keys.Choice(names.CONTEXT_CHECKS),
+        None,
+        doc='"tokenize": the client counts every grading request with the judge\'s /tokenize and refuses one '
+        'whose prompt plus output reservation exceeds max_context_length (never truncating); "none": the '
+        "service enforces its own context",
+        rule=SEED_JUDGES,
+        derived='"tokenize" for a managed judge, "none" for an external one',
+    )
     max_concurrent_calls: int = key(
         keys.Int(1, MAX_CONCURRENCY),
         16,
@@ -334,6 +343,8 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         # Mode-dependent defaults, applied here and nowhere else.
+        if self.context_check is None:
+            object.__setattr__(self, "context_check", "tokenize" if self.mode == "managed" else "none")
         if self.mode == "managed":
             if self.backend is None:
                 object.__setattr__(self, "backend", "sglang")

@@ -140,3 +140,35 @@ def test_a_graded_sample_carries_its_evidence(judge_server: Factory) -> None:
     assert sent[0]["content"] == rubric().text and "Paris." in sent[1]["content"] and "hm" not in sent[1]["content"]
     assert diag["rubric"]["digest"] == rubric().digest and diag["raw_reply"].endswith("SCORE: 10")
     assert {"retries", "latency_s", "reasoning", "finish_reason"} <= set(diag)
+
+
+def test_a_rubric_names_its_format_and_scale_and_its_digest_covers_them() -> None:
+    from agent.judges.rubrics import RubricError, resolve_rubric
+
+    base = {"profile": "general-quality", "max_output_tokens": 256, "temperature": 0.0}
+    default = resolve_rubric("q", base)
+    assert default.text == PROFILES["general-quality"].text  # the built-in text, unchanged
+    one_to_ten = resolve_rubric("q", {**base, "reply_format": "json", "score_scale": [1, 10]})
+    assert '{"REASONING"' in one_to_ten.text and "an integer from 1 to 10" in one_to_ten.text
+    assert "Use the whole scale: 1 = wrong" in one_to_ten.text
+    assert len({default.digest, one_to_ten.digest, resolve_rubric("q", {**base, "score_scale": [0, 1]}).digest}) == 3
+    entry = one_to_ten.to_json()
+    assert entry["reply_format"] == "json" and entry["score_scale"] == [1, 10] and entry["extract_answer"] is True
+    assert resolve_rubric("q", entry) == one_to_ten  # the registry entry round-trips
+    with pytest.raises(RubricError, match="does not match"):
+        resolve_rubric("q", {**entry, "score_scale": [0, 10]})  # the text recorded was another scale's
+    for bad, where in (({"reply_format": "xml"}, "reply_format"), ({"score_scale": [10, 1]}, "score_scale")):
+        with pytest.raises(RubricError, match=where):
+            resolve_rubric("q", {**base, **bad})
+
+
+def test_the_reference_judge_replies_as_the_rubric_asks(judge_server: Factory) -> None:
+    """No fixed format: the server follows the rubric's instructions, as a model would."""
+    server = judge_server()
+    asked = rubric(JSON, ONE_TO_TEN)
+    with client(server) as c:
+        good = c.grade(asked, QUESTION, "Paris.", "Paris.")
+        bad = c.grade(asked, QUESTION, "Bananas are yellow.", "Paris.")
+    assert good.verifier_diagnostics["raw_reply"].startswith("```json")
+    assert (good.verifier_diagnostics["raw_score"], bad.verifier_diagnostics["raw_score"]) == (10, 1)
+    assert (good.score, bad.score) == (1.0, pytest.approx(0.1))

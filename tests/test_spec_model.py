@@ -311,3 +311,18 @@ def test_a_rule_across_tables_waits_for_the_tables_own_problems() -> None:
     assert set(problems_of(data)) == {"launch.gpus_per_replica"}
     data["launch"]["gpus_per_replica"] = 8
     assert set(problems_of(data)) == {"launch.hostnames"}
+
+
+def test_rubric_reply_format_scale_and_extraction_keys() -> None:
+    data = three_node()
+    name = next(iter(data["rubrics"]))
+    rubric = RunConfig.from_spec(resolved_from_dict(data)).rubrics[name]
+    assert (rubric.reply_format, rubric.score_scale, rubric.extract_answer) == ("score_line", (0, 10), True)
+    data["rubrics"][name].update(reply_format="json", score_scale=[1, 10], extract_answer=False)
+    rubric = RunConfig.from_spec(resolved_from_dict(data)).rubrics[name]
+    assert (rubric.reply_format, rubric.score_scale, rubric.extract_answer) == ("json", (1, 10), False)
+    data["rubrics"][name].update(reply_format="xml", score_scale=[10, 1], extract_answer="yes")
+    problems = problems_of(data)
+    assert "score_line" in problems[f"rubrics.{name}.reply_format"]
+    assert "0 <= MIN < MAX <= 100" in problems[f"rubrics.{name}.score_scale"]
+    assert "true or false" in problems[f"rubrics.{name}.extract_answer"]

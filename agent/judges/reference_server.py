@@ -152,6 +152,18 @@ def grade(prompt: GradingPrompt) -> Verdict:
     return Verdict(score, reasoning)
 
 
+_ASKED_SCALE = re.compile(r"an integer from (\d+) to (\d+)")
+
+
+def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -> tuple[str, tuple[int, int]]:
+    """The reply format and scale to answer in: the server's fixed ones, else what the rubric asks."""
+    system = next((str(m.get("content", "")) for m in messages if m.get("role") == "system"), "")
+    asked = _ASKED_SCALE.search(system)
+    scale = config.score_scale or ((int(asked.group(1)), int(asked.group(2))) if asked else (0, SCORE_MAX))
+    fmt = config.reply_format or ("json" if '{"REASONING"' in system else "score_line")
+    return fmt, scale
+
+
 # ---- faults ----------------------------------------------------------------------------------
 
 
@@ -224,8 +236,10 @@ class ServerConfig:
     startup_delay_s: float = 0.0
     faults: Faults = Faults()
     # How it replies, so tests can exercise every format and scale a rubric may declare.
-    reply_format: str = "score_line"  # or "json": {"REASONING": ..., "SCORE": N}, as open-instruct asks
-    score_scale: tuple[int, int] = (0, SCORE_MAX)
+    # How it replies. None: as the rubric (the system message) asks, like a model that follows its
+    # instructions; set: always so, for tests of a judge that does not.
+    reply_format: str | None = None  # "score_line", or "json": {"REASONING": ..., "SCORE": N}
+    score_scale: tuple[int, int] | None = None
 
 
 class JudgeHTTPServer(ThreadingHTTPServer):
@@ -395,11 +409,11 @@ class Handler(BaseHTTPRequestHandler):
         else:
             verdict = grade(parsed)
         tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
-        low, high = config.score_scale
+        fmt, (low, high) = _asked_format(messages, config)
         score = round(low + (high - low) * tenths / SCORE_MAX)
         if config.faults.invalid:
             reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
-        elif config.reply_format == "json":
+        elif fmt == "json":
             reply = "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```"
         else:
             reply = f"Reasoning: {verdict.reasoning}\nSCORE: {score}"
@@ -469,9 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="answer 503 for this many seconds, like a loading server",
     )
-    parser.add_argument("--reply-format", choices=("score_line", "json"), default="score_line")
     parser.add_argument(
-        "--score-scale", nargs=2, type=int, default=(0, SCORE_MAX), metavar=("MIN", "MAX"), help="scale of SCORE"
+        "--reply-format", choices=("score_line", "json"), help="always reply so (default: as the rubric asks)"
+    )
+    parser.add_argument(
+        "--score-scale", nargs=2, type=int, metavar=("MIN", "MAX"), help="always score so (default: as the rubric asks)"
     )
     parser.add_argument(
         "--fault",
@@ -508,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max(args.startup_delay, faults.loading_s),
         faults,
         reply_format=args.reply_format,
-        score_scale=(args.score_scale[0], args.score_scale[1]),
+        score_scale=(args.score_scale[0], args.score_scale[1]) if args.score_scale else None,
     )
     server = JudgeHTTPServer((args.host, args.port), config)
     port = server.server_address[1]

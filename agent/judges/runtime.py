@@ -326,8 +326,15 @@ class JudgeRuntime:
         rubrics = {}
         for name, r in cfg.rubrics.items():
             if name in used:
-                table = {"profile": r.profile, "max_output_tokens": r.max_output_tokens, "temperature": r.temperature}
-                rubrics[name] = {**table, "digest": resolve_rubric(name, table).profile.digest}
+                table = {
+                    "profile": r.profile,
+                    "max_output_tokens": r.max_output_tokens,
+                    "temperature": r.temperature,
+                    "reply_format": r.reply_format,
+                    "score_scale": list(r.score_scale),
+                    "extract_answer": r.extract_answer,
+                }
+                rubrics[name] = resolve_rubric(name, table).to_json()
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         self.registry = {"judges": judges, "rubrics": rubrics, "bindings": bindings}
         ctx.run.write_artifact(names.REGISTRY, ctx.writer, self.registry)

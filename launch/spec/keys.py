@@ -120,6 +120,29 @@ class Number(KeyType):
 
 
 @dataclass(frozen=True)
+class Scale(KeyType):
+    """[MIN, MAX]: two integers with 0 <= MIN < MAX <= maximum (a judge's score scale)."""
+
+    maximum: int
+    doc = "[MIN, MAX]"
+
+    def check(self, v: Any) -> str | None:
+        if not (isinstance(v, list | tuple) and len(v) == 2 and all(is_int(x) for x in v)):
+            return f"must be [MIN, MAX], two integers, not {describe(v)}"
+        low, high = v
+        if not 0 <= low < high <= self.maximum:
+            return f"must have 0 <= MIN < MAX <= {self.maximum}, not [{low}, {high}]"
+        return None
+
+    def schema(self) -> dict[str, Any]:
+        ends = {"type": "integer", "minimum": 0, "maximum": self.maximum}
+        return {"type": "array", "prefixItems": [ends, ends], "minItems": 2, "maxItems": 2}
+
+    def constraint(self) -> str:
+        return f"0 <= MIN < MAX <= {self.maximum}"
+
+
+@dataclass(frozen=True)
 class Bool(KeyType):
     doc = "boolean"
 

@@ -26,6 +26,8 @@ JUDGE_BACKENDS = ("sglang", "reference")
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
 DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking
 RUBRIC_PROFILES = ("general-quality", "general-quality-ref")
+# A judge's reply: a "SCORE: N" line, or a JSON object with REASONING and SCORE (open-instruct's judges).
+REPLY_FORMATS = ("score_line", "json")
 PLACEMENT_MODES = ("disaggregated", "colocated")
 DRIVER_PLACEMENTS = ("trainer", "inference")
 LAUNCH_BACKENDS = ("local", "beaker", "slurm")

@@ -378,6 +378,27 @@ class RubricConfig:
         doc="sampling temperature of grading calls (the trainer grades with it too)",
         rule=SEED_JUDGES,
     )
+    reply_format: str = key(
+        keys.Choice(names.REPLY_FORMATS),
+        "score_line",
+        doc='how the judge is asked to reply: "score_line" (a last `SCORE: N` line) or "json" '
+        '(`{"REASONING": ..., "SCORE": N}`, as open-instruct\'s judges reply); anything else is an invalid grade',
+        rule=SEED_JUDGES,
+    )
+    score_scale: tuple[int, int] = key(
+        keys.Scale(100),
+        (0, 10),
+        doc="the scale the judge scores on; the reward is SCORE / MAX (open-instruct's 1-10 judges: [1, 10]); "
+        "a score outside it is an invalid grade",
+        rule=SEED_JUDGES,
+    )
+    extract_answer: bool = key(
+        keys.Bool(),
+        True,
+        doc="grade the final answer only: the first <answer> block, else the text after the first </think> "
+        "(open-instruct's rule); false sends the response as written",
+        rule=SEED_JUDGES,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

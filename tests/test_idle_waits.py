@@ -33,9 +33,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def runs(tid: int) -> int:
-    """How many times thread `tid` of this process has been scheduled (a wake-up count)."""
-    with open(f"/proc/self/task/{tid}/schedstat") as fh:
-        return int(fh.read().split()[2])
+    """How many times thread `tid` of this process went to sleep by itself (a wake-up count).
+
+    Voluntary context switches, not schedstat's timeslices: on a loaded machine a thread that woke
+    once may be preempted and scheduled again several times, which is the machine's doing, not a
+    wake-up of ours."""
+    with open(f"/proc/self/task/{tid}/status") as fh:
+        for line in fh:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches for thread {tid}")
 
 
 def failure_fields(cause: str = "boom") -> dict:

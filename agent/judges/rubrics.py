@@ -1,9 +1,9 @@
 """Built-in rubric profiles: the grading instructions, their digest, and the reply format.
 
 A rubric's text is part of the experiment: ``registry.json`` records its sha256 digest so a
-driver (or an audit) can prove it graded with the same words the launcher resolved. Every
-profile asks for the same machine-readable ending, ``SCORE: N`` on its own last line with N an
-integer from 0 to 10, which :func:`parse_reply` extracts.
+driver (or an audit) can prove it graded with the same words the launcher resolved. A profile's
+text ends by asking for the rubric's reply format on its scale (``SCORE: N`` from 0 to 10 unless the
+rubric says otherwise), which :func:`parse_reply` (agent/judges/replies.py) reads back.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ __all__ = [
     "resolve_rubric",
 ]
 
-SCORE_MAX = int(DEFAULT_SCALE.high)
-
 
 def output_format(fmt: ReplyFormat, scale: ScoreScale) -> str:
     """The reply format a rubric asks for, on its scale (the judge is told exactly what is parsed)."""
@@ -57,8 +55,6 @@ def scale_anchors(scale: ScoreScale, worst: str, middle: str, best: str) -> str:
     parts = [f"{low} = {worst}"] + ([f"{mid} = {middle}"] if low < mid < high else []) + [f"{high} = {best}"]
     return "Use the whole scale: " + "; ".join(parts) + ".\n"
 
-
-OUTPUT_FORMAT = output_format(ReplyFormat.SCORE_LINE, DEFAULT_SCALE)
 
 _GENERAL_QUALITY = (
     "You are grading one answer written by an AI assistant.\n"

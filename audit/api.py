@@ -26,9 +26,10 @@ from audit.crosscheck_lifecycle import (
 )
 from audit.crosscheck_regrade import check_regrade
 from audit.expected import expected_plan
-from audit.first_cause import analyse
+from audit.first_cause import analyse, order_key
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
+from audit.scheduler_ending import as_first_cause, explains, find_ending, job_id_of
 from audit.schema_check import check_schemas
 from audit.views import as_dict, as_str, rank_of
 from launch.spec.load import restore_key_order
@@ -204,11 +205,18 @@ def audit_run(path: str | Path) -> AuditResult:
             if (r := rank_of(a)) is not None and (p := as_str(as_dict(a.doc).get("phase")))
         }
         first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
+        if first is not None:
+            ending = find_ending(safe, run, job_id_of(run))
+            if ending is not None and explains(ending, first, cascade):
+                earlier = (first, *cascade)
+                first = as_first_cause(ending, first, cascade, ctx.failures, ctx.addresses)
+                cascade, others = tuple(sorted(earlier, key=order_key)), ()
         notes: list[str] = []
         if plan.source != "launch":
             notes.append("the plan could not be recomputed; placement and layout were not checked against it")
         if ctx.outcome == "failed" and first is not None:
-            where = f"rank {first.rank}" + (f" in phase {first.phase}" if first.phase else "")
+            who = f"the job ({first.scheduler} ended it)" if first.scheduler else f"rank {first.rank}"
+            where = who + (f" in phase {first.phase}" if first.phase else "")
             findings.append(
                 Finding(
                     "error",

@@ -31,6 +31,10 @@ from schemas import FailureKind, Phase, names
 
 # Lower is a likelier first cause when wall times tie (every FailureKind has one: a test checks).
 KIND_PRIORITY: dict[str, int] = {
+    FailureKind.TIME_LIMIT: 0,  # the scheduler's ending explains every rank's signal
+    FailureKind.CANCELLED: 0,
+    FailureKind.NODE_FAILURE: 0,
+    FailureKind.PREEMPTED: 0,
     FailureKind.AGENT_DIED: 0,
     FailureKind.CHILD_EXIT: 1,
     FailureKind.DRIVER_EXIT: 2,
@@ -68,7 +72,7 @@ def _priority(kind: str) -> int:
     return KIND_PRIORITY.get(kind, 15)
 
 
-def _order_key(c: Cause) -> tuple[float, int, int]:
+def order_key(c: Cause) -> tuple[float, int, int]:
     return (c.wall_time if c.wall_time is not None else float("inf"), _priority(c.kind), c.rank)
 
 
@@ -133,7 +137,7 @@ def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_
 SIGNALLED_EXIT_CODES = frozenset({-signal.SIGHUP, -signal.SIGINT, -signal.SIGTERM})
 
 
-def _signal_like(c: Cause) -> bool:
+def signal_like(c: Cause) -> bool:
     if c.kind == FailureKind.SIGNAL:
         return True
     return c.kind in (FailureKind.DRIVER_EXIT, FailureKind.CHILD_EXIT) and c.exit_code in SIGNALLED_EXIT_CODES
@@ -142,13 +146,13 @@ def _signal_like(c: Cause) -> bool:
 def _signals_after_real_failures(roots: list[Cause]) -> list[Cause]:
     """Move a leading signal behind a real failure of another rank recorded shortly after it."""
     first = roots[0]
-    if not _signal_like(first) or first.wall_time is None:
+    if not signal_like(first) or first.wall_time is None:
         return roots
     real = [
         c
         for c in roots
         if c.kind not in REACTION_KINDS
-        and not _signal_like(c)
+        and not signal_like(c)
         and c.rank != first.rank
         and c.wall_time is not None
         and c.wall_time - first.wall_time <= SCHEDULER_REACTION_S
@@ -208,7 +212,7 @@ def analyse(
         # peers' reactions to its own silence). Still say what is known: the earliest record.
         # A peer's silence report is the likeliest start: the silent rank wrote its own record
         # only after it resumed (SIGSTOP/SIGCONT, a long stall), reacting to its peers' records.
-        reactions.sort(key=_order_key)
+        reactions.sort(key=order_key)
         silent = [
             (c, c.reacting_to) for c in reactions if c.kind == FailureKind.PEER_SILENT and c.reacting_to is not None
         ]
@@ -219,11 +223,11 @@ def analyse(
         else:
             earliest = reactions.pop(0)
             roots.append(replace(earliest, cause=earliest.cause + _cycle_note(failures)))
-    roots.sort(key=_order_key)
+    roots.sort(key=order_key)
     roots = _signals_after_real_failures(roots)
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.judge)
     excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()
     first = replace(first, log=log, excerpt=excerpt, ray_logs=ray_evidence(first, log, logs))
-    cascade = tuple(sorted(roots[1:] + reactions, key=_order_key))
+    cascade = tuple(sorted(roots[1:] + reactions, key=order_key))
     return first, cascade, tuple(roots[1:])

@@ -164,6 +164,7 @@ class LoadedRun:
     path: str
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     logs: dict[str, int] = field(default_factory=dict)  # relpath -> size in bytes
+    others: dict[str, int] = field(default_factory=dict)  # names.OTHER_FILES present: relpath -> size
     findings: list[Finding] = field(default_factory=list)
 
     def by_schema(self, schema: str) -> list[Artifact]:
@@ -275,6 +276,9 @@ def load_run(safe: SafeDir) -> LoadedRun:
             continue
         schema = names.schema_for(relpath)
         if schema is None and any(p.match(relpath) for p in names.OTHER_FILES):
+            size = safe.size(relpath)
+            if size is not None:
+                run.others[relpath] = size
             continue  # the user's run file, the rendered job: part of the contract, not artifacts
         if schema is None:
             run.findings.append(Finding("info", "file.unknown", "not part of the run-directory contract", relpath))

@@ -67,6 +67,7 @@ class Cause:
     ray_logs: tuple[str, ...] = ()  # Ray's own session logs kept for this rank, when Ray is involved
     exit_code: int | None = None  # the record's: a child's or the driver's exit status (-N: signal N)
     judge: str | None = None  # the record's: the managed judge concerned
+    scheduler: str | None = None  # set when the scheduler ended the job (audit/scheduler_ending.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +84,7 @@ class Cause:
             "writer": self.writer,
             "excerpt": list(self.excerpt),
             "ray_logs": list(self.ray_logs),
+            "scheduler": self.scheduler,
         }
 
 

@@ -11,8 +11,11 @@ fields are only ever added. Keys, in order:
                   file is a run-directory relative name or null; rank/json_path null when n/a
     first_cause   null on success, else {rank, kind, phase, cause, wall_time, since_start, file,
                   log, reacting_to, reported_by, writer, excerpt: [log lines],
-                  ray_logs: [Ray session logs kept for that rank, when Ray is involved]}; kind "silent"
-                  means the rank died without a record (reported_by names who noticed),
+                  ray_logs: [Ray session logs kept for that rank, when Ray is involved],
+                  scheduler: the backend when the scheduler ended the job, else null}; kind "silent"
+                  means the rank died without a record (reported_by names who noticed), kinds
+                  time_limit, cancelled, node_failure, preempted that the scheduler ended the job
+                  (cause: the scheduler's own words; rank: the failed node's, else the batch host's),
                   kind "phase_failed" means it was inferred from a phase timeline
     cascade       the other failures, in wall-time order, same shape as first_cause (excerpt [])
     other_root_causes  independent root causes that lost to first_cause on time

@@ -15,7 +15,8 @@ def fmt_time(t: float | None) -> str:
 
 def cause_headline(c: Cause) -> str:
     """ "rank R, KIND, phase P, reacting to rank Q, TIME": how every report introduces a cause."""
-    parts = [f"rank {c.rank}", c.kind]
+    # A scheduler's ending is the job's, not a rank's.
+    parts = [f"{c.scheduler} (the scheduler)" if c.scheduler else f"rank {c.rank}", c.kind]
     if c.phase:
         parts.append(f"phase {c.phase}")
     if c.reacting_to is not None:

@@ -129,6 +129,7 @@ class FailureRec:
     judge: str | None = None
     signal: str | None = None
     fs_condition: str | None = None  # schemas.vocab.FsCondition
+    sender: str | None = None  # a signal's sender, by name (slurmstepd: the scheduler acted)
 
 
 def _visible(v: Any) -> tuple[str, ...]:
@@ -240,6 +241,7 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             judge=as_str(d.get("judge")),
             signal=as_str(d.get("signal")),
             fs_condition=as_str(d.get("fs_condition")),
+            sender=as_str(sender.get("name")) if isinstance(sender := d.get("sender"), dict) else None,
         )
     return out
 

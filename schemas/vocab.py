@@ -99,6 +99,11 @@ class FailureKind(enum.StrEnum):
     PORTS = "ports"  # no free port (block) could be allocated
     AGENT_DIED = "agent_died"  # written by the reaper: the agent was killed
     INTERNAL = "internal"  # an agent bug
+    # The scheduler ended the job (named by the audit from the scheduler's own words: audit/scheduler_ending.py).
+    TIME_LIMIT = "time_limit"  # the job's walltime ran out
+    CANCELLED = "cancelled"  # someone cancelled the job (scancel, beaker job cancel)
+    NODE_FAILURE = "node_failure"  # a node of the job failed or was set down
+    PREEMPTED = "preempted"  # a higher-priority job took the allocation
 
 
 class FsCondition(enum.StrEnum):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.context import AuditContext, build_context
+from audit.crosscheck_grace import check_driver_stop
 from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_registry
 from audit.crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
 from audit.crosscheck_lifecycle import (
@@ -57,6 +58,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_incarnations,
     check_shared_filesystem,
     check_regrade,
+    check_driver_stop,
 )
 
 

@@ -19,6 +19,12 @@ REGISTRY = "registry.json"
 CANARIES = "judge-canaries.json"
 COMPLETE = "complete.json"
 DRIVER_RESULT = "driver-result.json"
+# The driver-node agent's request to the driver to checkpoint and exit ([driver] checkpoint_grace),
+# rewritten with the outcome once the driver exited or the grace ran out (DriverEnv.STOP_FILE).
+DRIVER_STOP = "driver-stop.json"
+# The batch job's walltime warning (Slurm --signal=B:USR1@SECONDS, caught by the rendered script):
+# a plain line in failures/, where every agent already looks for news.
+WALLTIME_WARNING = "failures/walltime-warning"
 
 
 RAY_HEAD = "ray-head.json"
@@ -202,6 +208,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("registry", re.compile(r"^registry\.json$")),
     Artifact("complete", re.compile(r"^complete\.json$")),
     Artifact("driver-result", re.compile(r"^driver-result\.json$")),
+    Artifact("driver-stop", re.compile(r"^driver-stop\.json$")),
     Artifact("submission", re.compile(r"^submission\.json$")),
     Artifact("attempt", re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready)\.json$")),
     Artifact("regrade", re.compile(r"^regrade\.json$")),
@@ -213,6 +220,7 @@ OTHER_FILES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^run-file\.(toml|json)$"),
     re.compile(r"^job\.[a-z.]+$"),
     re.compile(r"^job-slurm-\d+\.out$"),
+    re.compile(r"^failures/walltime-warning$"),
 )
 
 # (pattern, log kind) for every log; the kind is who writes it.

@@ -132,6 +132,8 @@ class DriverEnv:
     RUN_FILE = "GYM_RUN_FILE"  # the user's run file, byte for byte (a MILES trainer reads it)
     ATTEMPT = "GYM_ATTEMPT"  # 1 for a new run, N on the (N-1)-th resume
     CHECKPOINT_DIR = "GYM_CHECKPOINT_DIR"  # RUN_DIR/checkpoints: the same directory in every attempt
+    # RUN_DIR/driver-stop.json: once it exists, checkpoint and exit within [driver] checkpoint_grace.
+    STOP_FILE = "GYM_STOP_FILE"
 
 
 class ResumeEnv:

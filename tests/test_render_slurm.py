@@ -5,19 +5,22 @@ exported variables) run for real by bash with stand-ins for scontrol, getent and
 
 from __future__ import annotations
 
+import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from launch.backends import RenderRequest
-from launch.backends.slurm import directive_lines, render
+from launch.backends.slurm import WARNING_MARGIN_S, directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from schemas import JobEnv
+from schemas import JobEnv, names
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo.toml"
@@ -280,3 +283,50 @@ def test_resume_is_exported_to_every_node() -> None:
     # Only a requeue of that job (Slurm counts restarts) resumes it.
     assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then export GYM_RESUME=1; fi' in first
     assert "export GYM_RESUME=1" in render(replace(request, resume=True)).text.splitlines()
+
+
+@pytest.mark.parametrize("spec", ["demo", "pooled"])
+def test_a_checkpoint_grace_asks_for_the_walltime_warning(tmp_path: Path, spec: str) -> None:
+    path = DEMO if spec == "demo" else pooled(tmp_path)
+    req = request(path, "driver.checkpoint_grace=20")
+    text = render(req).text
+    c = req.config.coordination
+    warn = math.ceil(20 + c.teardown_grace + c.poll_interval) + WARNING_MARGIN_S
+    assert f"--signal=B:USR1@{warn}" in directive_lines(text)
+    assert "trap gym_warned USR1" in text and "/shared/out/cluster/u-1/failures/walltime-warning" in text
+    bash_n(text, tmp_path)
+    assert "--signal" not in "".join(directive_lines(render(request(path)).text))  # no grace: no warning
+
+
+def test_a_signal_directive_beside_a_grace_is_refused() -> None:
+    r = subprocess.run(
+        [GYM_LAUNCH, "render", str(DEMO), "--backend", "slurm", "--set", "driver.checkpoint_grace=10"]
+        + ["--set", 'launch.slurm.directives=["--signal=USR1@60"]'],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "launch.slurm.directives:" in r.stderr and "remove it" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("spec", ["demo", "pooled"])
+def test_the_warning_trap_tells_the_agents_and_keeps_waiting_for_the_steps(tmp_path: Path, spec: str) -> None:
+    # The batch shell gets SIGUSR1 while its steps run: it writes the warning where the agents look,
+    # then still waits for the steps and exits with their code (bash's wait returns early for a trap).
+    env = fake_slurm(tmp_path, {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"})
+    agent = tmp_path / "agent"
+    agent.write_text("#!/bin/bash\nsleep 1.5\nexit 3\n")
+    agent.chmod(0o755)
+    path = DEMO if spec == "demo" else pooled(tmp_path)
+    config = RunConfig.from_spec(load_spec(path, [f'launch.slurm.agent="{agent}"', "driver.checkpoint_grace=5"]))
+    out = tmp_path / "out"
+    (out / "cluster" / "u-1" / "failures").mkdir(parents=True)
+    req = RenderRequest(config=config, plan=make_plan(config), uuid="u-1", output_root=str(out), spec_path="s.json")
+    f = tmp_path / "job.sbatch"
+    f.write_text(render(req).text)
+    proc = subprocess.Popen(["bash", str(f)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.7)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    warning = (out / "cluster" / "u-1" / names.WALLTIME_WARNING).read_text()
+    assert warning.startswith("SIGUSR1 at "), warning

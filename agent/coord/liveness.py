@@ -29,6 +29,8 @@ from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
 from schemas.safe_io import Sync
 
+WARNING_LEAF = names.leaf(names.WALLTIME_WARNING)
+
 log = logging.getLogger(__name__)
 RING_WATCHERS = 2
 FOLLOW_HOPS = 3  # how far a reaction's record is followed to the failure it names
@@ -235,6 +237,10 @@ class Liveness(threading.Thread):
         for name in self.run_dir.listdir(names.FAILURES_DIR):
             if name in self._seen_failures:
                 continue
+            if name == WARNING_LEAF:
+                self._seen_failures.add(name)
+                self._walltime_warning()
+                return
             peer = names.rank_in(names.FAILURES_DIR, name)
             if peer is None or peer == self.rank:
                 continue
@@ -259,6 +265,23 @@ class Liveness(threading.Thread):
                 )
             )
             return
+
+    def _walltime_warning(self) -> None:
+        """The batch job was warned that its time limit is near (Slurm --signal, the rendered
+        script's trap): every agent stops now, the driver within its checkpoint grace."""
+        try:
+            said = self.run_dir.read_bytes(names.WALLTIME_WARNING)[:200].decode(errors="replace").strip()
+        except OSError:
+            said = ""
+        self.signal.trip(
+            Failure(
+                kind=FailureKind.TIME_LIMIT,
+                cause="the scheduler warned that the job's time limit is near"
+                + (f" ({names.WALLTIME_WARNING}: {said})" if said else "")
+                + "; stopping before it, the driver within its checkpoint grace",
+                phase=str(self.phase()),
+            )
+        )
 
     def _first_cause(self, peer: int, doc: dict) -> tuple[int, dict]:
         """A record that only reacts to another (peer_failure) is followed to the one it names, a

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+from functools import partial
 
 from agent.coord import clock
 from agent.coord.failure import Failure
 from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.console_tee import ConsoleTee
 from agent.lifecycle.context import RunContext
+from agent.lifecycle.driver_stop import DriverStop, await_driver_node
 from agent.lifecycle.topology import Topology
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
@@ -54,6 +56,7 @@ class DriverRuntime:
             DriverEnv.CHECKPOINT_DIR: str(run.path / names.CHECKPOINTS_DIR),
             DriverEnv.PLAN: json.dumps(plan_json, sort_keys=True),
             DriverEnv.DRIVER_RESULT: str(run.path / names.DRIVER_RESULT),
+            **({DriverEnv.STOP_FILE: str(run.path / names.DRIVER_STOP)} if self._grace() else {}),
             **self._run_file_env(),
             **self.judges.driver_env(),
             **self._spec_env(),
@@ -116,6 +119,10 @@ class DriverRuntime:
             # listing acks/ (empty while the driver runs), not the large top-level directory:
             # O(1) per poll per agent instead of O(N).
             driver_ack = names.leaf(names.ack(topo.rank_of_node(ctx.plan.driver_node)))
+            grace = self._grace()
+            if grace:  # a failure from now on waits for the driver's checkpoint before stopping here
+                poll = ctx.config.coordination.poll_interval
+                ctx.supervisor.before_stop(partial(await_driver_node, ctx.run, ctx.signal, grace, poll))
             ctx.wait_unbounded(lambda: ctx.listed(driver_ack, names.ACKS_DIR))
             return ""
         argv, shell = self.argv()
@@ -131,7 +138,7 @@ class DriverRuntime:
         tee = ConsoleTee(ctx.run.open_log(names.driver_log(ctx.rank)), f"[rank {ctx.rank} driver] ")
         self.tee = tee
         try:
-            ctx.supervisor.start(
+            group = ctx.supervisor.start(
                 "driver",
                 argv,
                 env=self.env(topo),
@@ -141,10 +148,17 @@ class DriverRuntime:
             )
         finally:
             tee.close_child_end()
+        grace = self._grace()
+        if grace:
+            stop = DriverStop(ctx.run, ctx.writer, ctx.signal, grace, ctx.out)
+            ctx.supervisor.before_stop(partial(stop.wait_for, group))
         ctx.wait_unbounded(self._done.is_set)
         ctx.signal.raise_if_set()
         self._seconds = clock.mono() - t0
         return "exit 0"
+
+    def _grace(self) -> float | None:
+        return self.ctx.config.driver.checkpoint_grace
 
     def drain(self, timeout: float) -> None:
         """Let the driver's last console lines (a traceback) through before the agent's own."""

@@ -6,6 +6,7 @@ kills the others must not be one of those (docs/runtime-notes.md, "Shared filesy
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -18,6 +19,8 @@ from agent.proc.procgroup import ProcessGroup, StopRecord, escaped_descendants, 
 from agent.proc.wakeup import Wakeup
 from agent.reaper import ReaperChannel
 from schemas import FailureKind
+
+log = logging.getLogger(__name__)
 
 STRAY_SCAN_S = 2.0  # how often escaped descendants are looked for (and told to the reaper)
 FALLBACK_POLL_S = 0.1  # how often children are looked at where pidfds are unsupported
@@ -52,6 +55,7 @@ class Supervisor:
         self._stopped: list[StopRecord] | None = None
         self._stop_lock = threading.Lock()
         self._halt = threading.Event()
+        self._before_stop: Callable[[], None] | None = None
         self._wake = Wakeup()
         signal.on_trip(self._wake.set)
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
@@ -159,11 +163,22 @@ class Supervisor:
                 continue
             self._exited(group, policy, code)
 
+    def before_stop(self, hook: Callable[[], None]) -> None:
+        """Run `hook` once, first thing in stop_all, while every child still runs: the driver's
+        checkpoint grace (agent/lifecycle/driver.py). Concurrent stop_all callers wait for it."""
+        self._before_stop = hook
+
     def stop_all(self) -> list[StopRecord]:
         """Stop every group, newest first. Idempotent; concurrent callers wait for the first."""
         with self._stop_lock:
             if self._stopped is not None:
                 return self._stopped
+            hook, self._before_stop = self._before_stop, None
+            if hook is not None:
+                try:
+                    hook()
+                except Exception:  # noqa: BLE001 - a failed grace must never keep the children alive
+                    log.exception("the stop hook failed; stopping every child now")
             with self._lock:
                 groups = [g for g, _ in reversed(self._groups)]
             # Stop in parallel: Ray's graceful stop takes seconds, and judges need not wait for it.

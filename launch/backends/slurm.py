@@ -25,6 +25,7 @@ refuses a hostname that resolves to loopback.
 
 from __future__ import annotations
 
+import math
 import shlex
 import shutil
 import subprocess
@@ -60,6 +61,16 @@ def _problems(config: RunConfig, plan: Plan) -> list[Problem]:
                 f"takes every listed host, so list exactly {plan.replicas}",
             )
         )
+    if config.driver.checkpoint_grace is not None:
+        for d in config.launch.slurm.directives:
+            if d.split("=", 1)[0] == "--signal":
+                out.append(
+                    Problem(
+                        "launch.slurm.directives",
+                        f"{d!r}: with driver.checkpoint_grace the job's walltime warning is set by gym-launch "
+                        "(--signal=B:USR1@SECONDS); remove it from the directives",
+                    )
+                )
     named = {p.partition for p in config.pool_list if p.partition}
     job = config.launch.slurm.partition
     if len(named) > 1 or (job and named and named != {job}):
@@ -105,6 +116,11 @@ def _directives(request: RenderRequest, run_dir: str) -> list[str]:
             lines.append(f"{flag}={value}")
     if config.hostnames:
         lines.append(f"--nodelist={','.join(config.hostnames)}")
+    warn = warning_seconds(config)
+    if warn is not None:
+        # To the batch shell only (B:): its trap tells the agents; SIGUSR1 would end a driver
+        # that does not handle it.
+        lines.append(f"--signal=B:USR1@{warn}")
     lines.extend(slurm.directives)
     # A directive must stay one shell word: sbatch reads #SBATCH lines word by word.
     return [f"#SBATCH {d}" if d == q(d) else f"#SBATCH {q(d)}" for d in lines]
@@ -145,6 +161,36 @@ mapfile -t gym_node < <(printf '%s\n' "$gym_ordered")
 """
 
 
+# After the warning: the agents notice it within a poll, the driver checkpoints within its grace,
+# the teardown takes up to teardown_grace; this much more is left for everything else.
+WARNING_MARGIN_S = 30
+
+
+def warning_seconds(config: RunConfig) -> int | None:
+    """How long before the time limit the job asks to be warned; None without a checkpoint grace."""
+    grace = config.driver.checkpoint_grace
+    if grace is None:
+        return None
+    return math.ceil(grace + config.coordination.teardown_grace + config.coordination.poll_interval) + WARNING_MARGIN_S
+
+
+def _warning_trap(run_dir: str) -> list[str]:
+    """The batch shell's SIGUSR1 (the walltime warning) becomes a line in failures/, which every
+    agent watches; the steps run in the background so that the trap runs at once (bash runs a
+    trap only between commands, and `wait` returns early for it)."""
+    target = f"{run_dir}/{names.WALLTIME_WARNING}"
+    return [
+        "# The walltime warning (--signal=B:USR1): every agent stops, the driver after a checkpoint.",
+        "gym_trapped=0",
+        f'gym_warned() {{ gym_trapped=1; echo "SIGUSR1 at $(date -u +%Y-%m-%dT%H:%M:%SZ)" > {q(target)}; }}',
+        "trap gym_warned USR1",
+        "# Wait for a step through interruptions by the trap (bash keeps an ended step's status); its",
+        "# exit code in gym_rc.",
+        'gym_wait() { while :; do gym_trapped=0; if wait "$1"; then gym_rc=0; else gym_rc=$?; fi; '
+        '[ "$gym_trapped" = 1 ] || return 0; done; }',
+    ]
+
+
 def _join(start: int, count: int) -> str:
     return f'$(IFS=,; echo "${{gym_node[*]:{start}:{count}}}")'
 
@@ -163,12 +209,13 @@ def _srun(count: int, name: str, nodelist: str | None) -> str:
     return " ".join(parts) + ' bash -c "$gym_task"'
 
 
-def _steps(config: RunConfig, plan: Plan) -> list[str]:
+def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
     if not config.pool_list:
-        return [
-            "# One step: every node's agent; a task that fails ends the step, and with it the job.",
-            _srun(plan.replicas, config.name, None),
-        ]
+        step = _srun(plan.replicas, config.name, None)
+        lines = ["# One step: every node's agent; a task that fails ends the step, and with it the job."]
+        if not warned:
+            return [*lines, step]
+        return [*lines, step + " &", 'gym_wait "$!"', 'exit "$gym_rc"']
     lines = [
         "# One step per pool, named after it (squeue -s), on that pool's hosts. A failed task ends its",
         "# step; the other pools' agents see its failure record and stop. The job's exit code is the",
@@ -179,12 +226,14 @@ def _steps(config: RunConfig, plan: Plan) -> list[str]:
         lines.append(_srun(pool.nodes, pool.name, JobEnv.pool_nodes(pool.name)) + " &")
         lines.append("gym_pids+=($!)")
     lines += [
-        "gym_rc=0",
+        "gym_first=0",
         'for p in "${gym_pids[@]}"; do',
-        '  if wait "$p"; then :; else c=$?; [ "$gym_rc" -ne 0 ] || gym_rc=$c; fi',
+        '  gym_wait "$p"; [ "$gym_first" -ne 0 ] || gym_first=$gym_rc',
         "done",
-        'exit "$gym_rc"',
+        'exit "$gym_first"',
     ]
+    if not warned:  # no trap to wait through: a plain wait
+        lines.insert(-5, 'gym_wait() { if wait "$1"; then gym_rc=0; else gym_rc=$?; fi; }')
     return lines
 
 
@@ -229,7 +278,8 @@ def render(request: RenderRequest) -> Rendered:
         "fi",
         *exports,
         f"gym_task={q(_agent_task(request))}",
-        *_steps(config, plan),
+        *(_warning_trap(run_dir) if warning_seconds(config) is not None else []),
+        *_steps(config, plan, warning_seconds(config) is not None),
         "",
     ]
     return Rendered(backend="slurm", text="\n".join(head + body), file_name=FILE_SUFFIX)

@@ -240,6 +240,12 @@ class DriverConfig:
         doc='"trainer" = trainer rank 0; "inference" = the last node holding rollout GPUs (no effect without any)',
         rule=SEED_DRIVER,
     )
+    checkpoint_grace: float | None = key(
+        keys.Seconds(1, 3600),
+        None,
+        doc="on a peer failure, a signal or the scheduler's walltime warning, the driver is asked to checkpoint "
+        "(GYM_STOP_FILE appears) and given this long to exit before the teardown; absent: immediate teardown",
+    )
 
 
 MANAGED = ("managed",)

@@ -142,6 +142,8 @@ def _main(argv: Sequence[str] | None) -> int:
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
     from agent.coord.attempts import AttemptRefused, attempt_token, join, resume_requested
     from agent.coord.rendezvous import RankClaimed, claim
+    from agent.coord.restart_caps import Caps
+    from launch.spec.restarts import max_retries
 
     resume = resume_requested(args.resume, os.environ)
     try:
@@ -159,6 +161,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 startup_timeout=coord.startup_timeout,
                 deadline=STARTED + coord.startup_timeout,
                 poll=coord.poll_interval,
+                caps=Caps(max_retries(config), config.launch.max_no_progress_attempts),
             )
         # Claim the rank before writing anything: a process that does not join touches nothing.
         claim(run, writer, ident)

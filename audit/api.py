@@ -30,6 +30,7 @@ from audit.expected import expected_plan
 from audit.first_cause import analyse, order_key
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
+from audit.restarts import refused_findings
 from audit.scheduler_ending import as_first_cause, explains, find_ending, job_id_of
 from audit.schema_check import check_schemas
 from audit.views import as_dict, as_str, rank_of
@@ -251,6 +252,7 @@ def audit_run(path: str | Path) -> AuditResult:
                     "the run did not complete and nobody recorded why (" + "; ".join(missing) + ")",
                 )
             )
+        findings += refused_findings(safe, Path(path))
         findings = sorted(set(findings), key=Finding.sort_key)
         verdict: Verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
         return AuditResult(

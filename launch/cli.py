@@ -505,7 +505,8 @@ COMMANDS: list[Command] = [
 EXIT_CODES = """exit codes:
   0    success (local: the run succeeded; status: running or succeeded)
   1    the run failed (local, status); check-data: a verifier lacks a binding
-  2    bad command line, invalid run spec or unusable run directory (the message says what to change)
+  2    bad command line, invalid run spec or unusable run directory (the message says what to change);
+       local: every agent refused to start (a restart cap of [launch], an attempt still running)
   141  the output pipe was closed (`| head`)"""
 
 

@@ -72,6 +72,11 @@ def attempt_claim(n: int) -> str:
     return f"{ATTEMPTS_DIR}/{n}/{CLAIM_LEAF}"
 
 
+def attempt_refused(n: int) -> str:
+    """Written instead of a claim when attempt n is past the restart caps ([launch] max_retries)."""
+    return f"{ATTEMPTS_DIR}/{n}/refused.json"
+
+
 def attempt_ready(n: int) -> str:
     """Written by the claimant once attempt n-1's files are archived: joiners wait for it."""
     return f"{ATTEMPTS_DIR}/{n}/ready.json"
@@ -210,7 +215,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("driver-result", re.compile(r"^driver-result\.json$")),
     Artifact("driver-stop", re.compile(r"^driver-stop\.json$")),
     Artifact("submission", re.compile(r"^submission\.json$")),
-    Artifact("attempt", re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready)\.json$")),
+    Artifact("attempt", re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready|refused)\.json$")),
     Artifact("regrade", re.compile(r"^regrade\.json$")),
 )
 # (pattern, schema name) for every JSON artifact, as the audit has always read the table.

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent.coord.restart_caps import Caps, cause_signature, checkpoint_state, refusal
 from agent.proc.waits import poll_until
 from launch.spec.errors import GymError
 from schemas import RunDir, Writer, names
@@ -101,9 +102,11 @@ def join(
     startup_timeout: float,
     deadline: float,
     poll: float,
+    caps: Caps | None = None,
     log: Callable[[str], None] = lambda _line: None,
 ) -> int:
-    """Join the attempt of launch `token` (claiming a new one when needed); sets run.attempt."""
+    """Join the attempt of launch `token` (claiming a new one when needed); sets run.attempt.
+    A new attempt past the restart caps is refused (AttemptRefused) with attempts/N/refused.json."""
     claimed = run.claimed_attempts()
     current = names.current_attempt(claimed) if claimed else None
     if current is not None:
@@ -122,10 +125,17 @@ def join(
                 "This process wrote nothing"
             )
         target = previous + 1
+    state = checkpoint_state(run)
+    last_cause = cause_signature(run, previous) if previous is not None else None
+    why = refusal(run, target, caps, state, last_cause) if caps is not None else None
     run.ensure_dir(names.attempt_dir(target))
+    if why is not None:
+        _record_refusal(run, writer, target, token, previous, why)
+        raise AttemptRefused(f"attempt {target} refused: {why}. This process started nothing")
     run.attempt = target
+    claim_fields = {**_fields("claimed", token, previous, []), "checkpoints": state, "previous_cause": last_cause}
     try:
-        run.create_artifact(names.attempt_claim(target), writer, _fields("claimed", token, previous, []))
+        run.create_artifact(names.attempt_claim(target), writer, claim_fields)
     except FileExistsError:
         doc = run.read_json(names.attempt_claim(target)) or {}
         if doc.get("token") == token:
@@ -142,6 +152,19 @@ def join(
         + (f"; attempt {previous}'s files moved to {names.attempt_dir(previous)}/" if previous else "")
     )
     return target
+
+
+def _record_refusal(run: RunDir, writer: Writer, target: int, token: str, previous: int | None, why: str) -> None:
+    """Every replica of the refused attempt decides alike; the first one's record stays."""
+    saved, run.attempt = run.attempt, target
+    try:
+        run.create_artifact(
+            names.attempt_refused(target), writer, {**_fields("refused", token, previous, []), "reason": why}
+        )
+    except FileExistsError:
+        pass
+    finally:
+        run.attempt = saved
 
 
 def _wait_ready(run: RunDir, attempt: int, deadline: float, poll: float) -> int:

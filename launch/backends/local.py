@@ -175,6 +175,11 @@ def _run_replicas(
         t.join(timeout=5)
     if left:
         out(f"gym-launch: still running after the agents exited (pids {left}): they end by themselves")
+    if codes and all(c == 2 for c in codes):
+        # Every agent refused before starting anything (a restart cap, an attempt still running):
+        # their messages above say why; there is no run of this launch to summarise.
+        out(f"gym-launch: every agent refused to start (exit codes {codes}); run directory: {run.path}")
+        return 2
     ok = all(c == 0 for c in codes)
     out(f"gym-launch: run {'succeeded' if ok else 'FAILED'} (agent exit codes {codes})")
     if not ok:

@@ -60,7 +60,7 @@ MAPPING: Mapping[str, str] = {
     "launch.min_runtime": "launch.beaker.min_runtime",
     "launch.timeout": "launch.beaker.timeout",
     "launch.auto_resume": "launch.beaker.auto_resume",
-    "launch.max_retries": "launch.beaker.max_retries",
+    "launch.max_retries": "launch.max_retries",
     "launch.shared_memory": "launch.beaker.shared_memory",
     "launch.weka_mounts": "launch.weka_mounts",
     "launch.env": "launch.env",

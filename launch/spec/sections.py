@@ -113,7 +113,9 @@ class BeakerConfig:
     min_runtime: str | None = key(keys.Text(64, DURATION, DURATION_RULE), None, doc="Beaker minRuntime")
     timeout: str | None = key(keys.Text(64, DURATION, DURATION_RULE), None, doc="Beaker task timeout")
     auto_resume: bool | None = key(keys.Bool(), None, doc="Beaker autoResume: restart the task after preemption")
-    max_retries: int | None = key(keys.Int(-1, 10000), None, doc="restarts allowed (-1: no cap)")
+    max_retries: int | None = key(
+        keys.Int(-1, 10000), None, doc="the Beaker spelling of launch.max_retries (both set must agree)"
+    )
     shared_memory: str | None = key(keys.Text(64), None, doc='Beaker sharedMemory, e.g. "200 GiB"')
 
 
@@ -182,6 +184,18 @@ class LaunchConfig:
         keys.Mounts(64),
         (),
         doc="[[launch.weka_mounts]] weka = FILESYSTEM, mount_path = ABSOLUTE PATH: shared filesystems of the job",
+    )
+    max_retries: int | None = key(
+        keys.Int(-1, 10000),
+        None,
+        doc="restarts of the run allowed after its first attempt, counted from its attempts/ on every backend "
+        "(absent or -1: no cap); a restart past it is refused with exit 2",
+    )
+    max_no_progress_attempts: int | None = key(
+        keys.Int(1, 1000),
+        3,
+        doc="stop after this many attempts in a row that wrote no new checkpoint (a run that never checkpoints: "
+        "that failed the same way)",
     )
     coordination: Coordination = section(Coordination, doc="timeouts of the agents' coordination")
     beaker: BeakerConfig = section(BeakerConfig, doc="Beaker replica group settings")

@@ -10,13 +10,14 @@ from launch.spec.errors import Problem
 from launch.spec.load import ResolvedSpec, resolved_from_dict
 from launch.spec.plan import placement_problems
 from launch.spec.resolve import Checked, check
+from launch.spec.restarts import restart_problems
 
 
 def _placed(checked: Checked, resolved: ResolvedSpec) -> tuple[RunConfig, list[Problem]]:
     """The model built from ``checked`` (no second resolution) and its placement problems."""
     assert checked.built is not None
     config = RunConfig(spec=resolved, **checked.built)
-    return config, checked.user_problems(placement_problems(config))
+    return config, checked.user_problems(placement_problems(config) + restart_problems(config))
 
 
 def validated(resolved: ResolvedSpec) -> tuple[RunConfig | None, list[Problem]]:

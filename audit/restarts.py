@@ -1,0 +1,29 @@
+"""Attempts the restart caps refused (attempts/N/refused.json, agent/coord/restart_caps.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from audit.load import SafeDir, UnsafeFile
+from audit.model import Finding
+from schemas import names
+
+
+def refused_findings(safe: SafeDir, path: Path) -> list[Finding]:
+    root = path / names.ATTEMPTS_DIR
+    if not root.is_dir() or root.is_symlink():
+        return []
+    out = []
+    for n in sorted(int(p.name) for p in root.iterdir() if names.ATTEMPT_RE.match(p.name)):
+        rel = names.attempt_refused(n)
+        if (root / str(n) / names.CLAIM_LEAF).exists():
+            continue  # refused once, started later (the caps were raised): it ran
+        try:
+            doc = orjson.loads(safe.read_capped(rel))
+        except (UnsafeFile, OSError, orjson.JSONDecodeError):
+            continue
+        reason = doc.get("reason") if isinstance(doc, dict) else None
+        out.append(Finding("error", "attempt.refused", f"attempt {n} was refused: {reason or '(no reason)'}", rel))
+    return out

@@ -47,7 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agent.judges.framing import GradingPrompt, message_text, parse_messages
+from agent.judges.framing import GradingPrompt, instructions_text, message_text, parse_messages
 from schemas import safe_io
 from schemas.timefmt import iso_ms
 
@@ -157,7 +157,7 @@ _ASKED_SCALE = re.compile(r"an integer from (\d+) to (\d+)")
 
 def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -> tuple[str, tuple[int, int]]:
     """The reply format and scale to answer in: the server's fixed ones, else what the rubric asks."""
-    system = next((str(m.get("content", "")) for m in messages if m.get("role") == "system"), "")
+    system = instructions_text(messages)  # a template rubric has no system message
     asked = _ASKED_SCALE.search(system)
     scale = config.score_scale or ((int(asked.group(1)), int(asked.group(2))) if asked else (0, SCORE_MAX))
     fmt = config.reply_format or ("json" if '{"REASONING"' in system else "score_line")

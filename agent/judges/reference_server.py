@@ -4,7 +4,9 @@ It speaks the slice of SGLang's HTTP API the project uses: ``GET /health``, ``GE
 ``POST /v1/chat/completions`` and ``POST /tokenize`` (alias ``/v1/tokenize``), with the same
 request and response shapes. It is not a language model: it grades deterministically.
 
-Grading. The user message carries the sections of :mod:`agent.judges.framing`. Both sides are
+Grading. The user message carries the sections of :mod:`agent.judges.framing` (a template rubric's
+message too, when the template uses those sections: the reply format and scale are then read from
+the template's own words). Both sides are
 reduced to content words (lower-case alphanumeric runs minus a short stop-word list); the score
 is round(10 * F1) of the candidate's content words against the reference answer's, or against
 the question's when the request has no reference (relevance only). The reply follows the

@@ -27,7 +27,6 @@ from agent.judges.client import (
     InvalidGrade,
     JudgeClient,
     JudgeError,
-    JudgeRequestError,
     JudgeUnavailable,
 )
 from agent.judges.extraction import Extracted, extract_answer
@@ -144,6 +143,8 @@ def classify(exc: JudgeError) -> str:
     """The kind of a failed grade, for people and --json."""
     if isinstance(exc, InvalidGrade):
         d = exc.diagnostics
+        if "raw_reply" not in d:  # the HTTP body was not a chat completion (not JSON)
+            return UNPARSEABLE
         raw = d.get("raw_reply")
         if not isinstance(raw, str) or not raw.strip():
             return EMPTY
@@ -155,9 +156,7 @@ def classify(exc: JudgeError) -> str:
         return OVERFLOW
     if isinstance(exc, JudgeUnavailable):
         return UNAVAILABLE
-    if isinstance(exc, JudgeRequestError):
-        return REFUSED
-    return UNPARSEABLE  # InvalidGrade subclasses only: a non-JSON body
+    return REFUSED  # JudgeRequestError (a status not worth retrying), or any other refusal
 
 
 def _what(kind: str) -> str:

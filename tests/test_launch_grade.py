@@ -160,6 +160,21 @@ def test_a_stand_in_external_judge_reply_that_is_no_grade_exits_1(
     assert f"{kind}: not a valid grade" in done.stderr, done.stderr
 
 
+def test_a_request_beyond_the_judges_context_exits_1_as_overflow(tmp_path: Path, judge_server: Factory) -> None:
+    server = judge_server()
+    spec = write(tmp_path, spec_text(server.base_url))
+    counted = ("--set", 'judges.ext.context_check="tokenize"', "--set", "judges.ext.max_context_length=500")
+    long_answer = "Paris is the capital of France. " * 60
+    done = grade(spec, *counted, "--binding", "general-plain", "--answer", long_answer, "--json")
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["error"]["kind"] == "overflow" and "not truncated" in doc["error"]["message"]
+    assert "POST /v1/chat/completions" not in server.log()  # counted, refused, never sent
+    fits = grade(spec, *counted, "--binding", "general-plain", "--answer", "Paris.", "--json")
+    assert fits.returncode == 0, fits.stderr
+    assert json.loads(fits.stdout)["verifier_diagnostics"]["prompt_tokens"] > 0
+
+
 def test_an_unreachable_judge_exits_1_saying_so(tmp_path: Path) -> None:
     spec = write(tmp_path, spec_text(f"http://127.0.0.1:{dead_port()}"))
     done = grade(spec, "--binding", "general-plain", "--answer", "Paris.", "--json")

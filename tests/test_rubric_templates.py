@@ -23,7 +23,8 @@ from _recording_judge import recording_judge
 from agent.judges.canary import run_canaries
 from agent.judges.client import JudgeClient
 from agent.judges.rubrics import PROFILES, RubricError, resolve_rubric, rubric_from_spec
-from agent.judges.templates import TemplateError, load_template, parse_template
+from agent.judges.templates import MAX_TEMPLATE_BYTES, TemplateError, load_template, parse_template
+from launch.rubric_files import template_problems
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec, resolved_from_dict
 from launch.spec.validate import validate
@@ -318,3 +319,21 @@ def test_gym_launch_validate_refuses_an_unknown_field(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "rubrics.general-quality-ref.template_file:" in refused.stderr
     assert f"template {template}: line 3: unknown field {{reference}}" in refused.stderr, refused.stderr
+
+
+def test_templates_are_bounded_one_by_one_and_together(tmp_path: Path) -> None:
+    """registry.json carries the bound templates' text to the driver in one environment variable."""
+    big = tmp_path / "big.txt"
+    big.write_text("{output}\n" + "x" * MAX_TEMPLATE_BYTES, encoding="utf-8")
+    with pytest.raises(TemplateError, match=f"at most {MAX_TEMPLATE_BYTES}"):
+        load_template(str(big), sha(big))
+    half = tmp_path / "half.txt"
+    half.write_text("{input} {output} {label}\n" + "y" * (MAX_TEMPLATE_BYTES // 2), encoding="utf-8")
+    data = copy.deepcopy(dict(DEMO))
+    for name in ("general-quality", "general-quality-ref"):
+        data["rubrics"][name] = {"template_file": "half.txt", "template_sha256": sha(half), "max_output_tokens": 256}
+    config = RunConfig.from_spec(resolved_from_dict(data, str(tmp_path)))
+    (problem,) = template_problems(config)
+    assert problem.key == "rubrics" and "general-quality (" in problem.message and "together" in problem.message
+    data["rubrics"]["general-quality"] = {"profile": "general-quality", "max_output_tokens": 256}
+    assert template_problems(RunConfig.from_spec(resolved_from_dict(data, str(tmp_path)))) == []

@@ -19,10 +19,11 @@ from typing import Any
 from agent.judges import templates
 from agent.judges.framing import GradingPrompt, build_messages, build_template_messages
 from agent.judges.replies import DEFAULT_SCALE, ParsedReply, ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
-from agent.judges.templates import RubricTemplate, TemplateError, TemplateProblem, load_template
+from agent.judges.templates import MAX_TEMPLATE_BYTES, RubricTemplate, TemplateError, TemplateProblem, load_template
 
 # Re-exported: rubrics and their reply parsing are imported together by drivers and tests.
 __all__ = [
+    "MAX_TEMPLATE_BYTES",
     "PROFILES",
     "ParsedReply",
     "ReplyFormat",

@@ -36,9 +36,10 @@ __all__ = [
 
 INPUT, OUTPUT, LABEL = "input", "output", "label"
 FIELDS = (INPUT, OUTPUT, LABEL)
-# registry.json (with the text) reaches the driver in one environment variable: Linux caps one at
-# 128 KiB, and a real rubric is a few KiB.
-MAX_TEMPLATE_BYTES = 64 * 1024
+# registry.json (with every bound template's text, JSON-escaped) reaches the driver in one
+# environment variable, which Linux caps at 128 KiB; a real rubric is a few KiB. The cap holds for
+# one file and for the bound templates together (launch/rubric_files.py).
+MAX_TEMPLATE_BYTES = 32 * 1024
 
 TEMPLATE_FILE = "template_file"
 TEMPLATE_SHA256 = "template_sha256"

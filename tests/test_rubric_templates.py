@@ -168,6 +168,12 @@ def test_built_in_profiles_are_unchanged() -> None:
     # The digests a registry of an earlier version recorded must still resolve.
     quality = resolve_rubric("q", {"profile": "general-quality", "max_output_tokens": 8, "temperature": 0.0})
     assert quality.digest == PROFILES["general-quality"].digest and quality.template is None
+    # The digests before template files existed (the text is byte-identical).
+    assert PROFILES["general-quality"].digest == "0f2b4dcc2e177eba93b37a1aea9d2987b5a4a977a346942b6a15cc46b9dc8a79"
+    assert PROFILES["general-quality-ref"].digest == "8058d7160fefce9413118ef12e67a8f23339d276c68d58810a80747ee8cc2ebd"
+    json_ref = {"profile": "general-quality-ref", "reply_format": "json", "score_scale": [1, 10]}
+    json_ref.update(max_output_tokens=8, temperature=0.0)
+    assert resolve_rubric("r", json_ref).digest == "2993e3226cc1be35553bb70049381da1c7788c374083877b280e768913560455"
     assert quality.to_json()["profile"] == "general-quality" and "template" not in quality.to_json()
     assert quality.identity() == {"name": "q", "profile": "general-quality", "digest": quality.digest}
     assert validation.violations("registry", registry_document({"q": quality.to_json()})) == []

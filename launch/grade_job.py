@@ -96,6 +96,10 @@ def resolve_target(config: RunConfig, args: GradeArgs) -> Target:
             )
         endpoint, source = managed_endpoint(args.run, args.output_root, judge)
     else:
+        if args.run is not None:
+            raise UsageError(
+                f"judge {judge.name} is external: the spec names its endpoint; --run finds a managed judge (drop it)"
+            )
         assert judge.endpoint is not None  # an external judge has one (validation)
         endpoint, source = judge.endpoint, f"judges.{judge.name}.endpoint"
     if rubric.uses_reference and args.reference is None:

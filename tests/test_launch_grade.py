@@ -194,6 +194,8 @@ def test_bad_command_lines_exit_2_saying_what_to_pass(tmp_path: Path) -> None:
     managed = grade(spec, "--binding", "general-quality", "--answer", "A")
     assert managed.returncode == 2 and "--run OUTPUT/cluster/UUID" in managed.stderr
     assert "--endpoint URL" in managed.stderr
+    external_run = grade(spec, "--binding", "general-plain", "--answer", "A", "--run", str(tmp_path))
+    assert external_run.returncode == 2 and "judge ext is external" in external_run.stderr
     both = grade(spec, "--binding", "general-plain", "--answer", "A", "--run", "x", "--endpoint", "http://h:1")
     assert both.returncode == 2
     missing = subprocess.run(

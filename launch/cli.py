@@ -55,9 +55,15 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_valid(args: argparse.Namespace) -> tuple[ResolvedSpec, RunConfig, Plan]:
     """Load, validate and plan the spec named by ``args``; raises SpecError with every problem."""
+    from launch.rubric_files import template_problems
+
     resolved = load_spec(args.spec, args.overrides)
     config, problems = validated(resolved)
     if problems or config is None:
+        raise SpecError(problems)
+    # Rubric template files: read, pinned to their template_sha256, only known fields.
+    problems = template_problems(config)
+    if problems:
         raise SpecError(problems)
     return resolved, config, plan(config)
 
@@ -222,6 +228,63 @@ def _run_check_data(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_USAGE
+
+
+# --- grade ------------------------------------------------------------------
+
+GRADE_EPILOG = """where the judge is:
+  an external judge: its [judges.NAME] endpoint (or --endpoint URL)
+  a managed judge runs only inside a run: --run OUTPUT/cluster/UUID of a running run (its
+  judge-NAME-RANK.json record names the endpoint), or --endpoint URL of one you started
+
+grade exit codes:
+  0    graded: the grade, the extracted answer and every diagnostic are printed
+  1    no grade: the judge's reply is not a valid grade (truncated, empty, unparseable, out_of_scale),
+       or the judge is unreachable (unavailable), refused the request or the request does not fit
+       its context (overflow); the message says which (--json: error.kind)
+  2    bad command line or invalid run spec (an unknown --binding names the spec's bindings)"""
+
+
+def _configure_grade(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument("--binding", required=True, metavar="NAME", help='a verifier of [judging.bindings."NAME"]')
+    parser.add_argument("--question", required=True, metavar="Q", help="the question (what metadata.judge_query holds)")
+    parser.add_argument(
+        "--answer",
+        required=True,
+        metavar="A",
+        help="the policy's response as written (the rubric's extraction applies)",
+    )
+    parser.add_argument("--reference", metavar="R", help="the reference answer (required by a rubric that uses one)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--run",
+        metavar="OUTPUT/cluster/UUID",
+        help="a running run whose managed judge grades (a UUID with --output-root also works)",
+    )
+    where.add_argument("--endpoint", metavar="URL", help="grade at this judge base URL instead of the spec's")
+    parser.add_argument("--output-root", help="where a bare --run UUID lives (default $GYM_OUTPUT_ROOT)")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object: score, extracted_answer, verifier_diagnostics (and error)"
+    )
+    parser.epilog = GRADE_EPILOG
+
+
+def _run_grade(args: argparse.Namespace) -> int:
+    from launch.grade_job import GradeArgs, grade
+
+    _, config, _ = load_valid(args)
+    asked = GradeArgs(
+        binding=args.binding,
+        question=args.question,
+        answer=args.answer,
+        reference=args.reference,
+        run=args.run,
+        endpoint=args.endpoint,
+        output_root=args.output_root,
+        json=args.json,
+    )
+    return grade(config, asked, lambda line: print(line, flush=True), lambda line: print(line, file=sys.stderr))
 
 
 # --- local ------------------------------------------------------------------
@@ -464,6 +527,12 @@ COMMANDS: list[Command] = [
         _run_check_data,
     ),
     Command(
+        "grade",
+        "grade one answer through a binding's judge and rubric, as a driver would; print every diagnostic",
+        _configure_grade,
+        _run_grade,
+    ),
+    Command(
         "render",
         "print (or write with -o) the job a scheduler takes: a Slurm batch script or a Beaker experiment spec",
         _configure_render,
@@ -504,7 +573,8 @@ COMMANDS: list[Command] = [
 
 EXIT_CODES = """exit codes:
   0    success (local: the run succeeded; status: running or succeeded)
-  1    the run failed (local, status); check-data: a verifier lacks a binding
+  1    the run failed (local, status); check-data: a verifier lacks a binding; grade: no valid grade
+       (the judge's reply is truncated, unparseable or out of scale, or the judge is unreachable)
   2    bad command line, invalid run spec or unusable run directory (the message says what to change);
        local: every agent refused to start (a restart cap of [launch], an attempt still running)
   141  the output pipe was closed (`| head`)"""

@@ -390,6 +390,16 @@ def _cpu_directives(directives: tuple[str, ...]) -> list[str]:
     return [d for d in directives if d.split("=", 1)[0] not in GPU_DIRECTIVES]
 
 
+def _rubric_table(config: RunConfig, rubric: model.RubricConfig) -> dict[str, Any]:
+    """A rubric's table with its template file resolved as the run resolved it (the judge job's
+    spec lives in another folder), as [data] paths are."""
+    table = table_of(rubric)
+    path = rubric.template_path(config.spec.base_dir)
+    if path is not None:
+        table["template_file"] = path
+    return table
+
+
 def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:
     """The run spec of the judge-only job: the run's driver env, launch env, secrets, mounts, data,
     coordination and bindings; ``command`` in place of the driver; the profile's pools, partition,
@@ -424,7 +434,7 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
         "inference": {"gpus": 0},
         "driver": driver,
         "judges": {n: table_of(j) for n, j in config.judges.items() if n in used_judges},
-        "rubrics": {n: table_of(r) for n, r in config.rubrics.items() if n in used_rubrics},
+        "rubrics": {n: _rubric_table(config, r) for n, r in config.rubrics.items() if n in used_rubrics},
         "judging": {"bindings": {v: table_of(b) for v, b in config.judging.bindings.items()}},
         **({"data": data} if data else {}),
         "pools": {

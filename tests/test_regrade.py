@@ -6,6 +6,7 @@ runs it against the real local cluster)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -329,6 +330,28 @@ def test_cpu_job_spec_is_one_cpu_node_without_ray_gpus_or_policy() -> None:
     assert "--partition=cpu" in directives and "--time=01:00:00" in directives and "--mem=0" in directives
     assert not any(d.startswith(("--gpus", "--gres", "--qos", "--constraint")) for d in directives), directives
     assert "directives --gpus-per-task=1 --constraint=h100: they ask for GPUs or GPU nodes" in p.unused
+
+
+def test_a_template_rubric_keeps_its_file_as_the_run_resolved_it(tmp_path: Path) -> None:
+    """The judge job's spec lives in another folder: a relative template_file goes as the path the
+    run resolved (as [data] does), so the job grades with the same pinned file."""
+    (tmp_path / "rubrics").mkdir()
+    template = tmp_path / "rubrics" / "mine.txt"
+    template.write_text("Grade {output} for {input}.\n", encoding="utf-8")
+    digest = hashlib.sha256(template.read_bytes()).hexdigest()
+    text = DEMO.read_text().replace('"data/', f'"{DEMO.parent / "data"}/')
+    text = text.replace(
+        'profile = "general-quality"\n',
+        f'template_file = "rubrics/mine.txt"\ntemplate_sha256 = "{digest}"\n',
+        1,
+    )
+    source = from_text(tmp_path, text, EXTERNAL)
+    job_data = rg.judge_job_spec(source, profile(source, "01:00:00", judge_partition="cpu"), "true")
+    table = job_data["rubrics"]["general-quality"]
+    assert table["template_file"] == str(template)
+    assert table["template_sha256"] == digest and "profile" not in table
+    job = RunConfig.from_spec(resolved_from_dict(job_data, "/somewhere/else"))
+    assert job.rubrics["general-quality"].template_path(job.spec.base_dir) == str(template)
 
 
 def test_served_job_spec_keeps_only_the_judges_pool_in_its_saved_shape(tmp_path: Path) -> None:

@@ -486,12 +486,12 @@ def test_reference_judge_checks_optional_weights_when_given() -> None:
         (
             _set("rubrics", "general-quality", "file", value="r.txt"),
             "rubrics.general-quality.file",
-            "custom rubric files are not supported",
+            "is named by template_file",
         ),
         (
             _set("rubrics", "general-quality", "path", value="r.txt"),
             "rubrics.general-quality.path",
-            "custom rubric files are not supported",
+            "is named by template_file",
         ),
         (
             _set("rubrics", "general-quality", "profile", value="custom"),

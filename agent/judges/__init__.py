@@ -1,4 +1,4 @@
-"""Judges at run time: the reference judge server, rubric profiles, the judge client drivers
+"""Judges at run time: the reference judge server, rubric profiles and templates, the judge client drivers
 import (answer extraction, reply formats), engine health (probes, quarantine, epochs) and pre-training canaries.
 
 Exports resolve lazily so that ``python -m agent.judges.reference_server`` (a stdlib-only
@@ -39,6 +39,11 @@ _EXPORTS = {
     "RubricProfile": "rubrics",
     "get_profile": "rubrics",
     "resolve_rubric": "rubrics",
+    "rubric_from_spec": "rubrics",
+    "RubricTemplate": "templates",
+    "TemplateError": "templates",
+    "load_template": "templates",
+    "parse_template": "templates",
 }
 
 __all__ = sorted(_EXPORTS)

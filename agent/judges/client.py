@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from agent.judges.extraction import extract_answer
-from agent.judges.framing import GradingPrompt, build_messages
+from agent.judges.framing import GradingPrompt
 from agent.judges.replies import ReplyFormatError
 from agent.judges.rubrics import Rubric
 
@@ -205,12 +205,12 @@ class JudgeClient:
         that use one (and is then required). Raises ContextOverflow, JudgeUnavailable,
         JudgeRequestError or InvalidGrade; never returns a default score."""
         if rubric.uses_reference and reference is None:
-            raise ValueError(f"rubric {rubric.name!r} ({rubric.profile.name}) needs a reference answer")
+            raise ValueError(f"rubric {rubric.name!r} ({rubric.source}) needs a reference answer")
         extracted = extract_answer(answer, enabled=rubric.extract_answer)
         prompt = GradingPrompt(
             question=question, candidate=extracted.answer, reference=reference if rubric.uses_reference else None
         )
-        messages = build_messages(rubric.text, prompt)
+        messages = rubric.messages(prompt)
         started = time.monotonic()
         retries = 0
         prompt_tokens: int | None = None
@@ -239,7 +239,7 @@ class JudgeClient:
         payload = self._json(response, "/v1/chat/completions")
 
         diagnostics: dict[str, Any] = {
-            "rubric": {"name": rubric.name, "profile": rubric.profile.name, "digest": rubric.digest},
+            "rubric": rubric.identity(),
             "model": {"requested": self.model, "served": payload.get("model"), "endpoint": self.endpoint},
             "retries": retries,
             "latency_s": round(latency, 6),

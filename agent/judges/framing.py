@@ -2,16 +2,23 @@
 reference server (which reads it back). Keeping both directions in one module keeps them in
 step: a change to the tags changes both.
 
-The system message is the rubric text; the user message carries tagged sections in a fixed
-order: question, optional reference answer, candidate answer (last, so that whatever the policy
-wrote cannot hide a later section).
+A built-in profile: the system message is the rubric text; the user message carries tagged
+sections in a fixed order: question, optional reference answer, candidate answer (last, so that
+whatever the policy wrote cannot hide a later section).
+
+A template rubric (agent/judges/templates.py): ONE user message, the filled template, as
+open-instruct sends its judge templates; the user's text decides the framing. The reference server
+reads a template request back when the template uses the same tagged sections (after any preamble).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.judges.templates import RubricTemplate
 
 CLOSING_INSTRUCTION = "Grade the candidate answer now."
 
@@ -37,6 +44,12 @@ def build_messages(rubric_text: str, prompt: GradingPrompt) -> list[dict[str, st
         {"role": "system", "content": rubric_text},
         {"role": "user", "content": "\n\n".join(sections)},
     ]
+
+
+def build_template_messages(template: RubricTemplate, prompt: GradingPrompt) -> list[dict[str, str]]:
+    """The filled template as the one user message (no system message, nothing appended)."""
+    filled = template.fill(input=prompt.question, output=prompt.candidate, label=prompt.reference)
+    return [{"role": "user", "content": filled}]
 
 
 def _between(text: str, tag: str, start: int, *, last_close: bool = False) -> tuple[str, int] | None:
@@ -71,7 +84,9 @@ def message_text(message: Mapping[str, Any]) -> str:
 def parse_messages(messages: Sequence[Mapping[str, Any]]) -> GradingPrompt | None:
     """Read a grading prompt back from chat messages; None when the sections are not there."""
     user = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
-    question = _between(user, "question", 0)
+    # A template may put its own words before the sections; the first <question> opens them.
+    opening = user.find("<question>\n")
+    question = _between(user, "question", opening) if opening != -1 else None
     if question is None:
         return None
     reference = _between(user, "reference_answer", question[1])
@@ -84,3 +99,17 @@ def parse_messages(messages: Sequence[Mapping[str, Any]]) -> GradingPrompt | Non
         candidate=candidate[0],
         reference=reference[0] if reference is not None else None,
     )
+
+
+def instructions_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The rubric's own words in a request: the system message, else (a template) the user text
+    outside the tagged sections, where a template says how to reply."""
+    system = [message_text(m) for m in messages if m.get("role") == "system"]
+    if system:
+        return "\n".join(system)
+    user = "\n".join(message_text(m) for m in messages if m.get("role") == "user")
+    start, closing = user.find("<question>\n"), "\n</candidate_answer>"
+    end = user.rfind(closing)
+    if start == -1 or end < start:
+        return user
+    return user[:start] + user[end + len(closing) :]

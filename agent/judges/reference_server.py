@@ -4,7 +4,9 @@ It speaks the slice of SGLang's HTTP API the project uses: ``GET /health``, ``GE
 ``POST /v1/chat/completions`` and ``POST /tokenize`` (alias ``/v1/tokenize``), with the same
 request and response shapes. It is not a language model: it grades deterministically.
 
-Grading. The user message carries the sections of :mod:`agent.judges.framing`. Both sides are
+Grading. The user message carries the sections of :mod:`agent.judges.framing` (a template rubric's
+message too, when the template uses those sections: the reply format and scale are then read from
+the template's own words). Both sides are
 reduced to content words (lower-case alphanumeric runs minus a short stop-word list); the score
 is round(10 * F1) of the candidate's content words against the reference answer's, or against
 the question's when the request has no reference (relevance only). The reply follows the
@@ -47,7 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from agent.judges.framing import GradingPrompt, message_text, parse_messages
+from agent.judges.framing import GradingPrompt, instructions_text, message_text, parse_messages
 from schemas import safe_io
 from schemas.timefmt import iso_ms
 
@@ -157,7 +159,7 @@ _ASKED_SCALE = re.compile(r"an integer from (\d+) to (\d+)")
 
 def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -> tuple[str, tuple[int, int]]:
     """The reply format and scale to answer in: the server's fixed ones, else what the rubric asks."""
-    system = next((str(m.get("content", "")) for m in messages if m.get("role") == "system"), "")
+    system = instructions_text(messages)  # a template rubric has no system message
     asked = _ASKED_SCALE.search(system)
     scale = config.score_scale or ((int(asked.group(1)), int(asked.group(2))) if asked else (0, SCORE_MAX))
     fmt = config.reply_format or ("json" if '{"REASONING"' in system else "score_line")

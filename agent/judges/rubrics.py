@@ -1,9 +1,11 @@
-"""Built-in rubric profiles: the grading instructions, their digest, and the reply format.
+"""Rubrics: built-in profiles or the user's template files, their digests, and the reply format.
 
 A rubric's text is part of the experiment: ``registry.json`` records its sha256 digest so a
 driver (or an audit) can prove it graded with the same words the launcher resolved. A profile's
 text ends by asking for the rubric's reply format on its scale (``SCORE: N`` from 0 to 10 unless the
-rubric says otherwise), which :func:`parse_reply` (agent/judges/replies.py) reads back.
+rubric says otherwise), which :func:`parse_reply` (agent/judges/replies.py) reads back. A template
+(``template_file``, agent/judges/templates.py) is the user's text, sent as written: its
+``reply_format`` and ``score_scale`` say only how the reply is read, nothing is appended to it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from agent.judges import templates
+from agent.judges.framing import GradingPrompt, build_messages, build_template_messages
 from agent.judges.replies import DEFAULT_SCALE, ParsedReply, ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
+from agent.judges.templates import MAX_TEMPLATE_BYTES, RubricTemplate, TemplateError, TemplateProblem, load_template
 
 # Re-exported: rubrics and their reply parsing are imported together by drivers and tests.
 __all__ = [
+    "MAX_TEMPLATE_BYTES",
     "PROFILES",
     "ParsedReply",
     "ReplyFormat",
@@ -25,10 +31,15 @@ __all__ = [
     "Rubric",
     "RubricError",
     "RubricProfile",
+    "RubricTemplate",
     "ScoreScale",
+    "TemplateError",
+    "TemplateProblem",
     "get_profile",
+    "load_template",
     "parse_reply",
     "resolve_rubric",
+    "rubric_from_spec",
 ]
 
 
@@ -137,18 +148,28 @@ def get_profile(name: str) -> RubricProfile:
 
 @dataclass(frozen=True)
 class Rubric:
-    """A named rubric of the run spec (``[rubrics.NAME]``) resolved to its profile."""
+    """A named rubric of the run spec (``[rubrics.NAME]``): a built-in profile, or a template file
+    the user owns (agent/judges/templates.py) — exactly one of ``profile`` and ``template``."""
 
     name: str
-    profile: RubricProfile
+    profile: RubricProfile | None
     max_output_tokens: int
     temperature: float
     reply_format: ReplyFormat = ReplyFormat.SCORE_LINE
     score_scale: ScoreScale = DEFAULT_SCALE
     extract_answer: bool = True
+    template: RubricTemplate | None = None
+
+    def __post_init__(self) -> None:
+        if (self.profile is None) == (self.template is None):
+            raise RubricError(f"rubric {self.name!r} needs either a profile or a template, not both or neither")
 
     @property
     def text(self) -> str:
+        """What the digest covers: a profile's system prompt, or the template as written."""
+        if self.template is not None:
+            return self.template.text
+        assert self.profile is not None
         return self.profile.text_for(self.reply_format, self.score_scale)
 
     @property
@@ -157,16 +178,48 @@ class Rubric:
 
     @property
     def uses_reference(self) -> bool:
+        if self.template is not None:
+            return self.template.uses_reference
+        assert self.profile is not None
         return self.profile.uses_reference
+
+    @property
+    def source(self) -> str:
+        """Where the text comes from, for messages: ``profile NAME`` or ``template FILE``."""
+        if self.template is not None:
+            return f"template {self.template.source}"
+        assert self.profile is not None
+        return f"profile {self.profile.name}"
+
+    def identity(self) -> dict[str, Any]:
+        """Which rubric graded (a grade's diagnostics): name, profile or template file, digest."""
+        out: dict[str, Any] = {"name": self.name, "profile": self.profile.name if self.profile else None}
+        if self.template is not None:
+            out["template_file"] = self.template.source
+        out["digest"] = self.digest
+        return out
+
+    def messages(self, prompt: GradingPrompt) -> list[dict[str, str]]:
+        """The chat messages of one grading request (agent/judges/framing.py)."""
+        if self.template is not None:
+            return build_template_messages(self.template, prompt)
+        return build_messages(self.text, prompt)
 
     def parse(self, reply: str) -> ParsedReply:
         """The grade in a judge's reply, in this rubric's format and scale."""
         return parse_reply(reply, self.reply_format, self.score_scale)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``registry.json`` entry for this rubric."""
+        """The ``registry.json`` entry for this rubric (a template's text included: a driver on
+        another node needs no access to the spec's folder)."""
+        source: dict[str, Any]
+        if self.template is not None:
+            source = {"template_file": self.template.source, "template": self.template.text}
+        else:
+            assert self.profile is not None
+            source = {"profile": self.profile.name}
         return {
-            "profile": self.profile.name,
+            **source,
             "digest": self.digest,
             "max_output_tokens": self.max_output_tokens,
             "temperature": self.temperature,
@@ -176,14 +229,42 @@ class Rubric:
         }
 
 
+def _source(name: str, table: Mapping[str, Any]) -> tuple[RubricProfile | None, RubricTemplate | None]:
+    """The profile, or the template of a registry entry (its text, checked against its digest)."""
+    has_profile, has_template = "profile" in table, "template" in table or "template_file" in table
+    if has_profile == has_template:
+        raise RubricError(
+            f"rubrics.{name}: needs either profile or template_file (with its template text), "
+            + ("not both" if has_profile else "got neither")
+        )
+    if has_profile:
+        return get_profile(str(table.get("profile", ""))), None
+    source, text, digest = table.get("template_file"), table.get("template"), table.get("digest")
+    if not isinstance(source, str) or not source:
+        raise RubricError(f"rubrics.{name}.template_file must name the template file, got {source!r}")
+    if not isinstance(text, str):
+        raise RubricError(f"rubrics.{name}.template must be the template's text, got {text!r}")
+    if not isinstance(digest, str):
+        raise RubricError(f"rubrics.{name}.digest is required with a template (its sha256), got {digest!r}")
+    actual = _digest(text)
+    if actual != digest:
+        raise RubricError(f"rubrics.{name}: {templates.mismatch(source, digest, actual)}")
+    try:
+        return None, templates.parse_template(text, source)
+    except TemplateError as exc:
+        raise RubricError(f"rubrics.{name}: {exc}") from None
+
+
 def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
-    """A registry entry (``profile``, ``max_output_tokens``, ``temperature``, ``digest``) to a Rubric.
+    """A registry entry to a Rubric: ``profile``, or ``template_file`` with ``template`` (the text)
+    and ``digest``; ``max_output_tokens``, ``temperature`` and the reply settings.
 
     Every value is present: the registry is written from the resolved spec, where the defaults
-    live. The ``digest``, if present, must match the built-in text, so a driver never grades with
-    different words than the launcher recorded.
+    live. The ``digest``, if present, must match the rubric's text (a profile's built-in text, a
+    template's recorded text), so a driver never grades with different words than the launcher
+    recorded.
     """
-    profile = get_profile(str(table.get("profile", "")))
+    profile, template = _source(name, table)
     max_output = table.get("max_output_tokens")
     if isinstance(max_output, bool) or not isinstance(max_output, int) or max_output <= 0:
         raise RubricError(f"rubrics.{name}.max_output_tokens must be a positive integer, got {max_output!r}")
@@ -206,11 +287,28 @@ def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
     extract = table.get("extract_answer", True)
     if not isinstance(extract, bool):
         raise RubricError(f"rubrics.{name}.extract_answer must be true or false, got {extract!r}")
-    rubric = Rubric(name, profile, max_output, float(temperature), fmt, score_scale, extract)
+    rubric = Rubric(name, profile, max_output, float(temperature), fmt, score_scale, extract, template)
     digest = table.get("digest")
-    if digest is not None and digest != rubric.digest:
+    if profile is not None and digest is not None and digest != rubric.digest:
         raise RubricError(
             f"rubrics.{name}: digest {digest} does not match profile {profile.name!r} with its reply format and "
             f"scale ({rubric.digest}); the rubric text changed since the registry was written"
         )
     return rubric
+
+
+def rubric_from_spec(name: str, table: Mapping[str, Any]) -> Rubric:
+    """A spec's ``[rubrics.NAME]`` table (``RubricConfig.table``: ``template_file`` already a path)
+    to its Rubric. A template file is read here and must match its ``template_sha256``: this is
+    the check the agent makes when it writes ``registry.json``. Raises RubricError naming both
+    digests and the file on a mismatch."""
+    if "template_file" not in table:
+        return resolve_rubric(name, table)
+    path, pinned = str(table["template_file"]), str(table.get("template_sha256", ""))
+    try:
+        template = templates.load_template(path, pinned)
+    except TemplateError as exc:
+        raise RubricError(f"rubrics.{name}: {exc}") from None
+    entry = {k: v for k, v in table.items() if k != "template_sha256"}
+    entry.update(template=template.text, digest=template.digest)
+    return resolve_rubric(name, entry)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agent.coord import clock
 from agent.coord.failure import Failure
 from agent.judges.prepared import prove_revision
-from agent.judges.rubrics import resolve_rubric
+from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.lifecycle.context import RunContext
 from agent.lifecycle.topology import Topology
 from agent.proc import ports, tempdirs
@@ -326,15 +326,12 @@ class JudgeRuntime:
         rubrics = {}
         for name, r in cfg.rubrics.items():
             if name in used:
-                table = {
-                    "profile": r.profile,
-                    "max_output_tokens": r.max_output_tokens,
-                    "temperature": r.temperature,
-                    "reply_format": r.reply_format,
-                    "score_scale": list(r.score_scale),
-                    "extract_answer": r.extract_answer,
-                }
-                rubrics[name] = resolve_rubric(name, table).to_json()
+                # A template file is read again here and must still match its pin: the file may
+                # have changed since gym-launch validated the spec.
+                try:
+                    rubrics[name] = rubric_from_spec(name, r.table(cfg.spec.base_dir)).to_json()
+                except RubricError as exc:
+                    raise ctx.fail(FailureKind.DATA, str(exc)) from None
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         self.registry = {"judges": judges, "rubrics": rubrics, "bindings": bindings}
         ctx.run.write_artifact(names.REGISTRY, ctx.writer, self.registry)

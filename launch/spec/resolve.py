@@ -13,7 +13,9 @@ Rules beyond the field declarations:
 
 * Known-but-unsupported keys fail with a specific message instead of "unknown key":
   ``judges.X.engine`` / ``backend = "vllm"`` (independent vLLM allocations), credential keys of
-  judges, custom rubric files, separate evaluation pools and cross-node serving TP.
+  judges, rubric text under another key than template_file, separate evaluation pools and cross-node
+  serving TP.
+* A rubric is a ``profile`` or a ``template_file`` (with its ``template_sha256``), never both.
 * Double scaling: ``context_extension`` is the only way to scale RoPE.
 * Credentials never enter a spec: an env table entry whose name or value looks like a
   credential is refused (specs are copied to the shared filesystem as ``spec.json``).
@@ -55,12 +57,15 @@ Path_ = tuple[str, ...]
 
 VLLM = "independent vLLM allocations are not supported; managed judges run SGLang or the reference judge"
 CREDENTIALS = "credentialed judges are not supported; use an unauthenticated endpoint and remove this key"
-RUBRIC_FILES = 'custom rubric files are not supported; choose profile = "general-quality" or "general-quality-ref"'
+RUBRIC_FILES = (
+    'your own rubric text is named by template_file = "PATH" (with template_sha256), or choose profile = '
+    '"general-quality" or "general-quality-ref"'
+)
 EVAL_POOLS = "separate evaluation GPU pools are not supported; evaluation uses the rollout engines"
 CROSS_NODE_TP = "cross-node serving tensor parallelism is not supported; an engine must fit within one node"
 
 CREDENTIAL_KEYS = ("api_key", "api_key_env", "headers", "token", "password", "auth", "bearer_token", "username")
-RUBRIC_FILE_KEYS = ("file", "path", "rubric_file", "template_file", "text", "prompt")
+RUBRIC_FILE_KEYS = ("file", "path", "rubric_file", "template", "text", "prompt")
 SCALING_KEYS = ("rope_scaling", "json_model_override_args")
 # Flags ray start gets from the plan, from [ray] or from the agent (addresses, ports, temp dir):
 # letting extra_args override them would make the readiness gate check another cluster.
@@ -412,6 +417,9 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
                     ("judges", jname, "node_pool"),
                     f"must name a [pools.NAME] table (declared: {declared}), not {j.node_pool!r}",
                 )
+    if rubrics is not None:
+        for rname, r in rubrics.items():
+            _rubric_source_rules(c, r, ("rubrics", rname))
     if judging is not None and judges is not None and rubrics is not None:
         _binding_rules(c, judging, judges, rubrics)
     if ray is not None:
@@ -467,6 +475,28 @@ def _pool_shape_rules(
                 ("judges", jname, "mode"),
                 "is managed but every pool is a CPU pool: a managed judge needs GPUs; use an external judge",
             )
+
+
+def _rubric_source_rules(c: Checker, r: RubricConfig, p: Path_) -> None:
+    """Exactly one of profile and template_file; template_sha256 with template_file only."""
+    if r.profile is not None and r.template_file is not None:
+        c.add(
+            (*p, "profile"),
+            "and template_file are both set: a rubric is a built-in profile or your template file; remove one",
+        )
+    elif r.profile is None and r.template_file is None:
+        c.add(
+            p,
+            'needs profile = "general-quality" (or "general-quality-ref"), or template_file = "PATH" with '
+            "template_sha256 for your own text",
+        )
+    if r.template_file is not None and r.template_sha256 is None:
+        c.add(
+            (*p, "template_sha256"),
+            f"is required with template_file: set it to the sha256 of {r.template_file} (sha256sum prints it)",
+        )
+    if r.template_file is None and r.template_sha256 is not None:
+        c.add((*p, "template_sha256"), "pins a template_file, and there is none: remove it or add template_file")
 
 
 def _binding_rules(

@@ -20,8 +20,10 @@ Bounds: every count has an upper bound (``MAX_*``) so any input plans in well un
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from launch.spec import keys, names
 from launch.spec.fields import key, section
@@ -384,8 +386,30 @@ class JudgeConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RubricConfig:
+    """A built-in ``profile`` or the user's own text (``template_file`` pinned by ``template_sha256``)."""
+
     name: str
-    profile: str = key(keys.Choice(names.RUBRIC_PROFILES), doc="the grading rubric", rule=SEED_JUDGES)
+    profile: str | None = key(
+        keys.Choice(names.RUBRIC_PROFILES),
+        None,
+        doc="a built-in grading rubric; omit it when template_file names your own text (one of the two is required)",
+        rule=SEED_JUDGES,
+    )
+    template_file: str | None = key(
+        keys.Text(),
+        None,
+        doc="your own rubric text (a Python format string as open-instruct's judge templates: {input} the question, "
+        "{output} the extracted answer, {label} the reference, {{ and }} literal braces; any other field is refused), "
+        "relative to the spec file's folder; sent as the one user message, unchanged",
+        rule=SEED_JUDGES,
+    )
+    template_sha256: str | None = key(
+        keys.Text(pattern="[0-9a-f]{64}", rule="a sha256 digest: 64 lowercase hex digits"),
+        None,
+        doc="the sha256 of template_file's bytes (`sha256sum FILE`), required with it; checked at validate and "
+        "again when the run writes registry.json",
+        rule=SEED_JUDGES,
+    )
     max_output_tokens: int = key(
         keys.Int(1, MAX_CONTEXT),
         2048,
@@ -402,7 +426,8 @@ class RubricConfig:
         keys.Choice(names.REPLY_FORMATS),
         "score_line",
         doc='how the judge is asked to reply: "score_line" (a last `SCORE: N` line) or "json" '
-        '(`{"REASONING": ..., "SCORE": N}`, as open-instruct\'s judges reply); anything else is an invalid grade',
+        '(`{"REASONING": ..., "SCORE": N}`, as open-instruct\'s judges reply); anything else is an invalid grade. '
+        "A template_file asks in its own words: this only says how its reply is read",
         rule=SEED_JUDGES,
     )
     score_scale: tuple[int, int] = key(
@@ -419,6 +444,30 @@ class RubricConfig:
         "(open-instruct's rule); false sends the response as written",
         rule=SEED_JUDGES,
     )
+
+    def template_path(self, base_dir: str | None) -> str | None:
+        """``template_file`` as a path: a relative one resolves from the spec file's folder (like [data])."""
+        if self.template_file is None:
+            return None
+        if os.path.isabs(self.template_file) or base_dir is None:
+            return self.template_file
+        return os.path.join(base_dir, self.template_file)
+
+    def table(self, base_dir: str | None) -> dict[str, Any]:
+        """This rubric as the judge library reads it (agent.judges.rubrics.rubric_from_spec)."""
+        source: dict[str, Any] = (
+            {"template_file": self.template_path(base_dir), "template_sha256": self.template_sha256}
+            if self.template_file is not None
+            else {"profile": self.profile}
+        )
+        return {
+            **source,
+            "max_output_tokens": self.max_output_tokens,
+            "temperature": self.temperature,
+            "reply_format": self.reply_format,
+            "score_scale": list(self.score_scale),
+            "extract_answer": self.extract_answer,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)

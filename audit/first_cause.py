@@ -33,6 +33,7 @@ from schemas import FailureKind, Phase, names
 KIND_PRIORITY: dict[str, int] = {
     FailureKind.AGENT_DIED: 0,
     FailureKind.CHILD_EXIT: 1,
+    FailureKind.JUDGE_DEGRADED: 1,  # explains the driver's exit (it raised) or the agent stopping it
     FailureKind.DRIVER_EXIT: 2,
     FailureKind.JUDGE_HEALTH: 3,
     FailureKind.CANARY: 4,
@@ -60,7 +61,7 @@ KIND_PRIORITY: dict[str, int] = {
 SCHEDULER_REACTION_S = 10.0
 REACTION_KINDS = {FailureKind.SIGNAL, FailureKind.STARTUP_TIMEOUT, FailureKind.PEER_FAILURE, FailureKind.PEER_SILENT}
 
-JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY}
+JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY, FailureKind.JUDGE_DEGRADED}
 JUDGE_PHASES = {Phase.JUDGES_START, Phase.JUDGE_HEALTH}
 
 

@@ -104,6 +104,7 @@ def _from_record(rec: FailureRec) -> Cause:
         writer=rec.writer,
         exit_code=rec.exit_code,
         judge=rec.judge,
+        binding=rec.binding,
     )
 
 

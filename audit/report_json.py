@@ -11,7 +11,9 @@ fields are only ever added. Keys, in order:
                   file is a run-directory relative name or null; rank/json_path null when n/a
     first_cause   null on success, else {rank, kind, phase, cause, wall_time, since_start, file,
                   log, reacting_to, reported_by, writer, excerpt: [log lines],
-                  ray_logs: [Ray session logs kept for that rank, when Ray is involved]}; kind "silent"
+                  ray_logs: [Ray session logs kept for that rank, when Ray is involved],
+                  judge, binding: the judge and verifier binding the record names, or null
+                  (kind "judge_degraded": the binding whose replies went bad)}; kind "silent"
                   means the rank died without a record (reported_by names who noticed),
                   kind "phase_failed" means it was inferred from a phase timeline
     cascade       the other failures, in wall-time order, same shape as first_cause (excerpt [])

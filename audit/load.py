@@ -163,6 +163,7 @@ class Artifact:
 @dataclass
 class LoadedRun:
     path: str
+    attempt: int = 1  # the directory's current attempt (its records of another are ignored)
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     # JSON Lines artifacts (grades-RANK.jsonl and its segments): every line validated on load.
     jsonl: dict[str, JsonlArtifact] = field(default_factory=dict)
@@ -242,8 +243,8 @@ def _listing(folder: Path) -> list[str]:
 
 def load_run(safe: SafeDir) -> LoadedRun:
     """Classify every entry, read and parse every JSON artifact. Never raises for bad content."""
-    run = LoadedRun(str(safe.path))
     attempt = current_attempt(Path(safe.path))
+    run = LoadedRun(str(safe.path), attempt)
     entries, truncated = safe.scan()
     if truncated:
         run.findings.append(

@@ -81,6 +81,20 @@ def _check_jsonl_headers(run: LoadedRun, fingerprint: str | None) -> list[Findin
                     "$.rank",
                 )
             )
+        stragglers = [x for x in art.lines if x.get("attempt") not in (None, run.attempt)]
+        if stragglers:
+            # A driver of an earlier attempt still grading after its files were archived.
+            out.append(
+                Finding(
+                    "warning",
+                    "record.other_attempt",
+                    f"{len(stragglers)} line(s) stamped attempt {stragglers[0].get('attempt')!r}, "
+                    f"but this is attempt {run.attempt}",
+                    relpath,
+                    art.file_rank,
+                    "$.attempt",
+                )
+            )
         foreign = [x for x in art.lines if fingerprint and x.get("fingerprint") not in (None, fingerprint)]
         if foreign:
             out.append(

@@ -72,16 +72,20 @@ def test_bad_lines_are_findings_that_name_their_line(tmp_path: Path) -> None:
     wrong_rank["rank"] = b.driver_rank + 1
     no_score = json.loads(good[1])
     no_score["score"] = None  # graded without a score: the schema refuses it
+    straggler = json.loads(good[2])
+    straggler["attempt"] = 7  # an earlier attempt's driver still writing after the archive
     with path.open("ab") as f:
+        f.write(json.dumps(straggler).encode() + b"\n")
         f.write(b"not json\n")
         f.write(json.dumps(no_score).encode() + b"\n")
         f.write(json.dumps(wrong_rank).encode() + b"\n")
         f.write(b'{"schema": "grade", "seq"')  # torn: the writer died mid-line
     result = audit_run(b.path)
     found = {(f.code, f.message.split(":")[0]) for f in result.findings if f.file == names.grades(b.driver_rank)}
-    assert ("json.invalid", "line 4") in found
-    assert ("schema.violation", "line 5") in found
-    assert ("grades.torn_line", "line 7 has no end (an interrupted write); not counted") in found
+    assert ("json.invalid", "line 5") in found
+    assert ("schema.violation", "line 6") in found
+    assert ("grades.torn_line", "line 8 has no end (an interrupted write); not counted") in found
+    assert any(code == "record.other_attempt" for code, _ in found)
     assert any(code == "header.rank" for code, _ in found)
     assert result.verdict == "fail"
 

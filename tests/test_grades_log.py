@@ -343,6 +343,23 @@ def test_the_alarm_trips_on_the_sixth_bad_reply_writes_its_record_and_stops_grad
     run.close()
 
 
+def test_the_registry_s_judging_settings_reach_the_driver(tmp_path: Path, judge_server: Factory) -> None:
+    """A window of 10 with a 20 % share allows 2 bad replies: the 3rd trips; 4 KiB segments, none kept."""
+    server = judge_server("--fault", "invalid")
+    registry = _registry(server, degraded_window=10, degraded_max_share=0.2, grades_max_bytes=4096, grades_keep=0)
+    rec = GradeRecorder.from_env(registry, _driver_env(tmp_path), stderr=io.StringIO())
+    assert rec is not None and rec.log is not None and (rec.log.max_bytes, rec.log.keep) == (4096, 0)
+    bound = bindings_from_registry(registry, recorder=rec)["general-quality"]
+    with bound.client:
+        for _ in range(2):
+            with pytest.raises(InvalidGrade):
+                bound.grade(QUESTION, GOOD)
+        with pytest.raises(JudgeDegraded, match="3 of its last 3 replies"):
+            bound.grade(QUESTION, GOOD)
+    rec.close()
+    assert (tmp_path / names.judge_degraded(0)).exists()
+
+
 def test_outside_a_run_nothing_is_written(
     tmp_path: Path, judge_server: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

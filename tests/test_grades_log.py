@@ -238,6 +238,24 @@ def test_a_second_process_rotating_is_followed(tmp_path: Path) -> None:
     assert [x["seq"] for x in lines_of(tmp_path / names.grades(0))] == [2]
 
 
+def test_a_forked_child_is_another_writer_with_its_own_seq(tmp_path: Path) -> None:
+    rec = recorder_in(tmp_path)
+    _record(rec, 2)
+    pid = os.fork()
+    if pid == 0:  # the child: one line, then out without running the parent's cleanup
+        try:
+            _record(rec, 1)
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    _record(rec, 1)
+    rec.close()
+    lines = lines_of(tmp_path / names.grades(0))
+    parent = [x["seq"] for x in lines if x["writer"] == rec.writer]
+    child = [x for x in lines if x["writer"] != rec.writer]
+    assert parent == [1, 2, 3] and [x["seq"] for x in child] == [1] and child[0]["pid"] == pid
+
+
 # -- hostile run directories -------------------------------------------------------------------------
 
 

@@ -137,6 +137,10 @@ class DegradedAlarm:
         self._lock = threading.Lock()
         self._windows: dict[str, _Window] = {}
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock; the windows counted so far stay (the same judge)."""
+        self._lock = threading.Lock()
+
     def tripped(self, binding: str) -> Trip | None:
         with self._lock:
             w = self._windows.get(binding)

@@ -111,6 +111,10 @@ class GradeLog:
                 view = view[os.write(self._fd, view) :]
             self._size += len(line)
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held by another thread)."""
+        self._lock = threading.Lock()
+
     def close(self) -> None:
         with self._lock:
             self._close_file()

@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -85,6 +86,19 @@ def _redact_endpoint(diagnostics: dict[str, Any]) -> None:
         model["endpoint"] = urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+# Recorders of this process: a forked child (a driver's worker) is another writing process, with
+# its own writer token and seq, and fresh locks (one held by another thread at fork stays held).
+_LIVE: weakref.WeakSet[GradeRecorder] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for recorder in list(_LIVE):
+        recorder._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class GradeRecorder:
     """Records grades of one driver process. Thread-safe: one lock orders seq, line and alarm."""
 
@@ -116,6 +130,18 @@ class GradeRecorder:
         self.writer = os.urandom(6).hex()
         self.lost = 0  # lines the run directory refused
         self._warned = False
+        _LIVE.add(self)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = 0
+        self.writer = os.urandom(6).hex()
+        self.lost = 0
+        self._warned = False
+        if self.log is not None:
+            self.log.after_fork()
+        if self.alarm is not None:
+            self.alarm.after_fork()
 
     @classmethod
     def from_env(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -41,13 +42,25 @@ def _grade_lines(run_dir: Path, rank: int) -> list[dict]:
     return [orjson.loads(x) for x in (run_dir / names.grades(rank)).read_bytes().splitlines()]
 
 
-def test_a_degraded_judge_fails_the_run_although_the_driver_exits_0(tmp_path: Path) -> None:
-    env = {"GYM_REFERENCE_JUDGE_FAULTS": f"invalid-after={CANARY_CHATS + 2}", "GRADES": "20"}
-    run = launch_local(tmp_path, judge_spec(driver=COMMAND, ray=False), uid("degraded"), env=env)
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "swallow",  # the driver catches JudgeDegraded and exits 0: the agent's check at exit
+        "raise",  # JudgeDegraded ends the driver (exit 1): the cause is the alarm, not the exit
+        "linger",  # the driver catches it and runs on: the agent's watch stops the run
+    ],
+)
+def test_a_degraded_judge_fails_the_run_whatever_the_driver_does(tmp_path: Path, mode: str) -> None:
+    env = {"GYM_REFERENCE_JUDGE_FAULTS": f"invalid-after={CANARY_CHATS + 2}", "GRADES": "20", "DEGRADED": mode}
+    run = launch_local(tmp_path, judge_spec(driver=COMMAND, ray=False), uid(f"degraded-{mode}"), env=env)
+    started = time.monotonic()
     try:
         assert run.wait(180) != 0, run.text[-3000:]
     finally:
         kill_tree_by_session(run.proc)
+    if mode == "linger":
+        assert "degraded; lingering" in (run.run_dir / names.driver_log(0)).read_text()
+        assert time.monotonic() - started < 55, "the run waited for the driver instead of failing at the alarm"
     d = run.run_dir
     assert_artifacts_valid(d)  # every grades line and the alarm record against their schemas
     fails = failures(d)
@@ -59,10 +72,11 @@ def test_a_degraded_judge_fails_the_run_although_the_driver_exits_0(tmp_path: Pa
     assert all(fails[r]["reacting_to"]["rank"] == 0 for r in (1, 2))
     alarm = read(d, names.judge_degraded(0))
     assert (alarm["binding"], alarm["bad"], alarm["allowed"], alarm["window"]) == ("general-quality", 6, 5, 100)
-    # The driver caught JudgeDegraded, went on and exited 0: its grades stop at the alarm per binding.
     log = (d / names.driver_log(0)).read_text()
     assert "JudgeDegraded" in log and "judge degraded: binding 'general-quality'" in log
+    assert (names.DRIVER_RESULT in {p.name for p in d.iterdir()}) == (mode == "swallow")
     lines = _grade_lines(d, 0)
+    # Once tripped, a binding sends nothing more: its grades stop at the 6th bad reply.
     by_binding = {
         b: [x["outcome"] for x in lines if x["binding"] == b] for b in ("general-quality", "general-quality_ref")
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -349,6 +350,8 @@ def test_the_alarm_trips_on_the_sixth_bad_reply_writes_its_record_and_stops_grad
     finally:
         bound.client.close()
     assert "'general-quality'" in str(info.value) and "6 of its last 9 replies" in str(info.value)
+    copy = pickle.loads(pickle.dumps(info.value))  # as a Ray task that grades raises it to its caller
+    assert isinstance(copy, JudgeDegraded) and copy.trip == info.value.trip
     alarm = orjson.loads((run.path / names.judge_degraded(0)).read_bytes())
     assert not violations("judge-degraded", alarm), violations("judge-degraded", alarm)
     assert alarm["binding"] == "general-quality" and alarm["judge"] == "general"

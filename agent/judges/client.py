@@ -111,6 +111,10 @@ class JudgeDegraded(JudgeError):
         super().__init__(trip.message(), trip.to_json())
         self.trip = trip
 
+    def __reduce__(self) -> tuple[type[JudgeDegraded], tuple[Trip]]:
+        # Pickled whole (a Ray task that grades raises it to its caller), not by its message.
+        return (JudgeDegraded, (self.trip,))
+
 
 @dataclass(frozen=True)
 class Grade:

@@ -37,6 +37,7 @@ KIND_PRIORITY: dict[str, int] = {
     FailureKind.PREEMPTED: 0,
     FailureKind.AGENT_DIED: 0,
     FailureKind.CHILD_EXIT: 1,
+    FailureKind.JUDGE_DEGRADED: 1,  # explains the driver's exit (it raised) or the agent stopping it
     FailureKind.DRIVER_EXIT: 2,
     FailureKind.JUDGE_HEALTH: 3,
     FailureKind.CANARY: 4,
@@ -64,7 +65,7 @@ KIND_PRIORITY: dict[str, int] = {
 SCHEDULER_REACTION_S = 10.0
 REACTION_KINDS = {FailureKind.SIGNAL, FailureKind.STARTUP_TIMEOUT, FailureKind.PEER_FAILURE, FailureKind.PEER_SILENT}
 
-JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY}
+JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY, FailureKind.JUDGE_DEGRADED}
 JUDGE_PHASES = {Phase.JUDGES_START, Phase.JUDGE_HEALTH}
 
 
@@ -107,6 +108,7 @@ def _from_record(rec: FailureRec) -> Cause:
         writer=rec.writer,
         exit_code=rec.exit_code,
         judge=rec.judge,
+        binding=rec.binding,
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from audit.jsonl import JsonlArtifact, read_jsonl
 from audit.model import Finding
 from audit.sanitize import clean_text
 from launch.spec.errors import GymError
@@ -162,13 +163,20 @@ class Artifact:
 @dataclass
 class LoadedRun:
     path: str
+    attempt: int = 1  # the directory's current attempt (its records of another are ignored)
     artifacts: dict[str, Artifact] = field(default_factory=dict)
+    # JSON Lines artifacts (grades-RANK.jsonl and its segments): every line validated on load.
+    jsonl: dict[str, JsonlArtifact] = field(default_factory=dict)
     logs: dict[str, int] = field(default_factory=dict)  # relpath -> size in bytes
     others: dict[str, int] = field(default_factory=dict)  # names.OTHER_FILES present: relpath -> size
     findings: list[Finding] = field(default_factory=list)
 
     def by_schema(self, schema: str) -> list[Artifact]:
         return [a for a in self.artifacts.values() if a.schema == schema]
+
+    def jsonl_lines(self, schema: str) -> list[tuple[JsonlArtifact, dict[str, Any]]]:
+        """Every valid line of every JSON Lines artifact of ``schema`` (e.g. "grade"), with its file."""
+        return [(art, line) for art in self.jsonl.values() if art.schema == schema for line in art.lines]
 
     def doc(self, relpath: str) -> dict[str, Any] | None:
         art = self.artifacts.get(relpath)
@@ -236,8 +244,8 @@ def _listing(folder: Path) -> list[str]:
 
 def load_run(safe: SafeDir) -> LoadedRun:
     """Classify every entry, read and parse every JSON artifact. Never raises for bad content."""
-    run = LoadedRun(str(safe.path))
     attempt = current_attempt(Path(safe.path))
+    run = LoadedRun(str(safe.path), attempt)
     entries, truncated = safe.scan()
     if truncated:
         run.findings.append(
@@ -273,6 +281,10 @@ def load_run(safe: SafeDir) -> LoadedRun:
                 run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
             else:
                 run.logs[relpath] = size
+            continue
+        jsonl_schema = names.jsonl_schema_for(relpath)
+        if jsonl_schema is not None:
+            _load_jsonl(safe, run, relpath, jsonl_schema)
             continue
         schema = names.schema_for(relpath)
         if schema is None and any(p.match(relpath) for p in names.OTHER_FILES):
@@ -316,3 +328,19 @@ def load_run(safe: SafeDir) -> LoadedRun:
             continue
         run.artifacts[relpath] = Artifact(relpath, schema, file_rank, judge, doc)
     return run
+
+
+def _load_jsonl(safe: SafeDir, run: LoadedRun, relpath: str, schema: str) -> None:
+    parsed = names.parse(relpath)
+    file_rank = parsed.rank if parsed else None
+    try:
+        fd = safe.open_file(relpath)
+    except UnsafeFile as exc:
+        run.findings.append(Finding("error", exc.code, str(exc), relpath, file_rank))
+        return
+    except OSError as exc:
+        run.findings.append(Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", relpath))
+        return
+    art, found = read_jsonl(fd, relpath, schema, file_rank)
+    run.jsonl[relpath] = art
+    run.findings.extend(found)

@@ -66,7 +66,8 @@ class Cause:
     excerpt: tuple[str, ...] = ()  # last error lines / traceback of `log`
     ray_logs: tuple[str, ...] = ()  # Ray's own session logs kept for this rank, when Ray is involved
     exit_code: int | None = None  # the record's: a child's or the driver's exit status (-N: signal N)
-    judge: str | None = None  # the record's: the managed judge concerned
+    judge: str | None = None  # the record's: the judge concerned
+    binding: str | None = None  # the record's: the verifier binding concerned (judge_degraded)
     scheduler: str | None = None  # set when the scheduler ended the job (audit/scheduler_ending.py)
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +85,8 @@ class Cause:
             "writer": self.writer,
             "excerpt": list(self.excerpt),
             "ray_logs": list(self.ray_logs),
+            "judge": self.judge,
+            "binding": self.binding,
             "scheduler": self.scheduler,
         }
 

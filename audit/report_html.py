@@ -247,6 +247,9 @@ def render(result: AuditResult) -> str:
         parts.append(f"<p>{_cause_html(fc)}</p>")
         if fc.reported_by is not None:
             parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
+        if fc.binding is not None:
+            judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
+            parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')
         if fc.log:
             parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
             parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')

@@ -12,6 +12,8 @@ fields are only ever added. Keys, in order:
     first_cause   null on success, else {rank, kind, phase, cause, wall_time, since_start, file,
                   log, reacting_to, reported_by, writer, excerpt: [log lines],
                   ray_logs: [Ray session logs kept for that rank, when Ray is involved],
+                  judge, binding: the judge and verifier binding the record names, or null
+                  (kind "judge_degraded": the binding whose replies went bad),
                   scheduler: the backend when the scheduler ended the job, else null}; kind "silent"
                   means the rank died without a record (reported_by names who noticed), kinds
                   time_limit, cancelled, node_failure, preempted that the scheduler ended the job

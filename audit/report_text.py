@@ -64,6 +64,8 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
             lines.append(f"  (no record from rank {fc.rank}; reported by rank {fc.reported_by})")
         if fc.since_start is not None:
             lines.append(f"  {timefmt.seconds(fc.since_start)} s after that agent started")
+        if fc.binding is not None:
+            lines.append(_t(f"  binding {fc.binding}" + (f" (judge {fc.judge})" if fc.judge else "")))
         if fc.log:
             lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
             lines += [_t(f"    | {ln}") for ln in fc.excerpt]

@@ -58,4 +58,53 @@ def check_schemas(run: LoadedRun, fingerprint: str | None) -> list[Finding]:
                     "$.fingerprint",
                 )
             )
+    out.extend(_check_jsonl_headers(run, fingerprint))
+    return out
+
+
+def _check_jsonl_headers(run: LoadedRun, fingerprint: str | None) -> list[Finding]:
+    """The header facts of JSON Lines artifacts (their lines were validated on load): one finding
+    per file, counting the lines of another rank or another spec."""
+    out: list[Finding] = []
+    for relpath in sorted(run.jsonl):
+        art = run.jsonl[relpath]
+        other_rank = [x for x in art.lines if art.file_rank is not None and x.get("rank") != art.file_rank]
+        if other_rank:
+            out.append(
+                Finding(
+                    "error",
+                    "header.rank",
+                    f"{len(other_rank)} line(s) name another rank than the {art.file_rank} in the file name "
+                    f"(first: {other_rank[0].get('rank')!r}, seq {other_rank[0].get('seq')!r})",
+                    relpath,
+                    art.file_rank,
+                    "$.rank",
+                )
+            )
+        stragglers = [x for x in art.lines if x.get("attempt") not in (None, run.attempt)]
+        if stragglers:
+            # A driver of an earlier attempt still grading after its files were archived.
+            out.append(
+                Finding(
+                    "warning",
+                    "record.other_attempt",
+                    f"{len(stragglers)} line(s) stamped attempt {stragglers[0].get('attempt')!r}, "
+                    f"but this is attempt {run.attempt}",
+                    relpath,
+                    art.file_rank,
+                    "$.attempt",
+                )
+            )
+        foreign = [x for x in art.lines if fingerprint and x.get("fingerprint") not in (None, fingerprint)]
+        if foreign:
+            out.append(
+                Finding(
+                    "error",
+                    "header.fingerprint",
+                    f"{len(foreign)} line(s) written for another spec than this run's {(fingerprint or '')[:12]}…",
+                    relpath,
+                    art.file_rank,
+                    "$.fingerprint",
+                )
+            )
     return out

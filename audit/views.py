@@ -127,6 +127,7 @@ class FailureRec:
     exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
     child: str | None = None
     judge: str | None = None
+    binding: str | None = None  # judge_degraded: the verifier binding whose replies went bad
     signal: str | None = None
     fs_condition: str | None = None  # schemas.vocab.FsCondition
     sender: str | None = None  # a signal's sender, by name (slurmstepd: the scheduler acted)
@@ -239,6 +240,7 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             exit_code=as_int(d.get("exit_code")),
             child=as_str(d.get("child")),
             judge=as_str(d.get("judge")),
+            binding=as_str(d.get("binding")),
             signal=as_str(d.get("signal")),
             fs_condition=as_str(d.get("fs_condition")),
             sender=as_str(sender.get("name")) if isinstance(sender := d.get("sender"), dict) else None,

@@ -153,6 +153,29 @@ def judge_endpoint(name: str, rank: int) -> str:
     return f"judge-{name}-{rank}.json"
 
 
+def judge_degraded(rank: int) -> str:
+    """The degraded-judge alarm a driver of rank RANK raised (agent/judges/alarm.py); the agent
+    fails the run when it appears. Not ``judge-...``: that prefix is a judge's endpoint record."""
+    return f"judge_degraded-{rank}.json"
+
+
+# Every grade a driver makes through the judge client library, one JSON line each
+# (agent/judges/grade_log.py). Segment 0 is the file being written; a full one is renamed to
+# segment 1, segment 1 to 2, ... (older = higher N) and the oldest beyond the kept ones is removed.
+GRADES_RE = re.compile(r"^grades-(\d+)(?:\.([1-9][0-9]{0,3}))?\.jsonl$")
+
+
+def grades(rank: int, segment: int = 0) -> str:
+    """grades-RANK.jsonl (segment 0), or its rotated segment grades-RANK.N.jsonl."""
+    return f"grades-{rank}.jsonl" if segment == 0 else f"grades-{rank}.{segment}.jsonl"
+
+
+def grades_segment(relpath: str) -> tuple[int, int] | None:
+    """(rank, segment) of a grades file name, or None when it is not one."""
+    m = GRADES_RE.match(relpath)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
 def driver_log(rank: int) -> str:
     return f"driver-{rank}.log"
 
@@ -217,7 +240,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("submission", re.compile(r"^submission\.json$")),
     Artifact("attempt", re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready|refused)\.json$")),
     Artifact("regrade", re.compile(r"^regrade\.json$")),
+    Artifact("judge-degraded", re.compile(r"^judge_degraded-(\d+)\.json$")),
 )
+# JSON Lines artifacts: one document per line, each against the schema (the audit checks every line).
+JSONL_ARTIFACTS: tuple[Artifact, ...] = (Artifact("grade", GRADES_RE),)
 # (pattern, schema name) for every JSON artifact, as the audit has always read the table.
 ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple((a.pattern, a.schema) for a in ARTIFACTS)
 # Files of the run directory that are neither artifacts nor logs (the audit knows them).
@@ -282,8 +308,16 @@ class Parsed:
     log: str | None = None
 
 
+def jsonl_schema_for(relpath: str) -> str | None:
+    """The schema every line of a JSON Lines artifact matches, or None when it is not one."""
+    return next((a.schema for a in JSONL_ARTIFACTS if a.pattern.match(relpath)), None)
+
+
 def parse(relpath: str) -> Parsed | None:
-    """Parse any JSON artifact or log name; None when it is not part of the contract."""
+    """Parse any JSON artifact, JSON Lines artifact or log name; None when it is not part of the contract."""
+    segment = grades_segment(relpath)
+    if segment is not None:
+        return Parsed("grade", segment[0], None)
     for pattern, schema in ARTIFACT_PATTERNS:
         m = pattern.match(relpath)
         if m:

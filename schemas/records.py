@@ -26,6 +26,7 @@ def failure_fields(
     exit_code: int | None = None,
     child: str | None = None,
     judge: str | None = None,
+    binding: str | None = None,
     signal: str | None = None,
     fs_condition: FsCondition | str | None = None,
     since_start: float | None = None,
@@ -34,13 +35,15 @@ def failure_fields(
 
     `cause` is for people; the facts the audit decides on are fields, present only when they
     apply: ``exit_code`` and ``child`` (a supervised child's or the driver's exit, -N: killed by
-    signal N), ``judge`` (the managed judge concerned), ``signal`` and ``sender`` (the signal this
+    signal N), ``judge`` (the judge concerned), ``binding`` (the verifier binding concerned:
+    judge_degraded), ``signal`` and ``sender`` (the signal this
     agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
     refused our writes), ``since_start`` (seconds since that agent started, on its host's clock)."""
     facts: dict[str, Any] = {
         "exit_code": exit_code,
         "child": child,
         "judge": judge,
+        "binding": binding,
         "signal": signal,
         "sender": dict(sender) if sender is not None else None,
         "fs_condition": str(fs_condition) if fs_condition is not None else None,

@@ -85,6 +85,7 @@ class FailureKind(enum.StrEnum):
     JUDGE_HEALTH = "judge_health"  # a healthy judge stopped answering /health
     JUDGE = "judge"  # a managed judge exited
     CANARY = "canary"  # a binding scored known-bad at or above known-good
+    JUDGE_DEGRADED = "judge_degraded"  # too many of a binding's last judge replies were invalid or truncated
     SIGNAL = "signal"  # SIGTERM / SIGINT
     PEER_FAILURE = "peer_failure"  # a peer wrote a failure record
     PEER_SILENT = "peer_silent"  # a watched peer's heartbeat stopped changing
@@ -104,6 +105,27 @@ class FailureKind(enum.StrEnum):
     CANCELLED = "cancelled"  # someone cancelled the job (scancel, beaker job cancel)
     NODE_FAILURE = "node_failure"  # a node of the job failed or was set down
     PREEMPTED = "preempted"  # a higher-priority job took the allocation
+
+
+class GradeOutcome(enum.StrEnum):
+    """How one grade through the judge client library ended (grades-RANK.jsonl `outcome`)."""
+
+    GRADED = "graded"  # a valid score
+    INVALID = "invalid"  # the judge replied, but without a valid score (unparseable, out of scale, empty)
+    TRUNCATED = "truncated"  # the judge's reply was cut off (finish_reason other than "stop")
+    OVERFLOW = "overflow"  # the request plus its output reservation does not fit the judge's context
+    UNAVAILABLE = "unavailable"  # transport errors or retryable statuses outlasted every retry
+    REFUSED = "refused"  # the judge answered the request with a non-retryable HTTP error
+
+    @property
+    def replied(self) -> bool:
+        """The judge answered with an HTTP 200 chat completion (what a server's own log counts)."""
+        return self in (GradeOutcome.GRADED, GradeOutcome.INVALID, GradeOutcome.TRUNCATED)
+
+    @property
+    def bad_reply(self) -> bool:
+        """A reply the degraded-judge alarm counts against its binding."""
+        return self in (GradeOutcome.INVALID, GradeOutcome.TRUNCATED)
 
 
 class FsCondition(enum.StrEnum):

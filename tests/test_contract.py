@@ -12,7 +12,7 @@ import pytest
 
 from audit.first_cause import KIND_PRIORITY
 from schemas import AgentState, DriverEnv, FailureKind, Phase, PhaseOutcome, RunOutcome, WriterKind, names, order
-from schemas.vocab import FsCondition
+from schemas.vocab import FsCondition, GradeOutcome
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -125,6 +125,7 @@ def _schema(name: str) -> dict:
         (RunOutcome, "cleanup", ("properties", "outcome", "enum")),
         (WriterKind, "common", ("$defs", "header", "properties", "writer", "enum")),
         (FsCondition, "failure", ("properties", "fs_condition", "enum")),
+        (GradeOutcome, "grade", ("properties", "outcome", "enum")),
     ],
 )
 def test_vocabularies_equal_the_schema_enums(enum: type, schema: str, path: tuple[str, ...]) -> None:
@@ -265,7 +266,7 @@ def test_user_errors_share_one_root_carrying_the_exit_code() -> None:
 def test_every_schema_is_one_declared_artifact() -> None:
     from schemas.validation import schema_names
 
-    declared = [a.schema for a in names.ARTIFACTS]
+    declared = [a.schema for a in (*names.ARTIFACTS, *names.JSONL_ARTIFACTS)]
     assert len(set(declared)) == len(declared)
     assert sorted(declared) == sorted(schema_names())
 

@@ -60,6 +60,10 @@ def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
         assert all(g["score"] > x["score"] for g, x in zip(good, bad, strict=True))
     assert read(d, names.DRIVER_RESULT)["judge_replies"] > 0
     assert "POST /v1/chat/completions" in (d / names.judge_log("general", 2)).read_text()
+    # The demo's grades (through bindings_from_registry) are in grades-0.jsonl, validated above.
+    grades = [json.loads(x) for x in (d / names.grades(0)).read_text().splitlines()]
+    assert names.grades(0) in seen and len(grades) == read(d, names.DRIVER_RESULT)["judge_replies"]
+    assert {g["outcome"] for g in grades} == {"graded"}
     assert_nothing_left(d)
     audit(d, verdict="pass")
 

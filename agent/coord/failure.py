@@ -28,7 +28,8 @@ class Failure:
     # The facts behind `cause`, as fields the audit reads (schemas/records.py says which is which).
     exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
     child: str | None = None  # which supervised child exited
-    judge: str | None = None  # the managed judge concerned
+    judge: str | None = None  # the judge concerned (a managed judge's exit or health, a degraded binding's)
+    binding: str | None = None  # the verifier binding concerned (judge_degraded)
     signal: str | None = None  # the signal this agent received, by name
     sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
     fs_condition: FsCondition | None = None  # the run directory refused our writes
@@ -121,6 +122,7 @@ def write_failure_record(
         exit_code=failure.exit_code,
         child=failure.child,
         judge=failure.judge,
+        binding=failure.binding,
         signal=failure.signal,
         fs_condition=failure.fs_condition,
         # The agent's start on the same host's monotonic clock (the reaper is told it).

@@ -1,5 +1,6 @@
-"""Judges at run time: the reference judge server, rubric profiles and templates, the judge client drivers
-import (answer extraction, reply formats), engine health (probes, quarantine, epochs) and pre-training canaries.
+"""Judges at run time: the reference judge server, rubric profiles and templates, the judge client
+drivers import (answer extraction, reply formats, the grades log and the degraded-judge alarm),
+engine health (probes, quarantine, epochs) and pre-training canaries.
 
 Exports resolve lazily so that ``python -m agent.judges.reference_server`` (a stdlib-only
 server) does not pay for importing httpx at startup.
@@ -19,9 +20,14 @@ _EXPORTS = {
     "Grade": "client",
     "InvalidGrade": "client",
     "JudgeClient": "client",
+    "JudgeDegraded": "client",
     "JudgeError": "client",
     "JudgeRequestError": "client",
     "JudgeUnavailable": "client",
+    "TruncatedGrade": "client",
+    "DegradedAlarm": "alarm",
+    "GradeLog": "grade_log",
+    "GradeRecorder": "recorder",
     "with_diagnostics": "client",
     "Extracted": "extraction",
     "extract_answer": "extraction",

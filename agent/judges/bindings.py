@@ -3,18 +3,32 @@
 Rubric digests in the registry are checked against this package's text, so a driver built from
 a different revision of the project cannot grade with different words than the launcher
 recorded.
+
+Inside a run (the driver's environment names its run directory and rank) the clients share one
+recorder (agent/judges/recorder.py): every grade goes to grades-RANK.jsonl and the degraded-judge
+alarm watches every binding. Outside a run nothing is recorded unless ``recorder`` is given.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent.judges.recorder import GradeRecorder
 from agent.judges.rubrics import Rubric, resolve_rubric
 
 if TYPE_CHECKING:
     from agent.judges.client import Grade, JudgeClient
+
+
+class _FromEnv(enum.Enum):
+    FROM_ENV = "from the driver's environment"
+
+
+FROM_ENV = _FromEnv.FROM_ENV  # the default recorder: the run's, when the environment names one
+Recorder = GradeRecorder | None | _FromEnv
 
 
 @dataclass(frozen=True)
@@ -26,12 +40,26 @@ class BoundJudge:
     client: JudgeClient
     rubric: Rubric
 
+    def grade(self, question: str, answer: str, reference: str | None = None) -> Grade:
+        return self.client.grade(self.rubric, question, answer, reference, binding=self.verifier)
+
     def grade_sample(self, sample: Mapping[str, Any], answer: str, *, reference: str | None = None) -> Grade:
-        return self.client.grade_sample(self.rubric, sample, answer, reference=reference)
+        return self.client.grade_sample(self.rubric, sample, answer, reference=reference, binding=self.verifier)
+
+    def graded_sample(
+        self, sample: Mapping[str, Any], answer: str, *, reference: str | None = None
+    ) -> tuple[Grade, dict[str, Any]]:
+        return self.client.graded_sample(self.rubric, sample, answer, reference=reference, binding=self.verifier)
 
 
-def clients_from_registry(registry: Mapping[str, Any], **client_options: Any) -> dict[str, JudgeClient]:
-    """One client (one connection pool) per judge service, shared by every binding that uses it."""
+def clients_from_registry(
+    registry: Mapping[str, Any], *, recorder: Recorder = FROM_ENV, **client_options: Any
+) -> dict[str, JudgeClient]:
+    """One client (one connection pool) per judge service, shared by every binding that uses it.
+    ``recorder``: by default the run's (from the driver's environment; none outside a run); None
+    records nothing (the agent's canaries)."""
+    if isinstance(recorder, _FromEnv):
+        recorder = GradeRecorder.from_env(registry)
     clients: dict[str, JudgeClient] = {}
     for name, judge in registry.get("judges", {}).items():
         from agent.judges.client import JudgeClient  # httpx: only where there is a judge to talk to
@@ -46,6 +74,8 @@ def clients_from_registry(registry: Mapping[str, Any], **client_options: Any) ->
                 judge.get("max_context_length") if judge.get("context_check", "tokenize") == "tokenize" else None
             ),
             max_connections=int(judge["max_concurrent_calls"]),
+            name=name,
+            recorder=recorder,
             **client_options,
         )
     return clients
@@ -55,9 +85,12 @@ def rubrics_from_registry(registry: Mapping[str, Any]) -> dict[str, Rubric]:
     return {name: resolve_rubric(name, table) for name, table in registry.get("rubrics", {}).items()}
 
 
-def bindings_from_registry(registry: Mapping[str, Any], **client_options: Any) -> dict[str, BoundJudge]:
-    """verifier -> BoundJudge. Raises KeyError naming a binding whose judge or rubric is missing."""
-    clients = clients_from_registry(registry, **client_options)
+def bindings_from_registry(
+    registry: Mapping[str, Any], *, recorder: Recorder = FROM_ENV, **client_options: Any
+) -> dict[str, BoundJudge]:
+    """verifier -> BoundJudge. Raises KeyError naming a binding whose judge or rubric is missing.
+    ``recorder`` as for :func:`clients_from_registry`."""
+    clients = clients_from_registry(registry, recorder=recorder, **client_options)
     rubrics = rubrics_from_registry(registry)
     bound: dict[str, BoundJudge] = {}
     for verifier, binding in registry.get("bindings", {}).items():

@@ -8,8 +8,13 @@ Contract:
 - every HTTP request has the judge's ``timeout`` (per request, not a total budget);
 - transport errors and retryable statuses (429/502/503/504) are retried with exponential
   backoff, then :class:`JudgeUnavailable` is raised;
-- an incomplete reply (``finish_reason`` other than ``stop``) or one without a valid score
-  raises :class:`InvalidGrade`. There is no reward-zero fallback: callers fail the run.
+- an incomplete reply (``finish_reason`` other than ``stop``: :class:`TruncatedGrade`) or one
+  without a valid score raises :class:`InvalidGrade`. There is no reward-zero fallback: callers
+  fail the run.
+- with a recorder (agent/judges/recorder.py; automatic for a driver the agent started, through
+  agent/judges/bindings.py), every outcome is appended to grades-RANK.jsonl before the grade is
+  returned or its exception raised, and counted by the degraded-judge alarm: the call that trips
+  it, and every later call through that binding, raises :class:`JudgeDegraded`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -25,15 +30,22 @@ from agent.judges.extraction import extract_answer
 from agent.judges.framing import GradingPrompt
 from agent.judges.replies import ReplyFormatError
 from agent.judges.rubrics import Rubric
+from schemas.vocab import GradeOutcome
+
+if TYPE_CHECKING:
+    from agent.judges.alarm import Trip
+    from agent.judges.recorder import GradeRecorder
 
 __all__ = [
     "ContextOverflow",
     "Grade",
     "InvalidGrade",
     "JudgeClient",
+    "JudgeDegraded",
     "JudgeError",
     "JudgeRequestError",
     "JudgeUnavailable",
+    "TruncatedGrade",
     "normalize_endpoint",
     "reference_from_sample",
 ]
@@ -43,7 +55,10 @@ REPLY_EXCERPT_CHARS = 300
 
 
 class JudgeError(Exception):
-    """Base class: grading through a judge failed. ``diagnostics`` says what was seen."""
+    """Base class: grading through a judge failed. ``diagnostics`` says what was seen; ``outcome``
+    is how grades-RANK.jsonl records it."""
+
+    outcome: GradeOutcome | None = None
 
     def __init__(self, message: str, diagnostics: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -52,6 +67,8 @@ class JudgeError(Exception):
 
 class ContextOverflow(JudgeError):
     """The full request plus the output reservation does not fit the judge's context."""
+
+    outcome = GradeOutcome.OVERFLOW
 
     def __init__(self, message: str, *, prompt_tokens: int, reserved: int, limit: int) -> None:
         super().__init__(message, {"prompt_tokens": prompt_tokens, "reserved_output_tokens": reserved, "limit": limit})
@@ -63,13 +80,40 @@ class ContextOverflow(JudgeError):
 class JudgeUnavailable(JudgeError):
     """Transport errors or retryable statuses persisted through every retry."""
 
+    outcome = GradeOutcome.UNAVAILABLE
+
 
 class JudgeRequestError(JudgeError):
     """The judge refused the request (a non-retryable HTTP status)."""
 
+    outcome = GradeOutcome.REFUSED
+
 
 class InvalidGrade(JudgeError):
     """The judge answered, but not with a complete, valid grade."""
+
+    outcome = GradeOutcome.INVALID
+
+
+class TruncatedGrade(InvalidGrade):
+    """The judge's reply was cut off (``finish_reason`` other than ``stop``): never parsed."""
+
+    outcome = GradeOutcome.TRUNCATED
+
+
+class JudgeDegraded(JudgeError):
+    """Too many of a binding's recent replies were invalid or truncated (agent/judges/alarm.py):
+    the run fails as judge_degraded. Raised by the grade that tripped the alarm and by every later
+    grade through that binding (those send nothing). ``diagnostics`` is the alarm: the binding,
+    the counts and the last two bad replies."""
+
+    def __init__(self, trip: Trip) -> None:
+        super().__init__(trip.message(), trip.to_json())
+        self.trip = trip
+
+    def __reduce__(self) -> tuple[type[JudgeDegraded], tuple[Trip]]:
+        # Pickled whole (a Ray task that grades raises it to its caller), not by its message.
+        return (JudgeDegraded, (self.trip,))
 
 
 @dataclass(frozen=True)
@@ -114,6 +158,8 @@ class JudgeClient:
         max_connections: int = 16,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        name: str | None = None,
+        recorder: GradeRecorder | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
@@ -127,6 +173,8 @@ class JudgeClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._sleep = sleep
+        self.name = name  # the judge's name in the spec (grades-RANK.jsonl `judge`)
+        self.recorder = recorder
         # Grading traffic has its own pool, sized to the judge's concurrency; health probes use
         # a different client (engine_health), so a saturated grading pool never starves them.
         self._http = httpx.Client(
@@ -176,11 +224,11 @@ class JudgeClient:
             attempt += 1
 
     @staticmethod
-    def _json(response: httpx.Response, what: str) -> Any:
+    def _json(response: httpx.Response, what: str, error: type[JudgeError] = InvalidGrade) -> Any:
         try:
             return response.json()
         except ValueError as exc:
-            raise InvalidGrade(f"{what}: response is not JSON: {response.text[:200]!r}") from exc
+            raise error(f"{what}: response is not JSON: {response.text[:200]!r}") from exc
 
     # -- API --
 
@@ -195,17 +243,63 @@ class JudgeClient:
     def count_tokens(self, messages: list[dict[str, str]]) -> tuple[int, int]:
         """Judge tokens of the chat request as the server will render it; returns (count, retries)."""
         response, retries = self._request("POST", "/tokenize", {"model": self.model, "messages": messages})
-        count = self._json(response, "/tokenize").get("count")
+        # Not the judge's grade: its tokenizer's answer, so a bad one is a refused request.
+        count = self._json(response, "/tokenize", JudgeRequestError).get("count")
         if isinstance(count, bool) or not isinstance(count, int):
             raise JudgeRequestError(f"{self.endpoint}/tokenize returned no integer 'count'")
         return count, retries
 
-    def grade(self, rubric: Rubric, question: str, answer: str, reference: str | None = None) -> Grade:
+    def grade(
+        self,
+        rubric: Rubric,
+        question: str,
+        answer: str,
+        reference: str | None = None,
+        *,
+        binding: str | None = None,
+    ) -> Grade:
         """Grade ``answer`` to ``question`` with ``rubric``. The reference is sent only to rubrics
         that use one (and is then required). Raises ContextOverflow, JudgeUnavailable,
-        JudgeRequestError or InvalidGrade; never returns a default score."""
+        JudgeRequestError, InvalidGrade (TruncatedGrade) or JudgeDegraded; never returns a default
+        score. ``binding`` names the verifier graded for (grades-RANK.jsonl and the alarm count by
+        it; a direct call without one is matched to the registry's binding of this judge and rubric)."""
         if rubric.uses_reference and reference is None:
             raise ValueError(f"rubric {rubric.name!r} ({rubric.source}) needs a reference answer")
+        recorder = self.recorder
+        if recorder is None:
+            return self._grade(rubric, question, answer, reference)
+        binding = recorder.binding_for(binding, self.name, rubric)
+        earlier = recorder.tripped(binding, self.name, rubric)
+        if earlier is not None:
+            raise JudgeDegraded(earlier)
+        try:
+            grade = self._grade(rubric, question, answer, reference)
+        except JudgeError as exc:
+            outcome = exc.outcome or GradeOutcome.REFUSED
+            trip = recorder.record(
+                binding=binding,
+                judge=self.name,
+                rubric=rubric,
+                outcome=outcome,
+                score=None,
+                error=f"{type(exc).__name__}: {exc}",
+                diagnostics=exc.diagnostics,
+            )
+            if trip is not None:
+                raise JudgeDegraded(trip) from exc
+            raise
+        recorder.record(
+            binding=binding,
+            judge=self.name,
+            rubric=rubric,
+            outcome=GradeOutcome.GRADED,
+            score=grade.score,
+            error=None,
+            diagnostics=grade.verifier_diagnostics,
+        )
+        return grade
+
+    def _grade(self, rubric: Rubric, question: str, answer: str, reference: str | None) -> Grade:
         extracted = extract_answer(answer, enabled=rubric.extract_answer)
         prompt = GradingPrompt(
             question=question, candidate=extracted.answer, reference=reference if rubric.uses_reference else None
@@ -214,43 +308,55 @@ class JudgeClient:
         started = time.monotonic()
         retries = 0
         prompt_tokens: int | None = None
-        if self.max_context_length is not None:
-            prompt_tokens, retries = self.count_tokens(messages)
-            needed = prompt_tokens + rubric.max_output_tokens
-            if needed > self.max_context_length:
-                raise ContextOverflow(
-                    f"grading request for rubric {rubric.name!r} needs {prompt_tokens} prompt tokens + "
-                    f"{rubric.max_output_tokens} reserved output tokens = {needed} > max_context_length "
-                    f"{self.max_context_length}; the request is not truncated",
-                    prompt_tokens=prompt_tokens,
-                    reserved=rubric.max_output_tokens,
-                    limit=self.max_context_length,
-                )
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": rubric.max_output_tokens,
-            "temperature": rubric.temperature,
-            "stream": False,
-        }
-        response, chat_retries = self._request("POST", "/v1/chat/completions", body)
-        retries += chat_retries
-        latency = time.monotonic() - started
-        payload = self._json(response, "/v1/chat/completions")
-
-        diagnostics: dict[str, Any] = {
+        # What is known before the judge answers: a failure's diagnostics carry it too (which
+        # sample overflowed, which request the judge refused).
+        request_facts: dict[str, Any] = {
             "rubric": rubric.identity(),
-            "model": {"requested": self.model, "served": payload.get("model"), "endpoint": self.endpoint},
-            "retries": retries,
-            "latency_s": round(latency, 6),
-            "prompt_tokens": prompt_tokens,
+            "model": {"requested": self.model, "served": None, "endpoint": self.endpoint},
             "max_output_tokens": rubric.max_output_tokens,
-            "usage": payload.get("usage"),
             "answer": {"raw": answer, "extracted": extracted.answer, "rule": extracted.rule.value},
             "reference": prompt.reference,
             "request": {"messages": messages},  # exactly what the judge was sent
             "reply_format": rubric.reply_format.value,
             "score_scale": [rubric.score_scale.low, rubric.score_scale.high],
+        }
+        try:
+            if self.max_context_length is not None:
+                prompt_tokens, retries = self.count_tokens(messages)
+                needed = prompt_tokens + rubric.max_output_tokens
+                if needed > self.max_context_length:
+                    raise ContextOverflow(
+                        f"grading request for rubric {rubric.name!r} needs {prompt_tokens} prompt tokens + "
+                        f"{rubric.max_output_tokens} reserved output tokens = {needed} > max_context_length "
+                        f"{self.max_context_length}; the request is not truncated",
+                        prompt_tokens=prompt_tokens,
+                        reserved=rubric.max_output_tokens,
+                        limit=self.max_context_length,
+                    )
+            body = {
+                "model": self.model,
+                "messages": messages,
+                "max_tokens": rubric.max_output_tokens,
+                "temperature": rubric.temperature,
+                "stream": False,
+            }
+            response, chat_retries = self._request("POST", "/v1/chat/completions", body)
+            retries += chat_retries
+            latency = time.monotonic() - started
+            payload = self._json(response, "/v1/chat/completions")
+        except JudgeError as exc:
+            exc.diagnostics = {**request_facts, "latency_s": round(time.monotonic() - started, 6), **exc.diagnostics}
+            raise
+        if not isinstance(payload, dict):
+            payload = {}
+
+        diagnostics: dict[str, Any] = {
+            **request_facts,
+            "model": {"requested": self.model, "served": payload.get("model"), "endpoint": self.endpoint},
+            "retries": retries,
+            "latency_s": round(latency, 6),
+            "prompt_tokens": prompt_tokens,
+            "usage": payload.get("usage"),
         }
         choices = payload.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -262,7 +368,7 @@ class JudgeClient:
         if not isinstance(raw, str) or not raw.strip():
             raise InvalidGrade("judge reply has no content", diagnostics)
         if finish != "stop":
-            raise InvalidGrade(
+            raise TruncatedGrade(
                 f"incomplete judge reply (finish_reason={finish!r}): {raw[:REPLY_EXCERPT_CHARS]!r}",
                 diagnostics,
             )
@@ -275,7 +381,13 @@ class JudgeClient:
         return Grade(score=parsed.score, verifier_diagnostics=diagnostics)
 
     def grade_sample(
-        self, rubric: Rubric, sample: Mapping[str, Any], answer: str, *, reference: str | None = None
+        self,
+        rubric: Rubric,
+        sample: Mapping[str, Any],
+        answer: str,
+        *,
+        reference: str | None = None,
+        binding: str | None = None,
     ) -> Grade:
         """Grade ``answer`` to a prepared sample: question from ``metadata.judge_query``; the
         reference label from ``reference`` or the sample (see :func:`reference_from_sample`)."""
@@ -285,16 +397,22 @@ class JudgeClient:
             raise ValueError("sample has no metadata.judge_query to grade against")
         if reference is None and rubric.uses_reference:
             reference = reference_from_sample(sample)
-        return self.grade(rubric, question, answer, reference)
+        return self.grade(rubric, question, answer, reference, binding=binding)
 
     def graded_sample(
-        self, rubric: Rubric, sample: Mapping[str, Any], answer: str, *, reference: str | None = None
+        self,
+        rubric: Rubric,
+        sample: Mapping[str, Any],
+        answer: str,
+        *,
+        reference: str | None = None,
+        binding: str | None = None,
     ) -> tuple[Grade, dict[str, Any]]:
         """:meth:`grade_sample`, and a copy of the sample carrying its evidence: ``metadata`` keeps
         ``judge_query`` and gains ``verifier_diagnostics`` (raw reply, reasoning, rubric name and
         digest, model requested and served, endpoint, retries, latency, the raw and extracted
         answer, the reference label used and the exact messages sent)."""
-        grade = self.grade_sample(rubric, sample, answer, reference=reference)
+        grade = self.grade_sample(rubric, sample, answer, reference=reference, binding=binding)
         return grade, with_diagnostics(sample, grade)
 
 

@@ -25,6 +25,8 @@ Ports. ``--port 0`` binds an ephemeral port and writes ``{"host", "port", "pid"}
 
 Test hooks (``--fault KIND [VALUE]``, repeatable; also ``GYM_REFERENCE_JUDGE_FAULTS="k[=v],..."``):
 ``wrong`` scores known-bad above known-good; ``invalid`` replies without a SCORE line;
+``invalid-after N`` does so from the (N+1)-th chat completion on (canaries pass, a driver's grades
+then degrade);
 ``slow S`` sleeps S seconds in every chat completion; ``hang-health-after N`` stops answering
 /health after N seconds (the connection is accepted, no reply is ever sent);
 ``crash-after N`` exits with status 70 after N seconds; ``loading S`` answers /health 503 for
@@ -173,6 +175,7 @@ def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -
 class Faults:
     wrong: bool = False
     invalid: bool = False
+    invalid_after: float | None = None  # chat completions answered validly before `invalid` begins
     slow_s: float = 0.0
     hang_health_after_s: float | None = None
     crash_after_s: float | None = None
@@ -184,6 +187,7 @@ _FAULT_KINDS = {
     "loading": True,
     "wrong": False,
     "invalid": False,
+    "invalid-after": True,
     "no-tokenize": False,
     "slow": True,
     "hang-health-after": True,
@@ -214,6 +218,7 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
     return Faults(
         wrong=bool(values.get("wrong", False)),
         invalid=bool(values.get("invalid", False)),
+        invalid_after=values.get("invalid-after"),
         no_tokenize=bool(values.get("no-tokenize", False)),
         slow_s=float(values.get("slow", 0.0)),
         hang_health_after_s=values.get("hang-health-after"),
@@ -255,10 +260,16 @@ class JudgeHTTPServer(ThreadingHTTPServer):
         self.started = time.monotonic()
         self.stopping = threading.Event()
         self.log_lock = threading.Lock()
+        self.chats = 0  # chat completions begun (the invalid-after fault counts them)
         super().__init__(address, Handler)
 
     def uptime(self) -> float:
         return time.monotonic() - self.started
+
+    def next_chat(self) -> int:
+        with self.log_lock:
+            self.chats += 1
+            return self.chats
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -413,7 +424,9 @@ class Handler(BaseHTTPRequestHandler):
         tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
         fmt, (low, high) = _asked_format(messages, config)
         score = round(low + (high - low) * tenths / SCORE_MAX)
-        if config.faults.invalid:
+        after = config.faults.invalid_after
+        invalid = config.faults.invalid or (after is not None and self.server.next_chat() > after)
+        if invalid:
             reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
         elif fmt == "json":
             reply = "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```"
@@ -444,7 +457,7 @@ class Handler(BaseHTTPRequestHandler):
                 },
             },
         )
-        return f"score={score if not config.faults.invalid else 'none'} finish={finish_reason}"
+        return f"score={score if not invalid else 'none'} finish={finish_reason}"
 
 
 # ---- port file -------------------------------------------------------------------------------

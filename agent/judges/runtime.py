@@ -333,7 +333,19 @@ class JudgeRuntime:
                 except RubricError as exc:
                     raise ctx.fail(FailureKind.DATA, str(exc)) from None
         bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
-        self.registry = {"judges": judges, "rubrics": rubrics, "bindings": bindings}
+        judging = cfg.judging
+        self.registry = {
+            "judges": judges,
+            "rubrics": rubrics,
+            "bindings": bindings,
+            # What the driver's judge client library applies: agent/judges/grade_log.py and alarm.py.
+            "judging": {
+                "grades_max_bytes": judging.grades_max_bytes,
+                "grades_keep": judging.grades_keep,
+                "degraded_window": judging.degraded_window,
+                "degraded_max_share": judging.degraded_max_share,
+            },
+        }
         ctx.run.write_artifact(names.REGISTRY, ctx.writer, self.registry)
         return f"{len(judges)} judge(s), {len(rubrics)} rubric(s), {len(bindings)} binding(s)"
 
@@ -343,7 +355,7 @@ class JudgeRuntime:
         from agent.judges.bindings import clients_from_registry, rubrics_from_registry
         from agent.judges.canary import run_canaries
 
-        clients = clients_from_registry(registry)
+        clients = clients_from_registry(registry, recorder=None)  # canaries are in judge-canaries.json only
         try:
             report = run_canaries(
                 registry["bindings"], clients, rubrics_from_registry(registry), repetitions=CANARY_REPETITIONS

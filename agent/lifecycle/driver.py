@@ -112,6 +112,40 @@ class DriverRuntime:
             exit_code=code,
         )
 
+    def degraded_failure(self) -> Failure | None:
+        """The degraded-judge alarm the driver's judge client library raised (judge_degraded-RANK.json,
+        agent/judges/alarm.py), as this run's failure; None while there is none. Read directly, not
+        by listing: its writer (the driver) runs on this host, so no other client's cache is in the way."""
+        ctx = self.ctx
+        rel = names.judge_degraded(ctx.rank)
+        doc = ctx.run.read_json(rel, attempts=1)
+        if doc is None or doc.get("fingerprint") != ctx.config.fingerprint or not isinstance(doc.get("binding"), str):
+            return None
+        shown = "; ".join(
+            f"seq {b.get('seq')} {b.get('outcome')}: {b.get('excerpt')!r}"
+            for b in doc.get("bad_replies") or []
+            if isinstance(b, dict)
+        )
+        judge = doc.get("judge")
+        return Failure(
+            kind=FailureKind.JUDGE_DEGRADED,
+            cause=f"judge degraded: binding {doc['binding']!r} (judge {judge}, rubric {doc.get('rubric')}): "
+            f"{doc.get('bad')} of its last {doc.get('replies')} replies were invalid or truncated, more than "
+            f"[judging] degraded_max_share {doc.get('max_share')} x degraded_window {doc.get('window')} allows "
+            f"({rel}); {shown}",
+            phase=str(Phase.DRIVER),
+            log=names.driver_log(ctx.rank),
+            judge=judge if isinstance(judge, str) else None,
+            binding=doc["binding"],
+        )
+
+    def _trip_if_degraded(self) -> bool:
+        failure = self.degraded_failure()
+        if failure is None:
+            return False
+        self.ctx.signal.trip(failure)
+        return True
+
     def run(self, topo: Topology) -> str:
         ctx = self.ctx
         if not topo.is_driver_node:
@@ -129,7 +163,8 @@ class DriverRuntime:
         t0 = clock.mono()
 
         def on_exit(code: int) -> None:
-            if code != 0:
+            # A driver that died of the alarm's exception failed because its judge degraded.
+            if code != 0 and not self._trip_if_degraded():
                 ctx.signal.trip(self.exit_failure(code))
             self._done.set()
 
@@ -152,7 +187,9 @@ class DriverRuntime:
         if grace:
             stop = DriverStop(ctx.run, ctx.writer, ctx.signal, grace, ctx.out)
             ctx.supervisor.before_stop(partial(stop.wait_for, group))
-        ctx.wait_unbounded(self._done.is_set)
+        # The alarm fails the run even when the driver catches JudgeDegraded and goes on.
+        ctx.wait_unbounded(lambda: self._done.is_set() or self._trip_if_degraded())
+        self._trip_if_degraded()  # written just before a clean exit, between two polls
         ctx.signal.raise_if_set()
         self._seconds = clock.mono() - t0
         return "exit 0"

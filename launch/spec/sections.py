@@ -51,6 +51,7 @@ SEED_LIFECYCLE = "seed 000 (lifecycle)"
 SEED_POOLS = "seed 001 (node pools and Ray)"
 SEED_DRIVER = "seed 004 (driver placement)"
 SAFETY = "gym-agent (safety)"
+GRADES_RULE = "gym-agent (grades log and judge alarm)"
 
 # --- sections ---------------------------------------------------------------------------------
 
@@ -479,11 +480,44 @@ class Binding:
 
 @dataclass(frozen=True, kw_only=True)
 class JudgingConfig:
+    """How drivers' grades are kept and watched (the judge client library applies these keys in
+    the driver; registry.json carries them there)."""
+
     bindings: Mapping[str, Binding] = section(
         Binding,
         named=True,
         limit=MAX_BINDINGS,
         doc='[judging.bindings."VERIFIER"]: which judge and rubric grade a verifier',
+    )
+    grades_max_bytes: int = key(
+        keys.Int(1 << 20, 1 << 36),
+        64 * 1024 * 1024,
+        doc="size of one segment of grades-RANK.jsonl (every grade a driver makes, one JSON line each): "
+        "a full segment is renamed grades-RANK.1.jsonl (older segments move up: .2, .3, ...)",
+        rule=GRADES_RULE,
+    )
+    grades_keep: int = key(
+        keys.Int(0, 1000),
+        3,
+        doc="rotated segments of grades-RANK.jsonl kept besides the one being written (the oldest is "
+        "removed); at most (grades_keep + 1) x grades_max_bytes per rank",
+        rule=GRADES_RULE,
+    )
+    degraded_window: int = key(
+        keys.Int(1, 1_000_000),
+        100,
+        doc="the degraded-judge alarm counts each binding's last this many judge replies (graded, invalid "
+        "or truncated; errors without a reply do not count)",
+        rule=GRADES_RULE,
+    )
+    degraded_max_share: float = key(
+        keys.Number(0, 1),
+        0.05,
+        doc="the run fails as judge_degraded when more than this share of degraded_window replies of a "
+        "binding are invalid or truncated: bad > degraded_max_share x degraded_window (defaults: the 6th "
+        "bad reply among the last 100 trips, 5 do not); a run's first replies count against the same "
+        "allowance; 1 turns the alarm off, 0 trips on the first bad reply",
+        rule=GRADES_RULE,
     )
 
 

@@ -160,6 +160,13 @@ def assert_artifacts_valid(run_dir: Path) -> list[str]:
     seen = []
     with RunDir.open(run_dir) as run:
         for rel in run.walk():
+            lines_schema = names.jsonl_schema_for(rel)
+            if lines_schema is not None:  # JSON Lines (grades-RANK.jsonl): every line against the schema
+                for number, line in enumerate(run.read_bytes(rel, 1 << 30).splitlines(), 1):
+                    problems = violations(lines_schema, orjson.loads(line))
+                    assert not problems, f"{rel} line {number} violates schema {lines_schema}: {problems}"
+                seen.append(rel)
+                continue
             schema = names.schema_for(rel)
             if schema is None:
                 continue

@@ -382,6 +382,24 @@ def driver_failure(root: Path) -> RunBuilder:
     return b
 
 
+def judge_degraded(root: Path) -> RunBuilder:
+    """The driver's grades through binding general-quality went bad: the agent failed the run."""
+    b = RunBuilder(root)
+    b.startup()
+    d = b.driver_rank
+    t = b.phase_start(d, "driver") + 12.0
+    b.log(names.driver_log(d), "gym judge client: judge degraded: binding 'general-quality' ...\n")
+    cause = (
+        "judge degraded: binding 'general-quality' (judge general, rubric general-quality): 6 of its last 40 "
+        "replies were invalid or truncated; seq 39 invalid: 'Reasoning: ...'; seq 40 invalid: 'Reasoning: ...'"
+    )
+    _fails_in_driver(
+        b, d, "judge_degraded", cause, t, log=names.driver_log(d), detail=cause, react_after=0.5,
+        judge="general", binding="general-quality",
+    )  # fmt: skip
+    return b
+
+
 JUDGE_LOG = """reference judge listening on :30000
 GET /health 200
 POST /v1/chat/completions 200

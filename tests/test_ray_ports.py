@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from agent.proc import tempdirs
+from agent.proc.ports import free, port_bases
 from agent.ray import node as ray_node
-from agent.ray.node import PORT_BLOCK, RayPorts, pick_ports, port_bases
+from agent.ray.node import PORT_BLOCK, RayPorts, pick_ports
 
 EPHEMERAL = (32768, 60999)
 
@@ -103,8 +104,8 @@ def test_a_port_held_only_on_ipv6_is_not_free() -> None:
         except OSError:
             pytest.skip("no IPv6 loopback on this host")
         port = holder.getsockname()[1]
-        assert not ray_node._free(port)
-    assert ray_node._free(port)
+        assert not free(port)
+    assert free(port)
 
 
 def test_an_ephemeral_range_covering_every_block_still_yields_disjoint_blocks() -> None:

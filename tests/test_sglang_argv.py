@@ -22,6 +22,7 @@ from launch.spec.sglang_argv import (
     SGLANG_VERSION,
     JudgeCommandError,
     argv_flags,
+    bound_ports,
     chat_template_path,
     judge_command,
     recorded_flags,
@@ -89,6 +90,7 @@ def test_common_shape(case: str) -> None:
     assert value(argv, "--served-model-name") == "Qwen/Qwen3-32B"
     assert value(argv, "--host") == "10.0.0.5"
     assert value(argv, "--port") == "31000"
+    assert value(argv, "--nccl-port") == "31001"  # never SGLang's own random pick: see bound_ports
     assert value(argv, "--tp-size") == str(judge["tensor_parallel_size"])
     assert value(argv, "--context-length") == str(judge["max_context_length"])
     assert value(argv, "--max-running-requests") == str(judge["max_concurrent_calls"])
@@ -168,6 +170,25 @@ def test_chat_template_is_always_passed_for_managed_judges() -> None:
     table = {k: v for k, v in BASE.items() if k != "chat_template"}
     argv = sglang_command(judge_config(table), host="h", port=1).argv
     assert value(argv, "--chat-template") == chat_template_path("qwen3-no-thinking")
+
+
+def test_every_port_sglang_binds_is_on_its_command_line_next_to_the_http_port() -> None:
+    """What the agent reserves (bound_ports) is what the argv gives SGLang: its HTTP server and
+    torch.distributed's store (--nccl-port, else a random port SGLang checks and releases)."""
+    judge = judge_config(BASE)
+    argv = sglang_command(judge, host="h", port=12050).argv
+    assert bound_ports(judge, 12050) == {"--port": 12050, "--nccl-port": 12051}
+    for flag, port in bound_ports(judge, 12050).items():
+        assert value(argv, flag) == str(port)
+    assert {"--port", "--nccl-port"} <= recorded_flags()
+    reference = judge_config({"mode": "managed", "backend": "reference", "model": "m"})
+    assert bound_ports(reference, 12050) == {}  # it binds port 0 itself
+
+
+@pytest.mark.parametrize("port", [0, 65535, 70000])
+def test_a_port_whose_nccl_neighbour_cannot_exist_is_refused(port: int) -> None:
+    with pytest.raises(JudgeCommandError, match=f"port {port} for judge general"):
+        sglang_command(judge_config(BASE), host="h", port=port)
 
 
 def test_rejects_judges_it_does_not_launch() -> None:
@@ -276,6 +297,7 @@ def test_argv_against_the_real_sglang_parser() -> None:
         assert ns["max_running_requests"] == judge["max_concurrent_calls"]
         assert float(ns["mem_fraction_static"]) == 0.85
         assert ns["chat_template"] == chat_template_path("qwen3-no-thinking")
+        assert (ns["port"], ns["nccl_port"]) == (30000, 30001)
     for case in ("eager-default", "explicit-eager", "tp2"):
         assert parsed[case]["cuda_graph_backend_decode"] == "disabled"
         assert parsed[case]["cuda_graph_backend_prefill"] == "disabled"

@@ -8,10 +8,9 @@ own; three consecutive failures fail the run — there is no reward-zero fallbac
 
 from __future__ import annotations
 
-import errno
 import json
+import os
 import shutil
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from agent.coord import clock
 from agent.coord.failure import Failure
+from agent.judges import judge_ports
 from agent.judges.prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.lifecycle.context import RunContext
 from agent.lifecycle.topology import Topology
-from agent.proc import ports, tempdirs
+from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.proc.waits import poll_until
@@ -37,9 +37,7 @@ if TYPE_CHECKING:
 
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
 HEALTH_FAILURES = 3
-SPAWN_ATTEMPTS = 3
-PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
-PORT_DRAWS = 32  # kernel-chosen ports tried before giving up on blocks held by other agents
+SPAWN_ATTEMPTS = 3  # starts of a judge that lost its ports to another process (judge_ports)
 
 
 @dataclass
@@ -57,6 +55,7 @@ class LocalJudge:
     exits: list[int] = field(default_factory=list)
     attempts: int = 0
     started: float = 0.0
+    log_start: int = 0  # where this start's part of the log begins (earlier starts' lines are not its)
 
 
 class JudgeRuntime:
@@ -125,11 +124,13 @@ class JudgeRuntime:
         j.port = None
         try:
             # The reference server binds port 0 itself and publishes it: no window to guard.
-            port = 0 if j.config.backend == "reference" else _free_port(ctx.address, f"judge-{j.config.name}")
+            port = (
+                0 if j.config.backend == "reference" else judge_ports.reserve(j.config, ctx.run.path.name, j.attempts)
+            )
         except OSError as exc:
             raise ctx.fail(
                 FailureKind.PORTS,
-                f"no free port for judge {j.config.name} on {ctx.address}: {exc}",
+                f"no free ports for judge {j.config.name} on {ctx.address}: {exc.strerror or exc}",
                 judge=j.config.name,
             ) from None
         cmd = judge_command(j.config, host=ctx.address, port=port, port_file=j.port_file)
@@ -137,12 +138,14 @@ class JudgeRuntime:
             j.port = port
         j.argv = list(cmd.argv)
         env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
+        log_fd = ctx.run.open_log(j.log)
+        j.log_start = os.fstat(log_fd).st_size
         # On probation until healthy: an early exit may be a lost port race, retried below.
         j.group = ctx.supervisor.start(
             f"judge-{j.config.name}",
             j.argv,
             env=env,
-            log_fd=ctx.run.open_log(j.log),
+            log_fd=log_fd,
             policy=ExitPolicy(FailureKind.JUDGE, j.log, on_exit=j.exits.append, judge=j.config.name),
         )
         j.started = clock.mono()
@@ -189,10 +192,22 @@ class JudgeRuntime:
         assert self.health is not None
         if j.exits:
             code = j.exits[0]
-            if j.attempts < SPAWN_ATTEMPTS and self._lost_port_race(j):
+            lost = self._lost_port_race(j)
+            if lost and j.attempts < SPAWN_ATTEMPTS:
                 self._spawn(j)
                 self._epochs.pop(j.config.name, None)
                 return False
+            if lost:
+                assert j.port is not None
+                raise ctx.fail(
+                    FailureKind.PORTS,
+                    f"judge {j.config.name} lost its ports to another process on every one of {j.attempts} starts; "
+                    f"the last was given {judge_ports.describe(j.config, j.port)} on {ctx.address} and logged: {lost}",
+                    log=j.log,
+                    exit_code=code,
+                    child=j.group.name if j.group is not None else None,
+                    judge=j.config.name,
+                )
             raise ctx.fail(
                 FailureKind.JUDGE,
                 f"judge {j.config.name} exited with code {code} before it became healthy (attempt {j.attempts})",
@@ -245,12 +260,16 @@ class JudgeRuntime:
             on_quarantine=quarantined,
         )
 
-    def _lost_port_race(self, j: LocalJudge) -> bool:
+    def _lost_port_race(self, j: LocalJudge) -> str | None:
+        """The line of this start's log saying a port was taken (only SGLang's ports are the
+        agent's choice: the reference server binding port 0 never loses one)."""
+        if j.config.backend == "reference":
+            return None
         try:
-            tail = self.ctx.run.read_bytes(j.log)[-20000:].decode(errors="replace").lower()
+            part = self.ctx.run.read_bytes(j.log)[j.log_start :]
         except OSError:
-            return False
-        return any(m in tail for m in PORT_RACE_MARKERS)
+            return None
+        return judge_ports.lost_race(part.decode(errors="replace"))
 
     def _endpoint(self, j: LocalJudge) -> str:
         return f"http://{_host(self.ctx.address)}:{j.port}"
@@ -391,19 +410,3 @@ class JudgeRuntime:
 
 def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
-
-
-def _free_port(address: str, purpose: str, draws: int = PORT_DRAWS) -> int:
-    """A free port now, which SGLang binds minutes later. Its block is held for `purpose` until
-    this agent ends or starts the judge again (agent.proc.ports): another agent's judge on this
-    host never gets it in between. A process outside gym-agent still may (the kernel hands the
-    port to anyone): SGLang then exits with EADDRINUSE and the judge is started again on a new
-    port (see _lost_port_race)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    for _ in range(draws):
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.bind((address, 0))
-            port = int(s.getsockname()[1])
-        if ports.hold_block(purpose, [ports.block_of(port)], lambda _base: True) is not None:
-            return port
-    raise OSError(errno.EADDRINUSE, f"the kernel offered {draws} ports, each in a block another agent here holds")

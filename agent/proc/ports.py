@@ -13,14 +13,21 @@ this user's (/tmp is sticky: one user cannot open another's file there), never i
 run directory: ports belong to one host, and flock on NFS is unreliable. Choosers of other
 users, with another GYM_AGENT_TMP, or outside gym-agent are not seen; for them the child's early
 exit and its caller's retry remain the guard, as they are whenever the directory is unusable.
+
+Every chooser (Ray's nodes, the managed judges) walks the same grid the same way (`walk`): blocks
+outside the kernel's ephemeral range, from a start hashed from its key, and checks each port its
+child will bind with `free` before keeping the block.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import stat
 import threading
-from collections.abc import Callable, Iterable
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agent.proc import tempdirs
@@ -29,7 +36,8 @@ if TYPE_CHECKING:
     from filelock import FileLock
 
 # The grid every reservation is a block of (Ray's blocks and the judges' ports alike).
-PORT_FLOOR, PORT_BLOCK = 10000, 50
+PORT_FLOOR, PORT_BLOCK, PORT_CEILING = 10000, 50, 65500
+DEFAULT_EPHEMERAL = (32768, 60999)
 DIR_PREFIX = "gym-ports-"
 
 _held: dict[str, tuple[int, FileLock]] = {}  # purpose -> (block base, its held lock)
@@ -39,6 +47,58 @@ _guard = threading.Lock()
 def block_of(port: int) -> int:
     """The base of the grid block that holds `port`."""
     return port - (port - PORT_FLOOR) % PORT_BLOCK
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    try:
+        with open(path) as f:
+            low, high = (int(x) for x in f.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+
+
+def port_bases(ephemeral: tuple[int, int]) -> list[int]:
+    """Block starts outside the kernel's ephemeral range: any outgoing connection (a child's own
+    clients, a health probe) may be given an ephemeral port, so a port inside it can be taken
+    between our check and the child's bind."""
+    low, high = ephemeral
+    return [b for b in range(PORT_FLOOR, PORT_CEILING - PORT_BLOCK, PORT_BLOCK) if b + PORT_BLOCK <= low or b > high]
+
+
+def walk(key: str, slot: int, stride: int, ephemeral: tuple[int, int] | None = None) -> Iterator[int]:
+    """Every block base once (outside the ephemeral range, or all of them if it covers the grid),
+    starting at the one `key` hashes to, offset by `slot` and stepping by `stride`: choosers of
+    one key that differ in slot (ranks, attempts) start on different blocks."""
+    bases = port_bases(ephemeral or ephemeral_range()) or port_bases((0, 0))
+    start = zlib.crc32(key.encode()) % len(bases)
+    step = stride if 0 < stride < len(bases) else 1
+    return (bases[(start + slot + k * step) % len(bases)] for k in range(len(bases)))
+
+
+def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool | None:
+    """True/False if binding worked/failed; None if the address family is unavailable here."""
+    try:
+        s = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    with s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError as exc:
+            return None if exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL) else False
+
+
+def free(port: int) -> bool:
+    """Nothing holds `port` on any IPv4 or IPv6 address. Ray and torch.distributed's store listen
+    on the dual-stack wildcard, and a wildcard bind also fails where any one address holds the
+    port, so this is the check for a child binding either way; an IPv4-only check would miss an
+    IPv6 holder."""
+    for family, host in ((socket.AF_INET, ""), (socket.AF_INET6, "::")):
+        if _bindable(family, host, port) is False:
+            return False
+    return True
 
 
 def lock_dir() -> str | None:

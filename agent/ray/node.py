@@ -7,7 +7,6 @@ interface, so distinct addresses alone do not separate ports (docs/runtime-notes
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -16,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,48 +50,6 @@ class RayPorts:
 
 
 PORT_BLOCK = ports.PORT_BLOCK  # ports per node: 7 singles, a gap, then the worker range
-PORT_FLOOR, PORT_CEILING = ports.PORT_FLOOR, 65500
-DEFAULT_EPHEMERAL = (32768, 60999)
-
-
-def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool | None:
-    """True/False if binding worked/failed; None if the address family is unavailable here."""
-    try:
-        s = socket.socket(family, socket.SOCK_STREAM)
-    except OSError:
-        return None
-    with s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError as exc:
-            return None if exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL) else False
-
-
-def _free(port: int) -> bool:
-    """Ray listens on the dual-stack wildcard, so a port is free only if nothing holds it on any
-    IPv4 or IPv6 address; an IPv4-only check would miss an IPv6 holder."""
-    for family, host in ((socket.AF_INET, ""), (socket.AF_INET6, "::")):
-        if _bindable(family, host, port) is False:
-            return False
-    return True
-
-
-def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
-    try:
-        with open(path) as f:
-            low, high = (int(x) for x in f.read().split()[:2])
-        return low, high
-    except (OSError, ValueError):
-        return DEFAULT_EPHEMERAL
-
-
-def port_bases(ephemeral: tuple[int, int]) -> list[int]:
-    """Block starts outside the kernel's ephemeral range: any outgoing connection (Ray's own gRPC
-    clients included) may be given an ephemeral port, so a block inside it can be taken between
-    our check and Ray's bind."""
-    low, high = ephemeral
-    return [b for b in range(PORT_FLOOR, PORT_CEILING - PORT_BLOCK, PORT_BLOCK) if b + PORT_BLOCK <= low or b > high]
 
 
 def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] | None = None) -> RayPorts:
@@ -109,11 +65,8 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
     another agent on this host whose run hashes to the same block skips it instead of racing
     this node's Ray for it. A new pick by this process releases the block of its last one."""
     # If the ephemeral range covers every block, use them all: the retry on an early exit remains.
-    bases = port_bases(ephemeral or ephemeral_range()) or port_bases((0, 0))
-    start = zlib.crc32(run_key.encode()) % len(bases)
-    stride = slots if 0 < slots < len(bases) else 1
-    order = (bases[(start + slot + k * stride) % len(bases)] for k in range(len(bases)))
-    base = ports.hold_block("ray", order, lambda b: all(_free(p) for p in range(b, b + 8 + WORKER_PORT_SPAN)))
+    order = ports.walk(run_key, slot, slots, ephemeral)
+    base = ports.hold_block("ray", order, lambda b: all(ports.free(p) for p in range(b, b + 8 + WORKER_PORT_SPAN)))
     if base is None:
         raise PortsError("no free block of ports for Ray outside the ephemeral port range")
     return RayPorts(

@@ -50,6 +50,13 @@ CONTEXT_EXTENSIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     }
 )
 
+# SGLang binds two TCP ports on one node (no DP attention; its zmq sockets are ipc:// files):
+# --port (uvicorn, on --host, once the weights are loaded) and --nccl-port (torch.distributed's
+# store, on every interface, as its scheduler starts). Left out, --nccl-port is a random port it
+# checks free and releases until the scheduler binds it: the race the agent's reservation
+# removes. So the judge is given the port next to --port, inside the block reserved for it.
+NCCL_PORT_OFFSET = 1
+
 _DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
@@ -93,6 +100,14 @@ def argv_flags(argv: Sequence[str]) -> list[str]:
     return [token.split("=", 1)[0] for token in argv if token.startswith("--")]
 
 
+def bound_ports(judge: JudgeConfig, port: int) -> dict[str, int]:
+    """Every port the judge's server binds when started with ``port``, by the flag that gives it
+    (none for the reference server, which binds port 0 itself)."""
+    if judge.backend == "reference":
+        return {}
+    return {"--port": port, "--nccl-port": port + NCCL_PORT_OFFSET}
+
+
 def _check_managed(judge: JudgeConfig, backend: str) -> None:
     if not judge.managed:
         raise JudgeCommandError(f"judges.{judge.name} is mode={judge.mode!r}: only managed judges are launched")
@@ -101,7 +116,8 @@ def _check_managed(judge: JudgeConfig, backend: str) -> None:
 
 
 def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | None = None) -> JudgeCommand:
-    """``python -m sglang.launch_server ...`` for a managed judge of the resolved spec.
+    """``python -m sglang.launch_server ...`` for a managed judge of the resolved spec, serving on
+    ``port`` (and binding ``bound_ports``).
 
     ``python`` is the interpreter that has sglang installed (default: this interpreter). Every
     value comes from the resolved model, so its defaults (TP = gpus, the qwen3-no-thinking
@@ -110,6 +126,8 @@ def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | No
     _check_managed(judge, "sglang")
     if judge.prepared_dir is None:
         raise JudgeCommandError(f"judges.{judge.name}.prepared_dir is required for an SGLang judge")
+    if not 0 < port <= 65535 - NCCL_PORT_OFFSET:
+        raise JudgeCommandError(f"port {port} for judge {judge.name}: --port and --nccl-port must both be below 65536")
     concurrency = judge.max_concurrent_calls
     argv: list[str] = [
         python or sys.executable,
@@ -121,8 +139,7 @@ def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | No
         judge.model,
         "--host",
         host,
-        "--port",
-        str(port),
+        *(token for flag, bound in bound_ports(judge, port).items() for token in (flag, str(bound))),
         "--tp-size",
         str(judge.tensor_parallel_size),
         "--context-length",

@@ -59,7 +59,8 @@ def test_a_degraded_judge_fails_the_run_whatever_the_driver_does(tmp_path: Path,
     finally:
         kill_tree_by_session(run.proc)
     if mode == "linger":
-        assert "degraded; lingering" in (run.run_dir / names.driver_log(0)).read_text()
+        # Whether the driver got to say it lingers is a race with the agent's watch; that the run
+        # ended at the alarm, long before the driver's 60 s sleep, is what the agent promises.
         assert time.monotonic() - started < 55, "the run waited for the driver instead of failing at the alarm"
     d = run.run_dir
     assert_artifacts_valid(d)  # every grades line and the alarm record against their schemas
@@ -73,8 +74,12 @@ def test_a_degraded_judge_fails_the_run_whatever_the_driver_does(tmp_path: Path,
     alarm = read(d, names.judge_degraded(0))
     assert (alarm["binding"], alarm["bad"], alarm["allowed"], alarm["window"]) == ("general-quality", 6, 5, 100)
     log = (d / names.driver_log(0)).read_text()
-    assert "JudgeDegraded" in log and "judge degraded: binding 'general-quality'" in log
-    assert (names.DRIVER_RESULT in {p.name for p in d.iterdir()}) == (mode == "swallow")
+    if mode == "raise":
+        assert "JudgeDegraded" in log and "judge degraded: binding 'general-quality'" in log
+    # The agent stops the driver at the alarm: a swallowing driver may or may not have written
+    # its result first (a race); the others never do.
+    if mode != "swallow":
+        assert names.DRIVER_RESULT not in {p.name for p in d.iterdir()}
     lines = _grade_lines(d, 0)
     # Once tripped, a binding sends nothing more: its grades stop at the 6th bad reply.
     by_binding = {

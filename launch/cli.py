@@ -503,8 +503,9 @@ COMMANDS: list[Command] = [
 
 
 EXIT_CODES = """exit codes:
-  0    success (local: the run succeeded; status: running or succeeded)
-  1    the run failed (local, status); check-data: a verifier lacks a binding
+  0    success (local: every agent exited 0 and the audit passes; status: running or succeeded)
+  1    the run failed (local: an agent failed or the audit fails the run; status);
+       check-data: a verifier lacks a binding
   2    bad command line, invalid run spec or unusable run directory (the message says what to change)
   141  the output pipe was closed (`| head`)"""
 

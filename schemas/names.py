@@ -158,6 +158,23 @@ def ray_log(rank: int) -> str:
     return f"ray-{rank}.log"
 
 
+# Every grade a driver's judge client makes (issue 22's shared contract): grades-RANK.jsonl, rotated
+# into grades-RANK.N.jsonl (N = 1, 2, ...; higher N = older). Lines carry a `seq` that rotation
+# never resets, so a reader can count the lines rotation dropped.
+GRADES_RE = re.compile(r"^grades-(\d+)(?:\.([1-9][0-9]{0,3}))?\.jsonl$")
+
+
+def grades(rank: int, segment: int = 0) -> str:
+    """The current grades file of `rank` (segment 0), or its rotated segment N."""
+    return f"grades-{rank}.jsonl" if segment == 0 else f"grades-{rank}.{segment}.jsonl"
+
+
+def grades_file(relpath: str) -> tuple[int, int] | None:
+    """(rank, segment) of a grades file name; None for any other name."""
+    m = GRADES_RE.match(relpath)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
 RAY_SESSION_PREFIX = "ray-session-"
 RAY_SESSION_DIR_RE = re.compile(r"^ray-session-(\d+)$")
 

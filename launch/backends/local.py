@@ -258,7 +258,7 @@ def audit_errors(run_dir: Path) -> list[str]:
     return [f"{f.code} — {f.message[:SUMMARY_CHARS]}" for f in result.findings if f.severity == "error"]
 
 
-SUMMARY_CHARS = 400
+SUMMARY_CHARS = 1000  # the audit message names the accepted evidence: keep it whole
 
 
 def first_cause_line(run_dir: Path) -> str | None:

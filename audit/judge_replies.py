@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,55 +171,59 @@ def _seq_losses(seqs: Iterable[int]) -> int:
     return max(seen) - len(seen) if seen else 0
 
 
-def count_grades(safe: SafeDir, files: Iterable[str], found: list[Finding]) -> tuple[_Grades, tuple[str, ...]]:
-    """Replied lines per judge over every grades file; lines lost to rotation per rank, charged
-    to the judge of that rank's lines (a rank's driver talks to its judges alike)."""
+def grade_lines(safe: SafeDir, files: Iterable[str], found: list[Finding]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(file, line) of every JSON-object line of the grades files, older segments first."""
+    order = sorted((names.grades_segment(rel) or (0, 0), rel) for rel in files if names.grades_segment(rel) is not None)
+    for (_rank, _segment), rel in sorted(order, key=lambda x: (x[0][0], -x[0][1])):
+        reader = LineReader(safe, rel, GRADES_CAP_BYTES)
+        try:
+            for line in reader.lines():
+                try:
+                    doc = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # a torn last line
+                if isinstance(doc, dict):
+                    yield rel, doc
+        except FileNotFoundError:
+            continue
+        except UnsafeFile as exc:
+            found.append(Finding("error", exc.code, f"{exc}; its grades are not counted", rel))
+            continue
+        except OSError as exc:
+            found.append(Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", rel))
+            continue
+        if reader.truncated:
+            found.append(
+                Finding("warning", "judge_replies.truncated", f"counted in its first {GRADES_CAP_BYTES} bytes", rel)
+            )
+
+
+def count_grades(lines: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[_Grades, tuple[str, ...]]:
+    """Replied lines per judge; lines lost to rotation per writer (`seq` 1..max with some not
+    here), charged to the judge that writer graded most with (a dropped line's judge is gone
+    with it). Returns the counts and the files the lines came from."""
     g = _Grades()
-    read: list[str] = []
-    by_rank: dict[int, list[str]] = defaultdict(list)
-    for rel in files:
-        parsed = names.grades_file(rel)
-        if parsed is not None:
-            by_rank[parsed[0]].append(rel)
-    for _rank, rels in sorted(by_rank.items()):
-        seqs: dict[Any, set[int]] = defaultdict(set)  # writer -> seqs seen
-        judges_of_rank: dict[str, int] = defaultdict(int)
-        for rel in sorted(rels, key=lambda r: -(names.grades_file(r) or (0, 0))[1]):
-            reader = LineReader(safe, rel, GRADES_CAP_BYTES)
-            try:
-                for line in reader.lines():
-                    try:
-                        doc = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        continue  # a torn last line
-                    if not isinstance(doc, dict):
-                        continue
-                    judge = as_str(doc.get("judge")) or "?"
-                    g.lines[judge] += 1
-                    judges_of_rank[judge] += 1
-                    if doc.get("replied") is True:
-                        g.replied[judge] += 1
-                    seq = doc.get("seq")
-                    if isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= 1 << 40:
-                        seqs[doc.get("pid")].add(seq)
-            except FileNotFoundError:
-                continue
-            except UnsafeFile as exc:
-                found.append(Finding("error", exc.code, f"{exc}; its grades are not counted", rel))
-                continue
-            except OSError as exc:
-                found.append(Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", rel))
-                continue
-            read.append(rel)
-            if reader.truncated:
-                found.append(
-                    Finding("warning", "judge_replies.truncated", f"counted in its first {GRADES_CAP_BYTES} bytes", rel)
-                )
-        lost = sum(_seq_losses(s) for s in seqs.values())
-        if lost and judges_of_rank:
-            # Which judge a dropped line was for is gone with it: charge the rank's main judge.
-            g.lost[max(judges_of_rank, key=lambda j: judges_of_rank[j])] += lost
-    return g, tuple(read)
+    files: dict[str, None] = {}
+    seqs: dict[Any, set[int]] = defaultdict(set)  # writer -> seqs seen
+    judges_of: dict[Any, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for rel, doc in lines:
+        files[rel] = None
+        judge = as_str(doc.get("judge")) or "?"
+        g.lines[judge] += 1
+        if doc.get("replied") is True:
+            g.replied[judge] += 1
+        # B's writer token (one per writing process); the rank's file when a line lacks it.
+        writer = (doc.get("writer"), doc.get("pid"), (names.grades_segment(rel) or (0, 0))[0])
+        judges_of[writer][judge] += 1
+        seq = doc.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= 1 << 40:
+            seqs[writer].add(seq)
+    for writer, seen in seqs.items():
+        lost = _seq_losses(seen)
+        if lost:
+            counts = judges_of[writer]
+            g.lost[max(counts, key=lambda j: counts[j])] += lost
+    return g, tuple(files)
 
 
 def count_replies(
@@ -236,7 +240,7 @@ def count_replies(
         parsed = names.parse(rel)
         if parsed is not None and parsed.log == "judge" and parsed.judge:
             logs_of[parsed.judge].append(rel)
-    grades, read = count_grades(safe, run.grades, found)
+    grades, read = count_grades(grade_lines(safe, run.grades, found))
     judges: dict[str, JudgeReplies] = {}
     for judge in sorted(set(bound_judges)):
         answered: int | None = None

@@ -309,7 +309,7 @@ def load_run(safe: SafeDir) -> LoadedRun:
             else:
                 run.logs[relpath] = size
             continue
-        if names.grades_file(relpath) is not None:
+        if names.grades_segment(relpath) is not None:
             run.grades.append(relpath)  # JSONL, read by the judge-reply count (audit/judge_replies.py)
             continue
         schema = names.schema_for(relpath)

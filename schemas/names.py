@@ -169,8 +169,8 @@ def grades(rank: int, segment: int = 0) -> str:
     return f"grades-{rank}.jsonl" if segment == 0 else f"grades-{rank}.{segment}.jsonl"
 
 
-def grades_file(relpath: str) -> tuple[int, int] | None:
-    """(rank, segment) of a grades file name; None for any other name."""
+def grades_segment(relpath: str) -> tuple[int, int] | None:
+    """(rank, segment) of a grades file name, or None when it is not one."""
     m = GRADES_RE.match(relpath)
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 

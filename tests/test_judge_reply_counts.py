@@ -13,6 +13,7 @@ import pytest
 
 from audit.api import audit_run
 from audit.judge_replies import ACCESS_RE, count_access_log
+from audit.lines import LineReader
 from audit.load import SafeDir
 from audit.model import AuditResult
 from schemas import names, validation
@@ -54,15 +55,22 @@ def canaries(b: RunBuilder, replies_per_binding: int) -> None:
 
 
 def grade_line(seq: int, *, replied: bool = True, outcome: str = "graded", judge: str = "general") -> dict[str, Any]:
+    """One line as the judge client library writes it (schemas/grade.schema.json)."""
     return {
+        "schema": "grade",
+        "schema_version": 1,
         "seq": seq,
+        "writer": "0123456789ab",
+        "pid": 4242,
         "at": "2026-12-01T10:00:00.000Z",
+        "rank": 1,
         "binding": "general-quality",
         "judge": judge,
         "rubric": {"name": "general-quality", "digest": "0" * 64},
         "outcome": outcome,
-        "score": 0.7 if replied else None,
+        "score": 0.7 if outcome == "graded" else None,
         "replied": replied,
+        "error": None if outcome == "graded" else f"{outcome} reply",
         "diagnostics": {},
     }
 
@@ -164,3 +172,17 @@ def test_access_lines(tmp_path: Path, line: bytes, counted: bool) -> None:
     with SafeDir(tmp_path) as safe:
         n = count_access_log(safe, "judge-general-0.log", [])
     assert n == (1 if counted else (0 if ACCESS_RE.search(line) else None))
+
+
+def test_reading_is_bounded_per_line_and_per_file(tmp_path: Path) -> None:
+    chat = b'INFO:     10.0.0.1:5 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    # An endless line (a progress bar without newlines, 9 MiB) between access lines.
+    (tmp_path / "big.log").write_bytes(chat + b"x" * (9 << 20) + b"\n" + chat * 3 + b"tail without newline")
+    with SafeDir(tmp_path) as safe:
+        reader = LineReader(safe, "big.log", cap=1 << 30)
+        lines = list(reader.lines())
+        assert reader.skipped == 1 and not reader.truncated
+        assert lines == [chat.rstrip(b"\n")] * 4 + [b"tail without newline"]
+        assert count_access_log(safe, "big.log", []) == 4
+        short = LineReader(safe, "big.log", cap=1 << 20)
+        assert list(short.lines()) == [chat.rstrip(b"\n")] and short.truncated

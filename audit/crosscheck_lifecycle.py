@@ -248,9 +248,8 @@ def _evidence_findings(ctx: AuditContext) -> list[Finding]:
                 )
             )
         for gap in src.gaps:
-            out.append(
-                Finding("warning", "driver.evidence_gaps", f"{gap} (a record lost or not yet written)", src.files[0])
-            )
+            where = src.files[0] if src.files else None
+            out.append(Finding("warning", "driver.evidence_gaps", f"{gap} (a record lost or not yet written)", where))
     return out
 
 
@@ -268,6 +267,7 @@ def _declared_evidence(ctx: AuditContext) -> list[Finding]:
             )
         ]
     out: list[Finding] = []
+    first_file = next((s.files[0] for s in ev.sources if s.files), None)
     if ev.steps <= 0:
         looked = "; ".join(s.missing for s in ev.sources if s.missing) or "no optimizer step"
         out.append(
@@ -276,16 +276,17 @@ def _declared_evidence(ctx: AuditContext) -> list[Finding]:
                 "driver.no_steps",
                 f"the declared evidence of training shows no optimizer step ({looked}), and there is no "
                 f"driver-result.json. Accepted: {ACCEPTED}",
-                ev.sources[0].files[0] if ev.sources and ev.sources[0].files else None,
+                first_file,
             )
         )
-    if ev.refresh_checkable and ev.refreshes < 1:
+    elif ev.refresh_checkable and ev.refreshes < 1:  # (without a step there is nothing to refresh)
         out.append(
             Finding(
                 "error",
                 "driver.no_policy_refresh",
-                "the declared evidence shows no policy refresh: rollouts never saw new weights",
-                ev.sources[0].files[0] if ev.sources and ev.sources[0].files else None,
+                f"the declared evidence shows {ev.steps} optimizer step(s) but no policy refresh: rollouts "
+                "never saw new weights",
+                first_file,
             )
         )
     elif not ev.refresh_checkable:
@@ -297,23 +298,16 @@ def _declared_evidence(ctx: AuditContext) -> list[Finding]:
                 "in [driver.evidence]); not checked",
             )
         )
-    if ctx.plan.bindings:
-        replies = ctx.replies
-        if not replies.independent:
-            counted = replies.independent
-            how = (
-                "the managed judges' request logs (judge-NAME-RANK.log access lines) and grades-RANK.jsonl"
-                if counted is None
-                else "the judges' request logs less the canaries, and grades-RANK.jsonl"
+    if ctx.plan.bindings and not ctx.replies.independent:
+        why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
+        out.append(
+            Finding(
+                "error",
+                "driver.no_judge_replies",
+                "the spec binds judges, but no judge reply to the driver shows in the judges' own request logs "
+                f"(judge-NAME-RANK.log, less the canaries) or in grades-RANK.jsonl{why}",
             )
-            out.append(
-                Finding(
-                    "error",
-                    "driver.no_judge_replies",
-                    f"the spec binds judges, but {how} show no reply to the driver"
-                    + (" (none of them could be counted)" if counted is None else ""),
-                )
-            )
+        )
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from audit.context import AuditContext, build_context
 from audit.crosscheck_grace import check_driver_stop
-from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_registry
+from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_judge_replies, check_registry
 from audit.crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
 from audit.crosscheck_lifecycle import (
     check_cleanup,
@@ -24,16 +24,19 @@ from audit.crosscheck_lifecycle import (
     check_logs,
     check_phases,
     check_shared_filesystem,
+    training_summary,
 )
 from audit.crosscheck_regrade import check_regrade
 from audit.expected import expected_plan
 from audit.first_cause import analyse, order_key
+from audit.judge_replies import count_replies
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
 from audit.restarts import refused_findings
 from audit.scheduler_ending import as_first_cause, explains, find_ending, job_id_of
 from audit.schema_check import check_schemas
-from audit.views import as_dict, as_str, rank_of
+from audit.training_evidence import read_evidence
+from audit.views import as_dict, as_int, as_str, rank_of
 from launch.spec.load import restore_key_order
 from schemas import names
 
@@ -49,6 +52,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_registry,
     check_judge_endpoints,
     check_canaries,
+    check_judge_replies,
     check_phases,
     check_completion,
     check_cleanup,
@@ -70,6 +74,17 @@ def _guarded(check: Callable[[AuditContext], list[Finding]], ctx: AuditContext) 
         return check(ctx)
     except Exception as exc:  # noqa: BLE001 - reported as a finding with its type
         return [Finding("error", "audit.internal", f"check {check.__name__} failed: {type(exc).__name__}: {exc}")]
+
+
+def _with_evidence(ctx: AuditContext, safe: SafeDir) -> AuditContext:
+    """The context with what the trainer and the judges wrote themselves, read once."""
+    rank = ctx.driver_rank
+    log = names.driver_log(rank) if rank is not None else None
+    training = read_evidence(safe, ctx.plan.evidence, log)
+    result = ctx.run.doc(names.DRIVER_RESULT) or {}
+    claimed = as_int(result.get("judge_replies")) if result else None
+    replies = count_replies(safe, ctx.run, ctx.plan.bound_judges, ctx.plan.judge_modes, claimed)
+    return dataclasses.replace(ctx, training=training, replies=replies)
 
 
 def _read_spec(run) -> tuple[dict, str | None]:
@@ -198,7 +213,9 @@ def audit_run(path: str | Path) -> AuditResult:
             plan = dataclasses.replace(plan, replicas=0, nodes=(), driver_node=None, fingerprint=None)
         expected = tuple(range(plan.replicas))
         ctx = build_context(run, spec, fingerprint, plan, expected)
+        ctx = _with_evidence(ctx, safe)
         findings = list(run.findings) + findings + check_schemas(run, fingerprint)
+        findings += [*ctx.training.findings, *ctx.replies.findings]
         for check in CHECKS:
             findings.extend(_guarded(check, ctx))
 
@@ -270,6 +287,8 @@ def audit_run(path: str | Path) -> AuditResult:
             gpu_maps=_gpu_maps(ctx),
             notes=tuple(notes),
             attempts=_attempts(Path(path), ctx.outcome, verdict, first),
+            training=training_summary(ctx),
+            judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
         )
 
 

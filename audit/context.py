@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.expected import PlanView
+from audit.judge_replies import ReplyCounts
 from audit.load import LoadedRun
 from audit.model import Outcome
+from audit.training_evidence import NOT_DECLARED, TrainingEvidence
 from audit.views import (
     AddressRec,
     FailureRec,
@@ -40,10 +42,22 @@ class AuditContext:
     owner_of_node: Mapping[int, int]  # planned node index -> rank that owns it
     node_of_rank: Mapping[int, int]
     outcome: Outcome
+    # Read from files beyond the JSON artifacts (audit/training_evidence.py, audit/judge_replies.py).
+    training: TrainingEvidence = NOT_DECLARED
+    replies: ReplyCounts = ReplyCounts()
 
     @property
     def succeeded(self) -> bool:
         return self.outcome == "succeeded"
+
+    @property
+    def driver_rank(self) -> int | None:
+        """Where the driver ran: complete.json says so, else the owner of the plan's driver node."""
+        rank = (self.complete or {}).get("driver_rank")
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            return rank
+        node = self.plan.driver_node
+        return self.owner_of_node.get(node) if node is not None else None
 
     def phase_started(self, rank: int, phase: str) -> bool:
         rec = self.phases.get(rank)
@@ -71,6 +85,8 @@ def build_context(
     fingerprint: str | None,
     plan: PlanView,
     expected: tuple[int, ...],
+    training: TrainingEvidence = NOT_DECLARED,
+    replies: ReplyCounts | None = None,
 ) -> AuditContext:
     addrs = addresses(run)
     places = placements(run)
@@ -99,4 +115,6 @@ def build_context(
         owner_of_node=owners,
         node_of_rank={r: n for n, r in owners.items()},
         outcome=outcome,
+        training=training,
+        replies=replies or ReplyCounts(),
     )

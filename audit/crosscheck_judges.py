@@ -265,3 +265,65 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
             )
         )
     return out
+
+
+def _reply_detail(ctx: AuditContext) -> str:
+    parts = []
+    for name, j in sorted(ctx.replies.judges.items()):
+        if j.server_answered is not None:
+            parts.append(
+                f"{name}: {j.server_answered} chat completion(s) answered 200 in {', '.join(j.logs)}, "
+                f"less {j.canary_replies} canary repl{'y' if j.canary_replies == 1 else 'ies'}"
+            )
+        elif j.grades_replied is not None:
+            lost = f", {j.grades_lost} line(s) lost to rotation" if j.grades_lost else ""
+            parts.append(f"{name}: {j.grades_replied} replied grade(s) in grades-RANK.jsonl{lost}")
+        else:
+            parts.append(f"{name}: not countable")
+    return "; ".join(parts)
+
+
+def check_judge_replies(ctx: AuditContext) -> list[Finding]:
+    """The driver's claim (driver-result.json judge_replies) against the independent counts.
+    Above what the judges answered: an error (replies that never happened trained nothing).
+    Below: a warning (a driver may count graded samples only, or other clients used the judge)."""
+    r = ctx.replies
+    if not ctx.plan.bindings or r.claimed is None:
+        return []
+    f = names.DRIVER_RESULT
+    upper, lower = r.upper_bound, r.independent
+    if upper is not None and r.claimed > upper:
+        return [
+            Finding(
+                "error",
+                "judge_replies.claim_exceeds",
+                f"the driver claims {r.claimed} judge replies, but the judges answered at most {upper} "
+                f"({_reply_detail(ctx)})",
+                f,
+                json_path="$.judge_replies",
+            )
+        ]
+    if lower is not None and r.claimed < lower:
+        return [
+            Finding(
+                "warning",
+                "judge_replies.claim_below",
+                f"the driver claims {r.claimed} judge replies, fewer than the {lower} the judges answered it "
+                f"({_reply_detail(ctx)}): it counts something else, or another client used the judges",
+                f,
+                json_path="$.judge_replies",
+            )
+        ]
+    if upper is None:
+        return [
+            Finding(
+                "info",
+                "judge_replies.unchecked",
+                f"the driver's claim of {r.claimed} judge replies is not bounded: judges "
+                f"{', '.join(r.uncounted) or '(some)'} are not countable (no access lines in their logs, "
+                "no grades-RANK.jsonl)",
+                f,
+                json_path="$.judge_replies",
+            )
+        ]
+    return []

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 from audit.context import AuditContext
 from audit.model import Finding, Severity
+from audit.training_evidence import ACCEPTED
 from audit.views import as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 from schemas.vocab import FsCondition
@@ -177,23 +179,140 @@ def _finite(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _training_required(ctx: AuditContext) -> str | None:
+    """Why no evidence of training is expected, or None when it is."""
+    if ctx.run.doc(names.REGRADE) is not None:
+        return "a judge-only job (gym-launch regrade) grades saved answers; it trains nothing"
+    return ctx.plan.no_training
+
+
+def training_summary(ctx: AuditContext) -> dict[str, Any]:
+    """The report's account of the evidence of training: where it came from and what it showed."""
+    doc = ctx.run.doc(names.DRIVER_RESULT)
+    why_not = _training_required(ctx)
+    ev = ctx.training
+    if doc is not None:
+        source = "driver-result"
+    elif why_not is not None:
+        source = "not_required"
+    elif ev.declared:
+        source = "evidence"
+    else:
+        source = "none"
+    return {
+        "required": why_not is None,
+        "not_required_because": why_not,
+        "source": source,
+        "driver_result": doc is not None,
+        "optimizer_steps": as_int(doc.get("optimizer_steps"))
+        if doc is not None
+        else (ev.steps if ev.declared else None),
+        "policy_refreshes": as_int(doc.get("policy_refreshes"))
+        if doc is not None
+        else (ev.refreshes if ev.declared and ev.refresh_checkable else None),
+        "evidence": {"declared": ev.declared, "sources": [r.to_json() for r in ev.sources]},
+    }
+
+
 def check_driver(ctx: AuditContext) -> list[Finding]:
-    """Process exit alone is not success: the driver must show it trained."""
+    """Process exit alone is not success: the driver must show it trained, in driver-result.json
+    or in the trainer's own records the spec declares ([driver.evidence])."""
     f = names.DRIVER_RESULT
     doc = ctx.run.doc(f)
-    if doc is None and ctx.run.doc(names.REGRADE) is not None:
-        return []  # a judge-only job (gym-launch regrade): its driver grades saved answers, it trains nothing
+    finished = ctx.complete is not None or ctx.succeeded
+    out = _evidence_findings(ctx) if doc is not None or finished else []
+    why_not = _training_required(ctx)
+    if why_not is not None:
+        if finished:
+            out.append(Finding("info", "driver.training_not_required", f"no evidence of training required: {why_not}"))
+        return out
     if doc is None:
-        if ctx.complete is not None or ctx.succeeded:
-            return [
+        if finished:
+            out += _declared_evidence(ctx)
+        return out
+    return out + _driver_result(ctx, doc)
+
+
+def _evidence_findings(ctx: AuditContext) -> list[Finding]:
+    """What the declared records show wrong whoever else speaks for the driver: a trainer's own
+    non-finite loss is one even when driver-result.json says otherwise."""
+    out: list[Finding] = []
+    for src in ctx.training.sources:
+        if src.nonfinite:
+            out.append(
                 Finding(
                     "error",
-                    "driver.no_result",
-                    "no driver-result.json: the driver exited 0 without evidence of training",
-                    f,
+                    "driver.nonfinite_loss",
+                    f"loss not finite at {', '.join(src.nonfinite[:5])}",
+                    src.files[0] if src.files else None,
                 )
-            ]
-        return []
+            )
+        for gap in src.gaps:
+            where = src.files[0] if src.files else None
+            out.append(Finding("warning", "driver.evidence_gaps", f"{gap} (a record lost or not yet written)", where))
+    return out
+
+
+def _declared_evidence(ctx: AuditContext) -> list[Finding]:
+    ev = ctx.training
+    f = names.DRIVER_RESULT
+    if not ev.declared:
+        return [
+            Finding(
+                "error",
+                "driver.no_result",
+                "the driver exited 0 without evidence of training: no driver-result.json and no [driver.evidence] "
+                f"declared. Accepted: {ACCEPTED}",
+                f,
+            )
+        ]
+    out: list[Finding] = []
+    first_file = next((s.files[0] for s in ev.sources if s.files), None)
+    if ev.steps <= 0:
+        looked = "; ".join(s.missing for s in ev.sources if s.missing) or "no optimizer step"
+        out.append(
+            Finding(
+                "error",
+                "driver.no_steps",
+                f"the declared evidence of training shows no optimizer step ({looked}), and there is no "
+                f"driver-result.json. Accepted: {ACCEPTED}",
+                first_file,
+            )
+        )
+    elif ev.refresh_checkable and ev.refreshes < 1:  # (without a step there is nothing to refresh)
+        out.append(
+            Finding(
+                "error",
+                "driver.no_policy_refresh",
+                f"the declared evidence shows {ev.steps} optimizer step(s) but no policy refresh: rollouts "
+                "never saw new weights",
+                first_file,
+            )
+        )
+    elif not ev.refresh_checkable:
+        out.append(
+            Finding(
+                "info",
+                "driver.refresh_unchecked",
+                "the declared evidence cannot show a policy refresh (declare refresh_field or log_refresh_pattern "
+                "in [driver.evidence]); not checked",
+            )
+        )
+    if ctx.plan.bindings and not ctx.replies.independent:
+        why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
+        out.append(
+            Finding(
+                "error",
+                "driver.no_judge_replies",
+                "the spec binds judges, but no judge reply to the driver shows in the judges' own request logs "
+                f"(judge-NAME-RANK.log, less the canaries) or in grades-RANK.jsonl{why}",
+            )
+        )
+    return out
+
+
+def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
+    f = names.DRIVER_RESULT
     out: list[Finding] = []
     steps = doc.get("optimizer_steps")
     if not ((n := as_int(steps)) is not None and n > 0):

@@ -21,6 +21,7 @@ from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import resolved_from_dict
 from launch.spec.plan import NodePlan as LaunchNodePlan
 from launch.spec.plan import plan as make_plan
+from launch.spec.sections import EvidenceConfig
 from schemas import names
 
 
@@ -47,6 +48,9 @@ class PlanView:
     fingerprint: str | None  # the fingerprint launch computes for the recorded spec
     ray_nodes: tuple[int, ...] | None = None  # nodes that join Ray (None: unknown, every node)
     ray_enabled: bool = True  # `[ray] enabled = false`: no Ray, so no ray-layout.json is expected
+    # Why no evidence of training is expected (`[driver] trains = false`, no trainer), or None.
+    no_training: str | None = None
+    evidence: EvidenceConfig | None = None  # `[driver.evidence]`, when the spec resolved
 
     @property
     def bound_judges(self) -> frozenset[str]:
@@ -89,6 +93,15 @@ def _ints(v: Any) -> tuple[int, ...]:
         return tuple(int(x) for x in v)
     except (TypeError, ValueError):
         return ()
+
+
+def _no_training(config: RunConfig) -> str | None:
+    """A run trains unless its spec says it does not, or it has no trainer at all."""
+    if not config.driver.trains:
+        return "the spec says the driver trains nothing ([driver] trains = false)"
+    if config.trainer.nodes == 0:
+        return "the spec has no trainer (trainer.nodes = 0)"
+    return None
 
 
 def _node_from_launch(node: LaunchNodePlan) -> NodePlan:
@@ -134,6 +147,8 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         fingerprint=fingerprint,
         ray_nodes=plan.ray_nodes,
         ray_enabled=config.ray.enabled,
+        no_training=_no_training(config),
+        evidence=config.driver.evidence,
     )
     return view, []
 
@@ -171,6 +186,8 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         judge_modes={name: j.mode for name, j in config.judges.items()} if config else {},
         fingerprint=None,
         ray_enabled=config.ray.enabled if config else True,
+        no_training=_no_training(config) if config else None,
+        evidence=config.driver.evidence if config else None,
     )
 
 

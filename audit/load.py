@@ -11,6 +11,7 @@ capped. Nothing here ever writes.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -93,6 +94,40 @@ class SafeDir:
             return safe_io.read_capped(self._fd, relpath, cap)
         except UnsafeEntry as exc:
             raise UnsafeFile(exc.code, _reason(exc)) from None
+
+    def list_files(self, relpath: str, limit: int) -> tuple[list[str], bool]:
+        """(sorted names of the regular files in the folder `relpath`, cut at `limit`?). Every part
+        of the path is opened without following a symlink; a missing folder lists nothing.
+        Raises UnsafeFile for a symlinked or non-directory part."""
+        try:
+            parts = safe_io.split(relpath)
+        except UnsafeEntry as exc:
+            raise UnsafeFile(exc.code, _reason(exc)) from None
+        fd = self._fd
+        try:
+            for part in parts:
+                try:
+                    nfd = safe_io.open_dir(part, fd)
+                except FileNotFoundError:
+                    return [], False
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise UnsafeFile("file.symlink", f"{relpath}/ is a symlink or not a directory") from None
+                    raise
+                if fd != self._fd:
+                    os.close(fd)
+                fd = nfd
+            out: list[str] = []
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if entry.is_file(follow_symlinks=False):
+                        if len(out) >= limit:
+                            return sorted(out), True
+                        out.append(entry.name)
+            return sorted(out), False
+        finally:
+            if fd != self._fd:
+                os.close(fd)
 
     def size(self, relpath: str) -> int | None:
         try:

@@ -201,6 +201,8 @@ class AuditResult:
     gpu_maps: tuple[NodeMap, ...]
     notes: tuple[str, ...] = field(default=())
     attempts: tuple[AttemptSummary, ...] = field(default=())  # every attempt; the verdict is the last's
+    training: dict[str, Any] | None = None  # where the evidence of training came from, and what it showed
+    judge_replies: dict[str, Any] | None = None  # independent reply counts (a spec with bindings only)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -233,4 +235,6 @@ class AuditResult:
             "gpu_maps": [m.to_json() for m in self.gpu_maps],
             "notes": list(self.notes),
             "attempts": [a.to_json() for a in self.attempts],
+            "training": self.training,
+            "judge_replies": self.judge_replies,
         }

@@ -29,6 +29,9 @@ fields are only ever added. Keys, in order:
     gpu_maps      [{node_index, rank, address, source, is_head, is_driver_node,
                   cells: [{device, role: trainer|rollout|judge|unused|ray, label}]}]
     notes         [strings]
+    attempts      [{attempt, verdict, outcome, first_cause}]
+    training      where the evidence of training came from and what it showed (audit/README.md)
+    judge_replies independent judge-reply counts against the driver's claim; null without bindings
 
 Unusable input (exit 2) prints {"format", "run_dir", "verdict": "unusable", "reason"}.
 Times are Unix wall-clock seconds of the host that wrote them.

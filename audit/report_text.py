@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from audit.model import AuditResult, Cause, Finding
 from audit.sanitize import terminal_safe as _t
-from schemas import timefmt
+from schemas import names, timefmt
 
 
 def fmt_time(t: float | None) -> str:
@@ -39,6 +41,44 @@ def _finding_line(f: Finding) -> str:
     return _t(f"  {label:38} {where + ': ' if where else ''}{f.message}")
 
 
+def _training_lines(t: dict[str, Any] | None) -> list[str]:
+    if not t:
+        return []
+    if not t.get("required"):
+        return [_t(f"  training: not required ({t.get('not_required_because')})")]
+    source = {"driver-result": names.DRIVER_RESULT, "evidence": "[driver.evidence]", "none": "none"}.get(
+        str(t.get("source")), str(t.get("source"))
+    )
+    line = f"  training evidence: {source}, {t.get('optimizer_steps')} optimizer step(s)"
+    if t.get("policy_refreshes") is not None:
+        line += f", {t.get('policy_refreshes')} policy refresh(es)"
+    out = [line]
+    for src in (t.get("evidence") or {}).get("sources", []):
+        files = ", ".join(src.get("files") or []) or "no file"
+        out.append(f"    {src.get('source')}: {src.get('optimizer_steps')} step(s) in {files}")
+    return [_t(x) for x in out]
+
+
+def _reply_lines(r: dict[str, Any] | None) -> list[str]:
+    if not r:
+        return []
+    out = [
+        f"  judge replies: claimed {r.get('claimed')}, counted {r.get('independent')} (at most {r.get('upper_bound')})"
+    ]
+    for name, j in sorted((r.get("judges") or {}).items()):
+        server = j.get("server_answered")
+        parts = [
+            f"server log {server} answered 200 less {j.get('canary_replies')} canary"
+            if server is not None
+            else "no access lines in its log",
+        ]
+        if j.get("grades_replied") is not None:
+            lost = j.get("grades_lost_to_rotation")
+            parts.append(f"grades {j.get('grades_replied')} replied" + (f" (+{lost} lost to rotation)" if lost else ""))
+        out.append(f"    {name}: " + "; ".join(parts))
+    return [_t(x) for x in out]
+
+
 def render(result: AuditResult, *, show_info: bool = True) -> str:
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     lines = [
@@ -57,6 +97,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         for a in result.attempts:
             cause = f" — first cause: {cause_headline(a.first_cause)}" if a.first_cause is not None else ""
             lines.append(_t(f"  attempt {a.attempt}: {a.verdict.upper()}, run {a.outcome}{cause}"))
+    lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
     fc = result.first_cause
     if fc is not None:
         lines += ["", "First cause:", "  " + _cause_line(fc)]

@@ -572,9 +572,10 @@ COMMANDS: list[Command] = [
 
 
 EXIT_CODES = """exit codes:
-  0    success (local: the run succeeded; status: running or succeeded)
-  1    the run failed (local, status); check-data: a verifier lacks a binding; grade: no valid grade
-       (the judge's reply is truncated, unparseable or out of scale, or the judge is unreachable)
+  0    success (local: every agent exited 0 and the audit passes; status: running or succeeded)
+  1    the run failed (local: an agent failed or the audit fails the run; status);
+       check-data: a verifier lacks a binding; grade: no valid grade (the judge's reply is
+       truncated, unparseable or out of scale, or the judge is unreachable)
   2    bad command line, invalid run spec or unusable run directory (the message says what to change);
        local: every agent refused to start (a restart cap of [launch], an attempt still running)
   141  the output pipe was closed (`| head`)"""

@@ -133,7 +133,7 @@ def test_submit_claims_the_run_directory_by_the_same_rule_as_local(tmp_path: Pat
 def test_gym_launch_local_is_the_parent_of_every_agent(tmp_path: Path) -> None:
     """No exec: the process the user started (the gym-launch console script, with its own command
     line) is the one that starts every agent, and it outlives them."""
-    driver = 'command = ["python", "-c", "import time; time.sleep(4)"]'
+    driver = 'command = ["python", "-c", "import time; time.sleep(4)"]\ntrains = false'
     spec = small_spec(replicas=2, driver=driver).replace("[ray]\n", "[ray]\nenabled = false\n")
     run = launch_local(tmp_path, spec, "parent-1")
     try:
@@ -151,7 +151,7 @@ def test_gym_launch_local_is_the_parent_of_every_agent(tmp_path: Path) -> None:
         assert run.wait(120) == 0, run.text[-3000:]
     finally:
         kill_tree_by_session(run.proc)
-    assert "gym-launch: run succeeded (agent exit codes [0, 0])" in run.text
+    assert "gym-launch: run succeeded: agents exited 0 and the audit passes (agent exit codes [0, 0])" in run.text
 
 
 def test_submission_json_records_when_for_every_writer(tmp_path: Path) -> None:

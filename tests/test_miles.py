@@ -78,7 +78,7 @@ def test_both_spellings_resolve_to_the_same_model() -> None:
         },
         "trainer": {"nodes": 1, "gpus_per_node": 4},
         "inference": {"gpus": 19, "tensor_parallel_size": 1, "placement_mode": "disaggregated"},
-        "driver": {"command": miles.driver.command},
+        "driver": {"command": miles.driver.command, "evidence": {"preset": "miles"}},  # the MILES default
         "judges": {"general": tomllib.loads((MILES / "three-node.toml").read_text())["judges"]["general"]},
         "rubrics": {
             "quality": {"profile": "general-quality", "max_output_tokens": 2048, "temperature": 1.0},

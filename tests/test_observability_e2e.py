@@ -171,7 +171,10 @@ def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
     driver_rank = next(r for r, a in enumerate(agents) if any(ln.endswith("driver] tick 0") for ln in a.lines))
     ticks = [ln for ln in agents[driver_rank].lines if "driver] tick" in ln]
     assert ticks == [f"[rank {driver_rank} driver] tick {i}" for i in range(12)]
-    assert agents[driver_rank].lines[-1] == f"[rank {driver_rank}] summary: run succeeded; details: gym-audit {run_dir}"
+    assert (
+        agents[driver_rank].lines[-1]
+        == f"[rank {driver_rank}] summary: agents succeeded (the driver exited 0); the verdict: gym-audit {run_dir}"
+    )
 
     docs = [json.loads(ln) for ln in seen_status.lines]
     assert docs[0]["outcome"] == "running" and docs[-1]["outcome"] == "succeeded"
@@ -190,7 +193,7 @@ def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
     followed = seen_follow.lines
     tick_lines = [ln for ln in followed if ln.startswith(names.driver_log(driver_rank) + ":")]
     assert [ln.split(":", 2)[2] for ln in tick_lines] == [f"tick {i}" for i in range(12)]
-    assert any(ln.startswith(names.agent_log(2) + ":") and "summary: run succeeded" in ln for ln in followed)
+    assert any(ln.startswith(names.agent_log(2) + ":") and "summary: agents succeeded" in ln for ln in followed)
 
     assert_artifacts_valid(run_dir)
     from audit.api import audit_run
@@ -251,7 +254,8 @@ def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
     import urllib.request
 
     u = uid("dash")
-    spec = small_spec(driver='command = ["python", "-c", "import time; time.sleep(8)"]', extra="dashboard = true")
+    driver = 'command = ["python", "-c", "import time; time.sleep(8)"]\ntrains = false'
+    spec = small_spec(driver=driver, extra="dashboard = true")
     run = launch_local(tmp_path, spec, u)
     try:
         if not _dashboard_installed():

@@ -24,6 +24,7 @@ from agent.judges.reference_server import (
     write_port_file,
 )
 from agent.judges.rubrics import get_profile
+from audit.judge_replies import ACCESS_RE
 
 Factory = Callable[..., RunningServer]
 
@@ -116,10 +117,13 @@ def test_logs_one_line_per_request(judge_server: Factory) -> None:
     httpx.get(f"{server.base_url}/health", timeout=5)
     chat(server, GOOD)
     time.sleep(0.2)
-    lines = [line for line in server.log().splitlines() if " GET " in line or " POST " in line]
+    lines = [line for line in server.log().splitlines() if '"GET ' in line or '"POST ' in line]
     assert len(lines) == 2
-    assert "GET /health 200" in lines[0]
-    assert "POST /v1/chat/completions 200" in lines[1] and "score=" in lines[1]
+    # The access line SGLang's uvicorn prints: the audit counts answered chat completions by it.
+    assert '"GET /health HTTP/1.1" 200' in lines[0]
+    assert '"POST /v1/chat/completions HTTP/1.1" 200' in lines[1] and "score=" in lines[1]
+    hits = [m.groups() for line in lines if (m := ACCESS_RE.search(line.encode()))]
+    assert hits == [(b"/health", b"200"), (b"/v1/chat/completions", b"200")]
 
 
 def test_startup_delay_answers_503_then_200(judge_server: Factory) -> None:

@@ -91,7 +91,7 @@ def test_demo_runs_on_three_slurm_nodes_and_audits_pass(slurm_cluster: slurm.Clu
         ln for ln in out.splitlines() if ln.startswith(("[rank 0 driver] ", "[rank 1 driver] ", "[rank 2 driver] "))
     ]
     assert len(driver_lines) >= 3, out[-3000:]
-    assert out.count(f"summary: run succeeded; details: gym-audit {run_dir}") == 3
+    assert out.count(f"summary: agents succeeded (the driver exited 0); the verdict: gym-audit {run_dir}") == 3
 
     cli = subprocess.run([str(BIN / "gym-audit"), str(run_dir)], capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0 and cli.stdout.startswith("gym-audit: PASS"), cli.stdout[-3000:] + cli.stderr

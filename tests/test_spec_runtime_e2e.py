@@ -44,7 +44,8 @@ def test_the_allowlist_admits_this_host(tmp_path: Path) -> None:
 def test_runtime_values_come_from_the_jobs_environment(tmp_path: Path) -> None:
     driver = (
         'command = ["python", "-c", "import os; print(\'JUDGE_HOST=\' + os.environ[\'JUDGE_HOST\'])"]\n'
-        'env = {JUDGE_HOST = "runtime:GYM_TEST_POOL_NODES", PLAIN = "runtime-not-a-prefix"}'
+        'env = {JUDGE_HOST = "runtime:GYM_TEST_POOL_NODES", PLAIN = "runtime-not-a-prefix"}\n'
+        "trains = false"
     )
     run = launch_local(
         tmp_path,

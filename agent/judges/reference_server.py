@@ -283,8 +283,11 @@ class Handler(BaseHTTPRequestHandler):
         pass  # one line per request is written by _log instead, to stdout
 
     def _log(self, started: float, note: str = "") -> None:
+        # The access line SGLang's uvicorn prints ("METHOD PATH HTTP/1.1" STATUS): the audit counts
+        # a judge's answered chat completions from its own log in this one shape (audit/judge_replies.py).
+        host, port = self.client_address[0], self.client_address[1]
         line = (
-            f"{iso_ms(time.time())} {self.client_address[0]} {self.command} {self.path} "
+            f'{iso_ms(time.time())} INFO: {host}:{port} - "{self.command} {self.path} {self.request_version}" '
             f"{self._status} {time.monotonic() - started:.3f}s{(' ' + note) if note else ''}\n"
         )
         with self.server.log_lock:

@@ -323,7 +323,8 @@ class Agent:
     def _summary(self, failure: Failure | None) -> None:
         """The last lines of the job log: the outcome, the cause, and where to look next."""
         if failure is None:
-            self.out(f"summary: run succeeded; details: gym-audit {self.run.path}")
+            # An agent sees its own lifecycle, not whether the driver trained: the verdict is the audit's.
+            self.out(f"summary: agents succeeded (the driver exited 0); the verdict: gym-audit {self.run.path}")
             return
         where = failure.phase or self.log.phase_name()
         self.out(f"summary: run FAILED; this replica: {failure.kind} in {where}: {failure.cause}")

@@ -2,7 +2,8 @@
 
 Each replica is a real `gym-agent` process with its own loopback address (127.0.0.2, .3, ...)
 and `CUDA_VISIBLE_DEVICES=0..C-1` (Ray advertises them as GPUs; no GPU is touched). Their phase
-lines are streamed prefixed by rank; the exit code is the run's outcome. There is no job to
+lines are streamed prefixed by rank; the exit code is the run's verdict: 0 only when every agent
+exited 0 and `gym-audit` passes the run (evidence of training included), else 1. There is no job to
 render or submit: the launcher's own process is the parent of every agent.
 """
 
@@ -84,7 +85,8 @@ def run_local(
     resume: bool = False,
 ) -> int:
     """Start every replica of the validated ``config`` here, stream their lines, wait for them all;
-    0 when every agent succeeded, else 1. A used run directory raises UsageError."""
+    0 when every agent succeeded and the audit of the run passes, else 1. A used run directory
+    raises UsageError."""
     uuid = uuid or names.new_uuid()
     root = Path(output_root or config.output_root).absolute()
     run = claim_run_dir(root, uuid, config, spec_source, resume=resume)
@@ -181,14 +183,28 @@ def _run_replicas(
         out(f"gym-launch: every agent refused to start (exit codes {codes}); run directory: {run.path}")
         return 2
     ok = all(c == 0 for c in codes)
-    out(f"gym-launch: run {'succeeded' if ok else 'FAILED'} (agent exit codes {codes})")
-    if not ok:
+    if ok:
+        # Agents exiting 0 says every lifecycle ended well, not that the driver trained: the run
+        # succeeded only if the audit passes too (so the launcher and gym-audit never disagree).
+        failing = audit_errors(run.path)
+        ok = not failing
+        if ok:
+            out(f"gym-launch: run succeeded: agents exited 0 and the audit passes (agent exit codes {codes})")
+        else:
+            out(f"gym-launch: run FAILED: agents exited 0, but the audit FAILS: {failing[0]}")
+            for line in failing[1:MAX_SUMMARY_ERRORS]:
+                out(f"gym-launch:   also: {line}")
+    else:
+        out(f"gym-launch: run FAILED (agent exit codes {codes})")
         cause = first_cause_line(run.path)
         if cause:
             out(f"gym-launch: first cause: {cause}")
     out(f"gym-launch: run directory: {run.path}")
     out(f"gym-launch: inspect it with: gym-audit {run.path}   (logs: gym-audit logs {run.path})")
     return 0 if ok else 1
+
+
+MAX_SUMMARY_ERRORS = 3
 
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
@@ -232,6 +248,22 @@ def _children() -> list[int]:
     except OSError:
         return []
     return sorted(kids)
+
+
+def audit_errors(run_dir: Path) -> list[str]:
+    """The audit's errors as "code — message" lines; empty when it passes. A run directory the
+    audit cannot read is itself a failure to report."""
+    from audit.api import audit_run
+    from audit.load import UnusableRunDir
+
+    try:
+        result = audit_run(run_dir)
+    except (UnusableRunDir, OSError) as exc:
+        return [f"the audit cannot read the run directory: {exc}"]
+    return [f"{f.code} — {f.message[:SUMMARY_CHARS]}" for f in result.findings if f.severity == "error"]
+
+
+SUMMARY_CHARS = 1000  # the audit message names the accepted evidence: keep it whole
 
 
 def first_cause_line(run_dir: Path) -> str | None:

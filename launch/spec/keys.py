@@ -404,3 +404,43 @@ class Opaque(KeyType):
 
     def schema(self) -> dict[str, Any]:
         return dict(self.json)
+
+
+@dataclass(frozen=True)
+class RunPath(Text):
+    """A path inside the run directory: relative, plain names separated by "/" (no "." or "..",
+    no empty part), so that a reader can open it component by component without leaving the run."""
+
+    def check(self, v: Any) -> str | None:
+        msg = super().check(v)
+        if msg:
+            return msg
+        parts = v.split("/")
+        if v.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            return f'must be a path relative to the run directory (plain names joined by "/", no ".."), not {v!r}'
+        return None
+
+    def schema(self) -> dict[str, Any]:
+        part = r"(?!\.\.?(?:/|$))[^/]+"
+        return {**super().schema(), "pattern": f"^{part}(?:/{part})*$"}
+
+    def constraint(self) -> str:
+        return "relative to the run directory"
+
+
+@dataclass(frozen=True)
+class Regex(Text):
+    """A Python regular expression (``re`` syntax), checked to compile."""
+
+    def check(self, v: Any) -> str | None:
+        msg = super().check(v)
+        if msg:
+            return msg
+        try:
+            re.compile(v)
+        except re.error as exc:
+            return f"is not a valid regular expression ({exc})"
+        return None
+
+    def constraint(self) -> str:
+        return "Python regular expression"

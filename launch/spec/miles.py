@@ -94,6 +94,8 @@ UNSUPPORTED_PROFILES = {
     )
 }
 DEFAULT_DRIVER = 'exec python -m open_instruct.miles train "$GYM_RUN_FILE"'
+DEFAULT_EVIDENCE_PRESET = "miles"  # [driver.evidence] preset unless the file declares its own evidence
+EVIDENCE_SOURCES = ("preset", "metrics", "log_step_pattern")  # keys that declare a source of evidence
 
 REFERENCE_TEXT = """
 A MILES run file (the open-instruct trainer's own TOML: `schema_version = 1` or a `[model]` table)
@@ -105,6 +107,11 @@ part of the fingerprint. The driver defaults to the trainer itself,
 `python -m open_instruct.miles train "$GYM_RUN_FILE"` (the original file, byte for byte; `--set`
 overrides of MILES keys are passed on as `--set`). A MILES file may also carry `[driver]`, `[ray]`,
 `[pools]` and `[launch] hostnames/backend/node_gpus/beaker/slurm` of this project's spelling.
+Evidence of training defaults to the trainer's own records (`[driver.evidence] preset = "miles"`:
+`training_contract_rank*.jsonl` and `publication.jsonl` in `save_dir`, by default the run directory's
+`checkpoints/` = `$GYM_CHECKPOINT_DIR`, where the trainer's save path must point); a `[driver.evidence]`
+source of the file (`preset`, `metrics` or `log_step_pattern`) replaces that default (`save_dir` alone
+keeps it), and `[driver] trains = false` drops it.
 When `[inference] placement_mode` is absent, the MILES rule applies: colocated unless
 `[async] fully_async = true`. `[inference] rollout_gpus_per_node`, when given, must equal
 `launch.gpus_per_replica`. A typo of an owned key fails with its path and a did-you-mean, even inside
@@ -274,6 +281,17 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
         out.setdefault("driver", {})
         if isinstance(out["driver"], dict):
             out["driver"]["command"] = default_driver(overrides)
+    # The trainer writes no driver-result.json: its own per-step records are the evidence, unless
+    # the file declares another source (a save_dir alone refines the preset).
+    driver = out.get("driver")
+    evidence = driver.get("evidence", {}) if isinstance(driver, dict) else None
+    if (
+        isinstance(driver, dict)
+        and isinstance(evidence, Mapping)
+        and driver.get("trains") is not False
+        and not any(k in evidence for k in EVIDENCE_SOURCES)
+    ):
+        out["driver"] = {**driver, "evidence": {**evidence, "preset": DEFAULT_EVIDENCE_PRESET}}
     trainer_sections = tuple(s for s in (*TRAINER_SECTIONS, *MIXED_SECTIONS) if s in data)
     return Translation(out, tuple(problems), renames, trainer_sections)
 

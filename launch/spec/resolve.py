@@ -402,6 +402,8 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
             c.add(("launch", "slurm", "directives", str(i)), msg)
     if driver is not None:
         check_env(c, driver.env, ("driver", "env"))
+        for k, message in driver.evidence.problems():
+            c.add(("driver", "evidence", k), message)
     if launch is not None:
         check_env(c, launch.env, ("launch", "env"))
         for k in launch.secrets:

@@ -238,6 +238,81 @@ class InferenceConfig:
     )
 
 
+EVIDENCE_PRESETS = ("miles",)
+SEED_EVIDENCE = "seed 000 (process exit alone is insufficient)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceConfig:
+    """What the driver itself leaves behind that shows it trained, for a driver that writes no
+    driver-result.json (a real trainer). Every path is inside the run directory: the audit reads
+    nothing outside it."""
+
+    preset: str | None = key(
+        keys.Choice(EVIDENCE_PRESETS),
+        None,
+        doc='"miles": the MILES trainer\'s own records in save_dir: training_contract_rank*.jsonl '
+        '(`event = "optimizer"` lines with `step` 1..N) and publication.jsonl (policy refreshes); '
+        "the default of a MILES run file",
+        rule=SEED_EVIDENCE,
+    )
+    save_dir: str = key(
+        keys.RunPath(),
+        "checkpoints",
+        doc="the trainer's save directory, relative to the run directory (checkpoints = $GYM_CHECKPOINT_DIR: "
+        "point the trainer's save path there)",
+    )
+    metrics: str | None = key(
+        keys.RunPath(),
+        None,
+        doc="a JSONL of the trainer's metrics, relative to the run directory: one object per line, a line "
+        "with a number in step_field is one optimizer step",
+        rule=SEED_EVIDENCE,
+    )
+    step_field: str = key(keys.Text(MAX_NAME), "step", doc="metrics: the key of the step number")
+    loss_field: str | None = key(
+        keys.Text(MAX_NAME), None, doc="metrics: the key of the loss, which must be finite wherever it is present"
+    )
+    refresh_field: str | None = key(
+        keys.Text(MAX_NAME),
+        None,
+        doc="metrics: the key of the policy version (or refresh count) rollouts use; some line must show >= 1 "
+        "(absent: the policy refresh is not checked)",
+    )
+    log_step_pattern: str | None = key(
+        keys.Regex(1024),
+        None,
+        doc="a regular expression over the driver's log (driver-RANK.log): every matching line is one optimizer "
+        "step; a named group `loss` must be a finite number",
+        rule=SEED_EVIDENCE,
+    )
+    log_refresh_pattern: str | None = key(
+        keys.Regex(1024),
+        None,
+        doc="a regular expression over the driver's log: every matching line is one policy refresh",
+    )
+
+    @property
+    def declared(self) -> bool:
+        """Whether any evidence is declared at all (a default table declares none)."""
+        return self.preset is not None or self.metrics is not None or self.log_step_pattern is not None
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(key, what to change) for keys that mean nothing without the key they refine."""
+        out = []
+        for name in ("loss_field", "refresh_field"):
+            if getattr(self, name) is not None and self.metrics is None:
+                out.append((name, "refines metrics, which is not set: set metrics = PATH of the JSONL it is in"))
+        if self.log_refresh_pattern is not None and not self.declared:
+            out.append(
+                (
+                    "log_refresh_pattern",
+                    "shows refreshes, not steps: declare the steps too (preset, metrics or log_step_pattern)",
+                )
+            )
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class DriverConfig:
     """``command`` is an argv tuple, or one string to run through the shell."""
@@ -262,6 +337,18 @@ class DriverConfig:
         None,
         doc="on a peer failure, a signal or the scheduler's walltime warning, the driver is asked to checkpoint "
         "(GYM_STOP_FILE appears) and given this long to exit before the teardown; absent: immediate teardown",
+    )
+    trains: bool = key(
+        keys.Bool(),
+        True,
+        doc="false: the driver trains nothing (a benchmark, an evaluation, a coordination test), so exit 0 is "
+        "success and the audit requires no evidence of training; a run without a trainer (trainer.nodes = 0) "
+        "trains nothing either",
+        rule=SEED_EVIDENCE,
+    )
+    evidence: EvidenceConfig = section(
+        EvidenceConfig,
+        doc="evidence of training the driver leaves itself, accepted instead of driver-result.json",
     )
 
 

@@ -32,8 +32,8 @@ DURATIONS = {"judge_health": 6.0, "ray_start": 4.0, "readiness": 2.0, "canaries"
 
 
 class RunBuilder:
-    def __init__(self, output_root: Path, uuid: str = "run-1") -> None:
-        resolved = load_spec(DEMO)
+    def __init__(self, output_root: Path, uuid: str = "run-1", overrides: tuple[str, ...] = ()) -> None:
+        resolved = load_spec(DEMO, overrides)  # overrides: `--set` items on the demo's spec
         self.spec = resolved.to_dict()
         self.fingerprint = resolved.fingerprint
         self.config = RunConfig.from_spec(resolved)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-SLEEP_1 = 'command = ["python", "-c", "import time; time.sleep(1)"]'
+# A driver that trains nothing, and says so: exit 0 is then a pass (the audit requires no evidence).
+SLEEP_1 = 'command = ["python", "-c", "import time; time.sleep(1)"]\ntrains = false'
 
 
 def judge_tables(

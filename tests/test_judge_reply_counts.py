@@ -76,6 +76,7 @@ def grade_line(seq: int, *, replied: bool = True, outcome: str = "graded", judge
 
 
 def write_grades(b: RunBuilder, rank: int, segment: int, lines: list[dict[str, Any]]) -> None:
+    lines = [{**x, "rank": rank} for x in lines]  # a file holds its own rank's grades
     if "grade" in validation.schema_names():  # the writer's schema (helper B's part of issue 22)
         for line in lines:
             assert not validation.violations("grade", line), validation.violations("grade", line)

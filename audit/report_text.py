@@ -49,7 +49,8 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
     source = {"driver-result": names.DRIVER_RESULT, "evidence": "[driver.evidence]", "none": "none"}.get(
         str(t.get("source")), str(t.get("source"))
     )
-    line = f"  training evidence: {source}, {t.get('optimizer_steps')} optimizer step(s)"
+    steps = t.get("optimizer_steps")
+    line = f"  training evidence: {source}" + (f", {steps} optimizer step(s)" if steps is not None else "")
     if t.get("policy_refreshes") is not None:
         line += f", {t.get('policy_refreshes')} policy refresh(es)"
     out = [line]
@@ -62,9 +63,15 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
 def _reply_lines(r: dict[str, Any] | None) -> list[str]:
     if not r:
         return []
-    out = [
-        f"  judge replies: claimed {r.get('claimed')}, counted {r.get('independent')} (at most {r.get('upper_bound')})"
-    ]
+
+    def n(v: Any) -> str:
+        return "unknown" if v is None else str(v)
+
+    claimed = "no claim" if r.get("claimed") is None else f"claimed {r.get('claimed')}"
+    counted = f"counted {n(r.get('independent'))}"
+    if r.get("upper_bound") is not None and r.get("upper_bound") != r.get("independent"):
+        counted += f" (at most {r.get('upper_bound')})"
+    out = [f"  judge replies: {claimed}, {counted}"]
     for name, j in sorted((r.get("judges") or {}).items()):
         server = j.get("server_answered")
         parts = [

@@ -101,7 +101,7 @@ def test_grade_through_the_reference_judge_prints_the_grade_and_every_diagnostic
     (message,) = d["request"]["messages"]
     assert message["role"] == "user" and "<think>" not in message["content"]
     assert d["model"]["served"] == server.model and d["finish_reason"] == "stop"
-    assert "POST /v1/chat/completions 200" in server.log()
+    assert '"POST /v1/chat/completions HTTP/1.1" 200' in server.log()
 
     text = grade(spec, "--binding", "general-plain", "--answer", "Paris is the capital of France.")
     assert text.returncode == 0, text.stderr

@@ -53,8 +53,10 @@ def _ended(c: slurm.Cluster, job: int, run_dir: Path, kind: str) -> dict:
     assert fc["kind"] == kind and fc["scheduler"] == "slurm", (fc, out[-3000:])
     assert f"slurm ended job {job}" in fc["cause"] and "*** JOB" in fc["cause"], fc
     text = subprocess.run([str(BIN / "gym-audit"), str(run_dir)], capture_output=True, text=True, timeout=120)
-    head = "\n".join(text.stdout.splitlines()[:8])
-    assert f"slurm (the scheduler), {kind}" in head, text.stdout[:2000]
+    lines = text.stdout.splitlines()
+    assert lines[lines.index("First cause:") + 1].strip().startswith(f"slurm (the scheduler), {kind}"), text.stdout[
+        :2000
+    ]
     assert_nothing_left(run_dir)
     return fc
 

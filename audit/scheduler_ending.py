@@ -94,6 +94,8 @@ def parse_slurm_output(lines: Iterable[str], file: str) -> SchedulerEnding | Non
         m = _ENDING.search(line)
         if m is not None:
             why = (m.group("why") or "").strip()
+            if why == "JOB REQUEUE":
+                continue  # the job requeued itself (after a walltime warning): that attempt ended already
             kind = _REASONS.get(why, FailureKind.CANCELLED)
             words = line[line.index("***") :].strip()
             ending = SchedulerEnding(kind, m.group("job"), m.group("host"), m.group("at"), words, file, n)

@@ -94,6 +94,7 @@ def test_demo_directives_are_exact_and_the_script_parses(tmp_path: Path) -> None
         "--ntasks-per-node=1",
         "--gpus-per-node=8",
         "--output=/shared/out/cluster/u-1/job-slurm-%j.out",
+        "--open-mode=append",
         "--chdir=/home/me/project",
     ]
     bash_n(rendered.text, tmp_path)
@@ -114,7 +115,7 @@ def test_slurm_keys_directives_and_hostnames(tmp_path: Path) -> None:
             "launch.slurm.explicit_address=true",
         )
     ).text
-    assert directive_lines(text)[6:] == [
+    assert directive_lines(text)[7:] == [
         "--partition=gpu",
         "--account=acct",
         "--qos=high",
@@ -293,7 +294,8 @@ def test_a_checkpoint_grace_asks_for_the_walltime_warning(tmp_path: Path, spec: 
     c = req.config.coordination
     warn = math.ceil(20 + c.teardown_grace + c.poll_interval) + WARNING_MARGIN_S
     assert f"--signal=B:USR1@{warn}" in directive_lines(text)
-    assert "trap gym_warned USR1" in text and "/shared/out/cluster/u-1/failures/walltime-warning" in text
+    assert "scontrol requeue" in text and "trap gym_warned USR1" in text
+    assert "/shared/out/cluster/u-1/failures/walltime-warning" in text
     bash_n(text, tmp_path)
     assert "--signal" not in "".join(directive_lines(render(request(path)).text))  # no grace: no warning
 
@@ -312,7 +314,7 @@ def test_a_signal_directive_beside_a_grace_is_refused() -> None:
 def test_the_warning_trap_tells_the_agents_and_keeps_waiting_for_the_steps(tmp_path: Path, spec: str) -> None:
     # The batch shell gets SIGUSR1 while its steps run: it writes the warning where the agents look,
     # then still waits for the steps and exits with their code (bash's wait returns early for a trap).
-    env = fake_slurm(tmp_path, {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"})
+    env = {**fake_slurm(tmp_path, {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}), "SLURM_JOB_ID": "77"}
     agent = tmp_path / "agent"
     agent.write_text("#!/bin/bash\nsleep 1.5\nexit 3\n")
     agent.chmod(0o755)
@@ -330,3 +332,5 @@ def test_the_warning_trap_tells_the_agents_and_keeps_waiting_for_the_steps(tmp_p
     assert proc.returncode == 3, err
     warning = (out / "cluster" / "u-1" / names.WALLTIME_WARNING).read_text()
     assert warning.startswith("SIGUSR1 at "), warning
+    # Warned in this run of the script: it requeues the job to resume from its checkpoint.
+    assert "requeueing job 77" in err, err

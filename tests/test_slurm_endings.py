@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
-from test_slurm_rendered import BIN, NODES, finished, spec, submit
+from test_slurm_rendered import BIN, NODES, REPO, finished, spec, submit
 
-from schemas import FailureKind
+from schemas import FailureKind, names
 from tests.harness import assert_artifacts_valid, assert_nothing_left, failures, uid, wait_phase
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -96,4 +97,90 @@ def test_a_node_set_down_is_named(slurm_cluster: slurm.Cluster, tmp_path: Path) 
     finally:
         c.run(["scontrol", "update", "nodename=n2", "state=resume"], check=False)
     assert "node n2" in fc["cause"] and "DUE TO NODE FAILURE" in fc["cause"], fc
+    wait_nodes_clean(c, list(NODES))
+
+
+# Waits for the stop file, checkpoints and exits; the next attempt finds the checkpoint and finishes.
+RESUMING_DRIVER = """
+import json, os, sys, time
+sys.path.insert(0, {repo!r})
+from agent import driver_api
+ckpt = os.path.join(os.environ["GYM_CHECKPOINT_DIR"], "ckpt.json")
+if os.path.exists(ckpt):
+    print("resumed from", json.load(open(ckpt)), flush=True)
+    driver_api.write_result(optimizer_steps=2, final_loss=0.5, policy_version=2, policy_refreshes=1, judge_replies=0)
+    sys.exit(0)
+stop = os.environ["GYM_STOP_FILE"]
+while not os.path.exists(stop):
+    time.sleep(0.2)
+with open(ckpt, "w") as f:
+    json.dump({{"attempt": os.environ["GYM_ATTEMPT"]}}, f)
+print("checkpointed", flush=True)
+"""
+
+
+def test_a_walltime_warning_checkpoints_and_the_requeued_job_resumes(
+    slurm_cluster: slurm.Cluster, tmp_path: Path
+) -> None:
+    c, uuid, root = slurm_cluster, uid("requeue"), tmp_path / "out"
+    driver = tmp_path / "resuming_driver.py"
+    driver.write_text(RESUMING_DRIVER.format(repo=str(REPO)))
+    spec_path = tmp_path / "requeue.toml"
+    spec_path.write_text(
+        f"""
+name = "requeue"
+[launch]
+gpus_per_replica = 8
+node_gpus = 8
+max_retries = 1
+[launch.slurm]
+agent = "{BIN / "gym-agent"}"
+explicit_address = true
+time = "00:10:00"
+[launch.coordination]
+startup_timeout = 120
+heartbeat_timeout = 30
+heartbeat_interval = 1.0
+poll_interval = 0.5
+teardown_grace = 5.0
+[trainer]
+nodes = 1
+gpus_per_node = 8
+[inference]
+gpus = 8
+[driver]
+command = ["{sys.executable}", "{driver}"]
+checkpoint_grace = 30
+[ray]
+enabled = false
+"""
+    )
+    job = submit(c, spec_path, root, uuid)
+    run_dir = root / "cluster" / uuid
+    wait_phase(run_dir, 0, "driver", 180)
+    # What Slurm sends at --signal=B:USR1@SECONDS, sent now: to the batch shell only.
+    c.run(["scancel", "--batch", "--signal=USR1", str(job)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        c.job(job).get("Restarts") == "1" and c.job(job)["JobState"] == "PENDING"
+    ):
+        time.sleep(0.5)
+    info = c.job(job)
+    assert info["Restarts"] == "1" and info["JobState"] == "PENDING", info
+    # Slurm holds a requeued job for two minutes (BeginTime); a test need not wait that out.
+    c.run(["scontrol", "update", f"jobid={job}", "starttime=now"])
+    info, out = finished(c, job, run_dir)
+    assert info["JobState"] == "COMPLETED", (info, out[-4000:])
+    assert "requeueing job" in out and "resumed from {'attempt': '1'}" in out, out[-4000:]
+    assert_artifacts_valid(run_dir)
+    first = run_dir / names.attempt_dir(1)
+    stop = json.loads((first / names.DRIVER_STOP).read_text())
+    assert stop["outcome"] == "exited" and stop["exit_code"] == 0 and "time_limit" in stop["reason"], stop
+    kinds = {json.loads(p.read_text())["kind"] for p in (first / names.FAILURES_DIR).glob("failure-*.json")}
+    assert FailureKind.TIME_LIMIT in kinds, kinds
+    cli = subprocess.run([str(BIN / "gym-audit"), str(run_dir), "--json"], capture_output=True, text=True, timeout=120)
+    doc = json.loads(cli.stdout)
+    assert cli.returncode == 0 and doc["verdict"] == "pass", cli.stdout[-3000:]
+    assert [a["first_cause"]["kind"] if a["first_cause"] else None for a in doc["attempts"]] == ["time_limit", None]
+    assert_nothing_left(run_dir)
     wait_nodes_clean(c, list(NODES))

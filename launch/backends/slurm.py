@@ -99,6 +99,9 @@ def _directives(request: RenderRequest, run_dir: str) -> list[str]:
         f"--nodes={plan.replicas}",
         "--ntasks-per-node=1",
         f"--output={run_dir}/{names.SLURM_OUTPUT}",
+        # A requeued job (a node failure, the walltime warning's requeue) keeps its earlier
+        # attempts' output: the scheduler's words about how each ended are evidence.
+        "--open-mode=append",
     ]
     if plan.gpus_per_replica:
         # A run of CPU pools only (gpus_per_node = 0) asks for no GPUs: a CPU partition has none.
@@ -181,14 +184,26 @@ def _warning_trap(run_dir: str) -> list[str]:
     target = f"{run_dir}/{names.WALLTIME_WARNING}"
     return [
         "# The walltime warning (--signal=B:USR1): every agent stops, the driver after a checkpoint.",
-        "gym_trapped=0",
-        f'gym_warned() {{ gym_trapped=1; echo "SIGUSR1 at $(date -u +%Y-%m-%dT%H:%M:%SZ)" > {q(target)}; }}',
+        "gym_trapped=0 gym_was_warned=0",
+        "gym_warned() { gym_trapped=1 gym_was_warned=1; "
+        f'echo "SIGUSR1 at $(date -u +%Y-%m-%dT%H:%M:%SZ)" > {q(target)}; }}',
         "trap gym_warned USR1",
         "# Wait for a step through interruptions by the trap (bash keeps an ended step's status); its",
         "# exit code in gym_rc.",
         'gym_wait() { while :; do gym_trapped=0; if wait "$1"; then gym_rc=0; else gym_rc=$?; fi; '
         '[ "$gym_trapped" = 1 ] || return 0; done; }',
     ]
+
+
+REQUEUE = [
+    "# Warned of its time limit (in this run of the script), the job has checkpointed and stopped: requeue",
+    "# it to resume from the checkpoint. Whether it may run again is the agents' to decide, from the run's",
+    "# attempts ([launch] max_retries, max_no_progress_attempts).",
+    'if [ "$gym_was_warned" = 1 ]; then',
+    '  echo "gym: warned of the time limit: requeueing job $SLURM_JOB_ID to resume from its checkpoint" >&2',
+    '  scontrol requeue "$SLURM_JOB_ID" || echo "gym: scontrol requeue failed: the job ends here" >&2',
+    "fi",
+]
 
 
 def _join(start: int, count: int) -> str:
@@ -215,7 +230,7 @@ def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
         lines = ["# One step: every node's agent; a task that fails ends the step, and with it the job."]
         if not warned:
             return [*lines, step]
-        return [*lines, step + " &", 'gym_wait "$!"', 'exit "$gym_rc"']
+        return [*lines, step + " &", 'gym_wait "$!"', *REQUEUE, 'exit "$gym_rc"']
     lines = [
         "# One step per pool, named after it (squeue -s), on that pool's hosts. A failed task ends its",
         "# step; the other pools' agents see its failure record and stop. The job's exit code is the",
@@ -230,6 +245,7 @@ def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
         'for p in "${gym_pids[@]}"; do',
         '  gym_wait "$p"; [ "$gym_first" -ne 0 ] || gym_first=$gym_rc',
         "done",
+        *(REQUEUE if warned else []),
         'exit "$gym_first"',
     ]
     if not warned:  # no trap to wait through: a plain wait

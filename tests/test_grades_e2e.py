@@ -120,3 +120,23 @@ def test_a_driver_that_grades_fine_leaves_a_valid_grades_file(tmp_path: Path) ->
     assert chats == CANARY_CHATS + len(lines)  # canaries are not in the grades file
     assert_nothing_left(d)
     audit(d, verdict="pass")
+
+
+def test_an_invalid_reply_fails_a_strict_driver_with_the_binding_named(tmp_path: Path) -> None:
+    # The first reply after the canaries and one good grade is invalid; the driver lets it end it.
+    env = {"GYM_REFERENCE_JUDGE_FAULTS": f"invalid-after={CANARY_CHATS + 1}", "GRADES": "5", "DEGRADED": "strict"}
+    run = launch_local(tmp_path, judge_spec(driver=COMMAND, ray=False), uid("strict"), env=env)
+    try:
+        assert run.wait(180) == 1, run.text[-3000:]
+    finally:
+        kill_tree_by_session(run.proc)
+    d = run.run_dir
+    assert_artifacts_valid(d)
+    result = audit(d, verdict="fail", rank=0, kind="driver_exit")
+    fc = result.first_cause
+    assert fc is not None
+    said = "\n".join(fc.excerpt)
+    assert "InvalidGrade: binding 'general-quality_ref' (judge general): invalid judge reply" in said, said
+    lines = _grade_lines(d, 0)
+    assert [x["outcome"] for x in lines] == ["graded", "invalid"], lines
+    assert_nothing_left(d)

@@ -267,7 +267,11 @@ class JudgeClient:
             raise ValueError(f"rubric {rubric.name!r} ({rubric.source}) needs a reference answer")
         recorder = self.recorder
         if recorder is None:
-            return self._grade(rubric, question, answer, reference)
+            try:
+                return self._grade(rubric, question, answer, reference)
+            except JudgeError as exc:
+                self._named(exc, binding, rubric)
+                raise
         binding = recorder.binding_for(binding, self.name, rubric)
         earlier = recorder.tripped(binding, self.name, rubric)
         if earlier is not None:
@@ -275,6 +279,7 @@ class JudgeClient:
         try:
             grade = self._grade(rubric, question, answer, reference)
         except JudgeError as exc:
+            self._named(exc, binding, rubric)
             outcome = exc.outcome or GradeOutcome.REFUSED
             trip = recorder.record(
                 binding=binding,
@@ -298,6 +303,13 @@ class JudgeClient:
             diagnostics=grade.verifier_diagnostics,
         )
         return grade
+
+    def _named(self, exc: JudgeError, binding: str | None, rubric: Rubric) -> None:
+        """Say which binding (else rubric) and judge the failed grade was for: a driver that lets
+        the error end it leaves that line in its log, where the audit's excerpt shows it."""
+        where = f"binding {binding!r}" if binding else f"rubric {rubric.name!r}"
+        judge = f"judge {self.name}" if self.name else self.endpoint
+        exc.args = (f"{where} ({judge}): {exc}", *exc.args[1:])
 
     def _grade(self, rubric: Rubric, question: str, answer: str, reference: str | None) -> Grade:
         extracted = extract_answer(answer, enabled=rubric.extract_answer)

@@ -3,7 +3,8 @@ catches every judge error, as a careless trainer would, then writes driver-resul
 0. The run must still fail when its judge degrades: the agent reads the alarm, not the exit code.
 
 DEGRADED=raise lets JudgeDegraded end the driver (exit 1); DEGRADED=linger catches it and then
-sleeps a minute before exiting 0, so only the agent's watch can stop the run in time."""
+sleeps a minute before exiting 0, so only the agent's watch can stop the run in time;
+DEGRADED=strict lets any judge error end it, as seed 000 asks of a trainer."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def main() -> int:
             try:
                 grade = judge.grade_sample(SAMPLE, ANSWER, reference=SAMPLE["label"])
             except JudgeError as exc:
+                if mode == "strict":
+                    raise
                 if isinstance(exc, JudgeDegraded):
                     if mode == "raise":
                         raise

@@ -68,6 +68,18 @@ def violations(name: str, document: Any) -> list[Violation]:
     return out
 
 
+@functools.cache
+def _sample_validator() -> Draft202012Validator:
+    return Draft202012Validator({"$ref": URN + "common#/$defs/graded_sample"}, registry=_registry())
+
+
+def sample_violations(sample: Any) -> list[Violation]:
+    """Every violation of a graded sample (JudgeClient.graded_sample's copy: metadata.judge_query
+    and metadata.verifier_diagnostics) against its definition in common.schema.json."""
+    found = sorted(_sample_validator().iter_errors(sample), key=lambda e: list(e.absolute_path))
+    return [Violation(_json_path(e.absolute_path), e.message[:200]) for e in found]
+
+
 def check(name: str, document: Mapping[str, Any]) -> None:
     """Raise ValueError naming the first violations; used by writers so nothing invalid is written."""
     found = violations(name, document)

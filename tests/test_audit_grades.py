@@ -18,6 +18,7 @@ from audit.report_json import render as render_json
 from audit.report_text import render as render_text
 from schemas import names
 from schemas.vocab import GradeOutcome
+from tests.harness.grades import diagnostics
 from tests.harness.rundirs import RunBuilder, judge_degraded, success
 
 RUBRIC = resolve_rubric("general-quality", {"profile": "general-quality", "max_output_tokens": 256, "temperature": 1.0})
@@ -41,7 +42,7 @@ def _grades(b: RunBuilder, rank: int, outcomes: list[GradeOutcome], *, max_bytes
             outcome=outcome,
             score=0.7 if graded else None,
             error=None if graded else f"{outcome}: x",
-            diagnostics={"raw_reply": "Reasoning: ok\nSCORE: 7", "finish_reason": "stop", "pad": "p" * 200},
+            diagnostics=diagnostics(pad="p" * 200),
         )
     rec.close()
 

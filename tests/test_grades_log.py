@@ -34,6 +34,7 @@ from agent.judges.recorder import GradeRecorder
 from agent.judges.rubrics import PROFILES, Rubric, resolve_rubric
 from schemas import DriverEnv, RunDir, names, violations
 from schemas.vocab import GradeOutcome
+from tests.harness.grades import diagnostics
 
 Factory = Callable[..., RunningServer]
 QUALITY = resolve_rubric("quality", {"profile": "general-quality", "max_output_tokens": 256, "temperature": 0.0})
@@ -188,7 +189,7 @@ def _record(rec: GradeRecorder, n: int, outcome: GradeOutcome = GradeOutcome.GRA
             outcome=outcome,
             score=0.5 if outcome is GradeOutcome.GRADED else None,
             error=None if outcome is GradeOutcome.GRADED else "InvalidGrade: x",
-            diagnostics={"raw_reply": "SCORE: 5", "finish_reason": "stop", "pad": "p" * 300},
+            diagnostics=diagnostics(raw_reply="SCORE: 5", pad="p" * 300),
         )
 
 

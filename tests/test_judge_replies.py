@@ -12,6 +12,7 @@ from agent.judges.canary import KNOWN_GOOD, QUESTION
 from agent.judges.client import InvalidGrade, JudgeClient
 from agent.judges.replies import ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
 from agent.judges.rubrics import PROFILES, Rubric
+from schemas.validation import sample_violations
 
 Factory = Callable[..., RunningServer]
 JSON = ReplyFormat.JSON
@@ -140,6 +141,9 @@ def test_a_graded_sample_carries_its_evidence(judge_server: Factory) -> None:
     assert sent[0]["content"] == rubric().text and "Paris." in sent[1]["content"] and "hm" not in sent[1]["content"]
     assert diag["rubric"]["digest"] == rubric().digest and diag["raw_reply"].endswith("SCORE: 10")
     assert {"retries", "latency_s", "reasoning", "finish_reason"} <= set(diag)
+    assert not sample_violations(graded), sample_violations(graded)  # common.schema.json's graded_sample
+    broken = {**graded, "metadata": {**meta, "verifier_diagnostics": {**diag, "answer": {"raw": "x"}}}}
+    assert {v.path for v in sample_violations(broken)} == {"$.metadata.verifier_diagnostics.answer"}
 
 
 def test_a_rubric_names_its_format_and_scale_and_its_digest_covers_them() -> None:

@@ -17,6 +17,7 @@ from audit.lines import LineReader
 from audit.load import SafeDir
 from audit.model import AuditResult
 from schemas import names, validation
+from tests.harness.grades import diagnostics
 from tests.harness.rundirs import RunBuilder, success
 from tests.test_training_evidence import judge_log
 
@@ -71,7 +72,7 @@ def grade_line(seq: int, *, replied: bool = True, outcome: str = "graded", judge
         "score": 0.7 if outcome == "graded" else None,
         "replied": replied,
         "error": None if outcome == "graded" else f"{outcome} reply",
-        "diagnostics": {},
+        "diagnostics": diagnostics() if outcome == "graded" else {},
     }
 
 

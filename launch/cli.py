@@ -325,6 +325,11 @@ def _configure_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch", action="store_true", help="refresh until the run ends (Ctrl-C to stop watching)")
     parser.add_argument("--interval", type=float, default=2.0, metavar="S", help="--watch refresh period (default 2)")
     parser.add_argument("--json", action="store_true", help="JSON (one document per refresh with --watch)")
+    parser.add_argument(
+        "--no-scheduler",
+        action="store_true",
+        help="do not ask the scheduler about a submitted run's job (its state, reason and nodes)",
+    )
 
 
 def _run_status(args: argparse.Namespace) -> int:
@@ -336,6 +341,7 @@ def _run_status(args: argparse.Namespace) -> int:
         planned_replicas,
         read_status,
         resolve_run_dir,
+        scheduler_view,
         watch_clock,
     )
 
@@ -349,7 +355,7 @@ def _run_status(args: argparse.Namespace) -> int:
     clock = watch_clock(run.path, args.interval) if args.watch else None
     try:
         while True:
-            st = read_status(run, hb, replicas)
+            st = read_status(run, hb, replicas, scheduler_view(run) if not args.no_scheduler else None)
             if args.json:
                 print(json.dumps(st.to_json(), sort_keys=True), flush=True)
             else:
@@ -360,6 +366,8 @@ def _run_status(args: argparse.Namespace) -> int:
                     print(flush=True)
             if clock is None or st.outcome in ("succeeded", "failed"):
                 break
+            if st.scheduler is not None and st.scheduler.ended and st.outcome == "not started":
+                break  # the job ended before any agent wrote a record: nothing more will come
             clock.wait()
     except KeyboardInterrupt:
         return EXIT_OK

@@ -29,6 +29,8 @@ TERMINAL = ("SUCCEEDED", "FAILED")
 # terminal), and not logs.
 REDRAWN_BY = ("phases", "address", "failure", "cleanup")
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
+# Slurm job states in which the job may still run its agents (the rest are endings).
+LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"})
 
 
 def resolve_run_dir(run: str, output_root: str | None) -> Path:
@@ -102,6 +104,72 @@ class RankRow:
 
 
 @dataclass(frozen=True)
+class SchedulerView:
+    """The scheduler's side of a submitted run (submission.json names the job): what the job is
+    doing as the scheduler says, asked at each look. `error` when it could not be asked."""
+
+    backend: str
+    job_id: str
+    state: str | None = None  # Slurm JobState: PENDING, RUNNING, COMPLETING, COMPLETED, TIMEOUT, ...
+    reason: str | None = None  # why it pends (Resources, Priority, BeginTime, ...) or ended
+    nodes: str | None = None  # the nodes it got (Slurm's NodeList)
+    restarts: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "job_id": self.job_id,
+            "state": self.state,
+            "reason": self.reason,
+            "nodes": self.nodes,
+            "restarts": self.restarts,
+            "error": self.error,
+        }
+
+    @property
+    def ended(self) -> bool:
+        return self.state is not None and self.state not in LIVE_JOB_STATES
+
+    def describe(self) -> str:
+        head = f"{self.backend} job {self.job_id}"
+        if self.error:
+            return f"{head}: state unknown ({self.error})"
+        text = f"{head} {self.state or '?'}"
+        if self.reason and self.reason != "None":
+            text += f" ({self.reason})"
+        if self.nodes and self.nodes != "(null)":
+            text += f" on {self.nodes}"
+        if self.restarts:
+            text += f"; requeued {self.restarts} time(s)"
+        return text
+
+
+def scheduler_view(run: RunDir) -> SchedulerView | None:
+    """Ask the scheduler about the run's job; None for a run that was not submitted (local)."""
+    sub = run.read_json(names.SUBMISSION)
+    if not sub or not isinstance(sub.get("job_id"), str):
+        return None
+    backend, job = str(sub.get("backend")), str(sub["job_id"])
+    if backend != "slurm":
+        return SchedulerView(backend, job, error=f"gym-launch status does not ask {backend} yet")
+    from launch.backends.slurm import job_record
+
+    rec = job_record(job)
+    if isinstance(rec, str):
+        return SchedulerView(backend, job, error=rec)
+    restarts = rec.get("Restarts")
+    return SchedulerView(
+        backend,
+        job,
+        state=rec.get("JobState"),
+        reason=rec.get("Reason"),
+        nodes=rec.get("NodeList") or None,
+        restarts=int(restarts) if restarts and restarts.isdigit() else None,
+    )
+
+
+@dataclass(frozen=True)
 class Status:
     run_dir: str
     replicas: int | None
@@ -109,6 +177,13 @@ class Status:
     elapsed_s: float | None
     outcome: str  # running | succeeded | failed | not started
     rows: tuple[RankRow, ...]
+    scheduler: SchedulerView | None = None
+
+    @property
+    def not_joined(self) -> tuple[int, ...]:
+        """Planned ranks without an address record: their agent has not started (or not reached
+        the run directory) yet."""
+        return tuple(r.rank for r in self.rows if r.address is None and r.state == "NOT STARTED")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +193,8 @@ class Status:
             "elapsed_s": None if self.elapsed_s is None else round(self.elapsed_s, 3),
             "outcome": self.outcome,
             "ranks": [r.to_json() for r in self.rows],
+            "not_joined": list(self.not_joined),
+            "scheduler": self.scheduler.to_json() if self.scheduler is not None else None,
         }
 
 
@@ -144,7 +221,9 @@ def _ranks(run: RunDir, replicas: int | None) -> list[int]:
     return sorted(found)
 
 
-def read_status(run: RunDir, hb: HeartbeatClock, replicas: int | None) -> Status:
+def read_status(
+    run: RunDir, hb: HeartbeatClock, replicas: int | None, scheduler: SchedulerView | None = None
+) -> Status:
     wall = hb.wall()
     rows = []
     starts: list[float] = []
@@ -173,7 +252,7 @@ def read_status(run: RunDir, hb: HeartbeatClock, replicas: int | None) -> Status
             failure = f"{fail.get('kind')}: {str(fail.get('cause', ''))[:160]}"
         rows.append(RankRow(rank, addr.get("address"), state, phase, elapsed, age, measured, failure))
     states = {r.state for r in rows}
-    if not rows:
+    if not rows or states == {"NOT STARTED"}:
         outcome = "not started"
     elif "FAILED" in states or any(r.failure for r in rows):
         outcome = "failed" if states <= set(TERMINAL) else "failing"
@@ -184,7 +263,7 @@ def read_status(run: RunDir, hb: HeartbeatClock, replicas: int | None) -> Status
     started = min(starts) if starts else None
     finished = outcome in ("failed", "succeeded") and ends
     elapsed_run = ((max(ends) if finished else wall) - started) if started is not None else None
-    return Status(str(run.path), replicas, started, elapsed_run, outcome, tuple(rows))
+    return Status(str(run.path), replicas, started, elapsed_run, outcome, tuple(rows), scheduler)
 
 
 def _age(row: RankRow) -> str:
@@ -201,8 +280,12 @@ def format_status(st: Status, colour: bool = False) -> str:
     lines = [
         f"{st.run_dir}",
         f"outcome {st.outcome}; started {start}; elapsed {took}; replicas {st.replicas or '?'}",
-        "",
     ]
+    if st.scheduler is not None:
+        lines.append(f"scheduler: {st.scheduler.describe()}")
+    if st.not_joined and st.rows and len(st.not_joined) < len(st.rows):
+        lines.append(f"not joined yet: rank(s) {', '.join(map(str, st.not_joined))} (no address record)")
+    lines.append("")
     header = ("rank", "address", "state", "phase", "in phase", "heartbeat", "failure")
     table = [header] + [
         (

@@ -184,3 +184,61 @@ enabled = false
     assert [a["first_cause"]["kind"] if a["first_cause"] else None for a in doc["attempts"]] == ["time_limit", None]
     assert_nothing_left(run_dir)
     wait_nodes_clean(c, list(NODES))
+
+
+def _status(run_dir: Path, c: slurm.Cluster) -> tuple[dict, str]:
+    argv = [str(BIN / "gym-launch"), "status", str(run_dir)]
+    doc = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60, env=c.env())
+    text = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=c.env())
+    return json.loads(doc.stdout), text.stdout
+
+
+def test_status_shows_a_pending_jobs_reason(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
+    c, uuid, root = slurm_cluster, uid("pending"), tmp_path / "out"
+    held = ["--set", 'launch.slurm.directives=["--begin=now+3600"]']
+    job = submit(c, spec(tmp_path, "pending", body=BODY, driver_env=LONG), root, uuid, *held)
+    run_dir = root / "cluster" / uuid
+    try:
+        doc, text = _status(run_dir, c)
+        assert doc["outcome"] == "not started", doc
+        sched = doc["scheduler"]
+        assert (sched["backend"], sched["job_id"], sched["state"], sched["reason"]) == (
+            "slurm",
+            str(job),
+            "PENDING",
+            "BeginTime",
+        ), sched
+        assert f"scheduler: slurm job {job} PENDING (BeginTime)" in text, text
+    finally:
+        c.run(["scancel", str(job)])
+    c.wait_job(job, 60)
+
+
+def test_status_shows_a_rank_that_has_not_joined(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
+    c, uuid, root = slurm_cluster, uid("late"), tmp_path / "out"
+    # n3's agent starts late, as on a node whose image is still being pulled.
+    late = tmp_path / "late-agent"
+    late.write_text(f'#!/bin/bash\n[ "$(hostname)" = n3 ] && sleep 60\nexec {BIN / "gym-agent"} "$@"\n')
+    late.chmod(0o755)
+    job = submit(
+        c, spec(tmp_path, "late", body=BODY, driver_env=LONG), root, uuid, "--set", f'launch.slurm.agent="{late}"'
+    )
+    run_dir = root / "cluster" / uuid
+    try:
+        deadline = time.monotonic() + 60
+        doc: dict = {}
+        text = ""
+        while time.monotonic() < deadline:
+            doc, text = _status(run_dir, c)
+            joined = {r["rank"] for r in doc["ranks"] if r["address"]}
+            if doc["scheduler"]["state"] == "RUNNING" and len(joined) == 2:
+                break
+            time.sleep(0.5)
+        assert doc["scheduler"]["state"] == "RUNNING" and doc["scheduler"]["nodes"] == "n[1-3]", doc
+        assert doc["not_joined"] == [2], doc
+        assert "not joined yet: rank(s) 2" in text and f"slurm job {job} RUNNING on n[1-3]" in text, text
+    finally:
+        c.run(["scancel", str(job)])
+    finished(c, job, run_dir)
+    assert_nothing_left(run_dir)
+    wait_nodes_clean(c, list(NODES))

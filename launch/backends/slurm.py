@@ -349,6 +349,25 @@ def partition_max_time(partition: str | None) -> str | None:
     return None
 
 
+def job_record(job_id: str) -> dict[str, str] | str:
+    """`scontrol show job --oneliner JOB` as fields (JobState, Reason, NodeList, Restarts, ...), or
+    why it could not be read (no scontrol, the controller does not answer, the job is gone)."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return "scontrol is not on PATH"
+    try:
+        out = subprocess.run(
+            [scontrol, "show", "job", "--oneliner", job_id], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return f"scontrol did not answer within {SCONTROL_TIMEOUT_S} s (is slurmctld up?)"
+    if out.returncode != 0:
+        # A finished job leaves the controller after MinJobAge: then only sacct knows it.
+        return (out.stderr or out.stdout).strip() or f"scontrol exited {out.returncode}"
+    line = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    return dict(w.split("=", 1) for w in line.split() if "=" in w)
+
+
 @dataclass(frozen=True)
 class SlurmBackend:
     name: str = "slurm"

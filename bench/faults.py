@@ -37,6 +37,7 @@ from tests.harness.specs import small_spec, uid
 
 BIN = Path(sys.executable).parent
 SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/coord/clock.py's test hook
+REPO = Path(__file__).resolve().parents[1]
 REPLICAS = 3
 HB_TIMEOUT = 4.0
 
@@ -317,7 +318,26 @@ FAULTS: tuple[Fault, ...] = (
     Fault("disk-full", SLEEPY, _disk_full, "fail", None, ("run_dir",), needs_root=True),
 )
 # Faults whose agents are started with something unusual: (rank -> agent() keyword arguments).
+# Checkpoints when told (GYM_STOP_FILE appears) and exits 0, within its checkpoint grace.
+CHECKPOINTS = (
+    'command = ["python", "-c", "import os, time\\nwhile not os.path.exists(os.environ[\'GYM_STOP_FILE\']): '
+    "time.sleep(0.1)\\nopen(os.path.join(os.environ['GYM_CHECKPOINT_DIR'], 'ckpt'), 'w').write('1')\"]\n"
+    "checkpoint_grace = 10"
+)
+GRADES = f'command = ["python", "{REPO / "tests" / "data" / "grading_driver.py"}"]'
+# The reference judge answers the canaries' 12 chat completions and two of the driver's, then only invalid replies.
+DEGRADING = {"GYM_REFERENCE_JUDGE_FAULTS": "invalid-after=14", "GRADES": "20"}
+
+
+def _walltime_warning(run: Run) -> None:
+    """What the rendered Slurm job's trap writes when Slurm sends its --signal warning."""
+    run.wait_phase()
+    run.fault()
+    (run.run_dir / names.WALLTIME_WARNING).write_text("SIGUSR1 at (fault matrix)\n")
+
+
 SETUP: dict[str, dict[str, dict]] = {
+    "judge-degraded": {f"r{r}": {"env": DEGRADING} for r in range(REPLICAS)},
     "duplicate-address": {"r2": {"address": "127.0.0.3"}},
     "spec-mismatch": {"r2": {"args": ("--set", "launch.coordination.ack_timeout=21")}},
     "replicas-mismatch": {"r2": {"replicas": 4}},
@@ -335,6 +355,8 @@ FAULTS += (
     Fault("raylet-killed", SLEEPY, _kill_raylet, "fail", 1, ("child_exit",), ray=True),
     Fault("judge-killed", SLEEPY, _judge_sig(signal.SIGKILL), "fail", 2, ("judge",), judges=True),
     Fault("judge-hung", SLEEPY, _judge_sig(signal.SIGSTOP), "fail", 2, ("judge_health",), judges=True),
+    Fault("judge-degraded", GRADES, _wait_then(lambda _r: None), "fail", 0, ("judge_degraded",), judges=True),
+    Fault("walltime-warning", CHECKPOINTS, _walltime_warning, "fail", None, ("time_limit",)),
 )
 
 

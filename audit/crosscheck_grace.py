@@ -17,6 +17,8 @@ def check_driver_stop(ctx: AuditContext) -> list[Finding]:
     grace = as_num(doc.get("grace_s"))
     after = as_num(doc.get("after_s"))
     reason = as_str(doc.get("reason")) or "?"
+    if outcome == "already_exited":
+        return []  # the driver's own exit started the stop: there was nothing to ask
     asked = f"the driver was asked to checkpoint ({reason[:200]})"
     if outcome == "exited":
         code = doc.get("exit_code")

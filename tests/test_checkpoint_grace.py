@@ -107,3 +107,19 @@ def test_a_driver_that_ignores_the_request_is_stopped_when_the_grace_ends(tmp_pa
     grace_findings = [f for f in result.findings if f.code == "driver.checkpoint_grace"]
     assert grace_findings and grace_findings[0].severity == "warning", result.findings
     assert_nothing_left(run.run_dir)
+
+
+def test_a_driver_that_fails_by_itself_is_not_asked(tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text("import time, sys\ntime.sleep(1)\nprint('stop file: x', flush=True)\nsys.exit(4)\n")
+    spec = small_spec(replicas=2, ray=False, driver=f'command = ["python", "{script}"]\ncheckpoint_grace = 30')
+    t0 = time.monotonic()
+    run = launch_local(tmp_path, spec, uid("crash"))
+    assert run.wait(60) == 1, run.output
+    # Nobody waited for a checkpoint: the run ends well within the grace.
+    assert time.monotonic() - t0 < 25, run.output
+    stop = read(run.run_dir, names.DRIVER_STOP)
+    assert (stop["outcome"], stop["exit_code"]) == ("already_exited", 4), stop
+    result = audit(run.run_dir, verdict="fail", rank=(0, 1), kind=FailureKind.DRIVER_EXIT)
+    assert not [f for f in result.findings if f.code == "driver.checkpoint_grace"]
+    assert_nothing_left(run.run_dir)

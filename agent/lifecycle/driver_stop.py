@@ -67,6 +67,13 @@ class DriverStop:
         """Write the request, wait up to the grace for `group` (the driver) to exit, record it."""
         if not self.signal.is_set():
             return  # a success: the driver is done, there is nothing to checkpoint
+        code = group.poll()
+        if code is not None:
+            # The driver ended first (its own failure): nobody to ask; the other nodes need not wait.
+            said = threading.Thread(target=self._write, args=("already_exited", code, 0.0), daemon=True)
+            said.start()
+            said.join(PEER_MARGIN_S)  # the shared filesystem may hang: this thread must not
+            return
         t0 = clock.mono()
         done = threading.Event()
         result: dict[str, object] = {}
@@ -79,7 +86,6 @@ class DriverStop:
 
         thread = threading.Thread(target=writer, name="driver-stop", daemon=True)
         thread.start()
-        code = group.poll()
         while code is None and clock.mono() - t0 < self.grace:
             time.sleep(EXIT_POLL_S)
             code = group.poll()

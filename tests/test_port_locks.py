@@ -175,6 +175,24 @@ def test_each_start_of_a_judge_begins_one_block_further_and_lets_the_last_block_
     assert holder.returncode == 0
 
 
+def test_a_start_never_lands_on_an_earlier_starts_block_even_after_a_skipped_one() -> None:
+    """Start 2's own block is busy, so it takes the next one, where start 3's walk begins: start 3
+    must still get new ports (the ports of start 2 may be free again by then)."""
+    walk = list(ports.walk("run-skip/judge/j", 0, 1, EPHEMERAL))
+    first = reserve(judge(), "run-skip", 1, EPHEMERAL)
+    busy = bound_ports(judge(), walk[1])["--port"]
+    with socket.socket() as outsider:
+        try:
+            outsider.bind(("", busy))
+        except OSError:
+            pytest.skip(f"port {busy} is in use on this machine already")
+        outsider.listen()
+        second = reserve(judge(), "run-skip", 2, EPHEMERAL, avoid=frozenset({first}))
+    assert second == walk[2], (walk[:4], second)
+    third = reserve(judge(), "run-skip", 3, EPHEMERAL, avoid=frozenset({first, second}))
+    assert third not in (first, second) and walk.index(third) > walk.index(second)
+
+
 def test_a_judge_never_lands_in_a_held_block_and_fails_at_once_when_every_block_is(tmp_path: Path) -> None:
     bases = ports.port_bases(EPHEMERAL)
     left = set(bases[:: max(1, len(bases) // 20)])  # ~20 blocks left to the judges

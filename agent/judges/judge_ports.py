@@ -26,15 +26,22 @@ PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
 MAX_LINE = 300  # of the judge's own bind error, quoted in a failure's cause
 
 
-def reserve(judge: JudgeConfig, run_key: str, attempt: int, ephemeral: tuple[int, int] | None = None) -> int:
+def reserve(
+    judge: JudgeConfig,
+    run_key: str,
+    attempt: int,
+    ephemeral: tuple[int, int] | None = None,
+    avoid: frozenset[int] = frozenset(),
+) -> int:
     """The --port for start `attempt` (1, 2, ...) of `judge`: the base of a block that no other
     chooser on this host holds and in which every port the judge binds is free now, held for the
     judge (what it held before is let go). Each attempt starts one block further along the walk,
-    so a start after a lost race is on new ports even if their taker has let them go since.
-    OSError(EADDRINUSE) when every block is held or in use."""
+    so a start after a lost race is on new ports even if their taker has let them go since; the
+    blocks of earlier starts (`avoid`) are skipped too, as a skipped busy block would otherwise
+    make two starts meet on the next one. OSError(EADDRINUSE) when every block is held or in use."""
 
     def usable(base: int) -> bool:
-        return all(ports.free(p) for p in bound_ports(judge, base).values())
+        return base not in avoid and all(ports.free(p) for p in bound_ports(judge, base).values())
 
     order = ports.walk(f"{run_key}/judge/{judge.name}", attempt - 1, 1, ephemeral)
     base = ports.hold_block(f"judge-{judge.name}", order, usable)

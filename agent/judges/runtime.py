@@ -54,6 +54,7 @@ class LocalJudge:
     argv: list[str] = field(default_factory=list)
     exits: list[int] = field(default_factory=list)
     attempts: int = 0
+    given: list[int] = field(default_factory=list)  # the --port of every start so far (never reused)
     started: float = 0.0
     log_start: int = 0  # where this start's part of the log begins (earlier starts' lines are not its)
 
@@ -125,7 +126,9 @@ class JudgeRuntime:
         try:
             # The reference server binds port 0 itself and publishes it: no window to guard.
             port = (
-                0 if j.config.backend == "reference" else judge_ports.reserve(j.config, ctx.run.path.name, j.attempts)
+                0
+                if j.config.backend == "reference"
+                else judge_ports.reserve(j.config, ctx.run.path.name, j.attempts, avoid=frozenset(j.given))
             )
         except OSError as exc:
             raise ctx.fail(
@@ -136,6 +139,7 @@ class JudgeRuntime:
         cmd = judge_command(j.config, host=ctx.address, port=port, port_file=j.port_file)
         if j.config.backend != "reference":
             j.port = port
+            j.given.append(port)
         j.argv = list(cmd.argv)
         env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
         log_fd = ctx.run.open_log(j.log)

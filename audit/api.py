@@ -32,7 +32,7 @@ from audit.first_cause import analyse, order_key
 from audit.judge_replies import count_replies
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
-from audit.restarts import refused_findings
+from audit.restarts import attempt_numbers, refused_findings
 from audit.scheduler_ending import as_first_cause, explains, find_ending, job_id_of
 from audit.schema_check import check_schemas
 from audit.training_evidence import read_evidence
@@ -297,8 +297,7 @@ def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[Attem
     run is judged by the last (the top level). A run never resumed has one attempt."""
     root = path / names.ATTEMPTS_DIR
     earlier: list[AttemptSummary] = []
-    numbers = sorted(int(p.name) for p in root.iterdir() if names.ATTEMPT_RE.match(p.name)) if root.is_dir() else []
-    for n in numbers:
+    for n in attempt_numbers(path):
         sub = root / str(n)
         if not (sub / names.SPEC).is_file():
             continue  # the current attempt's claim directory

@@ -11,12 +11,20 @@ from audit.model import Finding
 from schemas import names
 
 
+def attempt_numbers(path: Path) -> list[int]:
+    """The numbered directories under attempts/ (archives, claims, refusals), ascending."""
+    root = path / names.ATTEMPTS_DIR
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name) for p in root.iterdir() if names.ATTEMPT_RE.match(p.name))
+
+
 def refused_findings(safe: SafeDir, path: Path) -> list[Finding]:
     root = path / names.ATTEMPTS_DIR
-    if not root.is_dir() or root.is_symlink():
-        return []
+    if root.is_symlink():
+        return []  # a planted link is not followed for a refusal's words
     out = []
-    for n in sorted(int(p.name) for p in root.iterdir() if names.ATTEMPT_RE.match(p.name)):
+    for n in attempt_numbers(path):
         rel = names.attempt_refused(n)
         if (root / str(n) / names.CLAIM_LEAF).exists():
             continue  # refused once, started later (the caps were raised): it ran

@@ -259,6 +259,7 @@ def render(request: RenderRequest) -> Rendered:
     if problems:
         raise SpecError(problems)
     run_dir = f"{request.output_root}/cluster/{request.uuid}"
+    warned = warning_seconds(config) is not None  # the directive, the trap and the steps agree
     head = [
         "#!/bin/bash",
         f"# gym-launch render --backend slurm: run {config.name} ({request.uuid}), spec fingerprint "
@@ -294,8 +295,8 @@ def render(request: RenderRequest) -> Rendered:
         "fi",
         *exports,
         f"gym_task={q(_agent_task(request))}",
-        *(_warning_trap(run_dir) if warning_seconds(config) is not None else []),
-        *_steps(config, plan, warning_seconds(config) is not None),
+        *(_warning_trap(run_dir) if warned else []),
+        *_steps(config, plan, warned),
         "",
     ]
     return Rendered(backend="slurm", text="\n".join(head + body), file_name=FILE_SUFFIX)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from audit import scheduler_query
 from audit.context import AuditContext, build_context
 from audit.crosscheck_grace import check_driver_stop
 from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_judge_replies, check_registry
@@ -33,7 +34,15 @@ from audit.judge_replies import count_replies
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
 from audit.restarts import attempt_numbers, refused_findings
-from audit.scheduler_ending import as_first_cause, explains, find_ending, job_id_of
+from audit.scheduler_ending import (
+    as_first_cause,
+    backend_of,
+    explains,
+    find_ending,
+    job_id_of,
+    job_outputs,
+    restart_of,
+)
 from audit.schema_check import check_schemas
 from audit.training_evidence import read_evidence
 from audit.views import as_dict, as_int, as_str, rank_of
@@ -202,10 +211,21 @@ def _rank_summaries(ctx: AuditContext) -> tuple[RankSummary, ...]:
     return tuple(out)
 
 
-def audit_run(path: str | Path) -> AuditResult:
-    """Audit one run directory. Raises UnusableRunDir (exit 2) when there is nothing to audit."""
+@dataclasses.dataclass(frozen=True)
+class _JobOutputs:
+    """Where the scheduler's job output is: an earlier attempt's is the run's (run-level, kept in place)."""
+
+    safe: SafeDir
+    files: list[tuple[int, str]]
+
+
+def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutputs | None = None) -> AuditResult:
+    """Audit one run directory. Raises UnusableRunDir (exit 2) when there is nothing to audit.
+    `ask_scheduler`: when the files leave a scheduler's ending unnamed, ask the scheduler the run
+    was submitted to (bounded in time; audit/scheduler_query.py). False: the files only."""
     with SafeDir(path) as safe:
         run = load_run(safe)
+        outputs = _outputs or _JobOutputs(safe, job_outputs(run))
         spec, fingerprint = _read_spec(run)
         plan, findings = expected_plan(spec, fingerprint, run)
         if plan.replicas > MAX_RANKS:
@@ -225,13 +245,20 @@ def audit_run(path: str | Path) -> AuditResult:
             if (r := rank_of(a)) is not None and (p := as_str(as_dict(a.doc).get("phase")))
         }
         first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
-        if first is not None:
-            ending = find_ending(safe, run, job_id_of(run))
-            if ending is not None and explains(ending, first, cascade):
-                earlier = (first, *cascade)
-                first = as_first_cause(ending, first, cascade, ctx.failures, ctx.addresses)
-                cascade, others = tuple(sorted(earlier, key=order_key)), ()
         notes: list[str] = []
+        if first is not None and explains(first, cascade):
+            backend, job_id = backend_of(run), job_id_of(run) or scheduler_query.recorded_job(ctx.addresses)
+            ending = find_ending(outputs.safe, outputs.files, job_id, restart_of(ctx.addresses))
+            if ending is None and ask_scheduler:
+                answer = scheduler_query.ask(backend, job_id, (first, *cascade), ctx.addresses)
+                ending = answer.ending
+                if answer.note:
+                    notes.append(answer.note)
+            if ending is not None:
+                earlier = (first, *cascade)
+                scheduler = backend if backend in ("slurm", "beaker") else scheduler_query.recorded(ctx.addresses)
+                first = as_first_cause(ending, first, cascade, ctx.failures, ctx.addresses, scheduler or "slurm")
+                cascade, others = tuple(sorted(earlier, key=order_key)), ()
         if plan.source != "launch":
             notes.append("the plan could not be recomputed; placement and layout were not checked against it")
         if ctx.outcome == "failed" and first is not None:
@@ -286,13 +313,15 @@ def audit_run(path: str | Path) -> AuditResult:
             plan=plan.to_json(),
             gpu_maps=_gpu_maps(ctx),
             notes=tuple(notes),
-            attempts=_attempts(Path(path), ctx.outcome, verdict, first),
+            attempts=_attempts(Path(path), ctx.outcome, verdict, first, ask_scheduler, outputs),
             training=training_summary(ctx),
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
         )
 
 
-def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[AttemptSummary, ...]:
+def _attempts(
+    path: Path, outcome: Any, verdict: Any, first: Any, ask: bool, outputs: _JobOutputs
+) -> tuple[AttemptSummary, ...]:
     """Earlier attempts live in attempts/N/ (same layout); each is audited on its own, the
     run is judged by the last (the top level). A run never resumed has one attempt."""
     root = path / names.ATTEMPTS_DIR
@@ -302,7 +331,7 @@ def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[Attem
         if not (sub / names.SPEC).is_file():
             continue  # the current attempt's claim directory
         try:
-            r = audit_run(sub)
+            r = audit_run(sub, ask_scheduler=ask, _outputs=outputs)
         except UnusableRunDir:
             continue
         earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause))

@@ -70,6 +70,11 @@ def _audit_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the machine-readable report (see audit/README.md)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE (mode 0640)")
     p.add_argument("--no-info", action="store_true", help="leave info findings out of the text report")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="never ask the scheduler (scontrol, Beaker's API) why the job ended; the run's files only",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument(
         "-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help="add each rank's last phase"
@@ -180,7 +185,7 @@ def _audit(argv: Sequence[str]) -> int:
             print(f"gym-audit: {problem}", file=sys.stderr)
             return 2
     try:
-        result = audit_run(run_dir)
+        result = audit_run(run_dir, ask_scheduler=not args.offline)
     except UnusableRunDir as exc:
         if args.json:
             sys.stdout.write(report_json.render_unusable(str(run_dir), str(exc)))

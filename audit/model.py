@@ -179,7 +179,9 @@ class AttemptSummary:
             "attempt": self.attempt,
             "verdict": self.verdict,
             "outcome": self.outcome,
-            "first_cause": None if fc is None else {"rank": fc.rank, "kind": fc.kind, "cause": fc.cause},
+            "first_cause": None
+            if fc is None
+            else {"rank": fc.rank, "kind": fc.kind, "cause": fc.cause, "scheduler": fc.scheduler},
         }
 
 

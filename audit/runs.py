@@ -40,7 +40,7 @@ class RunRow:
 
 def row_of(path: Path) -> RunRow:
     try:
-        result = audit_run(path)
+        result = audit_run(path, ask_scheduler=False)  # a listing of many runs asks nobody
     except (UnusableRunDir, OSError) as exc:
         return RunRow(path.name, None, None, "unusable", str(exc)[:200])
     return row_from(path.name, result)

@@ -76,9 +76,9 @@ class SchedulerEnding:
     job_id: str
     host: str  # where the scheduler wrote it (Slurm: the batch host)
     at: str  # the scheduler's own timestamp, as written
-    words: str  # the scheduler's line, verbatim
-    file: str  # run-directory file
-    line: int  # 1-based, within the part read (the file's tail)
+    words: str  # the scheduler's line, verbatim (asked afterwards: the command and its answer)
+    file: str | None  # run-directory file; None when the scheduler was asked (audit/scheduler_query.py)
+    line: int  # 1-based, within the part read (the file's tail); 0 when asked
     node: str | None = None  # node_failure: the node that failed, where the scheduler names it
 
     @property
@@ -86,11 +86,31 @@ class SchedulerEnding:
         return LABELS[self.kind]
 
 
-def parse_slurm_output(lines: Iterable[str], file: str) -> SchedulerEnding | None:
-    """The job's last ending in its output, with the failed node where one is named."""
+_START = re.compile(re.escape(names.SLURM_START_MARKER) + r" (?P<job>\d+) start (?P<restart>\d+)\b")
+
+
+def restart_section(lines: list[str], restart: int | None) -> list[tuple[int, str]]:
+    """The lines (numbered) of one start of the job: a requeued job appends its next start to the
+    same output, after the job script's start line. Unknown restart: the last start."""
+    starts = [(n, int(m.group("restart"))) for n, line in enumerate(lines) if (m := _START.search(line))]
+    numbered = list(enumerate(lines, 1))
+    if not starts:
+        return numbered
+    chosen = [i for i, (_, r) in enumerate(starts) if r == restart] if restart is not None else [len(starts) - 1]
+    if not chosen:
+        return []  # that start is not in the part read
+    i = chosen[-1]
+    begin = starts[i][0]
+    end = starts[i + 1][0] if i + 1 < len(starts) else len(lines)
+    return numbered[begin:end]
+
+
+def parse_slurm_output(lines: Iterable[str], file: str, restart: int | None = None) -> SchedulerEnding | None:
+    """The ending of one start of the job (`restart`: Slurm's restart count; None: the last
+    start) in its output, with the failed node where one is named."""
     ending: SchedulerEnding | None = None
     failed_node: str | None = None
-    for n, line in enumerate(lines, 1):
+    for n, line in restart_section(list(lines), restart):
         m = _ENDING.search(line)
         if m is not None:
             why = (m.group("why") or "").strip()
@@ -117,17 +137,29 @@ def _job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
     return sorted(outs)
 
 
-def find_ending(safe: SafeDir, run: LoadedRun, job_id: str | None) -> SchedulerEnding | None:
-    """The ending in the output of `job_id` (the submission's job), else of the newest job."""
-    outs = _job_outputs(run)
-    chosen = [p for j, p in outs if job_id is not None and str(j) == job_id] or [p for _, p in outs[-1:]]
+def job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
+    return _job_outputs(run)
+
+
+def find_ending(
+    safe: SafeDir, outputs: list[tuple[int, str]], job_id: str | None, restart: int | None = None
+) -> SchedulerEnding | None:
+    """The ending in the output of `job_id` (the submission's job), else of the newest job, for
+    the job's start `restart` (an attempt's agents record it; None: the last start)."""
+    chosen = [p for j, p in outputs if job_id is not None and str(j) == job_id] or [p for _, p in outputs[-1:]]
     for relpath in chosen:
         try:
             lines = read_tail(safe, relpath, TAIL_BYTES)
         except (UnsafeFile, OSError):
             return None
-        return parse_slurm_output(lines, relpath)
+        return parse_slurm_output(lines, relpath, restart)
     return None
+
+
+def restart_of(addresses: Mapping[int, AddressRec]) -> int | None:
+    """The Slurm restart count this attempt's agents ran under (they agree: one start of the job)."""
+    counts = {a.job.restart for a in addresses.values() if a.job is not None and a.job.restart is not None}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _rank_on(host: str | None, addresses: Mapping[int, AddressRec]) -> int | None:
@@ -136,6 +168,8 @@ def _rank_on(host: str | None, addresses: Mapping[int, AddressRec]) -> int | Non
     for rank, addr in sorted(addresses.items()):
         if addr.hostname == host or (addr.hostname or "").split(".")[0] == host:
             return rank
+        if addr.job is not None and addr.job.node == host:  # the scheduler's own node name
+            return rank
     return None
 
 
@@ -143,8 +177,9 @@ def _senders(failures: Mapping[int, FailureRec]) -> list[str]:
     return sorted({rec.sender for rec in failures.values() if rec.kind == FailureKind.SIGNAL and rec.sender})
 
 
-def explains(ending: SchedulerEnding, first: Cause, rest: Iterable[Cause]) -> bool:
-    """True when no rank failed for a reason of its own before the scheduler's signals."""
+def explains(first: Cause, rest: Iterable[Cause]) -> bool:
+    """True when no rank failed for a reason of its own before the scheduler's signals: then a
+    scheduler's ending, where there is one, is the first cause."""
     causes = [first, *rest]
     signalled = [c.wall_time for c in causes if signal_like(c) and c.wall_time is not None]
     t_signal = min(signalled) if signalled else None
@@ -196,3 +231,9 @@ def job_id_of(run: LoadedRun) -> str | None:
     doc = run.doc(names.SUBMISSION)
     job = doc.get("job_id") if isinstance(doc, dict) else None
     return job if isinstance(job, str) else None
+
+
+def backend_of(run: LoadedRun) -> str | None:
+    doc = run.doc(names.SUBMISSION)
+    backend = doc.get("backend") if isinstance(doc, dict) else None
+    return backend if isinstance(backend, str) else None

@@ -75,6 +75,23 @@ class AddressRec:
     hostname: str | None
     visible_devices: tuple[str, ...]
     incarnation: str | None
+    job: SchedulerJobRef | None = None  # the scheduler's job and node for this replica
+
+
+@dataclass(frozen=True)
+class SchedulerJobRef:
+    scheduler: str
+    job: str
+    node: str | None
+    restart: int | None = None  # Slurm: the job's restart count when this agent ran
+
+
+def _job_ref(value: Any) -> SchedulerJobRef | None:
+    d = as_dict(value)
+    scheduler, job = as_str(d.get("scheduler")), as_str(d.get("job"))
+    if not scheduler or not job:
+        return None
+    return SchedulerJobRef(scheduler, job, as_str(d.get("node")), as_int(d.get("restart")))
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,7 @@ def addresses(run: LoadedRun) -> dict[int, AddressRec]:
             as_str(d.get("hostname")),
             _visible(d.get("visible_devices")),
             as_str(d.get("incarnation")),
+            _job_ref(d.get("scheduler_job")),
         )
     return out
 

@@ -39,6 +39,10 @@ JOB_FILE_PREFIX = "job"  # job.sbatch, job.beaker.yaml: the rendered job as subm
 SLURM_OUTPUT = "job-slurm-%j.out"
 
 
+# The job script's first line of output at every start of the job: "gym: slurm job ID start RESTARTS on HOST".
+SLURM_START_MARKER = "gym: slurm job"
+
+
 def slurm_output(job_id: str) -> str:
     return SLURM_OUTPUT.replace("%j", job_id)
 

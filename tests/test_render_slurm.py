@@ -196,7 +196,10 @@ def run_script(text: str, tmp: Path, env: dict[str, str]) -> list[str]:
     f.write_text(text)
     r = subprocess.run(["bash", str(f)], capture_output=True, text=True, env=env, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout.splitlines()
+    lines = r.stdout.splitlines()
+    # The job script's first line marks this start of the job (the audit splits requeues by it).
+    assert lines and lines[0] == f"{names.SLURM_START_MARKER} ? start 0 on {os.uname().nodename}", lines[:2]
+    return lines[1:]
 
 
 def test_each_task_runs_its_node_in_address_order_with_pool_steps(tmp_path: Path) -> None:

@@ -138,3 +138,15 @@ def test_without_the_jobs_output_the_signal_stays(tmp_path: Path) -> None:
     run = _scheduler_ended(tmp_path, "no ending here\n", "9")
     fc = audit_run(run).first_cause
     assert fc is not None and fc.kind == "signal" and fc.scheduler is None, fc
+
+
+def test_each_start_of_a_requeued_job_has_its_own_ending() -> None:
+    # A preempted job is requeued and appends its next start to the same output.
+    marker = names.SLURM_START_MARKER
+    text = f"{marker} 4 start 0 on n1\nrunning\n{PREEMPTED}{marker} 4 start 1 on n1\nrunning again\n"
+    lines = text.splitlines()
+    first = parse_slurm_output(lines, "job-slurm-4.out", restart=0)
+    assert first is not None and first.kind == FailureKind.PREEMPTED and first.line == 3, first
+    assert parse_slurm_output(lines, "job-slurm-4.out", restart=1) is None
+    assert parse_slurm_output(lines, "job-slurm-4.out") is None  # unknown restart: the last start
+    assert parse_slurm_output(lines, "job-slurm-4.out", restart=7) is None  # not in the part read

@@ -100,9 +100,10 @@ def test_a_node_set_down_is_named(slurm_cluster: slurm.Cluster, tmp_path: Path) 
     wait_nodes_clean(c, list(NODES))
 
 
-# Waits for the stop file, checkpoints and exits; the next attempt finds the checkpoint and finishes.
+# Waits for the stop file (or the scheduler's own SIGTERM, which slurmstepd sends to every process
+# of the step, the driver too), checkpoints and exits; the next attempt finds the checkpoint.
 RESUMING_DRIVER = """
-import json, os, sys, time
+import json, os, signal, sys, time
 sys.path.insert(0, {repo!r})
 from agent import driver_api
 ckpt = os.path.join(os.environ["GYM_CHECKPOINT_DIR"], "ckpt.json")
@@ -110,8 +111,10 @@ if os.path.exists(ckpt):
     print("resumed from", json.load(open(ckpt)), flush=True)
     driver_api.write_result(optimizer_steps=2, final_loss=0.5, policy_version=2, policy_refreshes=1, judge_replies=0)
     sys.exit(0)
+told = []
+signal.signal(signal.SIGTERM, lambda *_: told.append("SIGTERM"))
 stop = os.environ["GYM_STOP_FILE"]
-while not os.path.exists(stop):
+while not os.path.exists(stop) and not told:
     time.sleep(0.2)
 with open(ckpt, "w") as f:
     json.dump({{"attempt": os.environ["GYM_ATTEMPT"]}}, f)
@@ -119,16 +122,14 @@ print("checkpointed", flush=True)
 """
 
 
-def test_a_walltime_warning_checkpoints_and_the_requeued_job_resumes(
-    slurm_cluster: slurm.Cluster, tmp_path: Path
-) -> None:
-    c, uuid, root = slurm_cluster, uid("requeue"), tmp_path / "out"
+def _resuming_spec(tmp_path: Path, name: str) -> Path:
+    """Two nodes, no Ray, the resuming driver with a checkpoint grace, one restart allowed."""
     driver = tmp_path / "resuming_driver.py"
     driver.write_text(RESUMING_DRIVER.format(repo=str(REPO)))
-    spec_path = tmp_path / "requeue.toml"
+    spec_path = tmp_path / f"{name}.toml"
     spec_path.write_text(
         f"""
-name = "requeue"
+name = "{name}"
 [launch]
 gpus_per_replica = 8
 node_gpus = 8
@@ -155,18 +156,20 @@ checkpoint_grace = 30
 enabled = false
 """
     )
+    return spec_path
+
+
+def test_a_walltime_warning_checkpoints_and_the_requeued_job_resumes(
+    slurm_cluster: slurm.Cluster, tmp_path: Path
+) -> None:
+    c, uuid, root = slurm_cluster, uid("requeue"), tmp_path / "out"
+    spec_path = _resuming_spec(tmp_path, "requeue")
     job = submit(c, spec_path, root, uuid)
     run_dir = root / "cluster" / uuid
     wait_phase(run_dir, 0, "driver", 180)
     # What Slurm sends at --signal=B:USR1@SECONDS, sent now: to the batch shell only.
     c.run(["scancel", "--batch", "--signal=USR1", str(job)])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-        c.job(job).get("Restarts") == "1" and c.job(job)["JobState"] == "PENDING"
-    ):
-        time.sleep(0.5)
-    info = c.job(job)
-    assert info["Restarts"] == "1" and info["JobState"] == "PENDING", info
+    _requeued(c, job)
     # Slurm holds a requeued job for two minutes (BeginTime); a test need not wait that out.
     c.run(["scontrol", "update", f"jobid={job}", "starttime=now"])
     info, out = finished(c, job, run_dir)
@@ -182,6 +185,46 @@ enabled = false
     doc = json.loads(cli.stdout)
     assert cli.returncode == 0 and doc["verdict"] == "pass", cli.stdout[-3000:]
     assert [a["first_cause"]["kind"] if a["first_cause"] else None for a in doc["attempts"]] == ["time_limit", None]
+    assert_nothing_left(run_dir)
+    wait_nodes_clean(c, list(NODES))
+
+
+def _requeued(c: slurm.Cluster, job: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (
+        c.job(job).get("Restarts") == "1" and c.job(job)["JobState"] == "PENDING"
+    ):
+        time.sleep(0.5)
+    info = c.job(job)
+    assert info["Restarts"] == "1" and info["JobState"] == "PENDING", info
+
+
+def test_a_preemption_is_named_and_the_requeued_job_resumes(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
+    # The local cluster preempts by partition tier (PreemptMode=REQUEUE): a job in `urgent` takes
+    # the gpu nodes, ours is requeued; when it runs again it is attempt 2 and resumes.
+    c, uuid, root = slurm_cluster, uid("preempt"), tmp_path / "out"
+    job = submit(c, _resuming_spec(tmp_path, "preempt"), root, uuid)
+    run_dir = root / "cluster" / uuid
+    wait_phase(run_dir, 0, "driver", 180)
+    urgent_script = tmp_path / "urgent.sh"
+    urgent_script.write_text("#!/bin/sh\nsleep 2\n")
+    urgent = c.sbatch(urgent_script, "-p", "urgent", "-N3", "--exclusive", "-o", "/dev/null")
+    _requeued(c, job)
+    assert c.wait_job(urgent, 120)["JobState"] == "COMPLETED"
+    c.run(["scontrol", "update", f"jobid={job}", "starttime=now"])  # no need to wait out BeginTime
+    info, out = finished(c, job, run_dir)
+    assert info["JobState"] == "COMPLETED", (info, out[-4000:])
+    assert "DUE TO PREEMPTION" in out and "resumed from {'attempt': '1'}" in out, out[-4000:]
+    assert_artifacts_valid(run_dir)
+    # The driver was told at the scheduler's SIGTERM and checkpointed within its grace.
+    stop = json.loads((run_dir / names.attempt_dir(1) / names.DRIVER_STOP).read_text())
+    assert stop["outcome"] == "exited", stop
+    cli = subprocess.run([str(BIN / "gym-audit"), str(run_dir), "--json"], capture_output=True, text=True, timeout=120)
+    doc = json.loads(cli.stdout)
+    assert cli.returncode == 0 and doc["verdict"] == "pass", cli.stdout[-3000:]
+    first = doc["attempts"][0]["first_cause"]
+    assert first["kind"] == "preempted" and first["scheduler"] == "slurm", doc["attempts"]
+    assert "DUE TO PREEMPTION" in first["cause"] and doc["attempts"][1]["first_cause"] is None
     assert_nothing_left(run_dir)
     wait_nodes_clean(c, list(NODES))
 

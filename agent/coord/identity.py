@@ -19,6 +19,36 @@ class IdentityError(GymError):
 
 
 @dataclass(frozen=True)
+class SchedulerJob:
+    """The scheduler's name for where this replica runs: what the audit asks the scheduler about
+    afterwards (audit/scheduler_query.py) when the run's own files do not say why it ended."""
+
+    scheduler: str  # "slurm" or "beaker"
+    job: str  # Slurm: the job id; Beaker: this replica's job id (one per replica and per retry)
+    node: str | None  # Slurm: SLURMD_NODENAME; Beaker: BEAKER_NODE_ID
+    restart: int | None = None  # Slurm: SLURM_RESTART_COUNT (requeues so far)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"scheduler": self.scheduler, "job": self.job}
+        if self.node:
+            out["node"] = self.node
+        if self.restart is not None:
+            out["restart"] = self.restart
+        return out
+
+
+def scheduler_job(env: Mapping[str, str]) -> SchedulerJob | None:
+    if env.get("SLURM_JOB_ID"):
+        restart = env.get("SLURM_RESTART_COUNT", "0")
+        return SchedulerJob(
+            "slurm", env["SLURM_JOB_ID"], env.get("SLURMD_NODENAME"), int(restart) if restart.isdigit() else None
+        )
+    if env.get("BEAKER_JOB_ID"):
+        return SchedulerJob("beaker", env["BEAKER_JOB_ID"], env.get("BEAKER_NODE_ID"))
+    return None
+
+
+@dataclass(frozen=True)
 class Identity:
     rank: int
     count: int
@@ -26,6 +56,7 @@ class Identity:
     address_explicit: bool
     hostname: str
     visible_devices: tuple[str, ...]
+    scheduler_job: SchedulerJob | None = None
 
 
 RANK_SOURCES = (
@@ -129,4 +160,4 @@ def resolve(rank: int | None, count: int | None, address: str | None, env: Mappi
     r, n = resolve_rank(rank, count, env)
     addr, explicit = resolve_address(address, env)
     host = env.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
-    return Identity(r, n, addr, explicit, host, visible_devices(env))
+    return Identity(r, n, addr, explicit, host, visible_devices(env), scheduler_job(env))

@@ -52,6 +52,8 @@ def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
         "started_at": clock.wall(),
         "replicas": ident.count,
     }
+    if ident.scheduler_job is not None:
+        fields["scheduler_job"] = ident.scheduler_job.to_json()
     rel = names.address(ident.rank)
     try:
         run.create_artifact(rel, writer, fields)

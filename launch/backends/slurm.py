@@ -267,6 +267,9 @@ def render(request: RenderRequest) -> Rendered:
         "# The run directory must exist before the job starts (gym-launch submit creates it).",
         *_directives(request, run_dir),
         "set -euo pipefail",
+        # One line per start of the job (a requeue starts it again, appending to the same output):
+        # the audit tells each attempt's ending in the output apart by it.
+        f'echo "{names.SLURM_START_MARKER} ${{SLURM_JOB_ID:-?}} start ${{SLURM_RESTART_COUNT:-0}} on $(hostname)"',
         "",
     ]
     env = [f"export {k}={q(v)}" for k, v in config.launch.env.items()]

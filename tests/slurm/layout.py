@@ -20,6 +20,8 @@ class PartitionSpec:
     name: str
     max_time: str
     default: bool
+    priority_tier: int = 1  # a higher tier preempts a lower one's jobs (PreemptType=preempt/partition_prio)
+    nodes_of: str = ""  # the nodes of this other partition (default: the nodes declared in this one)
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,12 @@ DEFAULT_LAYOUT = Layout(
         NodeSpec("n3", "127.0.10.3", 8, "gpu"),
         NodeSpec("c1", "127.0.10.11", 0, "cpu"),
     ),
-    partitions=(PartitionSpec("gpu", "02:00:00", True), PartitionSpec("cpu", "01:00:00", False)),
+    partitions=(
+        PartitionSpec("gpu", "02:00:00", True),
+        PartitionSpec("cpu", "01:00:00", False),
+        # The GPU nodes again, on a higher tier: a job here preempts (requeues) a gpu job in its way.
+        PartitionSpec("urgent", "01:00:00", False, priority_tier=10, nodes_of="gpu"),
+    ),
 )
 
 
@@ -82,6 +89,9 @@ def render_slurm_conf(layout: Layout, d: Path, ctl_port: int, node_ports: Mappin
         "SlurmdTimeout=30",
         "InactiveLimit=0",
         "GresTypes=gpu",
+        # Preemption as clusters run it: a higher-tier partition's job requeues the jobs in its way.
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
     ]
     for n in layout.nodes:
         gres = f" Gres=gpu:{n.gpus}" if n.gpus else ""
@@ -90,9 +100,12 @@ def render_slurm_conf(layout: Layout, d: Path, ctl_port: int, node_ports: Mappin
             f"CPUs={layout.cpus_per_node} RealMemory={layout.memory_mb}{gres} State=UNKNOWN"
         )
     for p in layout.partitions:
-        members = ",".join(n.name for n in layout.nodes if n.partition == p.name)
+        members = ",".join(n.name for n in layout.nodes if n.partition == (p.nodes_of or p.name))
         default = "YES" if p.default else "NO"
-        lines.append(f"PartitionName={p.name} Nodes={members} Default={default} MaxTime={p.max_time} State=UP")
+        lines.append(
+            f"PartitionName={p.name} Nodes={members} Default={default} MaxTime={p.max_time} "
+            f"PriorityTier={p.priority_tier} State=UP"
+        )
     return "\n".join(lines) + "\n"
 
 

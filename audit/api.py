@@ -32,7 +32,7 @@ from audit.first_cause import analyse, order_key
 from audit.judge_replies import count_replies
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
-from audit.restarts import attempt_numbers, refused_findings
+from audit.restarts import attempt_numbers, how_entered, refused_findings
 from audit.scheduler_ending import as_first_cause, explains, find_ending, job_id_of
 from audit.schema_check import check_schemas
 from audit.training_evidence import read_evidence
@@ -286,13 +286,13 @@ def audit_run(path: str | Path) -> AuditResult:
             plan=plan.to_json(),
             gpu_maps=_gpu_maps(ctx),
             notes=tuple(notes),
-            attempts=_attempts(Path(path), ctx.outcome, verdict, first),
+            attempts=_attempts(safe, Path(path), ctx.outcome, verdict, first),
             training=training_summary(ctx),
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
         )
 
 
-def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[AttemptSummary, ...]:
+def _attempts(safe: SafeDir, path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[AttemptSummary, ...]:
     """Earlier attempts live in attempts/N/ (same layout); each is audited on its own, the
     run is judged by the last (the top level). A run never resumed has one attempt."""
     root = path / names.ATTEMPTS_DIR
@@ -305,6 +305,6 @@ def _attempts(path: Path, outcome: Any, verdict: Any, first: Any) -> tuple[Attem
             r = audit_run(sub)
         except UnusableRunDir:
             continue
-        earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause))
+        earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause, *how_entered(safe, n)))
     last = current_attempt(path)
-    return (*earlier, AttemptSummary(last, verdict, outcome, first))
+    return (*earlier, AttemptSummary(last, verdict, outcome, first, *how_entered(safe, last)))

@@ -111,7 +111,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         lines += ["", f"Attempts ({len(result.attempts)}; the run is judged by the last):"]
         for a in result.attempts:
             cause = f" — first cause: {cause_headline(a.first_cause)}" if a.first_cause is not None else ""
-            lines.append(_t(f"  attempt {a.attempt}{_entered(a)}: {a.verdict.upper()}, run {a.outcome}{cause}"))
+            lines.append(_t(f"  attempt {a.attempt}: {a.verdict.upper()}, run {a.outcome}{_entered(a)}{cause}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
     fc = result.first_cause
     if fc is not None:

@@ -231,8 +231,8 @@ def test_a_retried_task_resumes_by_itself_from_its_checkpoint(tmp_path: Path) ->
     assert (last.attempt, last.verdict, last.mode, last.token) == (2, "pass", "restart", "beaker-replay-experiment")
     report = subprocess.run([str(BIN / "gym-audit"), str(run_dir)], capture_output=True, text=True, timeout=120)
     said = (
-        "attempt 1 (launch beaker-replay-experiment): FAIL",
-        "attempt 2 (restarted by the scheduler, launch beaker-",
+        "attempt 1: FAIL, run failed (launch beaker-replay-experiment)",
+        "attempt 2: PASS, run succeeded (restarted by the scheduler, launch beaker-replay-experiment)",
     )
     assert all(line in report.stdout for line in said), report.stdout
 

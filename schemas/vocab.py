@@ -166,7 +166,8 @@ class ResumeEnv:
     restarts under one token (a rendered Beaker task always carries it): its first start claims
     attempt 1; a start that finds its own launch's attempt ended, or its own rank already in it
     (a restart: a replica never runs twice in one attempt), claims the next one under the restart
-    caps; a run another launch started is refused unless `--resume` is given too.
+    caps (never after its driver succeeded: complete.json); a run another launch started is refused
+    unless `--resume` is given too.
 
     GYM_ATTEMPT_TOKEN names one launch of the run: replicas that carry the same token join the same
     attempt, another token started at once is refused. When unset the agent derives it from the

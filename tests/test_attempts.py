@@ -221,3 +221,14 @@ def test_a_restart_past_max_retries_is_refused_with_a_record(tmp_path: Path) -> 
     refused = RunDir.open(run_dir).read_json(names.attempt_refused(2))
     assert refused is not None and violations("attempt", refused) == [] and refused["state"] == "refused"
     assert RunDir.open(run_dir).claimed_attempts() == [1]
+
+
+def test_a_restart_of_a_completed_attempt_is_refused(tmp_path: Path) -> None:
+    run_dir = RunDir.create(tmp_path, "r5", mode=0o750).path
+    assert _restart(RunDir.open(run_dir), 0) == 1
+    _hold(run_dir, 0)
+    RunDir.open(run_dir).write_artifact(names.COMPLETE, Writer(FP, 0, "c"), {"driver_rank": 0, "driver_exit_code": 0})
+    before = _tree(run_dir)
+    with pytest.raises(AttemptRefused, match="attempt 1 of this launch completed .*submit it with --resume"):
+        _restart(RunDir.open(run_dir), 1)
+    assert _tree(run_dir) == before

@@ -10,6 +10,8 @@ the current attempt from a restart, so the run directory decides:
   replica never runs twice in one attempt: a restart that sees its old attempt before its end does,
   which it waits for, within the startup deadline): claim the next one, under the restart caps;
 - this launch's attempt still running with this rank free: join it (a peer of this start claimed it);
+- this launch's attempt completed (the driver exited 0): refused, the run is not trained again (a
+  retry after a replica failed past the driver's end); ``--resume`` in a new submission extends it;
 - a run another launch started (a claim with another token, or files and no claim): refused, unless
   ``--resume`` was given too, which continues it as ``--resume`` does (a resubmission must not
   silently take over someone's run).
@@ -66,6 +68,8 @@ def join_restart(
             raise AttemptRefused(_foreign(current, owner))
         run.attempt = current
         if names.READY_LEAF in run.listdir(names.attempt_dir(current)):
+            if run.read_json(names.COMPLETE) is not None:
+                raise AttemptRefused(_finished(current))
             why = ended(run, current, heartbeat_timeout, startup_timeout)
             held = run.read_json(names.address(rank)) is not None
             if claimed != run.claimed_attempts():
@@ -87,6 +91,14 @@ def _foreign(current: int | None, owner: str | None) -> str:
         f"this run directory holds another launch's run ({whose}); a restart ({ResumeEnv.RESUME}="
         f"{ResumeEnv.RESTART}) only continues its own launch. Submit with --resume to continue it, or use a new "
         "--uuid. This process wrote nothing"
+    )
+
+
+def _finished(current: int) -> str:
+    return (
+        f"attempt {current} of this launch completed ({names.COMPLETE}: the driver exited 0), so a restart does "
+        "not run it again (a replica that failed after the driver's end made the scheduler retry). To extend "
+        "the run, submit it with --resume. This process wrote nothing"
     )
 
 

@@ -10,11 +10,15 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.coord import clock
 from agent.proc.fast_exit import exit_now
 from launch.spec.console import quiet_broken_pipe, version
+
+if TYPE_CHECKING:
+    from launch.spec.config import RunConfig
+    from schemas import RunDir, Writer
 
 STARTED = clock.mono()  # the single startup deadline counts from here
 EXIT_CODES = """exit codes:
@@ -70,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--resume",
         action="store_true",
-        help="start (or join) a new attempt of a run whose previous attempt ended; default $GYM_RESUME=1",
+        help="start (or join) a new attempt of a run whose previous attempt ended; default $GYM_RESUME=1 "
+        "($GYM_RESUME=restart: a scheduler restart of this launch continues it by itself)",
     )
     # Set by `gym-launch local`: a pipe whose EOF means the launcher died (agent/coord/launcher_watch.py).
     ap.add_argument("--launcher-fd", type=int, help=argparse.SUPPRESS)
@@ -140,29 +145,20 @@ def _main(argv: Sequence[str] | None) -> int:
     rank_tag = f"[rank {ident.rank}]"
     incarnation = new_incarnation()
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
-    from agent.coord.attempts import AttemptRefused, attempt_token, join, resume_requested
+    from agent.coord.attempts import AttemptRefused, resume_mode
     from agent.coord.rendezvous import RankClaimed, claim
-    from agent.coord.restart_caps import Caps
-    from launch.spec.restarts import max_retries
 
-    resume = resume_requested(args.resume, os.environ)
+    try:
+        mode = resume_mode(args.resume, os.environ)
+    except UsageError as exc:
+        return err(str(exc))
     try:
         run = RunDir.create(args.output_root or config.output_root, args.uuid, mode=config.dir_mode)
-        if resume:
+        if mode.joins:
             problem = _resume_spec_problem(run.read_json(names.SPEC), resolved, config.fingerprint)
             if problem:
                 return err(f"{origin}: {problem}")
-            coord = config.coordination
-            join(
-                run,
-                writer,
-                attempt_token(os.environ),
-                heartbeat_timeout=coord.heartbeat_timeout,
-                startup_timeout=coord.startup_timeout,
-                deadline=STARTED + coord.startup_timeout,
-                poll=coord.poll_interval,
-                caps=Caps(max_retries(config), config.launch.max_no_progress_attempts),
-            )
+            _enter_attempt(run, writer, ident.rank, config, resume=mode.resume, restart=mode.restart)
         # Claim the rank before writing anything: a process that does not join touches nothing.
         claim(run, writer, ident)
         log_fd = run.open_log(names.agent_log(ident.rank))
@@ -215,6 +211,32 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv is None:  # this process is the agent (the gym-agent entry point or `-m agent.cli`)
         exit_now(result.exit_code)
     return result.exit_code
+
+
+def _enter_attempt(run: RunDir, writer: Writer, rank: int, config: RunConfig, *, resume: bool, restart: bool) -> None:
+    """Join or claim the attempt this replica belongs to (agent/coord/attempts.py, restart_join.py)."""
+    from agent.coord.attempts import attempt_token, join
+    from agent.coord.restart_caps import Caps
+    from agent.coord.restart_join import join_restart
+    from launch.spec.restarts import max_retries
+
+    coord = config.coordination
+    caps = Caps(max_retries(config), config.launch.max_no_progress_attempts)
+    token = attempt_token(os.environ)
+    timing = {
+        "heartbeat_timeout": coord.heartbeat_timeout,
+        "startup_timeout": coord.startup_timeout,
+        "deadline": STARTED + coord.startup_timeout,
+        "poll": coord.poll_interval,
+    }
+    if restart:
+        join_restart(run, writer, token, rank, adopt=resume, caps=caps, log=_no_log, **timing)
+    else:
+        join(run, writer, token, caps=caps, mode="resume", log=_no_log, **timing)
+
+
+def _no_log(_line: str) -> None:
+    """Nothing to log to yet: the agent's log opens after the rank is claimed."""
 
 
 def _resume_spec_problem(recorded: dict | None, resolved: object, fingerprint: str) -> str | None:

@@ -33,7 +33,7 @@ from audit.first_cause import analyse, order_key
 from audit.judge_replies import count_replies
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
-from audit.restarts import attempt_numbers, refused_findings
+from audit.restarts import attempt_numbers, how_entered, refused_findings
 from audit.scheduler_ending import (
     as_first_cause,
     backend_of,
@@ -313,14 +313,14 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             plan=plan.to_json(),
             gpu_maps=_gpu_maps(ctx),
             notes=tuple(notes),
-            attempts=_attempts(Path(path), ctx.outcome, verdict, first, ask_scheduler, outputs),
+            attempts=_attempts(safe, Path(path), ctx.outcome, verdict, first, ask_scheduler, outputs),
             training=training_summary(ctx),
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
         )
 
 
 def _attempts(
-    path: Path, outcome: Any, verdict: Any, first: Any, ask: bool, outputs: _JobOutputs
+    safe: SafeDir, path: Path, outcome: Any, verdict: Any, first: Any, ask: bool, outputs: _JobOutputs
 ) -> tuple[AttemptSummary, ...]:
     """Earlier attempts live in attempts/N/ (same layout); each is audited on its own, the
     run is judged by the last (the top level). A run never resumed has one attempt."""
@@ -334,6 +334,6 @@ def _attempts(
             r = audit_run(sub, ask_scheduler=ask, _outputs=outputs)
         except UnusableRunDir:
             continue
-        earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause))
+        earlier.append(AttemptSummary(n, r.verdict, r.outcome, r.first_cause, *how_entered(safe, n)))
     last = current_attempt(path)
-    return (*earlier, AttemptSummary(last, verdict, outcome, first))
+    return (*earlier, AttemptSummary(last, verdict, outcome, first, *how_entered(safe, last)))

@@ -172,6 +172,8 @@ class AttemptSummary:
     verdict: Verdict
     outcome: Outcome
     first_cause: Cause | None
+    mode: str | None = None  # how it was entered (its claim): "resume", "restart"; None: no claim
+    token: str | None = None  # the launch that claimed it
 
     def to_json(self) -> dict[str, Any]:
         fc = self.first_cause
@@ -182,6 +184,8 @@ class AttemptSummary:
             "first_cause": None
             if fc is None
             else {"rank": fc.rank, "kind": fc.kind, "cause": fc.cause, "scheduler": fc.scheduler},
+            "mode": self.mode,
+            "token": self.token,
         }
 
 

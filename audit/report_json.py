@@ -29,7 +29,9 @@ fields are only ever added. Keys, in order:
     gpu_maps      [{node_index, rank, address, source, is_head, is_driver_node,
                   cells: [{device, role: trainer|rollout|judge|unused|ray, label}]}]
     notes         [strings]
-    attempts      [{attempt, verdict, outcome, first_cause: {rank, kind, cause, scheduler}}]
+    attempts      [{attempt, verdict, outcome, first_cause: {rank, kind, cause, scheduler}, mode, token}]
+                  (mode: how the attempt was entered, "resume" or "restart", null without a claim;
+                  token: the launch that claimed it)
     training      where the evidence of training came from and what it showed (audit/README.md)
     judge_replies independent judge-reply counts against the driver's claim; null without bindings
 

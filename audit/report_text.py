@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.model import AuditResult, Cause, Finding
+from audit.model import AttemptSummary, AuditResult, Cause, Finding
 from audit.sanitize import terminal_safe as _t
 from schemas import names, timefmt
 
@@ -86,6 +86,14 @@ def _reply_lines(r: dict[str, Any] | None) -> list[str]:
     return [_t(x) for x in out]
 
 
+def _entered(a: AttemptSummary) -> str:
+    """How the attempt began, from its claim: a scheduler's restart of the same launch, or --resume."""
+    if a.attempt == 1 or a.mode is None:
+        return f" (launch {a.token})" if a.token else ""  # the first start, or no claim
+    how = "restarted by the scheduler" if a.mode == "restart" else "resumed"
+    return f" ({how}, launch {a.token})" if a.token else f" ({how})"
+
+
 def render(result: AuditResult, *, show_info: bool = True) -> str:
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     lines = [
@@ -103,7 +111,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         lines += ["", f"Attempts ({len(result.attempts)}; the run is judged by the last):"]
         for a in result.attempts:
             cause = f" — first cause: {cause_headline(a.first_cause)}" if a.first_cause is not None else ""
-            lines.append(_t(f"  attempt {a.attempt}: {a.verdict.upper()}, run {a.outcome}{cause}"))
+            lines.append(_t(f"  attempt {a.attempt}: {a.verdict.upper()}, run {a.outcome}{_entered(a)}{cause}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
     fc = result.first_cause
     if fc is not None:

@@ -1,4 +1,5 @@
-"""Attempts the restart caps refused (attempts/N/refused.json, agent/coord/restart_caps.py)."""
+"""Attempts: how each was entered (attempts/N/claim.json), and those the restart caps refused
+(attempts/N/refused.json, agent/coord/restart_caps.py)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,16 @@ def refused_findings(safe: SafeDir, path: Path) -> list[Finding]:
         reason = doc.get("reason") if isinstance(doc, dict) else None
         out.append(Finding("error", "attempt.refused", f"attempt {n} was refused: {reason or '(no reason)'}", rel))
     return out
+
+
+def how_entered(safe: SafeDir, n: int) -> tuple[str | None, str | None]:
+    """Attempt n's claim: its mode (resume, restart) and launch token; (None, None) without one
+    (a run started without --resume or a restart mode claims nothing)."""
+    try:  # read_capped follows no link: a planted one reads as no claim
+        doc = orjson.loads(safe.read_capped(names.attempt_claim(n)))
+    except (UnsafeFile, OSError, orjson.JSONDecodeError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    mode, token = doc.get("mode"), doc.get("token")
+    return (mode if isinstance(mode, str) else None), (token if isinstance(token, str) else None)

@@ -70,6 +70,7 @@ def attempt_dir(n: int) -> str:
 
 
 CLAIM_LEAF = "claim.json"
+READY_LEAF = "ready.json"
 
 
 def attempt_claim(n: int) -> str:
@@ -83,7 +84,7 @@ def attempt_refused(n: int) -> str:
 
 def attempt_ready(n: int) -> str:
     """Written by the claimant once attempt n-1's files are archived: joiners wait for it."""
-    return f"{ATTEMPTS_DIR}/{n}/ready.json"
+    return f"{ATTEMPTS_DIR}/{n}/{READY_LEAF}"
 
 
 ATTEMPT_RE = re.compile(r"^[1-9][0-9]{0,5}$")

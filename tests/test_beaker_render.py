@@ -27,6 +27,7 @@ from launch.spec.errors import SpecError
 from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record, resolved_from_dict
 from launch.spec.plan import plan as make_plan
 from launch.spec.resolve import looks_like_credential
+from schemas.vocab import ResumeEnv
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -282,7 +283,7 @@ def test_property_generated_specs_load_in_beaker_py(tmp_path_factory: pytest.Tem
         assert env[k] == (v, None)  # any text reads back exactly
     for k, v in data["launch"]["secrets"].items():
         assert env[k] == (None, v)
-    assert set(env) == {*data["launch"]["env"], *data["launch"]["secrets"], SPEC_JSON_ENV}
+    assert set(env) == {*data["launch"]["env"], *data["launch"]["secrets"], SPEC_JSON_ENV, ResumeEnv.RESUME}
     assert_carries(task, config.fingerprint)
     assert json.loads(env[SPEC_JSON_ENV][0])["spec"] == data
 
@@ -324,13 +325,39 @@ def test_loopback_hostname_is_still_refused_and_the_test_hook_is_loopback_only()
     assert TEST_ADDRESS_ENV in RESERVED_ENV
 
 
-def test_resume_puts_the_environment_default_into_every_replica(tmp_path: Path) -> None:
-    """A restarted replica group reruns the same task: GYM_RESUME=1 makes each start a new attempt."""
-    from schemas.vocab import ResumeEnv
-
+def test_every_task_restarts_by_itself_and_resume_continues_another_launchs_run(tmp_path: Path) -> None:
+    """Beaker retries a task with the same command and envVars: GYM_RESUME=restart in every task lets a
+    retry start the next attempt; --resume (on the command) also continues a run another launch began."""
     spec = REPO / "tests" / "data" / "miles" / "node.toml"
     image, cluster = 'launch.beaker.image="i"', 'launch.beaker.cluster="c"'
     plain = render_cli(tmp_path, spec, "--set", image, "--set", cluster, "--output-root", "/weka/r")
-    assert ResumeEnv.RESUME not in env_of(plain.tasks[0])
+    assert env_of(plain.tasks[0])[ResumeEnv.RESUME] == (ResumeEnv.RESTART, None)
+    assert "--resume" not in plain.tasks[0].command
     resumed = render_cli(tmp_path, spec, "--set", image, "--set", cluster, "--output-root", "/weka/r", "--resume")
-    assert env_of(resumed.tasks[0])[ResumeEnv.RESUME] == ("1", None)
+    assert env_of(resumed.tasks[0])[ResumeEnv.RESUME] == (ResumeEnv.RESTART, None)
+    assert resumed.tasks[0].command[-1] == "--resume"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "retries"),
+    [
+        (None, None, None),
+        ("launch.max_retries", 0, 0),
+        ("launch.max_retries", 4, 4),
+        ("launch.beaker.max_retries", 2, 2),
+    ],
+)
+def test_max_retries_is_beakers_allowed_task_retries(tmp_path: Path, key: str | None, value: int, retries: int) -> None:
+    spec = REPO / "tests" / "data" / "miles" / "node.toml"
+    sets = ["--set", 'launch.beaker.image="i"', "--set", 'launch.beaker.cluster="c"', "--output-root", "/weka/r"]
+    if key is not None:
+        sets += ["--set", f"{key}={value}"]
+    loaded = render_cli(tmp_path, spec, *sets)
+    text = (tmp_path / "job.beaker.yaml").read_text()
+    if retries is None:
+        assert loaded.retry is None and "Beaker's own retry default applies" in text
+    else:
+        assert loaded.retry is not None and loaded.retry.allowed_task_retries == retries
+        assert f"Beaker retries the task up to {retries} time(s)" in text
+    # Whatever Beaker counts, the agents count from the run directory: said in the job itself.
+    assert "# a resubmission resets Beaker's count, not theirs." in text

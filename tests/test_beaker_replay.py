@@ -2,7 +2,9 @@
 the environment Beaker gives a replica (BEAKER_REPLICA_RANK, BEAKER_REPLICA_COUNT,
 BEAKER_LEADER_REPLICA_HOSTNAME, BEAKER_NODE_HOSTNAME, ...), plus the task's exact command and
 envVars as beaker-py reads them from the rendered YAML. Then the preemption path: SIGTERM to every
-replica at once, as Beaker does when it preempts a replica group.
+replica at once, as Beaker does when it preempts a replica group; and Beaker's retry of a failed
+task: every replica started again as a new job (new BEAKER_JOB_ID) of the same workload, with the
+same command and envVars, resumes from its checkpoint by itself, within the restart cap.
 
 What is not Beaker here (nothing else is mocked): the processes share one host, so each gets a
 loopback address through the agent's test-only hook (GYM_TEST_REPLICA_ADDRESS, loopback only;
@@ -25,12 +27,15 @@ from beaker import BeakerExperimentSpec
 from agent.coord.identity import TEST_ADDRESS_ENV
 from agent.proc import tempdirs
 from launch.cli import main as launch_main
+from schemas import names
 from tests.harness import (
     agent_tmp_root,
     assert_artifacts_valid,
     assert_nothing_left,
     audit,
     failures,
+    read,
+    small_spec,
     wait_phase,
 )
 
@@ -41,9 +46,9 @@ BIN = Path(sys.executable).parent
 SECRET_VALUE = "replayed-secret-value-0123"
 
 
-def render(tmp_path: Path, uuid: str, *sets: str) -> BeakerExperimentSpec:
+def render(tmp_path: Path, uuid: str, *sets: str, spec: Path = REPO / "examples" / "demo.toml") -> BeakerExperimentSpec:
     job = tmp_path / f"{uuid}.beaker.yaml"
-    args = ["render", str(REPO / "examples" / "demo.toml"), "--backend", "beaker", "--uuid", uuid]
+    args = ["render", str(spec), "--backend", "beaker", "--uuid", uuid]
     args += ["--output-root", str(tmp_path / "out"), "-o", str(job)]
     for s in (
         'launch.beaker.image="team/gym-agent"',
@@ -57,9 +62,10 @@ def render(tmp_path: Path, uuid: str, *sets: str) -> BeakerExperimentSpec:
     return BeakerExperimentSpec.from_file(job)
 
 
-def beaker_env(task, rank: int, tmp_path: Path) -> dict[str, str]:
+def beaker_env(task, rank: int, tmp_path: Path, start: int = 1) -> dict[str, str]:
     """What a Beaker replica's container has: the task's envVars (secrets resolved by Beaker) and
-    Beaker's replica variables. PATH/HOME come from this machine, as the image's would."""
+    Beaker's replica variables. PATH/HOME come from this machine, as the image's would. `start`:
+    1 for the task's first start, 2 for Beaker's first retry, ... (new jobs, same workload)."""
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "VIRTUAL_ENV") if k in os.environ}
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"  # the image has gym-agent on PATH
     for var in task.env_vars:
@@ -74,8 +80,9 @@ def beaker_env(task, rank: int, tmp_path: Path) -> dict[str, str]:
             "BEAKER_NODE_HOSTNAME": hosts[rank],
             "BEAKER_NODE_ID": f"node-{rank}",
             "BEAKER_TASK_ID": "replay-task",
-            "BEAKER_JOB_ID": f"replay-job-{rank}",
+            "BEAKER_JOB_ID": f"replay-job-{start}-{rank}",
             "BEAKER_EXPERIMENT_ID": "replay-experiment",
+            "BEAKER_WORKLOAD_ID": "replay-experiment",
             "BEAKER_ASSIGNED_GPU_COUNT": str(task.resources.gpu_count),
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(task.resources.gpu_count)),
             TEST_ADDRESS_ENV: hosts[rank],
@@ -85,13 +92,13 @@ def beaker_env(task, rank: int, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def start_replicas(task, tmp_path: Path) -> list[subprocess.Popen]:
+def start_replicas(task, tmp_path: Path, start: int = 1) -> list[subprocess.Popen]:
     procs = []
     for rank in range(task.replicas):
         procs.append(
             subprocess.Popen(
                 task.command,  # exactly the task's command, resolved on PATH like in the container
-                env=beaker_env(task, rank, tmp_path),
+                env=beaker_env(task, rank, tmp_path, start),
                 cwd=REPO,  # the image's working directory (the demo driver's relative path)
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -177,3 +184,68 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_
     # Every replica was signalled: the first cause is one of them, and it says what happened.
     assert fc is not None and fc.kind == "signal" and fc.rank in signalled, (fc, result.cascade)
     assert "SIGTERM" in fc.cause
+
+
+# Fails its first attempt after writing a checkpoint; a later attempt that finds it succeeds.
+RESUMING_DRIVER = """
+import os, pathlib, sys
+ckpt = pathlib.Path(os.environ["GYM_CHECKPOINT_DIR"])
+if (ckpt / "step-1").exists():
+    (ckpt / "resumed").write_text(os.environ["GYM_ATTEMPT"])
+    sys.exit(0)
+(ckpt / "step-1").write_text(os.environ["GYM_ATTEMPT"])
+sys.exit(3)
+"""
+
+
+def _coordination_only(tmp_path: Path) -> Path:
+    """Two whole-node replicas, no Ray, the resuming driver: only the restart is under test."""
+    driver = tmp_path / "resuming_driver.py"
+    driver.write_text(RESUMING_DRIVER)
+    spec = tmp_path / "restart.toml"
+    spec.write_text(
+        small_spec(replicas=2, node_gpus=8, ray=False, driver=f'command = ["python", "{driver}"]\ntrains = false')
+    )
+    return spec
+
+
+def test_a_retried_task_resumes_by_itself_from_its_checkpoint(tmp_path: Path) -> None:
+    uuid = "beaker-replay-retry"
+    [task] = render(tmp_path, uuid, "launch.max_retries=1", spec=_coordination_only(tmp_path)).tasks
+    assert "--resume" not in task.command
+    run_dir = tmp_path / "out" / "cluster" / uuid
+    codes, text = finish(start_replicas(task, tmp_path, start=1), 120)
+    assert codes == [1, 1], text[-4000:]
+    # Beaker's retry: new jobs of the same workload, the same command and envVars.
+    codes, text = finish(start_replicas(task, tmp_path, start=2), 120)
+    assert codes == [0, 0], text[-4000:]
+    assert (run_dir / "checkpoints" / "resumed").read_text() == "2"
+    claim = read(run_dir, names.attempt_claim(2))
+    assert (claim["mode"], claim["token"], claim["previous"]) == ("restart", "beaker-replay-experiment", 1)
+    assert (run_dir / names.attempt_dir(1) / names.failure(0)).is_file()
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+    result = audit(run_dir, verdict="pass")
+    first, last = result.attempts
+    assert (first.attempt, first.verdict, first.first_cause.kind) == (1, "fail", "driver_exit"), first
+    assert (last.attempt, last.verdict, last.mode, last.token) == (2, "pass", "restart", "beaker-replay-experiment")
+    report = subprocess.run([str(BIN / "gym-audit"), str(run_dir)], capture_output=True, text=True, timeout=120)
+    said = (
+        "attempt 1: FAIL, run failed (launch beaker-replay-experiment)",
+        "attempt 2: PASS, run succeeded (restarted by the scheduler, launch beaker-replay-experiment)",
+    )
+    assert all(line in report.stdout for line in said), report.stdout
+
+
+def test_a_retry_past_max_retries_is_refused(tmp_path: Path) -> None:
+    uuid = "beaker-replay-cap"
+    [task] = render(tmp_path, uuid, "launch.max_retries=0", spec=_coordination_only(tmp_path)).tasks
+    run_dir = tmp_path / "out" / "cluster" / uuid
+    assert finish(start_replicas(task, tmp_path, start=1), 120)[0] == [1, 1]
+    codes, text = finish(start_replicas(task, tmp_path, start=2), 60)
+    assert codes == [2, 2] and "attempt 2 refused: max_retries" in text, text[-4000:]
+    refused = read(run_dir, names.attempt_refused(2))
+    assert refused["state"] == "refused" and "max_retries is 0" in refused["reason"], refused
+    assert not (run_dir / names.attempt_claim(2)).exists() and not (run_dir / "checkpoints" / "resumed").exists()
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)

@@ -6,17 +6,22 @@ another token that finds the number taken is refused before it writes anything. 
 the previous attempt's files into attempts/N-1/ and then writes attempts/N/ready.json; joiners wait
 for it, so no replica of attempt N ever lists a file of attempt N-1. Records of another attempt
 that appear later (a straggler, something planted) are ignored by RunDir.read_json.
+
+Two modes (schemas.vocab.ResumeEnv): ``--resume`` (GYM_RESUME=1) joins the attempt of its own
+token or starts the next one; ``GYM_RESUME=restart`` is a launch whose scheduler restarts it under
+the same token (agent/coord/restart_join.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agent.coord.restart_caps import Caps, cause_signature, checkpoint_state, refusal
 from agent.proc.waits import poll_until
-from launch.spec.errors import GymError
+from launch.spec.errors import GymError, UsageError
 from schemas import RunDir, Writer, names
 from schemas.vocab import ResumeEnv
 
@@ -31,20 +36,44 @@ def attempt_token(env: Mapping[str, str]) -> str:
         return env[ResumeEnv.TOKEN]
     if env.get("SLURM_JOB_ID"):  # a requeued job keeps its id and counts restarts
         return f"slurm-{env['SLURM_JOB_ID']}-{env.get('SLURM_RESTART_COUNT', '0')}"
-    if env.get("BEAKER_JOB_ID"):  # a restarted replica group is a new job
-        return f"beaker-{env['BEAKER_JOB_ID']}"
+    # Not BEAKER_JOB_ID: each replica, and each retry of it, is its own job. The workload (the
+    # experiment) is one for every replica of the task and for all of Beaker's retries of it.
+    beaker = env.get("BEAKER_WORKLOAD_ID") or env.get("BEAKER_EXPERIMENT_ID")
+    if beaker:
+        return f"beaker-{beaker}"
     return "manual"
 
 
-def resume_requested(flag: bool, env: Mapping[str, str]) -> bool:
-    return flag or env.get(ResumeEnv.RESUME, "") in ("1", "true", "yes")
+@dataclass(frozen=True)
+class ResumeMode:
+    resume: bool  # --resume / GYM_RESUME=1: continue this run directory, whoever started it
+    restart: bool  # GYM_RESUME=restart: the scheduler restarts this launch under one token
+
+    @property
+    def joins(self) -> bool:
+        return self.resume or self.restart
 
 
-def _used(run: RunDir) -> bool:
+RESUME_VALUES = ("1", "true", "yes")
+PLAIN_VALUES = ("", "0", "false", "no")
+
+
+def resume_mode(flag: bool, env: Mapping[str, str]) -> ResumeMode:
+    """How this replica enters the run: from ``--resume`` and $GYM_RESUME (UsageError if unknown)."""
+    value = env.get(ResumeEnv.RESUME, "").strip().lower()
+    if value not in (*RESUME_VALUES, *PLAIN_VALUES, ResumeEnv.RESTART):
+        raise UsageError(
+            f"${ResumeEnv.RESUME} is {value!r}: use 1 (--resume), {ResumeEnv.RESTART} (a scheduler restart of "
+            "this launch continues by itself) or leave it unset"
+        )
+    return ResumeMode(resume=flag or value in RESUME_VALUES, restart=value == ResumeEnv.RESTART)
+
+
+def used(run: RunDir) -> bool:
     return bool(run.listdir(names.ADDRESSES_DIR)) or bool(run.claimed_attempts())
 
 
-def _ended(run: RunDir, attempt: int, heartbeat_timeout: float, startup_timeout: float) -> str | None:
+def ended(run: RunDir, attempt: int, heartbeat_timeout: float, startup_timeout: float) -> str | None:
     """None when attempt `attempt` (whose files are at the top) has ended, else why it has not."""
     saved, run.attempt = run.attempt, attempt
     try:
@@ -103,6 +132,7 @@ def join(
     deadline: float,
     poll: float,
     caps: Caps | None = None,
+    mode: str = "resume",
     log: Callable[[str], None] = lambda _line: None,
 ) -> int:
     """Join the attempt of launch `token` (claiming a new one when needed); sets run.attempt.
@@ -112,19 +142,34 @@ def join(
     if current is not None:
         doc = run.read_json(names.attempt_claim(current)) or {}
         if doc.get("token") == token:
-            return _wait_ready(run, current, deadline, poll)
-    previous: int | None
-    if current is None and not _used(run):
-        target, previous = 1, None
-    else:
+            return wait_ready(run, current, deadline, poll)
+    previous: int | None = None
+    if current is not None or used(run):
         previous = current or 1
-        why = _ended(run, previous, heartbeat_timeout, startup_timeout)
+        why = ended(run, previous, heartbeat_timeout, startup_timeout)
         if why is not None:
             raise AttemptRefused(
                 f"attempt {previous} of this run has not ended ({why}); stop it before resuming. "
                 "This process wrote nothing"
             )
-        target = previous + 1
+    return claim_next(run, writer, token, previous, deadline=deadline, poll=poll, caps=caps, mode=mode, log=log)
+
+
+def claim_next(
+    run: RunDir,
+    writer: Writer,
+    token: str,
+    previous: int | None,
+    *,
+    deadline: float,
+    poll: float,
+    caps: Caps | None,
+    mode: str,
+    log: Callable[[str], None],
+) -> int:
+    """Claim attempt previous + 1 (1 for a fresh run directory) for launch `token`, or join it when
+    another replica of that launch won the claim; `previous` must have ended."""
+    target = 1 if previous is None else previous + 1
     state = checkpoint_state(run)
     last_cause = cause_signature(run, previous) if previous is not None else None
     why = refusal(run, target, caps, state, last_cause) if caps is not None else None
@@ -133,14 +178,19 @@ def join(
         _record_refusal(run, writer, target, token, previous, why)
         raise AttemptRefused(f"attempt {target} refused: {why}. This process started nothing")
     run.attempt = target
-    claim_fields = {**_fields("claimed", token, previous, []), "checkpoints": state, "previous_cause": last_cause}
+    claim_fields = {
+        **_fields("claimed", token, previous, []),
+        "mode": mode,
+        "checkpoints": state,
+        "previous_cause": last_cause,
+    }
     try:
         run.create_artifact(names.attempt_claim(target), writer, claim_fields)
     except FileExistsError:
         doc = run.read_json(names.attempt_claim(target)) or {}
         if doc.get("token") == token:
-            return _wait_ready(run, target, deadline, poll)
-        run.attempt = current or 1
+            return wait_ready(run, target, deadline, poll)
+        run.attempt = previous or 1
         raise AttemptRefused(
             f"attempt {target} of this run was already started by another launch (token {doc.get('token')!r}, "
             f"pid-independent claim {names.attempt_claim(target)}); this process did not join and wrote nothing"
@@ -167,11 +217,11 @@ def _record_refusal(run: RunDir, writer: Writer, target: int, token: str, previo
         run.attempt = saved
 
 
-def _wait_ready(run: RunDir, attempt: int, deadline: float, poll: float) -> int:
+def wait_ready(run: RunDir, attempt: int, deadline: float, poll: float) -> int:
     """A joiner of the claimant's attempt waits until the old files are out of the way."""
     run.attempt = attempt
     if not poll_until(
-        lambda: "ready.json" in run.listdir(names.attempt_dir(attempt)), deadline=deadline, interval=poll
+        lambda: names.READY_LEAF in run.listdir(names.attempt_dir(attempt)), deadline=deadline, interval=poll
     ):
         raise AttemptRefused(
             f"attempt {attempt}: its claimant never finished moving the previous attempt's files "

@@ -93,6 +93,7 @@ def agent_argv(
     replicas: int | None = None,
     address: str | None = None,
     launcher_fd: int | None = None,
+    resume: bool = False,
 ) -> tuple[str, ...]:
     """``gym-agent``'s command line, in one order for every backend. ``rank`` and ``address`` are
     strings: a batch script passes a shell expression the node expands (``$rank``)."""
@@ -112,4 +113,6 @@ def agent_argv(
         argv += ["--address", address]
     if launcher_fd is not None:
         argv += ["--launcher-fd", str(launcher_fd)]
+    if resume:
+        argv.append("--resume")
     return tuple(argv)

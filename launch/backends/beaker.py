@@ -40,6 +40,7 @@ from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.load import SPEC_JSON_ENV, canonical_json, spec_record
+from launch.spec.restarts import max_retries
 from schemas import RunDir
 from schemas.vocab import ResumeEnv
 
@@ -153,14 +154,14 @@ def _problems(request: RenderRequest) -> list[Problem]:
     return out
 
 
-def _env_vars(config: RunConfig, spec_json: str, resume: bool = False) -> list[dict[str, str]]:
+def _env_vars(config: RunConfig, spec_json: str) -> list[dict[str, str]]:
     env = [{"name": k, "value": v} for k, v in sorted(config.launch.env.items())]
     # By name only: Beaker puts the secret's value into the replica's environment.
     env += [{"name": k, "secret": v} for k, v in sorted(config.launch.secrets.items())]
     env.append({"name": SPEC_JSON_ENV, "value": spec_json})
-    if resume:
-        # A restarted replica group reruns this same task: every start is a new attempt of the run.
-        env.append({"name": ResumeEnv.RESUME, "value": "1"})
+    # Beaker retries a task with the same command and environment: restart mode lets a retry
+    # (same workload, so the same attempt token) start the next attempt by itself.
+    env.append({"name": ResumeEnv.RESUME, "value": ResumeEnv.RESTART})
     return env
 
 
@@ -176,6 +177,8 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
         expect_fingerprint=config.fingerprint,
         rank="0" if alone else None,
         replicas=1 if alone else None,
+        # --resume continues a run another launch started; restart mode alone would refuse it.
+        resume=request.resume,
     )
     context: dict[str, Any] = {}
     if beaker.priority is not None:
@@ -198,7 +201,7 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
         "name": config.name,
         "image": {"beaker": beaker.image},
         "command": list(command),
-        "envVars": _env_vars(config, spec_json, request.resume),
+        "envVars": _env_vars(config, spec_json),
         "datasets": [{"mountPath": m["mount_path"], "source": {"weka": m["weka"]}} for m in config.launch.weka_mounts],
         "result": {"path": RESULT_PATH},
         "resources": resources,
@@ -247,6 +250,9 @@ def render(request: RenderRequest) -> Rendered:
     if config.launch.beaker.budget is not None:
         doc["budget"] = config.launch.beaker.budget
     doc["tasks"] = [task(request, spec_json)]
+    cap = max_retries(config)
+    if cap is not None:
+        doc["retry"] = {"allowedTaskRetries": cap}
     workspace = config.launch.beaker.workspace
     comments = (
         f"gym-agent run {config.name}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs, uuid {request.uuid}",
@@ -255,8 +261,23 @@ def render(request: RenderRequest) -> Rendered:
         f"OUTPUT ROOT {request.output_root} MUST BE A SHARED FILESYSTEM mounted at this path in every replica:",
         f"the replicas coordinate through {posixpath.join(request.output_root, 'cluster', request.uuid)}.",
         f"The run spec is carried inline ({SPEC_JSON_ENV}); every replica checks its fingerprint.",
+        *_restart_comments(cap),
     )
     return Rendered(backend="beaker", text=dump(doc, comments), file_name=".beaker.yaml")
+
+
+def _restart_comments(cap: int | None) -> tuple[str, ...]:
+    allowed = (
+        f"Beaker retries the task up to {cap} time(s) (retry.allowedTaskRetries)"
+        if cap is not None
+        else "no [launch] max_retries: Beaker's own retry default applies"
+    )
+    return (
+        f"Restarts: {allowed}.",
+        f"A retry resumes by itself ({ResumeEnv.RESUME}={ResumeEnv.RESTART}, token beaker-$BEAKER_WORKLOAD_ID).",
+        "The agents count attempts from the run directory's attempts/ and refuse one past the caps:",
+        "a resubmission resets Beaker's count, not theirs.",
+    )
 
 
 # --- the side effect: beaker-py's client ------------------------------------------------------

@@ -14,6 +14,7 @@ for the node's 8 GPUs, and a secret's value is injected by the test as Beaker wo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -38,6 +39,7 @@ from tests.harness import (
     small_spec,
     wait_phase,
 )
+from tests.test_scheduler_query import answer_jobs, write_beaker_config
 
 pytestmark = pytest.mark.slow
 
@@ -145,7 +147,9 @@ def test_replayed_task_runs_and_passes_the_audit(tmp_path: Path) -> None:
     audit(run_dir, verdict="pass")
 
 
-def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_path: Path) -> None:
+def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     uuid = "beaker-replay-preempt"
     sleepy = 'driver.command=["python", "-c", "import time; time.sleep(600)"]'
     [task] = render(tmp_path, uuid, sleepy).tasks
@@ -184,6 +188,17 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(tmp_
     # Every replica was signalled: the first cause is one of them, and it says what happened.
     assert fc is not None and fc.kind == "signal" and fc.rank in signalled, (fc, result.cascade)
     assert "SIGTERM" in fc.cause
+    # Beaker knows why: asked about the jobs the agents recorded, it says preempted. Beaker's API
+    # cannot exist here: its one call (JobClient.get) answers as Beaker does for a preemption.
+    write_beaker_config(tmp_path, monkeypatch)
+    asked: list[str] = []
+    answer_jobs(monkeypatch, "CANCELATION_CODE_SYSTEM_PREEMPTION", "preempted by a higher priority job", asked)
+    fc = audit_run(run_dir).first_cause
+    assert fc is not None and (fc.kind, fc.scheduler) == ("preempted", "beaker"), fc
+    assert "system preemption (preempted by a higher priority job)" in fc.cause, fc.cause
+    # Each replica's own job, as the agents recorded it from BEAKER_JOB_ID.
+    recorded = {json.loads(p.read_text())["scheduler_job"]["job"] for p in (run_dir / "addresses").glob("*.json")}
+    assert set(asked) == recorded and len(recorded) == task.replicas, (asked, recorded)
 
 
 # Fails its first attempt after writing a checkpoint; a later attempt that finds it succeeds.

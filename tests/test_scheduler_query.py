@@ -56,6 +56,11 @@ def test_the_agent_records_its_scheduler_job() -> None:
 
 @pytest.fixture
 def beaker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return write_beaker_config(tmp_path, monkeypatch)
+
+
+def write_beaker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Beaker client configuration (a fake token), as Beaker's CLI writes it."""
     path = tmp_path / "home" / ".beaker" / "config.yml"
     path.parent.mkdir(parents=True)
     path.write_text("user_token: tok-test\nagent_address: https://beaker.invalid\ndefault_org: team\n")
@@ -75,7 +80,8 @@ def _beaker_run(root: Path) -> RunBuilder:
     return b
 
 
-def _answering(monkeypatch: pytest.MonkeyPatch, code: str, why: str, asked: list[str]) -> None:
+def answer_jobs(monkeypatch: pytest.MonkeyPatch, code: str, why: str, asked: list[str]) -> None:
+    """Beaker answers every job's status with cancelation code `code` (a CancelationCode name)."""
     from beaker import beaker_pb2 as pb2
     from beaker._job import JobClient
 
@@ -103,7 +109,7 @@ def test_beakers_cancelation_code_names_the_ending(
     run = _beaker_run(tmp_path).path
     assert_artifacts_valid(run)
     asked: list[str] = []
-    _answering(monkeypatch, code, "a reason Beaker gives", asked)
+    answer_jobs(monkeypatch, code, "a reason Beaker gives", asked)
     result = audit_run(run)
     fc = result.first_cause
     assert fc is not None and (fc.kind, fc.scheduler) == (kind, "beaker"), fc
@@ -120,7 +126,7 @@ def test_a_sibling_failure_is_no_beaker_ending(
 ) -> None:
     pytest.importorskip("beaker")
     run = _beaker_run(tmp_path).path
-    _answering(monkeypatch, "CANCELATION_CODE_SIBLING_TASK_FAILED", "", [])
+    answer_jobs(monkeypatch, "CANCELATION_CODE_SIBLING_TASK_FAILED", "", [])
     result = audit_run(run)
     assert result.first_cause is not None and result.first_cause.kind == "signal"
     assert any("not canceled by Beaker" in n for n in result.notes), result.notes

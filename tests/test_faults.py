@@ -10,7 +10,8 @@ import pytest
 from bench import faults
 
 pytestmark = pytest.mark.slow
-SUBSET = ("sigkill-agent-driver", "sigstop-sigcont-agent", "launcher-sigkill", "setsid-grandchild")
+# crash-loop: three launches of a driver that fails at once, the third refused (coordination only, seconds).
+SUBSET = ("sigkill-agent-driver", "sigstop-sigcont-agent", "launcher-sigkill", "setsid-grandchild", "crash-loop")
 
 
 @pytest.mark.parametrize("name", SUBSET)
@@ -29,6 +30,7 @@ def test_every_fault_has_a_unique_name_and_an_expectation() -> None:
         assert f.expect in ("pass", "fail")
         assert f.expect == "pass" or f.kinds, f.name
     assert set(faults.SETUP) <= set(names)
+    assert {f.name for f in faults.FAULTS if f.slurm} == set(faults.faults_slurm.ENDINGS)
 
 
 def test_unknown_fault_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,6 @@
 """The fault matrix: inject each fault into real agents from the outside, N times, and report.
 
-    make faults                          # every fault, 3 trials each
+    make faults                          # every fault, 3 trials each (the Slurm rows once)
     python -m bench.faults --only driver-exit sigkill-agent --trials 1 --json
 
 Each trial starts real `gym-agent` processes (or `gym-launch local` for the launcher's faults) on
@@ -10,7 +10,14 @@ last exit of any process of the run, each rank's failure and cleanup record, orp
 processes of the run still alive, as tests.harness.orphans finds them: in a session of the run,
 or its directory or uuid in the command line or environment; never by name), and whether
 `gym-audit`'s text names the expected rank and kind in its first 10 lines. A row passes when every trial does.
-"""
+
+Two kinds of rows measure more than one launch or more than the agents:
+- restart rows (`refused_at`): the run is relaunched after each failure as a scheduler restarts a
+  job, until the restart caps refuse an attempt; the fault is that relaunch, its exit codes are the
+  refused agents' (2 each), the ending names attempts/N/refused.json and its cap.
+- Slurm rows (`slurm`, bench/faults_slurm.py): the job on the local Slurm cluster, ended by the
+  scheduler; the exit code is the job's, the ending its state and the time to its end. The cluster
+  is started for them after the other rows (or the rows are skipped, saying why)."""
 
 from __future__ import annotations
 
@@ -559,8 +566,8 @@ def _slurm_trial(fault: Fault, base: Path, cluster: faults_slurm.Cluster | None)
         return Trial(fault.name, False, [], None, {}, [], "skipped", False, [], skipped="no Slurm cluster given")
     try:
         out = faults_slurm.run(fault.name, base, cluster)
-    except (AssertionError, OSError, subprocess.SubprocessError, RuntimeError) as exc:
-        return Trial(fault.name, False, [], None, {}, [], "error", False, [f"{type(exc).__name__}: {exc}"])
+    except (faults_slurm.RowError, OSError, subprocess.SubprocessError) as exc:
+        return Trial(fault.name, False, [], None, {}, [], "error", False, [str(exc)])
     try:
         verdict, names_cause = _audit(out.run_dir, fault)
         problems = out.problems + _expectations(

@@ -138,8 +138,19 @@ class Outcome:
     problems: list[str]
 
 
+class RowError(RuntimeError):
+    """The row could not run to its measurement: the submission or a cluster call failed."""
+
+
 def run(name: str, base: Path, c: Cluster) -> Outcome:
     """Submit the row's job, end it, and measure; the run directory stays for the caller's audit."""
+    try:
+        return _run(name, base, c)
+    except (AssertionError, TimeoutError, _cluster_module().ClusterError) as exc:
+        raise RowError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _run(name: str, base: Path, c: Cluster) -> Outcome:
     rendered, endings = _tests("test_slurm_rendered"), _tests("test_slurm_endings")
     wait_nodes_clean = _tests("test_slurm_cluster").wait_nodes_clean
     e = ENDINGS[name]

@@ -65,7 +65,8 @@ SOAK_DURATION ?= 600
 soak: $(STAMP)
 	$(PY) -m bench.soak --agents $(SOAK_AGENTS) --duration $(SOAK_DURATION)
 
-# The fault matrix (issue 13): every fault three times against real agents, from the outside.
+# The fault matrix (issue 13): every fault three times against real agents, from the outside;
+# the Slurm rows (issue 23) once each, on a local Slurm cluster the matrix starts and stops.
 # Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once.
 faults: $(STAMP)
 	$(PY) -m bench.faults --trials 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.model import AttemptSummary, AuditResult, Cause, Finding
+from audit.restarts import REFUSED
 from audit.sanitize import terminal_safe as _t
 from schemas import names, timefmt
 
@@ -100,6 +101,8 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
         _t(f"gym-audit: {result.verdict.upper()} — run {result.outcome} — {result.run_dir}"),
         f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info",
     ]
+    # A restart the caps refused is why the run stopped now: said before the attempts' causes.
+    lines += [_t(f"  restarts stopped ({f.code}): {f.message}") for f in result.findings if f.code == REFUSED]
     plan = result.plan or {}
     if plan:
         lines.append(

@@ -11,6 +11,8 @@ from audit.load import SafeDir, UnsafeFile
 from audit.model import Finding
 from schemas import names
 
+REFUSED = "attempt.refused"  # the finding's code
+
 
 def attempt_numbers(path: Path) -> list[int]:
     """The numbered directories under attempts/ (archives, claims, refusals), ascending."""
@@ -34,7 +36,7 @@ def refused_findings(safe: SafeDir, path: Path) -> list[Finding]:
         except (UnsafeFile, OSError, orjson.JSONDecodeError):
             continue
         reason = doc.get("reason") if isinstance(doc, dict) else None
-        out.append(Finding("error", "attempt.refused", f"attempt {n} was refused: {reason or '(no reason)'}", rel))
+        out.append(Finding("error", REFUSED, f"attempt {n} was refused: {reason or '(no reason)'}", rel))
     return out
 
 

@@ -10,7 +10,8 @@ import pytest
 from bench import faults
 
 pytestmark = pytest.mark.slow
-SUBSET = ("sigkill-agent-driver", "sigstop-sigcont-agent", "launcher-sigkill", "setsid-grandchild")
+# crash-loop: three launches of a driver that fails at once, the third refused (coordination only, seconds).
+SUBSET = ("sigkill-agent-driver", "sigstop-sigcont-agent", "launcher-sigkill", "setsid-grandchild", "crash-loop")
 
 
 @pytest.mark.parametrize("name", SUBSET)
@@ -29,8 +30,23 @@ def test_every_fault_has_a_unique_name_and_an_expectation() -> None:
         assert f.expect in ("pass", "fail")
         assert f.expect == "pass" or f.kinds, f.name
     assert set(faults.SETUP) <= set(names)
+    assert {f.name for f in faults.FAULTS if f.slurm} == set(faults.faults_slurm.ENDINGS)
 
 
 def test_unknown_fault_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert faults.main(["--only", "no-such-fault"]) == 2
     assert "unknown fault" in capsys.readouterr().err
+
+
+def test_slurm_rows_are_skipped_with_the_reason_where_slurm_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(faults.faults_slurm._cluster_module(), "unavailable_reason", lambda: "no Slurm (simulated)")
+    lines: list[str] = []
+    chosen = [f for f in faults.FAULTS if f.slurm]
+    results = faults.run_matrix(chosen, 3, Path("/nonexistent"), lines.append)
+    assert [t.skipped for t in results] == ["no local Slurm cluster here: no Slurm (simulated)"] * len(chosen)
+    assert all("skipped: no local Slurm cluster here" in line for line in lines) and len(lines) == len(chosen)
+    assert "| slurm-scancel | skipped: no local Slurm cluster here" in faults.table(results)
+
+
+def test_a_slurm_exit_code_reads_as_a_process_exit() -> None:
+    assert [faults.faults_slurm._exit_code(c) for c in ("0:15", "1:0", "0:0", "?")] == [-15, 1, 0, None]

@@ -138,13 +138,14 @@ def test_gym_launch_local_is_the_parent_of_every_agent(tmp_path: Path) -> None:
     run = launch_local(tmp_path, spec, "parent-1")
     try:
         launcher = psutil.Process(run.proc.pid)
-        cmdline = launcher.cmdline()
         agents: list[psutil.Process] = []
         end = time.monotonic() + 60
         while len(agents) < 2 and time.monotonic() < end and run.proc.poll() is None:
             agents = [c for c in launcher.children() if "agent.cli" in c.cmdline()]
             time.sleep(0.1)
         assert len(agents) == 2, run.text
+        # Read once it started its agents: a process caught mid-exec shows an empty command line.
+        cmdline = launcher.cmdline()
         assert {a.ppid() for a in agents} == {run.proc.pid}
         assert str(BIN / "gym-launch") in cmdline and "local" in cmdline, cmdline
         assert not any("local_run" in word for word in cmdline), cmdline

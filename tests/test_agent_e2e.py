@@ -204,7 +204,7 @@ def test_clock_skew_of_an_hour_causes_no_false_failure(tmp_path: Path) -> None:
     driver = 'command = ["python", "-c", "import time; time.sleep(5)"]'
     skew = {1: {"GYM_TEST_CLOCK_SKEW_S": "3600"}, 2: {"GYM_TEST_CLOCK_SKEW_S": "-3600"}}
     spec = tmp_path / "skew.toml"
-    spec.write_text(small_spec(driver=driver, heartbeat_timeout=2.0))
+    spec.write_text(small_spec(driver=driver, heartbeat_timeout=2.0, ray=False))  # the skew is the agents'
     u = uid("skew")
     procs = [start_agent(tmp_path, spec, u, r, 3, f"127.0.0.{2 + r}", env=skew.get(r)) for r in range(3)]
     codes = wait_all(procs, 180)

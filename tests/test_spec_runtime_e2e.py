@@ -15,7 +15,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_host_outside_launch_hostnames_fails_the_run_naming_it(tmp_path: Path) -> None:
-    spec = small_spec(replicas=2).replace("[launch]\n", '[launch]\nhostnames = ["not-this-host-a", "not-b"]\n', 1)
+    spec = small_spec(replicas=2, ray=False).replace(
+        "[launch]\n", '[launch]\nhostnames = ["not-this-host-a", "not-b"]\n', 1
+    )
     run = launch_local(tmp_path, spec, uid("hosts"))
     try:
         assert run.wait(120) != 0
@@ -31,7 +33,7 @@ def test_a_host_outside_launch_hostnames_fails_the_run_naming_it(tmp_path: Path)
 
 def test_the_allowlist_admits_this_host(tmp_path: Path) -> None:
     host = socket.gethostname()
-    spec = small_spec(replicas=2).replace("[launch]\n", f'[launch]\nhostnames = ["{host}"]\n', 1)
+    spec = small_spec(replicas=2, ray=False).replace("[launch]\n", f'[launch]\nhostnames = ["{host}"]\n', 1)
     run = launch_local(tmp_path, spec, uid("hosts-ok"))
     try:
         assert run.wait(120) == 0, run.text[-2000:]
@@ -49,7 +51,7 @@ def test_runtime_values_come_from_the_jobs_environment(tmp_path: Path) -> None:
     )
     run = launch_local(
         tmp_path,
-        small_spec(replicas=2, driver=driver),
+        small_spec(replicas=2, driver=driver, ray=False),
         uid("runtime"),
         env={"GYM_TEST_POOL_NODES": "n1,n2"},
     )
@@ -64,7 +66,7 @@ def test_runtime_values_come_from_the_jobs_environment(tmp_path: Path) -> None:
 
 def test_a_missing_runtime_variable_fails_the_run_naming_it(tmp_path: Path) -> None:
     driver = 'command = ["true"]\nenv = {JUDGE_HOST = "runtime:GYM_TEST_NOT_SET_ANYWHERE"}'
-    run = launch_local(tmp_path, small_spec(replicas=2, driver=driver), uid("runtime-x"))
+    run = launch_local(tmp_path, small_spec(replicas=2, driver=driver, ray=False), uid("runtime-x"))
     try:
         assert run.wait(120) != 0
     finally:

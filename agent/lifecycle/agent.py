@@ -171,6 +171,7 @@ class Agent:
         try:
             self.states.advance(AgentState.STARTING)
             on = NodeSteps(running, self._agree(running))  # plan agreement gives the topology
+            running.driver.arm_grace(on.topo)
             self._run_steps(PLACED_STEPS, on)
             self.states.advance(AgentState.RUNNING)
             self._run_steps(RUN_STEPS, on)

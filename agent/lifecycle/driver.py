@@ -146,17 +146,23 @@ class DriverRuntime:
         self.ctx.signal.trip(failure)
         return True
 
+    def arm_grace(self, topo: Topology) -> None:
+        """From the moment the topology is known, a node without the driver waits for the driver's
+        checkpoint before stopping: this node may still be starting (a slow judge, a loaded host)
+        while the driver already runs, and its early exit would end the job's step, the driver
+        with it (srun --kill-on-bad-exit)."""
+        grace = self._grace()
+        if grace and not topo.is_driver_node:
+            poll = self.ctx.config.coordination.poll_interval
+            self.ctx.supervisor.before_stop(partial(await_driver_node, self.ctx.run, self.ctx.signal, grace, poll))
+
     def run(self, topo: Topology) -> str:
         ctx = self.ctx
         if not topo.is_driver_node:
             # The driver's node acknowledges right after writing complete.json. Its ack is found by
             # listing acks/ (empty while the driver runs), not the large top-level directory:
-            # O(1) per poll per agent instead of O(N).
+            # O(1) per poll per agent instead of O(N). The checkpoint grace was armed by arm_grace.
             driver_ack = names.leaf(names.ack(topo.rank_of_node(ctx.plan.driver_node)))
-            grace = self._grace()
-            if grace:  # a failure from now on waits for the driver's checkpoint before stopping here
-                poll = ctx.config.coordination.poll_interval
-                ctx.supervisor.before_stop(partial(await_driver_node, ctx.run, ctx.signal, grace, poll))
             ctx.wait_unbounded(lambda: ctx.listed(driver_ack, names.ACKS_DIR))
             return ""
         argv, shell = self.argv()

@@ -47,14 +47,21 @@ OBJECT_STORES: Mapping[str, str] = {
     "obsfs": "obsfs (Huawei OBS)",
     "blobfuse": "blobfuse (Azure Blob Storage)",
     "blobfuse2": "blobfuse2 (Azure Blob Storage)",
-    "rclone": "rclone mount (a remote whose rename is a copy and delete on object stores)",
+    # Any remote: object-store remotes rename by copy and delete, and its directory cache holds a
+    # listing for minutes by default, so other nodes' records stay unseen whatever the remote.
+    "rclone": "rclone mount",
 }
+RCLONE_WHY = (
+    "On object-store remotes its rename is a copy and a delete, and on any remote its directory cache "
+    "keeps other nodes' new files out of a listing for minutes by default"
+)
 NFS_TYPES = frozenset({"nfs", "nfs4"})
 NFS_DEFAULTS: Mapping[str, float] = {"acregmin": 3, "acregmax": 60, "acdirmin": 30, "acdirmax": 60}  # nfs(5)
 # Option names whose value may be a secret (cifs password=, ceph secret=, credentials= files...).
 _SECRET = re.compile(r"pass|key|secret|token|cred|auth", re.IGNORECASE)
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<user>[^@/\s]*:[^@/\s]*)@")
 REDACTED = "<redacted>"
+LOG_OPTIONS = 1000  # characters of options on the agent log's line (the record keeps them all)
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,10 @@ class Guard:
         fs = self.filesystem
         if fs is None:
             return [f"filesystem of {self.path}: unknown ({self.unknown_because})"]
-        lines = [f"filesystem of {self.path}: {fs.describe()} ({','.join(redact(fs.options)) or 'no options'})"]
+        options = ",".join(redact(fs.options)) or "no options"
+        if len(options) > LOG_OPTIONS:  # an overlay's layer list can run to kilobytes
+            options = options[: LOG_OPTIONS - 1] + "…"
+        lines = [f"filesystem of {self.path}: {fs.describe()} ({options})"]
         if self.warnings:
             lines.append("filesystem warning: " + " ".join(self.warnings))
         return lines
@@ -266,11 +276,12 @@ def refusal(path: str, fs: Filesystem) -> str | None:
     what = object_store(fs)
     if what is None:
         return None
+    why = RCLONE_WHY if what == OBJECT_STORES["rclone"] else "Its rename is a copy and a delete, not atomic"
     return (
-        f"the output root {path} is on an object-store FUSE mount: {fs.describe()}, {what}. Its rename is a "
-        "copy and a delete, not atomic, so a peer can read a torn or missing record and the run directory's "
-        "contract cannot hold. Put [output] root (or --output-root) on a POSIX shared filesystem (NFS, Lustre, "
-        "WEKA, GPFS, BeeGFS, CephFS); nothing was written"
+        f"the output root {path} is on an object-store FUSE mount: {fs.describe()}, {what}. {why}, so a peer "
+        "can read a torn or missing record and the run directory's contract cannot hold. Put [output] root "
+        "(or --output-root) on a POSIX shared filesystem (NFS, Lustre, WEKA, GPFS, BeeGFS, CephFS); "
+        "nothing was written"
     )
 
 

@@ -2,8 +2,9 @@
 real mountinfo lines of the filesystems runs live on, the warnings and the refusal, the placement
 record's `filesystem`, and one real agent run whose record and audit carry the facts.
 
-No object-store FUSE daemon can run here (no bucket, no network): its refusal is tested on a mount
-table written for the test and handed to a real gym-agent process in place of /proc/self/mountinfo.
+No object-store FUSE daemon can run here (no bucket, no network): the refusal is tested on a real FUSE
+mount that the kernel lists as fuse.s3fs (bindfs with subtype=s3fs), and, for the other daemons, on
+mount tables written for the test (one handed to a real gym-agent process in place of /proc/self/mountinfo).
 """
 
 from __future__ import annotations
@@ -326,6 +327,30 @@ def test_gym_agent_refuses_an_object_store_mount_before_writing_anything(tmp_pat
     assert p.returncode == 2, p.stderr
     assert "fuse.s3fs" in p.stderr and f"at {root}" in p.stderr and "Traceback" not in p.stderr
     assert not root.exists()  # nothing was written: not even the output root
+
+
+def test_gym_agent_refuses_a_real_fuse_mount_of_subtype_s3fs(tmp_path: Path) -> None:
+    """A real FUSE mount the kernel lists as fuse.s3fs (bindfs with subtype=s3fs: no bucket here, but
+    the mount table is the real one), and a real gym-agent with nothing replaced."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or shutil.which("bindfs") is None:
+        pytest.skip("needs root, /dev/fuse and bindfs (make bindfs)")
+    src, mnt = tmp_path / "src", tmp_path / "bucket"
+    src.mkdir()
+    mnt.mkdir()
+    done = subprocess.run(["bindfs", "-o", "subtype=s3fs", str(src), str(mnt)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"bindfs mount failed: {done.stderr.strip()}")
+    try:
+        spec = tmp_path / "s.toml"
+        spec.write_text(small_spec(replicas=1, ray=False))
+        p = start_agent(tmp_path, spec, "u1", 0, 1, "127.0.0.2", args=("--output-root", str(mnt / "out")))
+        out = p.communicate(timeout=60)[0]
+        assert p.returncode == 2, out
+        assert "fuse.s3fs" in out and f"at {mnt}" in out and "nothing was written" in out and "Traceback" not in out
+        assert list(src.iterdir()) == []  # not even the output root
+    finally:
+        if subprocess.run(["fusermount", "-u", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["fusermount", "-u", "-z", str(mnt)], capture_output=True)
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.coord import mountinfo
+from schemas import records
 
 # FUSE daemons that present an object store: no atomic rename (copy + delete), often no
 # directories of their own. Matched on the FUSE subtype (fstype fuse.NAME) or, for a mount
@@ -124,8 +125,6 @@ class Guard:
 
     def record(self) -> dict[str, Any]:
         """The placement record's `filesystem` object (schemas.records.filesystem_fields)."""
-        from schemas import records
-
         fs = self.filesystem
         if fs is None:
             return records.filesystem_fields(

@@ -9,7 +9,7 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install test lint demo demo-slurm bench soak faults clean browser strace slurm-up slurm-down slurm-status
+.PHONY: install test lint demo demo-slurm bench soak faults clean browser bindfs strace slurm-up slurm-down slurm-status
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# FUSE mounts in tests (network-filesystem caches, the filesystem guard's object-store refusal) use
+# Debian's bindfs. Installed when missing and we are root; without it those tests skip and say why.
+bindfs:
+	@command -v bindfs >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	  bindfs >/dev/null) ; } || echo "bindfs not available: the FUSE tests will be skipped"
+
 # The HTML audit report is checked in a real headless Chromium (Debian's package). Installed
 # when missing and we are root; without it that one test skips and says why.
 browser:
@@ -32,7 +39,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  chromium >/dev/null) ; } || echo "chromium not available: the browser test will be skipped"
 
-test: $(STAMP) browser lint
+test: $(STAMP) browser bindfs lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 demo: $(STAMP)

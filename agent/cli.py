@@ -152,8 +152,16 @@ def _main(argv: Sequence[str] | None) -> int:
         mode = resume_mode(args.resume, os.environ)
     except UsageError as exc:
         return err(str(exc))
+    from agent.coord import fs_guard
+
+    output_root = args.output_root or config.output_root
+    coord = config.coordination
+    # Before anything is written: a filesystem that cannot hold the contract gets no run directory.
+    guard = fs_guard.check(output_root, fs_guard.Heartbeat(coord.heartbeat_interval, coord.heartbeat_timeout))
+    if guard.refusal:
+        return err(guard.refusal)
     try:
-        run = RunDir.create(args.output_root or config.output_root, args.uuid, mode=config.dir_mode)
+        run = RunDir.create(output_root, args.uuid, mode=config.dir_mode)
         if mode.joins:
             problem = _resume_spec_problem(run.read_json(names.SPEC), resolved, config.fingerprint)
             if problem:
@@ -194,13 +202,24 @@ def _main(argv: Sequence[str] | None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
 
+    for line in guard.log_lines():
+        out(line)
     if ident.rank == 0 and run.read_json(names.SPEC) is None:
         run.write_artifact(names.SPEC, writer, spec_record(resolved, origin))
 
     from agent.lifecycle.agent import Agent
 
     try:
-        agent = Agent(config, plan, ident, run, incarnation=incarnation, started_mono=STARTED, out=out)
+        agent = Agent(
+            config,
+            plan,
+            ident,
+            run,
+            incarnation=incarnation,
+            started_mono=STARTED,
+            out=out,
+            filesystem=guard.record(),
+        )
     except RunDirError as exc:
         return err(str(exc))
     if args.launcher_fd is not None:

@@ -29,6 +29,7 @@ from audit.crosscheck_lifecycle import (
 )
 from audit.crosscheck_regrade import check_regrade
 from audit.expected import expected_plan
+from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
 from audit.judge_replies import count_replies
 from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
@@ -73,6 +74,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_shared_filesystem,
     check_regrade,
     check_driver_stop,
+    check_filesystem,
 )
 
 
@@ -316,6 +318,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             attempts=_attempts(safe, Path(path), ctx.outcome, verdict, first, ask_scheduler, outputs),
             training=training_summary(ctx),
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
+            filesystem=tuple(m.to_json() for m in mounts(run)),
         )
 
 

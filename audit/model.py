@@ -209,6 +209,7 @@ class AuditResult:
     attempts: tuple[AttemptSummary, ...] = field(default=())  # every attempt; the verdict is the last's
     training: dict[str, Any] | None = None  # where the evidence of training came from, and what it showed
     judge_replies: dict[str, Any] | None = None  # independent reply counts (a spec with bindings only)
+    filesystem: tuple[dict[str, Any], ...] = field(default=())  # the output root's mounts (audit/filesystem.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -243,4 +244,5 @@ class AuditResult:
             "attempts": [a.to_json() for a in self.attempts],
             "training": self.training,
             "judge_replies": self.judge_replies,
+            "filesystem": list(self.filesystem),
         }

@@ -34,6 +34,9 @@ fields are only ever added. Keys, in order:
                   token: the launch that claimed it)
     training      where the evidence of training came from and what it showed (audit/README.md)
     judge_replies independent judge-reply counts against the driver's claim; null without bindings
+    filesystem    [{type, source, mount_point, options, warnings, ranks}]: the output root's mount as
+                  the nodes recorded it (placement records), nodes with the same mount together;
+                  warnings: what the agent's filesystem guard warned at start
 
 Unusable input (exit 2) prints {"format", "run_dir", "verdict": "unusable", "reason"}.
 Times are Unix wall-clock seconds of the host that wrote them.

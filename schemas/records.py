@@ -80,9 +80,13 @@ def placement_fields(
     unused_devices: Sequence[int],
     is_head: bool,
     is_driver_node: bool,
+    filesystem: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """placement-RANK.json: which local device does what on one node (audit/views.py reads it)."""
+    """placement-RANK.json: which local device does what on one node (audit/views.py reads it),
+    and what the output root lives on there (`filesystem_fields`)."""
+    fs = {"filesystem": dict(filesystem)} if filesystem is not None else {}
     return {
+        **fs,
         "node_index": node_index,
         "address": address,
         "visible_devices": list(visible_devices),
@@ -101,3 +105,34 @@ def placement_fields(
         "is_head": is_head,
         "is_driver_node": is_driver_node,
     }
+
+
+# Bounds of placement.schema.json's `filesystem`: a mount table is the host's, not ours to trust.
+FS_TEXT, FS_OPTION, FS_OPTIONS, FS_WARNING, FS_WARNINGS, FS_NOTE = 4096, 1024, 256, 2000, 16, 500
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def filesystem_fields(
+    *,
+    fstype: str,
+    source: str,
+    mount_point: str,
+    options: Sequence[str],
+    warnings: Sequence[str],
+    note: str | None = None,
+) -> dict[str, Any]:
+    """placement-RANK.json's `filesystem`: the output root's mount on that node, as the agent's
+    filesystem guard saw it (agent/coord/fs_guard.py; credentials already dropped)."""
+    out: dict[str, Any] = {
+        "type": _cap(fstype, 100),
+        "source": _cap(source, FS_TEXT),
+        "mount_point": _cap(mount_point, FS_TEXT),
+        "options": [_cap(o, FS_OPTION) for o in options[:FS_OPTIONS]],
+        "warnings": [_cap(w, FS_WARNING) for w in warnings[:FS_WARNINGS]],
+    }
+    if note is not None:
+        out["note"] = _cap(note, FS_NOTE)
+    return out

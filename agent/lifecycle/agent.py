@@ -18,8 +18,9 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from agent.coord import clock
 from agent.coord.durable import RecordKeeper, local_dir
@@ -85,6 +86,7 @@ class Agent:
         incarnation: str,
         started_mono: float,
         out: Callable[[str], None],
+        filesystem: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.plan = plan
@@ -98,6 +100,7 @@ class Agent:
         self.log = PhaseLog(run, self.writer, ident.rank, out, self.states)
         self.out = out
         self.started_mono = started_mono
+        self.filesystem = filesystem
         self.deadline = started_mono + self.coord.startup_timeout
         self._agent_log_fd = run.open_log(names.agent_log(self.rank))
         self._record_keeper = RecordKeeper(run, out)
@@ -152,6 +155,7 @@ class Agent:
             phase=self.log.phase_name,
             deadline=self.deadline,
             out=self.out,
+            filesystem=self.filesystem,
         )
         judges = JudgeRuntime(ctx)
         ray = RayRuntime(ctx, self.ident.count, self._agent_log_fd)

@@ -4,8 +4,9 @@ only these, never the Agent object itself."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from agent.coord import clock
 from agent.coord.failure import AgentFailed, Failure, FailureSignal
@@ -32,6 +33,7 @@ class RunContext:
     phase: Callable[[], str]  # the phase the agent is in now
     deadline: float  # the single startup deadline, monotonic
     out: Callable[[str], None] = lambda _line: None  # the agent's console (and log) line printer
+    filesystem: Mapping[str, Any] | None = None  # the output root's mount, for the placement record (fs_guard)
 
     def progress(self, describe: Callable[[float], str]) -> Progress:
         """Progress lines for a long wait, at the spec's calm rate (coordination.progress_interval)."""

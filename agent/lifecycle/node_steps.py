@@ -67,7 +67,7 @@ class NodeSteps:
         for name, devs in node.judge_devices.items():
             if ray_mask & {vis[i] for i in devs}:
                 raise ctx.fail(FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}")
-        fields = topo.placement_fields(ctx.address, vis)
+        fields = topo.placement_fields(ctx.address, vis, ctx.filesystem)
         ctx.run.write_artifact(names.placement(ctx.rank), ctx.writer, fields)
         return ""
 

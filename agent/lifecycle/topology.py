@@ -4,7 +4,7 @@ rendezvous (which takes a run context): the two would import each other."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,9 @@ class Topology:
     def rank_of_node(self, index: int) -> int:
         return self.peers[index].rank
 
-    def placement_fields(self, address: str, visible_devices: Sequence[str]) -> dict[str, Any]:
+    def placement_fields(
+        self, address: str, visible_devices: Sequence[str], filesystem: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """placement-RANK.json of this node (schemas.records.placement_fields)."""
         node = self.node
         return records.placement_fields(
@@ -57,4 +59,5 @@ class Topology:
             unused_devices=node.unused_devices,
             is_head=self.is_head,
             is_driver_node=self.is_driver_node,
+            filesystem=filesystem,
         )

@@ -90,16 +90,16 @@ def test_another_clients_create_is_hidden_from_a_listing_for_the_cache_time(two:
 
 def test_a_name_found_missing_stays_missing_for_the_cache_time(two: tuple[Path, Path, Path]) -> None:
     _, a, b = two
-    for probe in (os.stat, open):
+    for probe in (os.stat, Path.read_text):
         name = f"late-{probe.__name__}"
         with pytest.raises(FileNotFoundError):
-            probe(a / name)
+            probe(a / name)  # type: ignore[operator]
         looked = time.monotonic()
         (b / name).write_text("x")
         with pytest.raises(FileNotFoundError):
             os.stat(a / name)
         with pytest.raises(FileNotFoundError):
-            open(a / name)
+            (a / name).read_text()
         visible_after(lambda n=name: os.stat(a / n))
         assert time.monotonic() - looked >= TTL - 0.1
         assert (a / name).read_text() == "x"
@@ -123,9 +123,10 @@ def test_content_is_fresh_after_another_client_renames_over_it(two: tuple[Path, 
     (b / "hb.json").write_text('{"seq": 1}')
     assert (a / "hb.json").read_text() == '{"seq": 1}'
     for seq in range(2, 5):
-        (b / "hb.tmp").write_text('{"seq": %d, "longer": true}' % seq)
+        doc = f'{{"seq": {seq}, "longer": true}}'
+        (b / "hb.tmp").write_text(doc)
         os.rename(b / "hb.tmp", b / "hb.json")
-        assert (a / "hb.json").read_text() == '{"seq": %d, "longer": true}' % seq
+        assert (a / "hb.json").read_text() == doc
 
 
 def test_exclusive_create_and_link_are_atomic_across_clients(two: tuple[Path, Path, Path]) -> None:

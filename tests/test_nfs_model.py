@@ -18,7 +18,7 @@ from agent.coord.dirwatch import DirWatch
 from tests.harness import fuse_install
 from tests.harness.nfs_model import ClientCache, NfsClient, mounted, nfs_clients
 
-TTL = 1.5
+TTL = 1.0
 
 
 class FakeClock:
@@ -141,6 +141,19 @@ def test_exclusive_create_and_link_are_atomic_across_clients(two: tuple[Path, Pa
     with pytest.raises(FileExistsError):
         os.link(b / "t", b / "won")
     assert os.stat(a / "t").st_nlink == 2
+
+
+def test_a_create_that_finds_the_name_taken_makes_it_visible(two: tuple[Path, Path, Path]) -> None:
+    """As Linux NFS drops the dentry of a failed create: mkdir/O_EXCL that the server refuses with
+    EEXIST leaves the name visible to this client (the agents' run-directory setup relies on it)."""
+    _, a, b = two
+    for name, create in (("d", lambda p: p.mkdir()), ("f", lambda p: os.close(os.open(p, os.O_CREAT | os.O_EXCL)))):
+        with pytest.raises(FileNotFoundError):
+            os.stat(a / name)
+        create(b / name)
+        with pytest.raises(FileExistsError):
+            create(a / name)
+        os.stat(a / name)
 
 
 def test_modes_and_owners_pass_through(two: tuple[Path, Path, Path]) -> None:

@@ -128,6 +128,13 @@ def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
             with contextlib.suppress(OSError):
                 os.lchown(real(path), uid, gid)
 
+    @contextlib.contextmanager
+    def changing(*paths: str) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            cache.changed(*paths)
+
     class Client(fuse.Operations):  # type: ignore[misc]
         use_ns = True
 
@@ -180,48 +187,49 @@ def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
             else:
                 os.truncate(real(path), length)
 
-        # -- directory changes: through to the backing filesystem, then this client's caches drop
+        # -- directory changes: through to the backing filesystem; this client's caches of the
+        # directory drop whether it worked or not: the server's reply (EEXIST too) carries the
+        # directory's new attributes, and Linux NFS drops the dentry of a failed create.
 
         def mkdir(self, path: str, mode: int) -> None:
-            os.mkdir(real(path), mode)
-            own(path)
-            cache.changed(path)
+            with changing(path):
+                os.mkdir(real(path), mode)
+                own(path)
 
         def rmdir(self, path: str) -> None:
-            os.rmdir(real(path))
-            cache.changed(path)
+            with changing(path):
+                os.rmdir(real(path))
 
         def unlink(self, path: str) -> None:
-            os.unlink(real(path))
-            cache.changed(path)
+            with changing(path):
+                os.unlink(real(path))
 
         def symlink(self, target: str, source: str) -> None:
-            os.symlink(source, real(target))
-            own(target)
-            cache.changed(target)
+            with changing(target):
+                os.symlink(source, real(target))
+                own(target)
 
         def link(self, target: str, source: str) -> None:
-            os.link(real(source), real(target))
-            cache.changed(target)
+            with changing(target):
+                os.link(real(source), real(target))
 
         def rename(self, old: str, new: str) -> None:
-            os.rename(real(old), real(new))
-            cache.changed(old, new)
+            with changing(old, new):
+                os.rename(real(old), real(new))
 
         def mknod(self, path: str, mode: int, dev: int) -> None:
-            os.mknod(real(path), mode, dev)
-            own(path)
-            cache.changed(path)
+            with changing(path):
+                os.mknod(real(path), mode, dev)
+                own(path)
 
         # -- files: every open reaches the backing file
 
         def create(self, path: str, mode: int, fi: Any) -> int:
             # fi.flags carries O_EXCL: the backing filesystem decides, even where this client
             # still believes the name missing.
-            fd = os.open(real(path), fi.flags | os.O_CREAT, mode)
-            fi.fh = fd
-            own(path)
-            cache.changed(path)
+            with changing(path):
+                fi.fh = os.open(real(path), fi.flags | os.O_CREAT, mode)
+                own(path)
             return 0
 
         def open(self, path: str, fi: Any) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -63,11 +63,11 @@ def two(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     assert not mounted(a) and not mounted(b)
 
 
-def visible_after(probe: object, deadline: float = 10.0) -> float:
+def visible_after(probe: Callable[[], object], deadline: float = 10.0) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < deadline:
         try:
-            if probe():  # type: ignore[operator]
+            if probe():
                 return time.monotonic() - t0
         except FileNotFoundError:
             pass
@@ -93,7 +93,7 @@ def test_a_name_found_missing_stays_missing_for_the_cache_time(two: tuple[Path, 
     for probe in (os.stat, Path.read_text):
         name = f"late-{probe.__name__}"
         with pytest.raises(FileNotFoundError):
-            probe(a / name)  # type: ignore[operator]
+            probe(a / name)
         looked = time.monotonic()
         (b / name).write_text("x")
         with pytest.raises(FileNotFoundError):

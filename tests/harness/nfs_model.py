@@ -78,12 +78,12 @@ class ClientCache:
     def is_missing(self, path: str) -> bool:
         parent, name = self.split(path)
         with self._lock:
-            names = self._missing.get(parent)
-            until = names.get(name) if names else None
+            names = self._missing.get(parent, {})
+            until = names.get(name)
             if until is None:
                 return False
             if until <= self._clock():
-                del names[name]  # type: ignore[union-attr]
+                del names[name]
                 return False
             return True
 
@@ -135,7 +135,7 @@ def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
         finally:
             cache.changed(*paths)
 
-    class Client(fuse.Operations):  # type: ignore[misc]
+    class Client(fuse.Operations):
         use_ns = True
 
         def getattr(self, path: str, fh: Any = None) -> dict[str, int]:

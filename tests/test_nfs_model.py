@@ -7,6 +7,9 @@ Needs root and /dev/fuse (libfuse 2 is installed with apt-get when missing); ski
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -167,6 +170,33 @@ def test_modes_and_owners_pass_through(two: tuple[Path, Path, Path]) -> None:
     finally:
         os.umask(old)
     assert (src / "private").stat().st_mode & 0o777 == 0o700  # the caller's umask, applied once
+
+
+def test_other_users_use_it_with_the_kernels_permission_checks() -> None:
+    """allow_other and default_permissions: a non-root process creates files it owns, and is
+    refused what the modes refuse it."""
+    reason = fuse_install.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    top = Path(tempfile.mkdtemp(prefix="gym-nfs-model-"))  # pytest's own dirs are closed to others
+    try:
+        os.chmod(top, 0o755)
+        src, a = top / "src", top / "a"
+        with nfs_clients(src, [a], dir_ttl=TTL, neg_ttl=TTL):
+            os.chmod(a, 0o755)
+            (a / "shared").mkdir()
+            os.chmod(a / "shared", 0o777)
+            (a / "private").write_text("root only")
+            os.chmod(a / "private", 0o600)
+            script = 'echo x > "$1/shared/mine" || exit 2; cat "$1/private" 2>/dev/null && exit 3; exit 0'
+            done = subprocess.run(
+                ["sh", "-c", script, "sh", str(a)], user=65534, group=65534, cwd="/", capture_output=True, timeout=30
+            )
+            assert done.returncode == 0, done.stderr
+            st = (src / "shared" / "mine").stat()
+            assert (st.st_uid, st.st_gid) == (65534, 65534)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_inotify_sees_this_clients_writes_only(two: tuple[Path, Path, Path]) -> None:

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import audit_logs, audit_scale, coordination, fstrace, procstat, projection
+from . import audit_logs, audit_scale, coordination, fstrace, netfs, procstat, projection
 from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection")
+PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -201,6 +201,23 @@ def part_logs(args: argparse.Namespace, res: dict) -> None:
     res["logs"] = audit_logs.run(args.log_mb, "CUDA error", say=print)
 
 
+def part_netfs(args: argparse.Namespace, res: dict) -> None:
+    print(
+        f"\n## A driver failure across two NFS-like clients ({args.netfs_ttl:g} s listing and negative-lookup "
+        f"caches per client): 6 agents, 2 on client 1 and 4 on client 2, rank 0's driver exits 1 on client 1; "
+        f"{args.netfs_reps} runs per protocol"
+    )
+    out = netfs.run(
+        args.netfs_reps, netfs.NetfsSettings(dir_ttl=args.netfs_ttl, neg_ttl=args.netfs_ttl), args.netfs_doorbell
+    )
+    if isinstance(out, str):
+        print(f"skipped: {out}")
+        res["netfs"] = {"skipped": out}
+        return
+    res["netfs"] = out
+    print(netfs.table(out))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -217,6 +234,15 @@ def main() -> int:
     ap.add_argument("--proj-root", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
     ap.add_argument("--audit-replicas", type=int, default=1024)
     ap.add_argument("--log-mb", type=int, default=1536)
+    ap.add_argument("--netfs-reps", type=int, default=8)
+    ap.add_argument("--netfs-ttl", type=float, default=30.0, help="the NFS model's listing and negative-cache s")
+    ap.add_argument(
+        "--netfs-doorbell",
+        nargs="+",
+        choices=("true", "false"),
+        default=["false", "true"],
+        help="[launch.coordination] doorbell values to measure (files only while the key does not exist)",
+    )
     args = ap.parse_args()
     m = procstat.machine()
     print(f"machine: {procstat.describe(m)}")

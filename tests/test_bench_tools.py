@@ -104,3 +104,19 @@ def test_projection_runs_the_real_liveness_and_every_peer_trips(tmp_path: Path) 
     assert r["ops_per_agent"] == pytest.approx(5.0, abs=0.9), r
     assert (r["tripped"], r["false_failures"]) == (7, 0), r
     assert r["detect_max_polls"] is not None and r["detect_max_polls"] <= 2.0, r
+
+
+def test_netfs_bench_statistics_and_doorbell_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import netfs as netfs_bench
+    from tests.harness import netfs
+
+    assert netfs_bench.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert netfs_bench.percentile([0.0, 10.0], 99) == pytest.approx(9.9)
+    assert netfs_bench.PLACEMENT.ranks_on(0) == [0, 1] and netfs_bench.PLACEMENT.ranks_on(1) == [2, 3, 4, 5]
+    monkeypatch.setattr(netfs, "doorbell_key_exists", lambda: False)
+    assert netfs.coordination_sets(True) == ([], "files only")
+    assert netfs_bench.choices(["false", "true"]) == [None]  # one files-only run, named so
+    monkeypatch.setattr(netfs, "doorbell_key_exists", lambda: True)
+    assert netfs.coordination_sets(True) == (["--set", "launch.coordination.doorbell=true"], "doorbell")
+    assert netfs.coordination_sets(False) == (["--set", "launch.coordination.doorbell=false"], "files only")
+    assert netfs_bench.choices(["false", "true"]) == [False, True]

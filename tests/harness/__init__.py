@@ -5,6 +5,8 @@
     specs    the spec template for short runs on this machine, and unique run ids
     steps    the agent's own step table and its rule of which node runs which step
     rundirs  realistic run directories written through the real writers (the audit's fixtures)
+    nfs_model  an NFS-like FUSE client of a directory (listing and negative-lookup caches per mount)
+    netfs    agents split across NFS-model clients, a driver fault, when each agent stopped
 
 Imported as `tests.harness` from the repository root (tests' conftest puts the root on
 sys.path; `python -m bench` runs from it). The names below are the ones most tests use.

@@ -1,0 +1,377 @@
+"""A model of one NFS client: a FUSE passthrough of a directory with NFS's client-side caches.
+
+Each mount is one client (Linux NFS defaults with lookupcache=all, as far as the coordination
+protocol can tell them apart):
+
+- a directory's listing is served from this client's cache for `dir_ttl` s after it was read;
+- a name found missing (lookup/stat/open by name) stays missing for `neg_ttl` s;
+- a change this client makes in a directory (create, mkdir, link, symlink, rename, unlink, rmdir)
+  drops that directory's listing and negative entries for this client: its own writes are visible
+  to itself at once, another client's only when the caches expire;
+- open() and stat of an existing name always reach the backing file (close-to-open: content is
+  fresh); rename, link and O_EXCL create are the backing filesystem's, hence atomic.
+
+The kernel's own FUSE caches are switched off (entry/attr/negative timeouts 0) so this daemon is
+the only cache. Inotify on a FUSE mount sees what this mount's processes did, never what went
+through another mount: agents on the other client fall back to polling, as across NFS hosts.
+
+    with nfs_clients(src, [a, b], dir_ttl=3, neg_ttl=3) as (client_a, client_b):
+        ...                                   # a and b now show src, each with its own caches
+        client_a.stall(); client_a.resume()   # SIGSTOP / SIGCONT the daemon: a hung filesystem
+
+The daemon is `python tests/harness/nfs_model.py SRC MNT --dir-ttl S --neg-ttl S` (a child of the
+caller, stopped by its PID); it needs root, /dev/fuse, fusepy and libfuse 2 (fuse_install.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+FSNAME = "nfs-model"  # /proc/mounts shows the type fuse.nfs-model
+DEFAULT_TTL = 30.0
+
+
+# -- the daemon ------------------------------------------------------------------------------------
+
+
+class ClientCache:
+    """One client's view of directories: listings and negative lookups with their expiry times.
+    Pure bookkeeping (paths are the mount's, "/"-rooted), so it is unit-testable without FUSE."""
+
+    def __init__(self, dir_ttl: float, neg_ttl: float, clock: Any = time.monotonic) -> None:
+        self.dir_ttl = dir_ttl
+        self.neg_ttl = neg_ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._listings: dict[str, tuple[float, list[str]]] = {}
+        self._missing: dict[str, dict[str, float]] = {}  # dir -> name -> expiry
+
+    @staticmethod
+    def split(path: str) -> tuple[str, str]:
+        head, _, name = path.rpartition("/")
+        return head or "/", name
+
+    def listing(self, path: str) -> list[str] | None:
+        with self._lock:
+            hit = self._listings.get(path)
+            if hit is None or hit[0] <= self._clock():
+                self._listings.pop(path, None)
+                return None
+            return hit[1]
+
+    def store_listing(self, path: str, entries: list[str]) -> None:
+        if self.dir_ttl > 0:
+            with self._lock:
+                self._listings[path] = (self._clock() + self.dir_ttl, entries)
+
+    def is_missing(self, path: str) -> bool:
+        parent, name = self.split(path)
+        with self._lock:
+            names = self._missing.get(parent, {})
+            until = names.get(name)
+            if until is None:
+                return False
+            if until <= self._clock():
+                del names[name]
+                return False
+            return True
+
+    def store_missing(self, path: str) -> None:
+        if self.neg_ttl > 0 and path != "/":
+            parent, name = self.split(path)
+            with self._lock:
+                self._missing.setdefault(parent, {})[name] = self._clock() + self.neg_ttl
+
+    def changed(self, *paths: str) -> None:
+        """This client changed the directories holding `paths` (and whatever lay below a renamed
+        or removed directory): forget what it cached there."""
+        with self._lock:
+            for path in paths:
+                parent, _ = self.split(path)
+                for d in (parent, path):
+                    self._listings.pop(d, None)
+                    self._missing.pop(d, None)
+                below = path.rstrip("/") + "/"
+                for d in [d for d in self._listings if d.startswith(below)]:
+                    del self._listings[d]
+                for d in [d for d in self._missing if d.startswith(below)]:
+                    del self._missing[d]
+
+
+def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
+    """Mount `src` at `mnt` as one client and serve until unmounted (foreground, threaded)."""
+    import fuse  # imported here: loading it needs libfuse.so.2
+
+    os.umask(0)  # the kernel already applied the caller's umask to every mode it sends
+    cache = ClientCache(dir_ttl, neg_ttl)
+    root = os.path.realpath(src)
+    as_root = os.geteuid() == 0
+
+    def real(path: str) -> str:
+        return root + path
+
+    def own(path: str) -> None:
+        # Files a non-root caller creates belong to it, as on the server.
+        if as_root:
+            uid, gid, _pid = fuse.fuse_get_context()
+            with contextlib.suppress(OSError):
+                os.lchown(real(path), uid, gid)
+
+    @contextlib.contextmanager
+    def changing(*paths: str) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            cache.changed(*paths)
+
+    class Client(fuse.Operations):
+        use_ns = True
+
+        def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
+            if fh:
+                st = os.fstat(fh.fh)
+            else:
+                if cache.is_missing(path):
+                    raise fuse.FuseOSError(errno.ENOENT)
+                try:
+                    st = os.lstat(real(path))
+                except FileNotFoundError:
+                    cache.store_missing(path)
+                    raise
+            keys = ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size")
+            out = {k: getattr(st, k) for k in keys}
+            out.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
+            return out
+
+        def readdir(self, path: str, fh: int) -> list[str]:
+            entries = cache.listing(path)
+            if entries is None:
+                entries = os.listdir(real(path))
+                cache.store_listing(path, entries)
+            return [".", "..", *entries]
+
+        def readlink(self, path: str) -> str:
+            return os.readlink(real(path))
+
+        def statfs(self, path: str) -> dict[str, int]:
+            sv = os.statvfs(real(path))
+            keys = ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files")
+            return {k: getattr(sv, k) for k in (*keys, "f_flag", "f_frsize", "f_namemax")}
+
+        def chmod(self, path: str, mode: int) -> None:
+            os.chmod(real(path), mode)
+
+        def chown(self, path: str, uid: int, gid: int) -> None:
+            os.lchown(real(path), uid, gid)
+
+        def utimens(self, path: str, times: tuple[int, int] | None = None) -> None:
+            if times is None:
+                os.utime(real(path), follow_symlinks=False)
+            else:
+                os.utime(real(path), ns=times, follow_symlinks=False)
+
+        def truncate(self, path: str, length: int, fh: Any = None) -> None:
+            if fh:
+                os.ftruncate(fh.fh, length)
+            else:
+                os.truncate(real(path), length)
+
+        # -- directory changes: through to the backing filesystem; this client's caches of the
+        # directory drop whether it worked or not: the server's reply (EEXIST too) carries the
+        # directory's new attributes, and Linux NFS drops the dentry of a failed create.
+
+        def mkdir(self, path: str, mode: int) -> None:
+            with changing(path):
+                os.mkdir(real(path), mode)
+                own(path)
+
+        def rmdir(self, path: str) -> None:
+            with changing(path):
+                os.rmdir(real(path))
+
+        def unlink(self, path: str) -> None:
+            with changing(path):
+                os.unlink(real(path))
+
+        def symlink(self, target: str, source: str) -> None:
+            with changing(target):
+                os.symlink(source, real(target))
+                own(target)
+
+        def link(self, target: str, source: str) -> None:
+            with changing(target):
+                os.link(real(source), real(target))
+
+        def rename(self, old: str, new: str) -> None:
+            with changing(old, new):
+                os.rename(real(old), real(new))
+
+        def mknod(self, path: str, mode: int, dev: int) -> None:
+            with changing(path):
+                os.mknod(real(path), mode, dev)
+                own(path)
+
+        # -- files: every open reaches the backing file
+
+        def create(self, path: str, mode: int, fi: Any) -> int:
+            # fi.flags carries O_EXCL: the backing filesystem decides, even where this client
+            # still believes the name missing.
+            with changing(path):
+                fi.fh = os.open(real(path), fi.flags | os.O_CREAT, mode)
+                own(path)
+            return 0
+
+        def open(self, path: str, fi: Any) -> int:
+            fi.fh = os.open(real(path), fi.flags)
+            return 0
+
+        def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
+            return os.pread(fi.fh, size, offset)
+
+        def write(self, path: str, data: bytes, offset: int, fi: Any) -> int:
+            return os.pwrite(fi.fh, data, offset)
+
+        def flush(self, path: str, fi: Any) -> None:
+            return None
+
+        def fsync(self, path: str, datasync: int, fi: Any) -> None:
+            (os.fdatasync if datasync else os.fsync)(fi.fh)
+
+        def release(self, path: str, fi: Any) -> None:
+            os.close(fi.fh)
+
+    fuse.FUSE(
+        Client(),
+        mnt,
+        raw_fi=True,
+        foreground=True,
+        nothreads=False,
+        allow_other=True,
+        default_permissions=True,
+        use_ino=True,
+        hard_remove=True,  # no .fuse_hidden* names in listings after unlinking an open file
+        entry_timeout=0,
+        attr_timeout=0,
+        negative_timeout=0,
+        fsname=FSNAME,
+        subtype=FSNAME,
+    )
+
+
+# -- the caller's side -----------------------------------------------------------------------------
+
+
+def mounted(path: Path) -> bool:
+    """From /proc/self/mounts, without touching the mount (which may be hung)."""
+    target = os.path.realpath(path)
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    return any(len(f := line.split()) > 1 and f[1].replace("\\040", " ") == target for line in lines)
+
+
+class NfsClient:
+    """One mounted client: its daemon (a child process) and its mount point."""
+
+    def __init__(self, src: Path, mnt: Path, dir_ttl: float, neg_ttl: float, log: Path) -> None:
+        self.src, self.mnt, self.dir_ttl, self.neg_ttl, self.log = src, mnt, dir_ttl, neg_ttl, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stalled = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def mount(self, timeout: float = 20.0) -> None:
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, str(Path(__file__).resolve()), str(self.src), str(self.mnt)]
+        argv += ["--dir-ttl", str(self.dir_ttl), "--neg-ttl", str(self.neg_ttl)]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        end = time.monotonic() + timeout
+        while not mounted(self.mnt):
+            if self.proc.poll() is not None or time.monotonic() > end:
+                self.unmount()
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the NFS model did not mount {self.mnt} (daemon log {self.log}):\n{tail}")
+            time.sleep(0.05)
+
+    def stall(self) -> None:
+        """The filesystem hangs: every operation on this mount blocks until resume()."""
+        if self.proc:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            self.stalled = True
+
+    def resume(self) -> None:
+        if self.proc:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.stalled = False
+
+    def unmount(self) -> None:
+        """fusermount -u (umount for root), then a lazy unmount if still busy; the daemon by PID."""
+        if self.stalled:
+            self.resume()
+        for argv in (["fusermount", "-u"], ["fusermount3", "-u"], ["umount", "-l"]):
+            if not mounted(self.mnt):
+                break
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run([*argv, str(self.mnt)], capture_output=True, timeout=30)
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+
+
+@contextlib.contextmanager
+def nfs_clients(
+    src: Path, mounts: Sequence[Path], *, dir_ttl: float = DEFAULT_TTL, neg_ttl: float = DEFAULT_TTL
+) -> Iterator[list[NfsClient]]:
+    """Mount `src` once per path in `mounts`, each its own client; all unmounted on the way out,
+    also when the body failed. FuseUnavailable (fuse_install) when FUSE cannot exist here."""
+    from tests.harness import fuse_install
+
+    fuse_install.ensure_installed()
+    src.mkdir(parents=True, exist_ok=True)
+    clients: list[NfsClient] = []
+    try:
+        for mnt in mounts:
+            client = NfsClient(src, mnt, dir_ttl, neg_ttl, mnt.parent / f".{mnt.name}.nfs-model.log")
+            clients.append(client)
+            client.mount()
+        yield clients
+    finally:
+        for client in clients:
+            client.unmount()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="serve SRC at MNT as one NFS-like client (foreground)")
+    ap.add_argument("src")
+    ap.add_argument("mnt")
+    ap.add_argument("--dir-ttl", type=float, default=DEFAULT_TTL, help="seconds a listing is cached")
+    ap.add_argument("--neg-ttl", type=float, default=DEFAULT_TTL, help="seconds a missing name stays missing")
+    args = ap.parse_args(argv)
+    serve(args.src, args.mnt, args.dir_ttl, args.neg_ttl)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""A shared filesystem that hangs (its FUSE daemon stopped, as an NFS server that stops answering):
+a SIGTERM to the driver's node during the hang still stops its driver within teardown_grace plus a
+few seconds, every agent exits once the filesystem is back, nothing is left, and the audit names
+the signalled rank (issue 24, acceptance (a)). One NFS-model client (tests/harness/nfs_model.py)
+serves every agent, so the hang is everyone's."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, small_spec, uid, wait_phase
+from tests.harness.netfs import start
+from tests.harness.nfs_model import nfs_clients
+from tests.harness.orphans import kill_tree_by_session
+
+pytestmark = pytest.mark.slow
+TEARDOWN_GRACE = 3.0
+HEARTBEAT_TIMEOUT = 6.0
+SLEEPY = 'command = ["python", "-c", "import time; time.sleep(300)"]'
+
+
+def _driver_pid(agent: subprocess.Popen) -> int | None:
+    try:
+        for child in psutil.Process(agent.pid).children(recursive=True):
+            if "time.sleep(300)" in " ".join(child.cmdline()):
+                return child.pid
+    except psutil.Error:
+        return None
+    return None
+
+
+def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_path: Path) -> None:
+    src, mnt = tmp_path / "src", tmp_path / "client"
+    spec_text = small_spec(
+        name="hung",
+        driver=SLEEPY,
+        ray=False,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        heartbeat_interval=1.0,
+        poll_interval=0.5,
+        teardown_grace=TEARDOWN_GRACE,
+    )
+    uuid = uid("hung")
+    run_dir = src / "cluster" / uuid
+    with nfs_clients(src, [mnt], dir_ttl=1.0, neg_ttl=1.0) as [client]:
+        spec_file = tmp_path / "hung.toml"
+        spec_file.write_text(spec_text)
+        procs = [start(tmp_path, mnt, spec_file, uuid, r, 3, [], run_dir) for r in range(3)]
+        try:
+            for r in range(3):
+                wait_phase(run_dir, r, "driver", 120)
+            holder = next((r for r, p in enumerate(procs) if _driver_pid(p)), None)
+            end = time.monotonic() + 30
+            while holder is None and time.monotonic() < end:
+                time.sleep(0.1)
+                holder = next((r for r, p in enumerate(procs) if _driver_pid(p)), None)
+            assert holder is not None, "no driver process found"
+            driver = _driver_pid(procs[holder])
+            assert driver is not None
+            client.stall()
+            try:
+                time.sleep(1.0)
+                procs[holder].send_signal(signal.SIGTERM)
+                t0 = time.monotonic()
+                while psutil.pid_exists(driver) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
+                    time.sleep(0.05)
+                stopped_after = time.monotonic() - t0
+                assert not psutil.pid_exists(driver), f"driver {driver} still alive {stopped_after:.1f}s after SIGTERM"
+                # Longer than heartbeat_timeout: nobody can read or write the run directory meanwhile.
+                time.sleep(max(0.0, HEARTBEAT_TIMEOUT + 2 - (time.monotonic() - t0)))
+            finally:
+                client.resume()
+            codes = [p.wait(120) for p in procs]
+        finally:
+            for p in procs:
+                kill_tree_by_session(p)
+        print(f"\nhung filesystem: driver stopped {stopped_after:.2f}s after SIGTERM; exit codes {codes}")
+        assert all(c != 0 for c in codes), codes
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+    # The signalled rank is the first cause; its peers react to it (by its record, or by its
+    # silence while the filesystem hung: which one is the order the caches hand them out in).
+    result = audit(run_dir, verdict="fail", rank=holder, kind="signal")
+    assert all(c.reacting_to == holder for c in result.cascade), result.cascade

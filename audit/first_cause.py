@@ -48,6 +48,7 @@ KIND_PRIORITY: dict[str, int] = {
     FailureKind.PLACEMENT: 9,
     FailureKind.DATA: 10,
     FailureKind.RUN_DIR: 10,
+    FailureKind.FS_STALL: 10,  # the shared filesystem, not a rank: ties with run_dir
     FailureKind.PORTS: 10,
     FailureKind.INTERNAL: 11,
     FailureKind.PEER_SILENT: 12,

@@ -97,6 +97,7 @@ class FailureKind(enum.StrEnum):
     PLACEMENT = "placement"  # GPUs seen differ from the plan
     DATA = "data"  # a judge-graded verifier without a binding
     RUN_DIR = "run_dir"  # the run directory refused an operation (symlink, owner, reuse)
+    FS_STALL = "fs_stall"  # the shared filesystem did not answer for longer than fs_stall_timeout
     PORTS = "ports"  # no free port (block) could be allocated
     AGENT_DIED = "agent_died"  # written by the reaper: the agent was killed
     INTERNAL = "internal"  # an agent bug

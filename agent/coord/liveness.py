@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from agent.coord import clock
 from agent.coord.dirwatch import DirWatch
@@ -32,6 +34,7 @@ from schemas.safe_io import Sync
 WARNING_LEAF = names.leaf(names.WALLTIME_WARNING)
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 RING_WATCHERS = 2
 FOLLOW_HOPS = 3  # how far a reaction's record is followed to the failure it names
 
@@ -45,6 +48,62 @@ def watched_peers(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, .
 class _PeerView:
     seq: int | None
     changed_at: float  # observer's monotonic clock
+
+
+class FsTimer:
+    """The liveness thread's shared-filesystem calls, timed. What runs since when is read by the
+    stall watch (another thread, no I/O of its own); the longest call since the last look is how
+    the loop knows that a stall kept it from seeing its peers."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.busy: tuple[float, str] | None = None  # (started, what) of the call in progress
+        self.slowest: tuple[float, str] | None = None  # (seconds, what) since take_slowest()
+
+    def call(self, what: str, fn: Callable[[], _T]) -> _T:
+        start = self.now()
+        self.busy = (start, what)
+        try:
+            return fn()
+        finally:
+            took = self.now() - start
+            self.busy = None
+            if self.slowest is None or took > self.slowest[0]:
+                self.slowest = (took, what)
+
+    def take_slowest(self) -> tuple[float, str] | None:
+        out, self.slowest = self.slowest, None
+        return out
+
+
+class StallWatch(threading.Thread):
+    """Fails the run with fs_stall when one shared-filesystem call of the liveness loop has not
+    returned for fs_stall_timeout. A thread of its own because the loop itself is the one stuck;
+    it does no I/O and wakes a few times per bound."""
+
+    def __init__(
+        self, timer: FsTimer, timeout: float, signal: FailureSignal, phase: Callable[[], str], where: str
+    ) -> None:
+        super().__init__(name="fs-stall-watch", daemon=True)
+        self.timer, self.timeout, self.signal, self.phase, self.where = timer, timeout, signal, phase, where
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        every = max(0.25, min(self.timeout / 4, 30.0))
+        while not self.halt.wait(every):
+            busy = self.timer.busy
+            if busy is None or self.signal.is_set():
+                continue
+            stalled = self.timer.now() - busy[0]
+            if stalled > self.timeout:
+                self.signal.trip(
+                    Failure(
+                        kind=FailureKind.FS_STALL,
+                        cause=f"the shared filesystem has not answered for {stalled:.0f}s ({busy[1]} in "
+                        f"{self.where}; fs_stall_timeout {self.timeout:g}s)",
+                        phase=str(self.phase()),
+                    )
+                )
 
 
 class Liveness(threading.Thread):
@@ -64,6 +123,7 @@ class Liveness(threading.Thread):
         phase: Callable[[], str],
         now: Callable[[], float] = clock.mono,
         local_events: bool = True,
+        fs_stall_timeout: float | None = None,
     ) -> None:
         super().__init__(name=f"liveness-{rank}", daemon=True)
         self.run_dir = run
@@ -86,6 +146,9 @@ class Liveness(threading.Thread):
         self._wakeup: Wakeup | None = None  # created by run(): a Liveness that never runs holds no fds
         self.local_events = local_events  # inotify on failures/ (off: the polling bound of NFS hosts)
         self._dirwatch: DirWatch | None = None
+        self.fs = FsTimer(now)
+        self.fs_stall_timeout = fs_stall_timeout  # None: no stall watch (unit tests on a fake clock)
+        self._stall_watch: StallWatch | None = None
 
     # -- control --------------------------------------------------------------------------------
 
@@ -101,6 +164,8 @@ class Liveness(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        if self._stall_watch is not None:
+            self._stall_watch.halt.set()
         wakeup = self._wakeup
         if wakeup is not None:
             wakeup.set()
@@ -133,6 +198,10 @@ class Liveness(threading.Thread):
 
     def run(self) -> None:
         wakeup = self._wakeup = Wakeup()
+        if self.fs_stall_timeout is not None:
+            where = str(self.run_dir.path)
+            self._stall_watch = StallWatch(self.fs, self.fs_stall_timeout, self.signal, self.phase, where)
+            self._stall_watch.start()
         self._open_dirwatch()
         try:
             while not self._halt.is_set():
@@ -166,24 +235,43 @@ class Liveness(threading.Thread):
         now = self.now()
         if self._next_beat is None or now >= self._next_beat:
             self._beat()
+            self._ride_out_stall()
             if self._watching.is_set():
                 self._check_peers()
             self._next_beat = now + self.hb_interval
         self._check_failures()
         return min(self.poll, max(0.0, self._next_beat - self.now()))
 
+    def _ride_out_stall(self) -> bool:
+        """A call of ours that took longer than a heartbeat interval means the shared filesystem
+        stalled: meanwhile we could see no peer's heartbeat change (and they could not write
+        them), so peers are aged from now, not blamed for the stall. True when one was seen."""
+        slowest = self.fs.take_slowest()
+        if slowest is None or slowest[0] <= self.hb_interval:
+            return False
+        log.warning(
+            "the shared filesystem stalled for %.1fs (%s); peers' heartbeats are aged from now (fs_stall_timeout %ss)",
+            slowest[0],
+            slowest[1],
+            "none" if self.fs_stall_timeout is None else f"{self.fs_stall_timeout:g}",
+        )
+        now = self.now()
+        for view in self._watch.values():
+            view.changed_at = now
+        return True
+
     def _beat(self) -> None:
         self.seq += 1
+        fields = {
+            "seq": self.seq,
+            "phase": str(self.phase()),
+            "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
+        }
         try:
-            self.run_dir.write_artifact(
-                names.heartbeat(self.rank),
-                self.writer,
-                {
-                    "seq": self.seq,
-                    "phase": str(self.phase()),
-                    "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
-                },
-                sync=Sync.NONE,  # rewritten every interval; a crash makes it worthless anyway
+            self.fs.call(
+                f"writing {names.heartbeat(self.rank)}",
+                # Rewritten every interval; a crash makes it worthless anyway: no sync.
+                lambda: self.run_dir.write_artifact(names.heartbeat(self.rank), self.writer, fields, sync=Sync.NONE),
             )
             self._write_failing_since = None
         except OSError as exc:
@@ -211,9 +299,12 @@ class Liveness(threading.Thread):
             )
 
     def _check_peers(self) -> None:
-        now = self.now()
         for peer, view in self._watch.items():
-            doc = self.run_dir.read_json(names.heartbeat(peer))
+            rel = names.heartbeat(peer)
+            doc = self.fs.call(f"reading {rel}", partial(self.run_dir.read_json, rel))
+            if self._ride_out_stall():
+                return  # this round's ages are the stall's, not the peers'
+            now = self.now()
             seq = doc.get("seq") if doc else None
             if isinstance(seq, int) and seq != view.seq:
                 view.seq = seq
@@ -234,7 +325,8 @@ class Liveness(threading.Thread):
         if self.signal.is_set():
             return  # already stopping: further records cannot change what we do (and N agents
             # re-reading N records on every peer's write would be O(N^2) work in a failure wave)
-        for name in self.run_dir.listdir(names.FAILURES_DIR):
+        listed = self.fs.call(f"listing {names.FAILURES_DIR}/", lambda: self.run_dir.listdir(names.FAILURES_DIR))
+        for name in listed:
             if name in self._seen_failures:
                 continue
             if name == WARNING_LEAF:

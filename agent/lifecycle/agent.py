@@ -169,6 +169,7 @@ class Agent:
             poll_interval=self.coord.poll_interval,
             signal=self.signal,
             phase=self.log.phase_name,
+            fs_stall_timeout=self.coord.fs_stall_timeout,
         )
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
         liveness.start()

@@ -97,6 +97,12 @@ class Coordination:
         30.0,
         doc="during a long wait (rendezvous, Ray nodes joining, a judge loading) one progress line this often",
     )
+    fs_stall_timeout: float = key(
+        keys.Seconds(1, 86400),
+        300.0,
+        doc="a shared-filesystem stall (this agent's own reads and writes of the run directory not "
+        "answering) is ridden out this long; past it the run fails with fs_stall",
+    )
 
 
 DURATION = r"\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d)(\s*\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d))*"

@@ -152,6 +152,10 @@ def _main(argv: Sequence[str] | None) -> int:
         mode = resume_mode(args.resume, os.environ)
     except UsageError as exc:
         return err(str(exc))
+    from agent.coord.doorbell import Doorbell
+
+    bell: Doorbell | None = None
+    bell_note = ""  # why the doorbell is off, for the agent's log
     try:
         run = RunDir.create(args.output_root or config.output_root, args.uuid, mode=config.dir_mode)
         if mode.joins:
@@ -159,8 +163,11 @@ def _main(argv: Sequence[str] | None) -> int:
             if problem:
                 return err(f"{origin}: {problem}")
             _enter_attempt(run, writer, ident.rank, config, resume=mode.resume, restart=mode.restart)
+        if config.coordination.doorbell:
+            # Bound before the address record publishes its port, and kept: peers may ring at once.
+            bell, bell_note = Doorbell.bind(ident.address)
         # Claim the rank before writing anything: a process that does not join touches nothing.
-        claim(run, writer, ident)
+        claim(run, writer, ident, doorbell_port=bell.port if bell else None)
         log_fd = run.open_log(names.agent_log(ident.rank))
     except (RankClaimed, AttemptRefused) as exc:
         return err(str(exc))
@@ -200,7 +207,9 @@ def _main(argv: Sequence[str] | None) -> int:
     from agent.lifecycle.agent import Agent
 
     try:
-        agent = Agent(config, plan, ident, run, incarnation=incarnation, started_mono=STARTED, out=out)
+        agent = Agent(
+            config, plan, ident, run, incarnation=incarnation, started_mono=STARTED, out=out, doorbell=(bell, bell_note)
+        )
     except RunDirError as exc:
         return err(str(exc))
     if args.launcher_fd is not None:

@@ -97,6 +97,12 @@ class Coordination:
         30.0,
         doc="during a long wait (rendezvous, Ray nodes joining, a judge loading) one progress line this often",
     )
+    doorbell: bool = key(
+        keys.Bool(),
+        True,
+        doc="each agent listens on a UDP port of its address and rings its peers with a failure, so they stop "
+        "without waiting for the shared filesystem to show the record (false: files only)",
+    )
 
 
 DURATION = r"\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d)(\s*\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d))*"

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -31,7 +32,7 @@ import psutil
 
 from agent.proc import tempdirs
 from schemas import DriverEnv, names
-from tests.harness import fullfs, orphans
+from tests.harness import doorbell_fuzz, fullfs, orphans
 from tests.harness.agents import read, start_agent
 from tests.harness.specs import small_spec, uid
 
@@ -151,6 +152,7 @@ class Fault:
     needs_root: bool = False
     ray: bool = False
     judges: bool = False
+    check: Callable[[Path], list[str]] | None = None  # more problems, read from the run directory
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -288,6 +290,22 @@ def _close_stdout(run: Run) -> None:
             p.stdout.close()  # the reader is gone: the agents' next line meets EPIPE
 
 
+def _doorbell_fuzz(run: Run) -> None:
+    """A foreign process sprays every agent's doorbell until the run ends (tests/harness/doorbell_fuzz.py)."""
+    ports = doorbell_fuzz.doorbell_ports(run.run_dir, REPLICAS)
+    run.fault()
+    stop, sent = threading.Event(), [0]
+    targets = {r: (f"127.0.0.{r + 2}", port) for r, port in ports.items()}
+    threading.Thread(target=doorbell_fuzz.spray, args=(run.run_dir, targets, stop, sent), daemon=True).start()
+
+    def until_exit() -> None:
+        for p in run.procs.values():
+            p.wait()
+        stop.set()
+
+    threading.Thread(target=until_exit, daemon=True).start()
+
+
 def _disk_full(run: Run) -> None:
     run.wait_phase()
     run.fault()
@@ -357,6 +375,13 @@ FAULTS += (
     Fault("judge-hung", SLEEPY, _judge_sig(signal.SIGSTOP), "fail", 2, ("judge_health",), judges=True),
     Fault("judge-degraded", GRADES, _wait_then(lambda _r: None), "fail", 0, ("judge_degraded",), judges=True),
     Fault("walltime-warning", CHECKPOINTS, _walltime_warning, "fail", None, ("time_limit",)),
+    Fault(
+        "doorbell-fuzz",
+        RESULT,
+        _doorbell_fuzz,
+        "pass",
+        check=lambda run_dir: doorbell_fuzz.drop_problems(run_dir, range(REPLICAS)),
+    ),
 )
 
 
@@ -419,6 +444,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90) -> Trial:
                 problems.append(f"audit {verdict}, expected pass")
         elif not names_cause:
             problems.append(f"audit's first 10 lines do not name rank {fault.rank} / {'|'.join(fault.kinds)}")
+        if fault.check is not None:
+            problems += fault.check(run.run_dir)
         if left:
             problems.append(f"{len(left)} orphan(s)")
         if seconds is None:

@@ -166,8 +166,9 @@ def test_a_ring_reaches_the_peer_and_garbage_is_counted() -> None:
         assert time.monotonic() - started < 1.0
         ring = events[0]
         assert (ring.sender, ring.failed_rank, ring.kind, ring.cause) == (0, 0, "driver_exit", "the driver exited 1")
-        wait_for(lambda: b.summary()["received"] >= 4 + len((0.0, 0.02, 0.1)))
-        assert b.summary()["accepted"] == 3  # the copies: the listener reacts once (first failure wins)
+        # Every copy is accepted here (this listener does not stop); an agent's signal trips once.
+        wait_for(lambda: b.summary()["accepted"] == 3)
+        assert b.summary()["received"] == 4 + 3
     finally:
         a.stop()
         b.stop()

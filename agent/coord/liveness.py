@@ -11,7 +11,8 @@ Rules (docs/runtime-notes.md, "Liveness"):
 - one bad read (partial JSON, EACCES, ESTALE) is retried and never by itself fails the run.
 A failure record reaches every agent within one poll interval; on a local filesystem inotify
 (agent/coord/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
-poll(2) on that descriptor and a wake pipe: no other timer, no helper thread.
+poll(2) on that descriptor and a wake pipe: no other timer, no helper thread. A failure rung on
+the doorbell (agent/coord/doorbell.py) gets the same reaction as a listed record (`_react`).
 """
 
 from __future__ import annotations

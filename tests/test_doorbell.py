@@ -201,3 +201,39 @@ def test_rings_that_cannot_be_sent_are_counted_and_said_once(caplog: pytest.LogC
 def test_an_address_that_cannot_be_bound_leaves_the_doorbell_off() -> None:
     bell, why = Doorbell.bind("no-such-host.invalid")
     assert bell is None and "no-such-host.invalid" in why
+
+
+def test_a_ring_and_a_listed_record_get_the_same_reaction(tmp_path: Path) -> None:
+    """Liveness reacts to a ring exactly as to the record it announces: one story for the audit."""
+    from agent.coord.failure import FailureSignal
+    from agent.coord.liveness import Liveness
+    from schemas import Writer
+
+    fp = "f" * 64
+    reactions = []
+    for how in ("file", "ring"):
+        run = RunDir.create(tmp_path / how, "same", mode=0o750)
+        signal = FailureSignal()
+        live = Liveness(
+            run,
+            Writer(fp, 1, "me"),
+            1,
+            3,
+            heartbeat_interval=0.1,
+            heartbeat_timeout=10,
+            poll_interval=0.1,
+            signal=signal,
+            phase=lambda: "driver",
+        )
+        if how == "file":
+            fields = {"kind": "driver_exit", "cause": "the driver exited 1", "phase": "driver"}
+            fields |= {"wall_time": 1.0, "monotonic_time": 1.0, "reacting_to": None}
+            run.write_artifact(names.failure(0), Writer(fp, 0, "bbbb"), fields)
+            live.tick()
+        else:
+            live.ring_received(replace(RING, failed_incarnation="bbbb"))
+        failure = signal.failure
+        assert failure is not None
+        reactions.append((failure.kind, failure.cause, failure.reacting_to, failure.peers, failure.reacted_cause))
+    assert reactions[0] == reactions[1]
+    assert reactions[0][2] == {"rank": 0, "incarnation": "bbbb", "kind": "driver_exit"}

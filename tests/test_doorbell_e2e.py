@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 
 from schemas import names
 from tests.harness import (
+    agent_pid,
     assert_artifacts_valid,
     assert_nothing_left,
     audit,
@@ -25,6 +27,7 @@ from tests.harness import (
     start_agent,
     uid,
     wait_all,
+    wait_for_file,
     wait_phase,
 )
 from tests.harness.doorbell_fuzz import doorbell_ports, drop_problems, spray
@@ -103,13 +106,18 @@ def mounts(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
                 subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-@pytest.mark.parametrize("doorbell", [True, False], ids=["doorbell", "files-only"])
+@pytest.mark.parametrize(
+    ("fault", "doorbell"),
+    [("driver", True), ("driver", False), ("sigkill", True)],
+    ids=["doorbell", "files-only", "reaper-rings"],
+)
 def test_a_failure_the_filesystem_hides_reaches_every_agent_through_the_doorbell(
-    tmp_path: Path, mounts: tuple[Path, Path, Path], doorbell: bool
+    tmp_path: Path, mounts: tuple[Path, Path, Path], fault: str, doorbell: bool
 ) -> None:
     """Rank 0 (mount b) fails; ranks 1 and 2 read through mount a, whose cache answers "no such
     file" for failures/failure-0.json for HIDDEN_S after it was looked up. With the doorbell they
-    stop within a second; files only, when the cache lets go (the file-bound time)."""
+    stop within a second; files only, when the cache lets go (the file-bound time). A SIGKILLed
+    agent's reaper rings for it."""
     src, a, b = mounts
     trigger = tmp_path / "fail-now"
     driver = (
@@ -134,26 +142,34 @@ def test_a_failure_the_filesystem_hides_reaches_every_agent_through_the_doorbell
             wait_phase(run_dir, r, "driver", 60)
         # The readers' client looks the name up before it exists: "no such file", kept HIDDEN_S.
         assert not (a / "cluster" / u / names.failure(0)).exists()
-        trigger.write_text("now")
+        if fault == "driver":
+            trigger.write_text("now")
+        else:
+            os.kill(agent_pid(run_dir, 0), signal.SIGKILL)
         codes = wait_all(procs, 120)
     finally:
         for p in procs:
             kill_tree_by_session(p)
     out = "".join(p.stdout.read() for p in procs if p.stdout)
-    assert codes == [1, 1, 1], out[-4000:]
+    assert codes == ([1, 1, 1] if fault == "driver" else [-9, 1, 1]), out[-4000:]
+    wait_for_file(run_dir / names.cleanup(0), 30)  # a killed agent's reaper writes its records last
     recs = failures(run_dir)
     root = recs[0]
-    assert root["kind"] == "driver_exit"
+    kind = "driver_exit" if fault == "driver" else "agent_died"
+    assert root["kind"] == kind
     noticed = {r: d["wall_time"] - root["wall_time"] for r, d in recs.items() if r != 0}
     print(f"\ndoorbell={doorbell}: noticed {', '.join(f'rank {r} {s:.3f}s' for r, s in sorted(noticed.items()))}")
     if doorbell:
         assert max(noticed.values()) < 1.0, noticed
         for r in (1, 2):
-            assert recs[r]["reacting_to"]["rank"] == 0 and recs[r]["kind"] == "peer_failure", recs[r]
+            # To rank 0's failure, or (a failure wave) to the other reaction to it.
+            named = recs[r]["reacting_to"]
+            assert recs[r]["kind"] == "peer_failure" and named["rank"] in (0, 3 - r), recs[r]
+            assert named["rank"] == 0 or recs[named["rank"]]["reacting_to"]["rank"] == 0, recs
         assert sum(read(run_dir, names.cleanup(r))["doorbell"]["accepted"] for r in (1, 2)) >= 1
     else:
         assert min(noticed.values()) > HIDDEN_S - 2, noticed
         assert "doorbell" not in read(run_dir, names.cleanup(1))
         assert names.leaf(names.DOORBELL_SECRET) not in os.listdir(run_dir)
     assert_artifacts_valid(run_dir)
-    audit(run_dir, verdict="fail", rank=0, kind="driver_exit")
+    audit(run_dir, verdict="fail", rank=0, kind=kind)

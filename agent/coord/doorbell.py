@@ -171,6 +171,20 @@ class Doorbell(threading.Thread):
         self._halt.set()
         self._wakeup.set()
 
+    def reaper_line(self) -> dict[str, Any] | None:
+        """What the reaper needs to ring for this agent if it is killed (agent/reaper/sidecar.py):
+        the secret travels through the reaper's private pipe, never through a file or a log."""
+        with self._lock:
+            peers = self._peers
+        if not self._armed or peers is None:
+            return None
+        return {
+            "secret": self._secret.hex(),
+            "run": self._run,
+            "attempt": self._attempt,
+            "peers": [[p.rank, p.address, p.port, p.incarnation] for p in peers],
+        }
+
     def summary(self) -> dict[str, Any]:
         """For the cleanup record: where it listened and what it counted."""
         with self._lock:
@@ -309,10 +323,64 @@ class Doorbell(threading.Thread):
             self.counts["ignored_stopping"] += 1  # about our own failure: we know
             return
         self.counts["accepted"] += 1
+        self._on_ring(ring)  # first: the log line below is a write to the shared filesystem
         log.info("doorbell: rank %d rang: rank %d failed (%s)", ring.sender, ring.failed_rank, ring.kind)
-        self._on_ring(ring)
 
     def _drop(self, exc: Dropped, sender: Any) -> None:
         self.dropped[str(exc.reason)] += 1
         origin = f" from {sender[0]}:{sender[1]}" if sender else ""
         self._say_once(f"drop-{exc.reason}", f"doorbell: dropped a datagram{origin} ({exc}); further ones are counted")
+
+
+def ring_once(
+    secret: bytes,
+    *,
+    run: str,
+    attempt: int,
+    rank: int,
+    incarnation: str,
+    peers: Sequence[PeerBell],
+    kind: str,
+    cause: str,
+) -> int:
+    """One ring from a process without a doorbell thread (the reaper of a killed agent, which rings
+    as that agent): every copy to every peer from a fresh socket, in the caller's thread (the
+    reaper runs it in one of its own). Returns the datagrams sent; never raises."""
+    ring = Ring(
+        run=run,
+        attempt=attempt,
+        sender=rank,
+        incarnation=incarnation,
+        seq=1 << 40,  # apart from the agent's own sequence
+        sent_at=clock.wall(),
+        failed_rank=rank,
+        failed_incarnation=incarnation,
+        kind=kind,
+        cause=cause,
+    )
+    data = encode(ring, secret)
+    targets = []
+    for p in peers:
+        if p.rank == rank or p.port is None:
+            continue
+        try:
+            targets.append(socket.getaddrinfo(p.address, p.port, type=socket.SOCK_DGRAM)[0])
+        except (OSError, UnicodeError, IndexError):
+            continue
+    sent = 0
+    socks: dict[int, socket.socket] = {}
+    try:
+        started = time.monotonic()
+        for at in COPIES_AT:
+            time.sleep(max(0.0, started + at - time.monotonic()))
+            for family, kind_, proto, _, addr in targets:
+                try:
+                    sock = socks.get(family) or socks.setdefault(family, socket.socket(family, kind_, proto))
+                    sock.sendto(data, addr)
+                    sent += 1
+                except OSError:
+                    pass
+    finally:
+        for sock in socks.values():
+            sock.close()
+    return sent

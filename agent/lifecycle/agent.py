@@ -239,6 +239,9 @@ class Agent:
         running.liveness.start_watching()
         if self._bell is not None:
             self._bell.set_peers([PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers])
+            line = self._bell.reaper_line()
+            if line is not None:  # a killed agent's reaper rings for it
+                running.ctx.reaper.doorbell(line)
         return peers
 
     # -- the doorbell ----------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_foreign_datagrams_never_stop_a_run_and_are_counted(tmp_path: Path) -> N
 
 # --- propagation when the filesystem cannot tell in time --------------------------------------
 
-HIDDEN_S = 6  # how long the readers' FUSE mount keeps a "no such file" answer
+HIDDEN_S = 4  # how long the readers' FUSE mount keeps a "no such file" answer
 
 
 @pytest.fixture()

@@ -299,6 +299,7 @@ class Agent:
         if bell is None:
             return {}
         bell.stop()
+        bell.join(0.1)  # it only sends what is still due: no filesystem, a few ms
         summary = bell.summary()
         dropped = summary["dropped"]
         if dropped:

@@ -160,6 +160,10 @@ def _main(argv: Sequence[str] | None) -> int:
     guard = fs_guard.check(output_root, fs_guard.Heartbeat(coord.heartbeat_interval, coord.heartbeat_timeout))
     if guard.refusal:
         return err(guard.refusal)
+    from agent.coord.doorbell import Doorbell
+
+    bell: Doorbell | None = None
+    bell_note = ""  # why the doorbell is off, for the agent's log
     try:
         run = RunDir.create(output_root, args.uuid, mode=config.dir_mode)
         if mode.joins:
@@ -167,8 +171,11 @@ def _main(argv: Sequence[str] | None) -> int:
             if problem:
                 return err(f"{origin}: {problem}")
             _enter_attempt(run, writer, ident.rank, config, resume=mode.resume, restart=mode.restart)
+        if config.coordination.doorbell:
+            # Bound before the address record publishes its port, and kept: peers may ring at once.
+            bell, bell_note = Doorbell.bind(ident.address)
         # Claim the rank before writing anything: a process that does not join touches nothing.
-        claim(run, writer, ident)
+        claim(run, writer, ident, doorbell_port=bell.port if bell else None)
         log_fd = run.open_log(names.agent_log(ident.rank))
     except (RankClaimed, AttemptRefused) as exc:
         return err(str(exc))
@@ -219,6 +226,7 @@ def _main(argv: Sequence[str] | None) -> int:
             started_mono=STARTED,
             out=out,
             filesystem=guard.record(),
+            doorbell=(bell, bell_note),
         )
     except RunDirError as exc:
         return err(str(exc))

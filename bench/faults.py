@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -40,7 +41,7 @@ from agent.proc import tempdirs
 from bench import faults_slurm
 from schemas import DriverEnv, names
 from schemas.vocab import ResumeEnv
-from tests.harness import fullfs, orphans
+from tests.harness import doorbell_fuzz, fullfs, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
 from tests.harness.specs import small_spec, uid
 
@@ -164,6 +165,7 @@ class Fault:
     launch_keys: str = ""  # lines for the spec's [launch] table (the restart caps)
     refused_at: int | None = None  # restart rows: the attempt the caps must refuse
     slurm: bool = False  # on the local Slurm cluster (bench/faults_slurm.py): one trial by default
+    check: Callable[[Path], list[str]] | None = None  # more problems, read from the run directory
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -301,6 +303,22 @@ def _close_stdout(run: Run) -> None:
             p.stdout.close()  # the reader is gone: the agents' next line meets EPIPE
 
 
+def _doorbell_fuzz(run: Run) -> None:
+    """A foreign process sprays every agent's doorbell until the run ends (tests/harness/doorbell_fuzz.py)."""
+    ports = doorbell_fuzz.doorbell_ports(run.run_dir, REPLICAS)
+    run.fault()
+    stop, sent = threading.Event(), [0]
+    targets = {r: (f"127.0.0.{r + 2}", port) for r, port in ports.items()}
+    threading.Thread(target=doorbell_fuzz.spray, args=(run.run_dir, targets, stop, sent), daemon=True).start()
+
+    def until_exit() -> None:
+        for p in run.procs.values():
+            p.wait()
+        stop.set()
+
+    threading.Thread(target=until_exit, daemon=True).start()
+
+
 def _disk_full(run: Run) -> None:
     run.wait_phase()
     run.fault()
@@ -370,6 +388,13 @@ FAULTS += (
     Fault("judge-hung", SLEEPY, _judge_sig(signal.SIGSTOP), "fail", 2, ("judge_health",), judges=True),
     Fault("judge-degraded", GRADES, _wait_then(lambda _r: None), "fail", 0, ("judge_degraded",), judges=True),
     Fault("walltime-warning", CHECKPOINTS, _walltime_warning, "fail", None, ("time_limit",)),
+    Fault(
+        "doorbell-fuzz",
+        RESULT,
+        _doorbell_fuzz,
+        "pass",
+        check=lambda run_dir: doorbell_fuzz.drop_problems(run_dir, range(REPLICAS)),
+    ),
 )
 
 # Restart rows: the driver fails at once (exit 3) each attempt; PROGRESSES first writes a new
@@ -486,6 +511,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         records = _records(run.run_dir)
         verdict, names_cause = _audit(run.run_dir, fault)
         problems += _expectations(fault, codes, seconds, left, verdict, names_cause)
+        if fault.check is not None:
+            problems += fault.check(run.run_dir)
         trial = Trial(fault.name, not problems, codes, seconds, records, left, verdict, names_cause, problems, ending)
         return trial
     finally:

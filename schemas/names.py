@@ -25,6 +25,9 @@ DRIVER_STOP = "driver-stop.json"
 # The batch job's walltime warning (Slurm --signal=B:USR1@SECONDS, caught by the rendered script):
 # a plain line in failures/, where every agent already looks for news.
 WALLTIME_WARNING = "failures/walltime-warning"
+# The run's doorbell secret (agent/coord/doorbell_secret.py): random bytes, hex, created once by
+# the first agent; only agents read it. Run-level: kept in place across attempts.
+DOORBELL_SECRET = "doorbell.secret"
 
 
 RAY_HEAD = "ray-head.json"
@@ -257,6 +260,7 @@ OTHER_FILES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^job\.[a-z.]+$"),
     re.compile(r"^job-slurm-\d+\.out$"),
     re.compile(r"^failures/walltime-warning$"),
+    re.compile(r"^doorbell\.secret$"),
 )
 
 # (pattern, log kind) for every log; the kind is who writes it.

@@ -167,16 +167,19 @@ def _fsync_name(dir_fd: int, leaf: str) -> None:
         os.close(fd)
 
 
-def write_exclusive(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640) -> None:
+def write_exclusive(dir_fd: int, leaf: str, data: bytes, mode: int = 0o640, *, exact_mode: bool = False) -> None:
     """Create `leaf` with `data` only if no such name exists: temp + fsync + link. link(2) fails
     with EEXIST when the name exists, atomically on a local filesystem and on NFSv3+ alike, so
     two writers racing for one name cannot both win (FileExistsError for the loser), and a
-    reader never sees a partial file."""
+    reader never sees a partial file. `exact_mode`: the file gets exactly `mode` (not filtered by
+    the umask), set before any content is written."""
     tmp = names.temp_name(leaf, os.urandom(6).hex())
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     tfd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
         try:
+            if exact_mode:
+                os.fchmod(tfd, mode)
             view = memoryview(data)
             while view:
                 view = view[os.write(tfd, view) :]

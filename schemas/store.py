@@ -249,6 +249,34 @@ class RunDir:
                 os.close(fd)
         return doc
 
+    def create_private(self, relpath: str, data: bytes, mode: int) -> None:
+        """Create a run-level file that is no artifact (the doorbell's secret) exclusively, with
+        exactly `mode`; FileExistsError when another writer created it first."""
+        fd, leaf, close = self._parent_fd(relpath)
+        try:
+            safe_io.write_exclusive(fd, leaf, data, mode, exact_mode=True)
+            self.ops["write"] += 1
+        finally:
+            if close:
+                os.close(fd)
+
+    def read_private(self, relpath: str, limit: int) -> tuple[bytes, int]:
+        """Content (at most `limit` bytes) and permission bits of a file written by create_private.
+        Raises FileNotFoundError, RunDirError (symlink, FIFO, too big) or OSError."""
+        try:
+            fd = safe_io.open_regular(self._fd, relpath)
+        except safe_io.UnsafeEntry as exc:
+            raise RunDirError(str(exc)) from None
+        self.ops["read"] += 1
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            data = os.read(fd, limit + 1)
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            raise RunDirError(f"{relpath} is larger than {limit} bytes; not read")
+        return data, mode
+
     def write_bytes(self, relpath: str, data: bytes, *, sync: safe_io.Sync = safe_io.Sync.BEFORE_RENAME) -> None:
         fd, leaf, close = self._parent_fd(relpath)
         try:

@@ -33,6 +33,9 @@ class Failure:
     signal: str | None = None  # the signal this agent received, by name
     sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
     fs_condition: FsCondition | None = None  # the run directory refused our writes
+    # A reaction's (peer_failure) view of the failure it reacts to: that record's own cause, which
+    # the doorbell rings on to the other peers (not written: `cause` quotes it).
+    reacted_cause: str | None = None
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 

@@ -11,7 +11,8 @@ Rules (docs/runtime-notes.md, "Liveness"):
 - one bad read (partial JSON, EACCES, ESTALE) is retried and never by itself fails the run.
 A failure record reaches every agent within one poll interval; on a local filesystem inotify
 (agent/coord/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
-poll(2) on that descriptor and a wake pipe: no other timer, no helper thread.
+poll(2) on that descriptor and a wake pipe: no other timer, no helper thread. A failure rung on
+the doorbell (agent/coord/doorbell.py) gets the same reaction as a listed record (`_react`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TypeVar
 
 from agent.coord import clock
 from agent.coord.dirwatch import DirWatch
+from agent.coord.doorbell_msg import Ring
 from agent.coord.failure import Failure, FailureSignal
 from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
@@ -343,20 +345,33 @@ class Liveness(threading.Thread):
             if doc.get("fingerprint") != self.writer.fingerprint:
                 continue  # not this run's record
             peer, doc = self._first_cause(peer, doc)
-            self.signal.trip(
-                Failure(
-                    kind=FailureKind.PEER_FAILURE,
-                    cause=f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
-                    phase=str(self.phase()),
-                    reacting_to={
-                        "rank": peer,
-                        "incarnation": str(doc.get("incarnation")),
-                        "kind": str(doc.get("kind")),
-                    },
-                    peers=(peer,),
-                )
-            )
+            self._react(peer, doc)
             return
+
+    def _react(self, peer: int, doc: dict) -> None:
+        """Stop for rank `peer`'s failure record `doc` (its kind, cause and incarnation): read from
+        failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came."""
+        self.signal.trip(
+            Failure(
+                kind=FailureKind.PEER_FAILURE,
+                cause=f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
+                phase=str(self.phase()),
+                reacting_to={
+                    "rank": peer,
+                    "incarnation": str(doc.get("incarnation")),
+                    "kind": str(doc.get("kind")),
+                },
+                peers=(peer,),
+                reacted_cause=str(doc.get("cause")),
+            )
+        )
+
+    def ring_received(self, ring: Ring) -> None:
+        """A peer rang the doorbell (agent/coord/doorbell.py, verified): react as if its failure
+        record had been listed. The ring names the failure itself, not a reaction to it."""
+        if self.signal.is_set() or ring.failed_rank == self.rank:
+            return
+        self._react(ring.failed_rank, {"kind": ring.kind, "cause": ring.cause, "incarnation": ring.failed_incarnation})
 
     def _walltime_warning(self) -> None:
         """The batch job was warned that its time limit is near (Slurm --signal, the rendered

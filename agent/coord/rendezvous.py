@@ -31,13 +31,14 @@ class Peer:
     fingerprint: str
     hostname: str
     visible_devices: tuple[str, ...]
+    doorbell_port: int | None = None  # where its doorbell listens (agent/coord/doorbell.py); None: off
 
 
 class RankClaimed(GymError):
     """Another incarnation holds this rank: this process must not join (nor write anything)."""
 
 
-def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
+def claim(run: RunDir, writer: Writer, ident: Identity, *, doorbell_port: int | None = None) -> None:
     """Claim this rank by creating its address record exclusively (link(2): atomic, NFSv3+ too).
 
     Two agents started for one rank (a reused uuid, a scheduler restarting a task, a race) cannot
@@ -54,12 +55,14 @@ def claim(run: RunDir, writer: Writer, ident: Identity) -> None:
     }
     if ident.scheduler_job is not None:
         fields["scheduler_job"] = ident.scheduler_job.to_json()
+    if doorbell_port is not None:
+        fields["doorbell_port"] = doorbell_port  # bound (and kept) before this record exists
     rel = names.address(ident.rank)
     try:
         run.create_artifact(rel, writer, fields)
     except FileExistsError:
         if _set_aside_other_attempt(run, rel):
-            return claim(run, writer, ident)  # the exclusive create decides again
+            return claim(run, writer, ident, doorbell_port=doorbell_port)  # the exclusive create decides again
         existing = run.read_json(rel) or {}
         raise RankClaimed(
             f"rank {ident.rank} of this run was already claimed (incarnation {existing.get('incarnation')}, "
@@ -120,6 +123,7 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
                     str(doc["fingerprint"]),
                     str(doc.get("hostname", "")),
                     tuple(doc.get("visible_devices", ())),
+                    _port(doc.get("doorbell_port")),
                 )
             )
         return True
@@ -143,6 +147,10 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
             peers=tuple(missing),
         )
     )
+
+
+def _port(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536 else None
 
 
 def _check_counts(counts: dict[int, int], mine: int, phase: str) -> None:

@@ -14,6 +14,7 @@ process group and writes its cleanup record; the agent then exits non-zero.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.coord import clock
+from agent.coord.doorbell import Doorbell, PeerBell
+from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret
 from agent.coord.durable import RecordKeeper, local_dir
 from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from agent.coord.identity import Identity
@@ -59,6 +62,8 @@ from schemas.vocab import PHASE_INIT
 
 __all__ = ["Agent", "RunResult"]
 
+log = logging.getLogger(__name__)
+
 RECORD_RETRY_S = 20.0  # how long refused records are retried (space may come back) before exit
 FAILURE_WRITE_BUDGET_S = 5.0  # a hung shared filesystem must not stop us from killing children
 LIVENESS_JOIN_S = 2.0  # bounded: a hung shared filesystem may hold its last heartbeat write
@@ -87,6 +92,7 @@ class Agent:
         started_mono: float,
         out: Callable[[str], None],
         filesystem: Mapping[str, Any] | None = None,
+        doorbell: tuple[Doorbell | None, str] = (None, ""),
     ) -> None:
         self.config = config
         self.plan = plan
@@ -108,6 +114,7 @@ class Agent:
         self._record_writer = threading.Thread(target=self._write_failure_record, name="failure-record", daemon=True)
         self._record_phase = PHASE_INIT
         self.signal.on_trip(self._start_failure_record)
+        self._bell, self._bell_note = doorbell  # bound by the CLI before the address record
 
     def _start_failure_record(self) -> None:
         """Write the failure record the moment the signal trips, from a thread of its own: peers
@@ -173,6 +180,7 @@ class Agent:
         )
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
         liveness.start()
+        self._start_doorbell(liveness)
         try:
             self.states.advance(AgentState.STARTING)
             on = NodeSteps(running, self._agree(running))  # plan agreement gives the topology
@@ -235,7 +243,75 @@ class Agent:
         self._check_host_allowed(running.ctx)  # the address record was claimed before anything was written
         peers = gather(running.ctx, self.ident.count)
         running.liveness.start_watching()
+        if self._bell is not None:
+            self._bell.set_peers([PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers])
+            line = self._bell.reaper_line()
+            if line is not None:  # a killed agent's reaper rings for it
+                running.ctx.reaper.doorbell(line)
         return peers
+
+    # -- the doorbell ----------------------------------------------------------------------------
+
+    def _start_doorbell(self, liveness: Liveness) -> None:
+        """Arm the doorbell bound before the address record (agent/coord/doorbell.py): a valid ring
+        is handled like a listed failure record, and our own stop rings every peer. Without it
+        (bind refused, no secret) the run goes on through its files, and the log says so once."""
+        bell = self._bell
+        if not self.coord.doorbell:
+            return
+        if bell is None:
+            log.warning("doorbell off: %s; failures reach peers through the run directory only", self._bell_note)
+            return
+        try:
+            secret = ensure_secret(self.run)
+        except SecretUnavailable as exc:
+            self._bell = None
+            bell.close()
+            log.warning("doorbell off: %s; failures reach peers through the run directory only", exc)
+            return
+        bell.arm(
+            secret,
+            run=self.run.path.name,
+            attempt=self.run.attempt,
+            rank=self.rank,
+            incarnation=self.writer.incarnation,
+            on_ring=liveness.ring_received,
+            stopping=self.signal.is_set,
+        )
+        bell.start()
+        log.info("doorbell listening on %s (UDP)", bell.where)
+        self.signal.on_trip(self._ring_peers)
+
+    def _ring_peers(self) -> None:
+        """Ring with the failure itself: ours, or for a reaction the one it reacts to (as a peer
+        following our record to the failure it names would)."""
+        failure, bell = self.signal.failure, self._bell
+        if failure is None or bell is None:
+            return
+        target = failure.reacting_to or {}
+        if failure.kind == FailureKind.PEER_FAILURE and isinstance(target.get("rank"), int):
+            bell.ring(
+                int(target["rank"]),
+                str(target.get("incarnation")),
+                str(target.get("kind")),
+                failure.reacted_cause if failure.reacted_cause is not None else failure.cause,
+            )
+        else:
+            bell.ring(self.rank, self.writer.incarnation, str(failure.kind), failure.cause)
+
+    def _doorbell_summary(self) -> dict:
+        """The doorbell's counts for the cleanup record (and a line in the log when it dropped any)."""
+        bell = self._bell
+        if bell is None:
+            return {}
+        bell.stop()
+        bell.join(0.1)  # it only sends what is still due: no filesystem, a few ms
+        summary = bell.summary()
+        dropped = summary["dropped"]
+        if dropped:
+            told = ", ".join(f"{n} {why}" for why, n in dropped.items())
+            log.info("doorbell: dropped %d datagram(s): %s", sum(dropped.values()), told)
+        return {"doorbell": summary}
 
     def agree_plan(self, running: Running, peers: list[Peer]) -> Topology:
         phase = self.log.phase_name()
@@ -282,7 +358,12 @@ class Agent:
         self.run.write_artifact(
             names.cleanup(self.rank),
             self.writer,
-            {"outcome": str(RunOutcome.SUCCESS), "groups": groups, "leftover_pids": leftovers},
+            {
+                "outcome": str(RunOutcome.SUCCESS),
+                "groups": groups,
+                "leftover_pids": leftovers,
+                **self._doorbell_summary(),
+            },
         )
         self.log.end(detail=f"{len(groups)} process group(s) stopped")
         self.states.advance(AgentState.SUCCEEDED)
@@ -316,7 +397,12 @@ class Agent:
         keeper.write(
             names.cleanup(self.rank),
             self.writer,
-            {"outcome": str(RunOutcome.FAILURE), "groups": groups, "leftover_pids": leftovers},
+            {
+                "outcome": str(RunOutcome.FAILURE),
+                "groups": groups,
+                "leftover_pids": leftovers,
+                **self._doorbell_summary(),
+            },
         )
         self.states.advance(AgentState.FAILED)
         supervisor.finish_reaper()

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from agent.coord import clock
 from schemas import FailureKind, RunDir, names
@@ -85,6 +85,7 @@ class ReaperChannel:
     {"stopping": true}               the agent is tearing down by itself (heartbeats stop)
     {"stray": PID, "ctime": T}       a descendant that left every session (setsid): kill it too
     {"done": true}                   everything is cleaned and recorded: exit without acting
+    {"doorbell": {...}}              the agent's doorbell (secret, run, attempt, peers): ring for it
     """
 
     def __init__(self, stream: IO[str] | None) -> None:
@@ -106,6 +107,9 @@ class ReaperChannel:
 
     def stray(self, pid: int, create_time: float) -> None:
         self._send({"stray": pid, "ctime": create_time})
+
+    def doorbell(self, line: dict[str, object]) -> None:
+        self._send({"doorbell": line})
 
     def done(self) -> None:
         self._send({"done": True})
@@ -136,6 +140,7 @@ class ReaperState:
     done: bool = False
     stopping: bool = False  # the agent is tearing down by itself: its heartbeat stops on purpose
     strays: dict[int, float] = field(default_factory=dict)  # pid -> create time
+    doorbell: dict[str, Any] | None = None  # the agent's doorbell, to ring for it once it is gone
 
     def apply(self, line: str) -> None:
         """Apply one line; a malformed one is ignored (the agent may die mid-write)."""
@@ -157,6 +162,8 @@ class ReaperState:
             self.phase = msg["phase"]
         elif isinstance(msg.get("temp_dir"), str):
             self.temp_dirs.append(msg["temp_dir"])
+        elif isinstance(msg.get("doorbell"), dict):
+            self.doorbell = msg["doorbell"]
 
 
 class HangWatch:
@@ -257,6 +264,39 @@ def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
     return StopRecord(ESCAPED, live[0].pid, live[0].pid, "sigkill", None, len(live), time.monotonic() - t0)
 
 
+def _ring_for_the_agent(
+    line: dict[str, Any] | None, rank: int, incarnation: str, failure: Any
+) -> threading.Thread | None:
+    """Ring the dead agent's doorbell peers (agent/coord/doorbell.py) from a thread, beside the
+    record: a peer whose filesystem hides the record hears of it at once."""
+    if not line:
+        return None
+    from agent.coord.doorbell import PeerBell, ring_once
+
+    try:
+        secret = bytes.fromhex(str(line["secret"]))
+        peers = [PeerBell(int(r), str(a), int(p) if p is not None else None, str(i)) for r, a, p, i in line["peers"]]
+        run, attempt = str(line["run"]), int(line["attempt"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    ringer = threading.Thread(
+        target=ring_once,
+        args=(secret,),
+        kwargs={
+            "run": run,
+            "attempt": attempt,
+            "rank": rank,
+            "incarnation": incarnation,
+            "peers": peers,
+            "kind": str(failure.kind),
+            "cause": failure.cause,
+        },
+        daemon=True,
+    )
+    ringer.start()
+    return ringer
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gym-agent-reaper")
     ap.add_argument("--run-dir", required=True)
@@ -304,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = clock.mono()
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
     keeper = RecordKeeper(run, lambda line: print(f"gym-agent-reaper: [rank {args.rank}] {line}", flush=True))
+    ringer: threading.Thread | None = None
     mine = run.read_json(names.failure(args.rank))
     if not (mine and mine.get("incarnation") == args.incarnation):
         if fenced:
@@ -323,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             log=names.agent_log(args.rank),
             monotonic_time=t0,
         )
+        ringer = _ring_for_the_agent(state.doorbell, args.rank, args.incarnation, failure)
         write_failure_record(run, writer, args.rank, failure, state.phase, keeper, started_mono=args.agent_started)
     records = _stop_all(dict(state.sessions), args.grace)
     escaped = _kill_strays(state.strays)
@@ -344,4 +386,6 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
     keeper.flush(RECORD_RETRY_S)
+    if ringer is not None:
+        ringer.join(0.2)  # its last copy goes out 0.1 s after the first
     return 1

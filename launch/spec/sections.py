@@ -103,6 +103,12 @@ class Coordination:
         doc="a shared-filesystem stall (this agent's own reads and writes of the run directory not "
         "answering) is ridden out this long; past it the run fails with fs_stall",
     )
+    doorbell: bool = key(
+        keys.Bool(),
+        True,
+        doc="each agent listens on a UDP port of its address and rings its peers with a failure, so they stop "
+        "without waiting for the shared filesystem to show the record (false: files only)",
+    )
 
 
 DURATION = r"\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d)(\s*\d+(\.\d+)?\s*(ns|us|ms|s|m|h|d))*"

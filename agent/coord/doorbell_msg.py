@@ -1,0 +1,172 @@
+"""The doorbell's wire format: one failure per datagram, authenticated with the run's secret.
+
+Pure (no I/O): `encode` builds a datagram, `decode` verifies and parses one or says why it is
+dropped. A datagram is
+
+    MAGIC | body | HMAC-SHA256(secret, MAGIC | body)
+
+where body is JSON (sorted keys) with the run uuid, the sender's rank, incarnation and attempt, a
+per-sender sequence number, the sender's wall time (for the log only: hosts' clocks are never
+compared) and the failure itself: its rank, incarnation, kind and cause (cut to MAX_CAUSE_BYTES).
+The tag is checked before the body is parsed: nothing unauthenticated reaches the JSON parser.
+A datagram is at most MAX_DATAGRAM bytes, under the smallest IPv6 MTU (no fragmentation).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from schemas.vocab import FailureKind
+
+MAGIC = b"GYMDB1"
+TAG_BYTES = hashlib.sha256().digest_size
+MAX_DATAGRAM = 1200
+MAX_CAUSE_BYTES = 600
+MAX_TEXT = 64  # run uuid (<= 128 by names.UUID_RE, but ours are short), incarnations
+MAX_RANK = 1 << 20
+SECRET_BYTES = 32
+_KINDS = frozenset(str(k) for k in FailureKind)
+
+
+class Drop(enum.StrEnum):
+    """Why a datagram was not acted on (each counted by the receiver)."""
+
+    OVERSIZE = "oversize"  # longer than MAX_DATAGRAM
+    MALFORMED = "malformed"  # no magic, too short, or an authenticated body of the wrong shape
+    BAD_MAC = "bad_mac"  # a wrong secret, or altered on the way
+    OTHER_RUN = "other_run"  # authenticated, but for another run
+    STALE = "stale"  # another attempt or incarnation than the one this agent knows for that rank
+    UNKNOWN_RANK = "unknown_rank"  # a rank outside this run
+
+
+class Dropped(Exception):
+    def __init__(self, reason: Drop, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else str(reason))
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Ring:
+    """One ring: `sender` tells that `failed_rank` (itself, or the peer whose failure it reacts
+    to) failed with `kind`: `cause`."""
+
+    run: str
+    attempt: int
+    sender: int
+    incarnation: str
+    seq: int
+    sent_at: float
+    failed_rank: int
+    failed_incarnation: str
+    kind: str
+    cause: str
+
+
+def cut(text: str, limit: int = MAX_CAUSE_BYTES) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes, never inside a character."""
+    raw = text.encode("utf-8", errors="replace")
+    return text if len(raw) <= limit else raw[:limit].decode("utf-8", errors="ignore")
+
+
+def _tag(secret: bytes, signed: bytes) -> bytes:
+    return hmac.new(secret, signed, hashlib.sha256).digest()
+
+
+def encode(ring: Ring, secret: bytes) -> bytes:
+    """The datagram for `ring`; the cause is cut until the whole fits in MAX_DATAGRAM."""
+    limit = MAX_CAUSE_BYTES
+    while True:
+        body = orjson.dumps(
+            {
+                "run": ring.run,
+                "attempt": ring.attempt,
+                "sender": ring.sender,
+                "incarnation": ring.incarnation,
+                "seq": ring.seq,
+                "sent_at": ring.sent_at,
+                "failed_rank": ring.failed_rank,
+                "failed_incarnation": ring.failed_incarnation,
+                "kind": ring.kind,
+                "cause": cut(ring.cause, limit),
+            },
+            option=orjson.OPT_SORT_KEYS,
+        )
+        signed = MAGIC + body
+        if len(signed) + TAG_BYTES <= MAX_DATAGRAM or limit == 0:
+            return signed + _tag(secret, signed)
+        limit = max(0, limit - (len(signed) + TAG_BYTES - MAX_DATAGRAM))
+
+
+def decode(data: bytes, secret: bytes, run: str) -> Ring:
+    """The ring in `data`, verified with `secret` and meant for `run`; raises Dropped otherwise.
+    The receiver checks the rank and incarnation against the peers it knows (`check_peer`)."""
+    if len(data) > MAX_DATAGRAM:
+        raise Dropped(Drop.OVERSIZE, f"{len(data)} bytes")
+    if len(data) < len(MAGIC) + 2 + TAG_BYTES or not data.startswith(MAGIC):
+        raise Dropped(Drop.MALFORMED, "not a doorbell datagram")
+    signed, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
+    if not hmac.compare_digest(tag, _tag(secret, signed)):
+        raise Dropped(Drop.BAD_MAC, "authentication failed (another secret, or altered)")
+    try:
+        doc = orjson.loads(signed[len(MAGIC) :])
+    except orjson.JSONDecodeError:
+        raise Dropped(Drop.MALFORMED, "body is not JSON") from None
+    ring = _shape(doc)
+    if ring.run != run:
+        raise Dropped(Drop.OTHER_RUN, f"for run {ring.run!r}")
+    return ring
+
+
+def _shape(doc: Any) -> Ring:
+    if not isinstance(doc, dict):
+        raise Dropped(Drop.MALFORMED, "body is not an object")
+
+    def text(key: str, limit: int = MAX_TEXT) -> str:
+        v = doc.get(key)
+        if not isinstance(v, str) or len(v.encode()) > limit:
+            raise Dropped(Drop.MALFORMED, f"{key} is not a short string")
+        return v
+
+    def integer(key: str, low: int, high: int) -> int:
+        v = doc.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise Dropped(Drop.MALFORMED, f"{key} is not an integer in [{low}, {high}]")
+        return v
+
+    sent_at = doc.get("sent_at")
+    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
+        raise Dropped(Drop.MALFORMED, "sent_at is not a number")
+    kind = text("kind")
+    if kind not in _KINDS:
+        raise Dropped(Drop.MALFORMED, f"kind {kind!r} is not a failure kind")
+    return Ring(
+        run=text("run", 128),
+        attempt=integer("attempt", 1, 1 << 20),
+        sender=integer("sender", 0, MAX_RANK),
+        incarnation=text("incarnation"),
+        seq=integer("seq", 0, 1 << 62),
+        sent_at=float(sent_at),
+        failed_rank=integer("failed_rank", 0, MAX_RANK),
+        failed_incarnation=text("failed_incarnation"),
+        kind=kind,
+        cause=text("cause", MAX_CAUSE_BYTES),
+    )
+
+
+def check_peer(ring: Ring, attempt: int, incarnations: dict[int, str]) -> None:
+    """Raises Dropped unless the sender and the failed rank are this attempt's peers, at the
+    incarnations their address records name (an old attempt's or incarnation's ring is stale)."""
+    if ring.attempt != attempt:
+        raise Dropped(Drop.STALE, f"attempt {ring.attempt}, not {attempt}")
+    for rank, inc in ((ring.sender, ring.incarnation), (ring.failed_rank, ring.failed_incarnation)):
+        known = incarnations.get(rank)
+        if known is None:
+            raise Dropped(Drop.UNKNOWN_RANK, f"rank {rank}")
+        if inc != known:
+            raise Dropped(Drop.STALE, f"rank {rank} incarnation {inc}, not {known}")

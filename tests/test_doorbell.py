@@ -1,0 +1,239 @@
+"""The doorbell's wire format, its secret, and two real doorbell threads on loopback sockets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.coord.doorbell import Doorbell, PeerBell
+from agent.coord.doorbell_msg import MAX_DATAGRAM, Drop, Dropped, Ring, check_peer, decode, encode
+from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret, secret_mode
+from schemas import RunDir, names
+
+SECRET = bytes(range(32))
+RING = Ring(
+    run="run-1",
+    attempt=1,
+    sender=2,
+    incarnation="aaaa",
+    seq=1,
+    sent_at=1.5,
+    failed_rank=0,
+    failed_incarnation="bbbb",
+    kind="driver_exit",
+    cause="the driver exited 1",
+)
+PEERS = {0: "bbbb", 1: "cccc", 2: "aaaa"}
+
+
+def dropped(data: bytes, secret: bytes = SECRET, run: str = "run-1") -> Drop:
+    with pytest.raises(Dropped) as info:
+        decode(data, secret, run)
+    return info.value.reason
+
+
+def test_round_trip() -> None:
+    data = encode(RING, SECRET)
+    assert len(data) <= MAX_DATAGRAM
+    assert decode(data, SECRET, "run-1") == RING
+    check_peer(RING, 1, PEERS)  # known ranks at their incarnations: accepted
+
+
+def test_wrong_secret_truncated_altered_and_oversize_are_dropped() -> None:
+    data = encode(RING, SECRET)
+    assert dropped(data, secret=bytes(32)) is Drop.BAD_MAC
+    assert dropped(data[:-1]) is Drop.BAD_MAC  # truncated: the tag no longer matches
+    assert dropped(data[:10]) is Drop.MALFORMED
+    flipped = bytearray(data)
+    flipped[20] ^= 1
+    assert dropped(bytes(flipped)) is Drop.BAD_MAC
+    assert dropped(b"x" * (MAX_DATAGRAM + 1)) is Drop.OVERSIZE
+    assert dropped(b"") is Drop.MALFORMED
+
+
+def test_another_run_and_a_stale_incarnation_or_attempt_are_dropped() -> None:
+    assert dropped(encode(RING, SECRET), run="run-2") is Drop.OTHER_RUN
+    for old, reason in (
+        (replace(RING, incarnation="old0"), Drop.STALE),  # the sender's previous incarnation (a replay)
+        (replace(RING, failed_incarnation="old0"), Drop.STALE),  # a failure of an incarnation gone
+        (replace(RING, attempt=2), Drop.STALE),
+        (replace(RING, sender=7), Drop.UNKNOWN_RANK),
+    ):
+        with pytest.raises(Dropped) as info:
+            check_peer(decode(encode(old, SECRET), SECRET, "run-1"), 1, PEERS)
+        assert info.value.reason is reason
+
+
+def test_an_authenticated_body_of_the_wrong_shape_is_malformed() -> None:
+    import hashlib
+    import hmac
+
+    from agent.coord.doorbell_msg import MAGIC
+
+    for body in (b"[1]", b"{}", b'{"kind": "no_such_kind"}', b"not json"):
+        signed = MAGIC + body
+        assert dropped(signed + hmac.new(SECRET, signed, hashlib.sha256).digest()) is Drop.MALFORMED
+    assert dropped(encode(replace(RING, kind="bogus"), SECRET)) is Drop.MALFORMED
+
+
+def test_a_long_cause_is_cut_to_fit() -> None:
+    long = replace(RING, cause="é" * 5000)
+    data = encode(long, SECRET)
+    assert len(data) <= MAX_DATAGRAM
+    ring = decode(data, SECRET, "run-1")
+    assert ring.cause and long.cause.startswith(ring.cause)
+
+
+@given(st.binary(max_size=MAX_DATAGRAM + 50))
+def test_random_bytes_never_raise_anything_but_dropped(data: bytes) -> None:
+    with pytest.raises(Dropped):
+        decode(data, SECRET, "run-1")
+
+
+def test_the_secret_is_created_once_with_the_run_directory_trust(tmp_path: Path) -> None:
+    assert secret_mode(0o750) == 0o600 and secret_mode(0o770) == 0o640 and secret_mode(0o700) == 0o600
+    old = os.umask(0o077)  # the exact mode, whatever the umask
+    try:
+        run = RunDir.create(tmp_path, "s", mode=0o770)
+        first = ensure_secret(run)
+        assert ensure_secret(RunDir.open(run.path)) == first and len(first) == 32
+    finally:
+        os.umask(old)
+    path = run.path / names.DOORBELL_SECRET
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    # More open than the run directory allows: refused (the doorbell stays off).
+    os.chmod(path, 0o644)
+    with pytest.raises(SecretUnavailable, match="more open"):
+        ensure_secret(run)
+    path.chmod(0o600)
+    path.write_text("short\n")
+    with pytest.raises(SecretUnavailable, match="hex secret"):
+        ensure_secret(run)
+
+
+def bell_pair(events: list[Ring]) -> tuple[Doorbell, Doorbell]:
+    a, _ = Doorbell.bind("127.0.0.1")
+    b, _ = Doorbell.bind("127.0.0.1")
+    assert a is not None and b is not None
+    stopping = threading.Event()
+    for bell, rank, inc in ((a, 0, "inc0"), (b, 1, "inc1")):
+        bell.arm(
+            SECRET,
+            run="run-1",
+            attempt=1,
+            rank=rank,
+            incarnation=inc,
+            on_ring=events.append,
+            stopping=stopping.is_set,
+        )
+        bell.set_peers([PeerBell(0, "127.0.0.1", a.port, "inc0"), PeerBell(1, "127.0.0.1", b.port, "inc1")])
+        bell.start()
+    return a, b
+
+
+def wait_for(cond: object, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_a_ring_reaches_the_peer_and_garbage_is_counted() -> None:
+    events: list[Ring] = []
+    a, b = bell_pair(events)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as foreign:
+            for data in (b"junk", os.urandom(MAX_DATAGRAM + 10), encode(replace(RING, run="run-1"), bytes(32))):
+                foreign.sendto(data, ("127.0.0.1", b.port))
+            stale = replace(RING, sender=0, incarnation="old", failed_rank=0, failed_incarnation="inc0")
+            foreign.sendto(encode(stale, SECRET), ("127.0.0.1", b.port))
+        wait_for(lambda: sum(b.dropped.values()) == 4)
+        assert dict(b.dropped) == {"malformed": 1, "oversize": 1, "bad_mac": 1, "stale": 1}
+        started = time.monotonic()
+        a.ring(0, "inc0", "driver_exit", "the driver exited 1")
+        wait_for(lambda: events)
+        assert time.monotonic() - started < 1.0
+        ring = events[0]
+        assert (ring.sender, ring.failed_rank, ring.kind, ring.cause) == (0, 0, "driver_exit", "the driver exited 1")
+        # Every copy is accepted here (this listener does not stop); an agent's signal trips once.
+        wait_for(lambda: b.summary()["accepted"] == 3)
+        assert b.summary()["received"] == 4 + 3
+    finally:
+        a.stop()
+        b.stop()
+        a.join(2)
+        b.join(2)
+    assert not a.is_alive() and not b.is_alive()
+    assert a.summary()["sent"] == 3 and a.summary()["rings"] == 1
+
+
+def test_rings_that_cannot_be_sent_are_counted_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Sending refused (EACCES: a broadcast address without SO_BROADCAST, as a firewall's EPERM):
+    counted, said once, and the thread goes on."""
+    bell, _ = Doorbell.bind("127.0.0.1")
+    assert bell is not None
+    bell.arm(SECRET, run="r", attempt=1, rank=0, incarnation="i", on_ring=lambda _r: None, stopping=lambda: False)
+    bell.set_peers([PeerBell(1, "255.255.255.255", 9, "j")])
+    bell.start()
+    with caplog.at_level("WARNING"):
+        bell.ring(0, "i", "signal", "SIGTERM")
+        bell.ring(0, "i", "signal", "SIGTERM")
+        time.sleep(0.3)
+        bell.stop()
+        bell.join(2)
+    said = [r for r in caplog.records if "doorbell" in r.getMessage()]
+    assert len(said) == 1, said
+    summary = bell.summary()
+    assert summary["sent"] == 0 and summary["rings"] == 2 and summary["send_errors"] == 6
+
+
+def test_an_address_that_cannot_be_bound_leaves_the_doorbell_off() -> None:
+    bell, why = Doorbell.bind("no-such-host.invalid")
+    assert bell is None and "no-such-host.invalid" in why
+
+
+def test_a_ring_and_a_listed_record_get_the_same_reaction(tmp_path: Path) -> None:
+    """Liveness reacts to a ring exactly as to the record it announces: one story for the audit."""
+    from agent.coord.failure import FailureSignal
+    from agent.coord.liveness import Liveness
+    from schemas import Writer
+
+    fp = "f" * 64
+    reactions = []
+    for how in ("file", "ring"):
+        run = RunDir.create(tmp_path / how, "same", mode=0o750)
+        signal = FailureSignal()
+        live = Liveness(
+            run,
+            Writer(fp, 1, "me"),
+            1,
+            3,
+            heartbeat_interval=0.1,
+            heartbeat_timeout=10,
+            poll_interval=0.1,
+            signal=signal,
+            phase=lambda: "driver",
+        )
+        if how == "file":
+            fields = {"kind": "driver_exit", "cause": "the driver exited 1", "phase": "driver"}
+            fields |= {"wall_time": 1.0, "monotonic_time": 1.0, "reacting_to": None}
+            run.write_artifact(names.failure(0), Writer(fp, 0, "bbbb"), fields)
+            live.tick()
+        else:
+            live.ring_received(replace(RING, failed_incarnation="bbbb"))
+        failure = signal.failure
+        assert failure is not None
+        reactions.append((failure.kind, failure.cause, failure.reacting_to, failure.peers, failure.reacted_cause))
+    assert reactions[0] == reactions[1]
+    assert reactions[0][2] == {"rank": 0, "incarnation": "bbbb", "kind": "driver_exit"}

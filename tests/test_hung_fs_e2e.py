@@ -88,3 +88,66 @@ def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_
     # silence while the filesystem hung: which one is the order the caches hand them out in).
     result = audit(run_dir, verdict="fail", rank=holder, kind="signal")
     assert all(c.reacting_to == holder for c in result.cascade), result.cascade
+
+
+RESULT_AFTER = (
+    'command = ["python", "-c", "import time; time.sleep({s}); from agent import driver_api; '
+    "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
+    'judge_replies=0)"]'
+)
+
+
+def _stalled_run(tmp_path: Path, *, stall_s: float, fs_stall_timeout: float, driver: str) -> tuple[Path, list[int]]:
+    """Three agents on one NFS-model client; once every rank runs the driver the filesystem hangs
+    for `stall_s` (nobody fails), then comes back."""
+    src, mnt = tmp_path / "src", tmp_path / "client"
+    spec_text = small_spec(
+        name="stall",
+        driver=driver,
+        ray=False,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        heartbeat_interval=1.0,
+        poll_interval=0.5,
+        teardown_grace=TEARDOWN_GRACE,
+    ).replace("[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {fs_stall_timeout}\n", 1)
+    uuid = uid("stall")
+    run_dir = src / "cluster" / uuid
+    with nfs_clients(src, [mnt], dir_ttl=1.0, neg_ttl=1.0) as [client]:
+        spec_file = tmp_path / "stall.toml"
+        spec_file.write_text(spec_text)
+        procs = [start(tmp_path, mnt, spec_file, uuid, r, 3, [], run_dir) for r in range(3)]
+        try:
+            for r in range(3):
+                wait_phase(run_dir, r, "driver", 120)
+            client.stall()
+            try:
+                time.sleep(stall_s)
+            finally:
+                client.resume()
+            codes = [p.wait(120) for p in procs]
+        finally:
+            for p in procs:
+                kill_tree_by_session(p)
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+    return run_dir, codes
+
+
+def test_a_stall_shorter_than_the_bound_is_ridden_out(tmp_path: Path) -> None:
+    # Longer than heartbeat_timeout: without riding it out every peer would look silent.
+    run_dir, codes = _stalled_run(
+        tmp_path, stall_s=HEARTBEAT_TIMEOUT + 3, fs_stall_timeout=60, driver=RESULT_AFTER.format(s=14)
+    )
+    assert codes == [0, 0, 0], codes
+    audit(run_dir, verdict="pass")
+    logs = "".join((run_dir / f"agent-{r}.log").read_text() for r in range(3))
+    assert "the shared filesystem stalled for" in logs
+
+
+def test_a_stall_past_the_bound_ends_the_run_as_fs_stall(tmp_path: Path) -> None:
+    run_dir, codes = _stalled_run(tmp_path, stall_s=9, fs_stall_timeout=4, driver=SLEEPY)
+    assert all(c == 1 for c in codes), codes
+    result = audit(run_dir, verdict="fail", rank=(0, 1, 2), kind="fs_stall")
+    fc = result.first_cause
+    assert fc is not None and "the shared filesystem has not answered for" in fc.cause, fc
+    assert "fs_stall_timeout 4s" in fc.cause and str(run_dir.name) in fc.cause, fc.cause

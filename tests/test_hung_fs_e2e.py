@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -16,7 +18,7 @@ import pytest
 
 from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, small_spec, uid, wait_phase
 from tests.harness.netfs import start
-from tests.harness.nfs_model import nfs_clients
+from tests.harness.nfs_model import NfsClient, nfs_clients
 from tests.harness.orphans import kill_tree_by_session
 
 pytestmark = pytest.mark.slow
@@ -35,17 +37,26 @@ def _driver_pid(agent: subprocess.Popen) -> int | None:
     return None
 
 
-def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_path: Path) -> None:
+@contextmanager
+def three_agents_on_one_client(
+    tmp_path: Path, driver: str, fs_stall_timeout: float | None = None
+) -> Iterator[tuple[NfsClient, list[subprocess.Popen], Path]]:
+    """Three agents (no Ray) on one NFS-model client, every one in its driver phase; killed by
+    session and unmounted on the way out."""
     src, mnt = tmp_path / "src", tmp_path / "client"
     spec_text = small_spec(
         name="hung",
-        driver=SLEEPY,
+        driver=driver,
         ray=False,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
         heartbeat_interval=1.0,
         poll_interval=0.5,
         teardown_grace=TEARDOWN_GRACE,
     )
+    if fs_stall_timeout is not None:
+        spec_text = spec_text.replace(
+            "[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {fs_stall_timeout}\n", 1
+        )
     uuid = uid("hung")
     run_dir = src / "cluster" / uuid
     with nfs_clients(src, [mnt], dir_ttl=1.0, neg_ttl=1.0) as [client]:
@@ -55,33 +66,43 @@ def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_
         try:
             for r in range(3):
                 wait_phase(run_dir, r, "driver", 120)
-            holder = next((r for r, p in enumerate(procs) if _driver_pid(p)), None)
-            end = time.monotonic() + 30
-            while holder is None and time.monotonic() < end:
-                time.sleep(0.1)
-                holder = next((r for r, p in enumerate(procs) if _driver_pid(p)), None)
-            assert holder is not None, "no driver process found"
-            driver = _driver_pid(procs[holder])
-            assert driver is not None
-            client.stall()
-            try:
-                time.sleep(1.0)
-                procs[holder].send_signal(signal.SIGTERM)
-                t0 = time.monotonic()
-                while psutil.pid_exists(driver) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
-                    time.sleep(0.05)
-                stopped_after = time.monotonic() - t0
-                assert not psutil.pid_exists(driver), f"driver {driver} still alive {stopped_after:.1f}s after SIGTERM"
-                # Longer than heartbeat_timeout: nobody can read or write the run directory meanwhile.
-                time.sleep(max(0.0, HEARTBEAT_TIMEOUT + 2 - (time.monotonic() - t0)))
-            finally:
-                client.resume()
-            codes = [p.wait(120) for p in procs]
+            yield client, procs, run_dir
         finally:
             for p in procs:
                 kill_tree_by_session(p)
-        print(f"\nhung filesystem: driver stopped {stopped_after:.2f}s after SIGTERM; exit codes {codes}")
-        assert all(c != 0 for c in codes), codes
+
+
+def _driver_holder(procs: list[subprocess.Popen]) -> tuple[int, int]:
+    """(rank, driver pid) of the agent whose tree runs the driver."""
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        for r, p in enumerate(procs):
+            pid = _driver_pid(p)
+            if pid is not None:
+                return r, pid
+        time.sleep(0.1)
+    raise AssertionError("no driver process found")
+
+
+def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_path: Path) -> None:
+    with three_agents_on_one_client(tmp_path, SLEEPY) as (client, procs, run_dir):
+        holder, driver = _driver_holder(procs)
+        client.stall()
+        try:
+            time.sleep(1.0)
+            procs[holder].send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            while psutil.pid_exists(driver) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
+                time.sleep(0.05)
+            stopped_after = time.monotonic() - t0
+            assert not psutil.pid_exists(driver), f"driver {driver} still alive {stopped_after:.1f}s after SIGTERM"
+            # Longer than heartbeat_timeout: nobody can read or write the run directory meanwhile.
+            time.sleep(max(0.0, HEARTBEAT_TIMEOUT + 2 - (time.monotonic() - t0)))
+        finally:
+            client.resume()
+        codes = [p.wait(120) for p in procs]
+    print(f"\nhung filesystem: driver stopped {stopped_after:.2f}s after SIGTERM; exit codes {codes}")
+    assert all(c != 0 for c in codes), codes
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)
     # The signalled rank is the first cause; its peers react to it (by its record, or by its
@@ -98,36 +119,15 @@ RESULT_AFTER = (
 
 
 def _stalled_run(tmp_path: Path, *, stall_s: float, fs_stall_timeout: float, driver: str) -> tuple[Path, list[int]]:
-    """Three agents on one NFS-model client; once every rank runs the driver the filesystem hangs
-    for `stall_s` (nobody fails), then comes back."""
-    src, mnt = tmp_path / "src", tmp_path / "client"
-    spec_text = small_spec(
-        name="stall",
-        driver=driver,
-        ray=False,
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        heartbeat_interval=1.0,
-        poll_interval=0.5,
-        teardown_grace=TEARDOWN_GRACE,
-    ).replace("[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {fs_stall_timeout}\n", 1)
-    uuid = uid("stall")
-    run_dir = src / "cluster" / uuid
-    with nfs_clients(src, [mnt], dir_ttl=1.0, neg_ttl=1.0) as [client]:
-        spec_file = tmp_path / "stall.toml"
-        spec_file.write_text(spec_text)
-        procs = [start(tmp_path, mnt, spec_file, uuid, r, 3, [], run_dir) for r in range(3)]
+    """Once every rank runs the driver the filesystem hangs for `stall_s` (nobody fails), then
+    comes back."""
+    with three_agents_on_one_client(tmp_path, driver, fs_stall_timeout) as (client, procs, run_dir):
+        client.stall()
         try:
-            for r in range(3):
-                wait_phase(run_dir, r, "driver", 120)
-            client.stall()
-            try:
-                time.sleep(stall_s)
-            finally:
-                client.resume()
-            codes = [p.wait(120) for p in procs]
+            time.sleep(stall_s)
         finally:
-            for p in procs:
-                kill_tree_by_session(p)
+            client.resume()
+        codes = [p.wait(120) for p in procs]
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)
     return run_dir, codes

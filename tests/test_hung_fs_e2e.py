@@ -39,15 +39,15 @@ def _driver_pid(agent: subprocess.Popen) -> int | None:
 
 @contextmanager
 def three_agents_on_one_client(
-    tmp_path: Path, driver: str, fs_stall_timeout: float | None = None
+    tmp_path: Path, driver: str, fs_stall_timeout: float | None = None, ray: bool = False
 ) -> Iterator[tuple[NfsClient, list[subprocess.Popen], Path]]:
-    """Three agents (no Ray) on one NFS-model client, every one in its driver phase; killed by
-    session and unmounted on the way out."""
+    """Three agents on one NFS-model client, every one in its driver phase; killed by session and
+    unmounted on the way out."""
     src, mnt = tmp_path / "src", tmp_path / "client"
     spec_text = small_spec(
         name="hung",
         driver=driver,
-        ray=False,
+        ray=ray,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
         heartbeat_interval=1.0,
         poll_interval=0.5,
@@ -151,3 +151,37 @@ def test_a_stall_past_the_bound_ends_the_run_as_fs_stall(tmp_path: Path) -> None
     fc = result.first_cause
     assert fc is not None and "the shared filesystem has not answered for" in fc.cause, fc
     assert "fs_stall_timeout 4s" in fc.cause and str(run_dir.name) in fc.cause, fc.cause
+
+
+def _raylets(agent: subprocess.Popen) -> list[int]:
+    try:
+        return [c.pid for c in psutil.Process(agent.pid).children(recursive=True) if "raylet" in c.name()]
+    except psutil.Error:
+        return []
+
+
+def test_a_sigterm_to_a_node_without_the_driver_during_a_hang_stops_its_ray_at_once(tmp_path: Path) -> None:
+    # That node's lifecycle waits for the driver's acknowledgement by listing acks/: with the
+    # filesystem hung the listing does not return, and the teardown must not wait for it.
+    with three_agents_on_one_client(tmp_path, SLEEPY, ray=True) as (client, procs, run_dir):
+        holder, _ = _driver_holder(procs)
+        other = next(r for r in range(3) if r != holder and _raylets(procs[r]))
+        raylets = _raylets(procs[other])
+        client.stall()
+        try:
+            time.sleep(1.0)
+            procs[other].send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            while any(psutil.pid_exists(p) for p in raylets) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
+                time.sleep(0.05)
+            stopped_after = time.monotonic() - t0
+            assert not any(psutil.pid_exists(p) for p in raylets), f"raylet alive {stopped_after:.1f}s after SIGTERM"
+            time.sleep(max(0.0, 12 - (time.monotonic() - t0)))  # the hang outlasts the bound
+        finally:
+            client.resume()
+        codes = [p.wait(120) for p in procs]
+    print(f"\nhung filesystem: rank {other}'s raylet stopped {stopped_after:.2f}s after SIGTERM; codes {codes}")
+    assert all(c != 0 for c in codes), codes
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+    audit(run_dir, verdict="fail", rank=other, kind="signal")

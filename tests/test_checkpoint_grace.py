@@ -69,7 +69,10 @@ def test_the_walltime_warning_lets_the_driver_checkpoint(tmp_path: Path) -> None
     assert 0.4 < stop["after_s"] < 20, stop
     recs = failures(run.run_dir)
     assert {v["kind"] for v in recs.values()} <= {FailureKind.TIME_LIMIT, FailureKind.PEER_FAILURE}, recs
-    assert recs[d]["kind"] == FailureKind.TIME_LIMIT, recs
+    # The driver's node stops for the warning itself, or for a peer's record of it that reached it
+    # first (which one is the machine's load): the warning either way.
+    own = recs[d]
+    assert own["kind"] == FailureKind.TIME_LIMIT or own["reacting_to"]["kind"] == FailureKind.TIME_LIMIT, recs
     result = audit(run.run_dir, verdict="fail", rank=(0, 1), kind=FailureKind.TIME_LIMIT)
     grace = [f for f in result.findings if f.code == "driver.checkpoint_grace"]
     assert grace and "exited after" in grace[0].message, result.findings

@@ -19,8 +19,11 @@ def test_rendered_config_names_every_node_and_partition(tmp_path: Path) -> None:
     assert f"AuthInfo=socket={tmp_path}/munge/munge.socket" in conf
     assert "NodeName=n2 NodeHostname=n2 NodeAddr=127.0.10.2 Port=7002 CPUs=4 RealMemory=4000 Gres=gpu:8" in conf
     assert "NodeName=c1 NodeHostname=c1 NodeAddr=127.0.10.11 Port=7004 CPUs=4 RealMemory=4000 State" in conf
-    assert "PartitionName=gpu Nodes=n1,n2,n3 Default=YES MaxTime=02:00:00 State=UP" in conf
-    assert "PartitionName=cpu Nodes=c1 Default=NO MaxTime=01:00:00 State=UP" in conf
+    assert "PartitionName=gpu Nodes=n1,n2,n3 Default=YES MaxTime=02:00:00 PriorityTier=1 State=UP" in conf
+    assert "PartitionName=cpu Nodes=c1 Default=NO MaxTime=01:00:00 PriorityTier=1 State=UP" in conf
+    # The preempting tier: the gpu nodes again, a job there requeues what is in its way.
+    assert "PartitionName=urgent Nodes=n1,n2,n3 Default=NO MaxTime=01:00:00 PriorityTier=10 State=UP" in conf
+    assert "PreemptType=preempt/partition_prio" in conf and "PreemptMode=REQUEUE" in conf
     assert slurm.render_gres_conf(layout, tmp_path).splitlines() == [
         f"NodeName=n{i} Name=gpu File={tmp_path}/dev/gpu[0-7]" for i in (1, 2, 3)
     ]

@@ -350,7 +350,7 @@ def load_run(safe: SafeDir) -> LoadedRun:
             _load_jsonl(safe, run, relpath, jsonl_schema)
             continue
         schema = names.schema_for(relpath)
-        if schema is None and any(p.match(relpath) for p in names.OTHER_FILES):
+        if schema is None and names.is_other_file(relpath):
             size = safe.size(relpath)
             if size is not None:
                 run.others[relpath] = size

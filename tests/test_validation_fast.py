@@ -56,8 +56,8 @@ def _mutate(doc: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, dict[str, Any]]]:
     root = tmp_path_factory.mktemp("scenarios")
     out = []
-    for name, build in SCENARIOS.items():
-        path: Path = build(root / name).path
+    for name in ("success", "killed_replica", "judge_failure"):  # every kind of record the others have
+        path: Path = SCENARIOS[name](root / name).path
         for f in sorted(path.rglob("*.json")):
             schema = names.schema_for(str(f.relative_to(path)))
             if schema is not None:

@@ -54,7 +54,7 @@ strace:
 	  strace >/dev/null) ; } || echo "strace not available: FS operations are counted by the agents only"
 
 # Not part of `make test`: gym-agent beside the anchor protocol, the 4096-agent projection
-# (bench-out/projection.png), audit at 1024 replicas and log search vs grep; JSON in bench-out/.
+# (bench-out/projection.png), audit at 1024 and 8192 replicas and log search vs grep; JSON in bench-out/.
 bench: $(BENCH_STAMP) strace
 	$(PY) -m bench $(BENCH_ARGS)
 

@@ -186,7 +186,7 @@ def _write_html(target: Path, text: str) -> None:
 
 def _audit(argv: Sequence[str]) -> int:
     # Imported here: `gym-audit logs` and `ls` start without the audit's checks and renderers.
-    from audit import report_html, report_json, report_text
+    from audit import report_json, report_text
     from audit.api import audit_run
 
     args = _audit_parser().parse_args(argv)
@@ -217,6 +217,8 @@ def _audit(argv: Sequence[str]) -> int:
             text += _ranks_text(result)
         sys.stdout.write(_colour(text) if use_colour(sys.stdout) else text)
     if args.html:
+        from audit import report_html
+
         try:
             _write_html(Path(args.html), report_html.render(result))
         except OSError as exc:

@@ -61,7 +61,7 @@ strace:
 	  strace >/dev/null) ; } || echo "strace not available: FS operations are counted by the agents only"
 
 # Not part of `make test`: gym-agent beside the anchor protocol, the 4096-agent projection
-# (bench-out/projection.png), audit at 1024 replicas, log search vs grep, and a driver failure
+# (bench-out/projection.png), audit at 1024 and 8192 replicas, log search vs grep, and a driver failure
 # across two NFS-like FUSE clients (bench/netfs.py; root and /dev/fuse); JSON in bench-out/.
 bench: $(BENCH_STAMP) strace
 	$(PY) -m bench $(BENCH_ARGS)

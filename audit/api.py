@@ -225,7 +225,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
     """Audit one run directory. Raises UnusableRunDir (exit 2) when there is nothing to audit.
     `ask_scheduler`: when the files leave a scheduler's ending unnamed, ask the scheduler the run
     was submitted to (bounded in time; audit/scheduler_query.py). False: the files only."""
-    with SafeDir(path) as safe:
+    with SafeDir(path) as safe, safe.cached_dirs():  # one pass: each subdirectory opened once
         run = load_run(safe)
         outputs = _outputs or _JobOutputs(safe, job_outputs(run))
         spec, fingerprint = _read_spec(run)

@@ -18,9 +18,8 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from audit import report_html, report_json, report_text
-from audit.api import audit_run
 from audit.load import SafeDir, UnsafeFile, UnusableRunDir
 from audit.logs import Matcher, grep_log, list_logs
 from audit.sanitize import terminal_safe
@@ -50,8 +49,21 @@ LS_EXIT = """exit codes:
 HTML_MODE = 0o640  # like the rest of the run's evidence: not world-readable
 
 
+class _Version(argparse.Action):
+    """--version, its text looked up only when asked: reading the package metadata costs ~35 ms,
+    which every `gym-audit logs` would pay at start."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show program's version number and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version("gym-audit"))
+        parser.exit()
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--version", action="version", version=version("gym-audit"))
+    p.add_argument("--version", action=_Version)
 
 
 def _audit_parser() -> argparse.ArgumentParser:
@@ -173,6 +185,10 @@ def _write_html(target: Path, text: str) -> None:
 
 
 def _audit(argv: Sequence[str]) -> int:
+    # Imported here: `gym-audit logs` and `ls` start without the audit's checks and renderers.
+    from audit import report_json, report_text
+    from audit.api import audit_run
+
     args = _audit_parser().parse_args(argv)
     try:
         run_dir = resolve_run(args.run_dir, args.output_root)
@@ -201,6 +217,8 @@ def _audit(argv: Sequence[str]) -> int:
             text += _ranks_text(result)
         sys.stdout.write(_colour(text) if use_colour(sys.stdout) else text)
     if args.html:
+        from audit import report_html
+
         try:
             _write_html(Path(args.html), report_html.render(result))
         except OSError as exc:
@@ -246,8 +264,6 @@ def _colour(text: str) -> str:
 
 
 def _logs(argv: Sequence[str]) -> int:
-    from audit import logview
-
     args = _logs_parser().parse_args(argv)
     try:
         matcher = Matcher.compile(args.grep, args.ignore_case)
@@ -257,11 +273,15 @@ def _logs(argv: Sequence[str]) -> int:
     if args.after < 0 or args.before < 0:
         print("gym-audit logs: -A/-B take a number of lines >= 0", file=sys.stderr)
         return 2
-    try:
-        since = logview.parse_since(args.since) if args.since else None
-    except ValueError as exc:
-        print(f"gym-audit logs: {exc}", file=sys.stderr)
-        return 2
+    since = None
+    if args.since:
+        from audit import logview  # here and below: a plain grep starts without it
+
+        try:
+            since = logview.parse_since(args.since)
+        except ValueError as exc:
+            print(f"gym-audit logs: {exc}", file=sys.stderr)
+            return 2
     try:
         safe = SafeDir(resolve_run(args.run_dir, args.output_root))
     except UnusableRunDir as exc:
@@ -290,10 +310,14 @@ def _logs(argv: Sequence[str]) -> int:
                 except (UnsafeFile, OSError) as exc:
                     print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
         elif args.merge:
+            from audit import logview
+
             for ln in logview.merged_view(safe, logs, matcher, since):
                 out.write(logview.render(ln))
                 printed += 1
         elif not follow_all:
+            from audit import logview
+
             keep = logview.selector(matcher, since)
             for log in logs:
                 try:

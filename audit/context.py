@@ -69,7 +69,8 @@ def _owners(
 ) -> dict[int, int]:
     """node -> rank. The protocol's rule (i-th lowest address owns node i) when every expected rank
     published an address; otherwise the placement records' own claims."""
-    known = {r: a.address for r, a in addrs.items() if r in expected and a.address}
+    wanted = set(expected)  # a tuple's `in` is a scan: quadratic over thousands of ranks
+    known = {r: a.address for r, a in addrs.items() if r in wanted and a.address}
     if expected and len(known) == len(expected):
         return dict(enumerate(order.node_owners(known)))
     out: dict[int, int] = {}

@@ -11,10 +11,12 @@ capped. Nothing here ever writes.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,11 +71,37 @@ class SafeDir:
         except OSError as exc:
             raise UnusableRunDir(f"cannot open {p}: {exc.strerror}") from None
         self.path = p
+        self._dirs: dict[str, int] | None = None  # within cached_dirs(): parent path -> its fd
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    @contextlib.contextmanager
+    def cached_dirs(self) -> Iterator[None]:
+        """Within it, each subdirectory is opened once for all the reads below it (a thousand
+        records in heartbeats/), not once per file. Only for one pass: a directory replaced
+        meanwhile (an attempt archived) would still be read through the fd opened first."""
+        self._dirs = {}
+        try:
+            yield
+        finally:
+            dirs, self._dirs = self._dirs, None
+            for fd in dirs.values():
+                os.close(fd)
+
+    def _parent(self, relpath: str) -> tuple[int, str]:
+        """(fd to open `relpath` in, its name there): the run directory and the path itself,
+        or within cached_dirs() the cached fd of its directory and its leaf."""
+        parent, _, leaf = relpath.rpartition("/")
+        if self._dirs is None or not parent:
+            return self._fd, relpath
+        fd = self._dirs.get(parent)
+        if fd is None:
+            fd, _ = safe_io.open_parent(self._fd, relpath)  # validates the path, follows no link
+            self._dirs[parent] = fd
+        return fd, leaf
 
     def __enter__(self) -> SafeDir:
         return self
@@ -84,14 +112,14 @@ class SafeDir:
     def open_file(self, relpath: str) -> int:
         """A read-only fd of a regular file inside the run directory. Raises UnsafeFile / OSError."""
         try:
-            return safe_io.open_regular(self._fd, relpath)
+            return safe_io.open_regular(*self._parent(relpath))
         except UnsafeEntry as exc:
             raise UnsafeFile(exc.code, _reason(exc)) from None
 
     def read_capped(self, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
         """The whole file if it is at most `cap` bytes; UnsafeFile('file.too_large') otherwise."""
         try:
-            return safe_io.read_capped(self._fd, relpath, cap)
+            return safe_io.read_capped(*self._parent(relpath), cap)
         except UnsafeEntry as exc:
             raise UnsafeFile(exc.code, _reason(exc)) from None
 
@@ -234,16 +262,16 @@ def _has_nonfinite(value: Any) -> bool:
 
 def parse_json(data: bytes, relpath: str) -> tuple[Any, list[Finding]]:
     """(document or None, findings). Never raises."""
+    try:
+        return orjson.loads(data), []  # UTF-8 checked too: the checks below only word a refusal
+    except orjson.JSONDecodeError as exc:
+        strict_error = str(exc)
     if not data.strip():
         return None, [Finding("error", "file.empty", "is empty (a writer died before writing it?)", relpath)]
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         return None, [Finding("error", "json.not_utf8", f"is not UTF-8 (byte {exc.start})", relpath)]
-    try:
-        return orjson.loads(data), []
-    except orjson.JSONDecodeError as exc:
-        strict_error = str(exc)
     # The stdlib accepts NaN/Infinity, which Python writers emit for a diverged loss: parse it
     # anyway so the finite-loss check can name the problem, and flag the file as non-JSON.
     try:
@@ -322,7 +350,7 @@ def load_run(safe: SafeDir) -> LoadedRun:
             _load_jsonl(safe, run, relpath, jsonl_schema)
             continue
         schema = names.schema_for(relpath)
-        if schema is None and any(p.match(relpath) for p in names.OTHER_FILES):
+        if schema is None and names.is_other_file(relpath):
             size = safe.size(relpath)
             if size is not None:
                 run.others[relpath] = size

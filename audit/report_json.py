@@ -47,12 +47,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from audit.model import AuditResult
 from audit.sanitize import clean_json
 
 
 def render(result: AuditResult) -> str:
-    return json.dumps(clean_json(result.to_json()), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    doc = result.to_json()
+    try:
+        # orjson indents as json.dumps(indent=2) does, ~20x faster (the stdlib's encoder is pure
+        # Python when indenting: 1 s for a 1024-replica report). It refuses what clean_json
+        # repairs (a lone surrogate, an integer beyond 64 bits) and writes NaN as null, as clean_json.
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode("utf-8") + "\n"
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(clean_json(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def render_unusable(run_dir: str, reason: str) -> str:

@@ -4,8 +4,9 @@
 
 Prints MB/s for a literal pattern, a regex and a case-insensitive search, plus peak memory growth,
 which must stay near the chunk size whatever the log size; then `gym-audit logs DIR --grep P` and
-`grep -nF P` / `grep -F P` as processes on the same file (warm page cache, output to /dev/null,
-best of 5 alternating runs) and the throughput ratio. Not part of `make test`.
+`grep -nF P` / `grep -F P` as processes on the same file (warm page cache, output to a file,
+best of 5 alternating runs, ours byte-compiled as installed) and the throughput ratio. Not part
+of `make test`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 from audit.load import SafeDir
 from audit.logs import Matcher, grep_log
 from schemas import names
+
+from .audit_scale import compiled_env
 
 LINE = b"2025-01-01T00:00:00.000Z INFO step=%08d loss=1.2345 lr=3e-06 tokens/s=12345.6 rollout batch ok\n"
 NEEDLE = b"2025-01-01T00:00:00.000Z ERROR RuntimeError: CUDA error: out of memory at step %08d\n"
@@ -55,13 +58,20 @@ def time_grep(run_dir: Path, pattern: str, ignore_case: bool) -> tuple[float, in
     return time.perf_counter() - t0, hits
 
 
-def _timed(argv: list[str], out: Path) -> float:
-    # Output to a regular file, not /dev/null: GNU grep stops at the first match when its output
-    # is /dev/null (it knows nobody reads it), which would time nothing.
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _timed(argv: list[str], out: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run.
+
+    Output to a regular file, not /dev/null: GNU grep stops at the first match when its output
+    is /dev/null (it knows nobody reads it), which would time nothing."""
     with open(out, "wb") as fh:
-        t0 = time.perf_counter()
-        subprocess.run(argv, stdout=fh, check=False)
-        return time.perf_counter() - t0
+        c0, t0 = _children_cpu(), time.perf_counter()
+        subprocess.run(argv, stdout=fh, check=False, env=env)
+        return time.perf_counter() - t0, _children_cpu() - c0
 
 
 def versus_grep(run_dir: Path, log: Path, pattern: str, repeats: int = 5) -> dict:
@@ -77,14 +87,18 @@ def versus_grep(run_dir: Path, log: Path, pattern: str, repeats: int = 5) -> dic
         "grep -F": [grep, "-F", pattern, str(log)],
     }
     best = {k: float("inf") for k in runs}
+    cpu = {k: float("inf") for k in runs}
     outs = {k: run_dir.parent / f"out-{i}.txt" for i, k in enumerate(runs)}
+    env = compiled_env(run_dir.parent / "pycache")  # byte-compiled, as an installed package runs
+    _timed(runs["gym-audit logs --grep"], outs["gym-audit logs --grep"], env)  # compiles them
     for _ in range(repeats):  # alternate, so a noisy neighbour hurts both alike
         for k, argv in runs.items():
-            best[k] = min(best[k], _timed(argv, outs[k]))
+            wall, used = _timed(argv, outs[k], env)
+            best[k], cpu[k] = min(best[k], wall), min(cpu[k], used)
     # Same answer: the same line numbers and lines (gym-audit prefixes the file name).
     ours_lines = outs["gym-audit logs --grep"].read_bytes().replace(log.name.encode() + b":", b"")
     same = ours_lines == outs["grep -nF"].read_bytes()
-    out = {k: {"seconds": v, "mb_per_s": size_mb / v} for k, v in best.items()}
+    out = {k: {"seconds": v, "cpu_seconds": cpu[k], "mb_per_s": size_mb / v} for k, v in best.items()}
     ratio_n = best["grep -nF"] / best["gym-audit logs --grep"]
     ratio_f = best["grep -F"] / best["gym-audit logs --grep"]
     return {
@@ -140,10 +154,10 @@ def run(size_mb_target: int, pattern: str, where: str | None = None, say=print) 
         )
         result["versus_grep"] = v = versus_grep(run_dir, log, pattern)
         for k, r in v["runs"].items():
-            say(f"{k:24} {r['seconds']:6.2f} s  {r['mb_per_s']:8.0f} MB/s")
+            say(f"{k:24} {r['seconds']:6.2f} s  {r['mb_per_s']:8.0f} MB/s  (CPU {r['cpu_seconds']:.2f} s)")
         say(f"same lines and line numbers as grep -nF: {v['same_output_as_grep_n']}")
         say(f"throughput of gym-audit logs --grep / grep -nF: {v['ratio_vs_grep_nF']:.2f}x")
-        say(f"throughput of gym-audit logs --grep / grep -F:  {v['ratio_vs_grep_F']:.2f}x")
+        say(f"throughput of gym-audit logs --grep / grep -F:  {v['ratio_vs_grep_F']:.2f}x (goal >= 1.0x)")
     return result
 
 

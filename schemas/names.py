@@ -110,7 +110,7 @@ def is_run_level(relpath: str) -> bool:
     top = relpath.split("/", 1)[0]
     if top in (ATTEMPTS_DIR, CHECKPOINTS_DIR, SPEC, SUBMISSION):
         return True
-    return any(p.match(top) for p in OTHER_FILES)
+    return is_other_file(top)
 
 
 ADDRESSES_DIR = "addresses"
@@ -274,6 +274,39 @@ LOG_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
 LOG_PATTERNS: tuple[re.Pattern[str], ...] = tuple(p for p, _ in LOG_KINDS)
 
 
+# Every name pattern above starts with a literal head ("heartbeats", "phases", "judge", ...)
+# followed by '-', '.', '/' or the end: a name is tried only against the patterns of its own head,
+# in table order, so the audit does not run ~25 regexes over each of thousands of names.
+_HEAD_RE = re.compile(r"[^-./]*")
+_PATTERN_HEAD_RE = re.compile(r"\^([A-Za-z_]+)(?:-|/|\\\.|\$)")
+
+
+def _head(relpath: str) -> str:
+    m = _HEAD_RE.match(relpath)
+    return m.group() if m else ""
+
+
+def _by_head(table: Iterable[tuple[re.Pattern[str], str]]) -> dict[str, tuple[tuple[re.Pattern[str], str], ...]]:
+    out: dict[str, list[tuple[re.Pattern[str], str]]] = {}
+    for pattern, value in table:
+        m = _PATTERN_HEAD_RE.match(pattern.pattern)
+        if m is None:  # a new pattern must keep the rule, or the lookups below would miss it
+            raise ValueError(f"name pattern {pattern.pattern!r} does not start with a literal head")
+        out.setdefault(m.group(1), []).append((pattern, value))
+    return {head: tuple(entries) for head, entries in out.items()}
+
+
+_ARTIFACTS_BY_HEAD = _by_head(ARTIFACT_PATTERNS)
+_JSONL_BY_HEAD = _by_head((a.pattern, a.schema) for a in JSONL_ARTIFACTS)
+_LOGS_BY_HEAD = _by_head(LOG_KINDS)
+_OTHERS_BY_HEAD = _by_head((p, "") for p in OTHER_FILES)
+
+
+def is_other_file(relpath: str) -> bool:
+    """One of OTHER_FILES: the user's run file, the rendered job, its output."""
+    return any(p.match(relpath) for p, _ in _OTHERS_BY_HEAD.get(_head(relpath), ()))
+
+
 # Discovery by listing: the leaf names inside the small subdirectories carry the rank.
 _LISTED = {
     ADDRESSES_DIR: re.compile(r"^address-(\d+)\.json$"),
@@ -319,19 +352,21 @@ class Parsed:
 
 def jsonl_schema_for(relpath: str) -> str | None:
     """The schema every line of a JSON Lines artifact matches, or None when it is not one."""
-    return next((a.schema for a in JSONL_ARTIFACTS if a.pattern.match(relpath)), None)
+    return next((schema for p, schema in _JSONL_BY_HEAD.get(_head(relpath), ()) if p.match(relpath)), None)
 
 
 def parse(relpath: str) -> Parsed | None:
     """Parse any JSON artifact, JSON Lines artifact or log name; None when it is not part of the contract."""
-    segment = grades_segment(relpath)
-    if segment is not None:
-        return Parsed("grade", segment[0], None)
-    for pattern, schema in ARTIFACT_PATTERNS:
+    head = _head(relpath)
+    if head in _JSONL_BY_HEAD:
+        segment = grades_segment(relpath)
+        if segment is not None:
+            return Parsed("grade", segment[0], None)
+    for pattern, schema in _ARTIFACTS_BY_HEAD.get(head, ()):
         m = pattern.match(relpath)
         if m:
             return Parsed(schema, *_rank_judge(m))
-    for pattern, kind in LOG_KINDS:
+    for pattern, kind in _LOGS_BY_HEAD.get(head, ()):
         m = pattern.match(relpath)
         if m:
             return Parsed("log", *_rank_judge(m), log=kind)
@@ -348,9 +383,9 @@ def _rank_judge(m: re.Match[str]) -> tuple[int | None, str | None]:
 
 def schema_for(relpath: str) -> str | None:
     """The schema name of a run-directory file, or None when it is not a JSON artifact we know."""
-    for artifact in ARTIFACTS:
-        if artifact.pattern.match(relpath):
-            return artifact.schema
+    for pattern, schema in _ARTIFACTS_BY_HEAD.get(_head(relpath), ()):
+        if pattern.match(relpath):
+            return schema
     return None
 
 
@@ -364,4 +399,4 @@ def artifact_schema(relpath: str) -> str:
 
 
 def is_known_log(relpath: str) -> bool:
-    return any(p.match(relpath) for p in LOG_PATTERNS)
+    return any(p.match(relpath) for p, _ in _LOGS_BY_HEAD.get(_head(relpath), ()))

@@ -75,6 +75,11 @@ def open_parent(root_fd: int, relpath: str) -> tuple[int, str]:
 def open_regular(root_fd: int, relpath: str) -> int:
     """A read-only fd of a regular file below `root_fd`. Raises UnsafeEntry or OSError
     (FileNotFoundError when it is missing)."""
+    return open_regular_sized(root_fd, relpath)[0]
+
+
+def open_regular_sized(root_fd: int, relpath: str) -> tuple[int, int]:
+    """(fd, size at open) of a regular file below `root_fd`, as `open_regular`."""
     fd, leaf = open_parent(root_fd, relpath)
     try:
         try:
@@ -86,29 +91,41 @@ def open_regular(root_fd: int, relpath: str) -> int:
     finally:
         if fd != root_fd:
             os.close(fd)
-    if not stat.S_ISREG(os.fstat(ffd).st_mode):
+    st = os.fstat(ffd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(ffd)
         raise UnsafeEntry("file.not_regular", relpath, "is not a regular file")
-    return ffd
+    return ffd, st.st_size
 
 
 def read_capped(root_fd: int, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
     """The whole file if it is at most `cap` bytes; UnsafeEntry('file.too_large') otherwise."""
-    fd = open_regular(root_fd, relpath)
+    fd, size = open_regular_sized(root_fd, relpath)
     try:
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            total += len(chunk)
-            if total > cap:
-                # Stop at the cap: the file may be endless (or growing).
-                raise UnsafeEntry("file.too_large", relpath, f"is larger than {cap} bytes; not read")
-            chunks.append(chunk)
+        return read_fd_capped(fd, size, relpath, cap)
     finally:
         os.close(fd)
+
+
+def read_fd_capped(fd: int, size: int, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
+    """The rest of an open file of `size` bytes (its fstat at open), at most `cap` bytes.
+
+    One read of the size the file had (a record is replaced by rename, never appended to), so an
+    artifact costs one read, not a 1 MiB buffer and a second read for the end of file; a file that
+    turns out longer or shorter than its size said is read on to its end, chunk by chunk."""
+    want = min(size, cap) + 1
+    first = os.read(fd, want)
+    if size and len(first) == size and size < want:  # 0: /proc-like files say 0 and have content
+        return first
+    chunks, total = [first], len(first)
+    while total <= cap and chunks[-1]:
+        chunk = os.read(fd, 1 << 20)
+        total += len(chunk)
+        chunks.append(chunk)
+    if total > cap:
+        # Stop at the cap: the file may be endless (or growing).
+        raise UnsafeEntry("file.too_large", relpath, f"is larger than {cap} bytes; not read")
+    return b"".join(chunks)
 
 
 class Sync(enum.Enum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from audit.cli import main
 from audit.load import SafeDir, UnsafeFile
-from audit.logs import Matcher, excerpt, grep_fd, grep_log, list_logs
+from audit.logs import Matcher, _LiteralFinder, excerpt, grep_fd, grep_log, list_logs
 
 
 def naive(data: bytes, pattern: str | None, ignore_case: bool = False) -> list[tuple[int, bytes]]:
@@ -24,13 +25,20 @@ def naive(data: bytes, pattern: str | None, ignore_case: bool = False) -> list[t
 
 
 def run_grep(
-    tmp_path: Path, data: bytes, pattern: str | None, chunk: int, ignore_case: bool = False, max_line: int = 1 << 20
+    tmp_path: Path,
+    data: bytes,
+    pattern: str | None,
+    chunk: int,
+    ignore_case: bool = False,
+    max_line: int = 1 << 20,
+    vector: bool = False,
 ) -> list[tuple[int, bytes]]:
     f = tmp_path / "x.log"
     f.write_bytes(data)
     fd = os.open(f, os.O_RDONLY)
     try:
-        return list(grep_fd(fd, Matcher.compile(pattern, ignore_case), chunk=chunk, max_line=max_line))
+        matcher = Matcher.compile(pattern, ignore_case)
+        return list(grep_fd(fd, matcher, chunk=chunk, max_line=max_line, vector=vector))
     finally:
         os.close(fd)
 
@@ -57,6 +65,42 @@ def test_streaming_grep_equals_naive(
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
     tmp = tmp_path_factory.mktemp("g")
     assert run_grep(tmp, data, pattern, chunk, ignore_case) == naive(data, pattern, ignore_case)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "ignore_case"),
+    [("CUDA error", False), ("ab", False), ("a", False), ("cuda ERROR", True), ("err.r", False), (None, False)],
+)
+def test_big_log_with_numpy_counting_equals_naive(tmp_path: Path, pattern: str | None, ignore_case: bool) -> None:
+    """A log of thousands of lines: numpy counts its newlines (spans of 4 KiB and more), and the
+    literal finder meets both a rare byte ("D" of "CUDA error") and bytes on every line ("ab" in
+    "ba ba ab": it falls back to bytes.find where its byte is common)."""
+    rng = random.Random(7)
+    words = [b"ba", b"ab", b"step", b"loss=1.25", b"\xc3\xa9t\xc3\xa9", b"CUDA", b"error", b"", b"x" * 300]
+    lines = [b" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(6000)]
+    data = b"\n".join(lines) + b"\n"
+    expected = naive(data, pattern, ignore_case)
+    assert expected or pattern is None
+    for chunk in (5000, 1 << 16):
+        assert run_grep(tmp_path, data, pattern, chunk, ignore_case, vector=True) == expected, chunk
+    assert run_grep(tmp_path, data, pattern, 1 << 16, ignore_case, vector=False) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hay=st.binary(max_size=400).map(lambda b: b.translate(bytes(b"ab\n"[i % 3] for i in range(256)))),
+    needle=st.sampled_from([b"ab", b"ba", b"aab", b"b\nb", b"abba"]),
+    pos=st.integers(0, 50),
+)
+def test_literal_finder_equals_bytes_find(hay: bytes, needle: bytes, pos: int) -> None:
+    """Every hit, from every position, whichever byte it picks and whether it falls back."""
+    finder = _LiteralFinder(needle)
+    while True:
+        i = finder.find(hay, pos, len(hay))
+        assert i == hay.find(needle, pos, len(hay))
+        if i < 0:
+            break
+        pos = i + 1
 
 
 def test_long_lines_are_searched_and_truncated(tmp_path: Path) -> None:

@@ -249,16 +249,16 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
         first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
         notes: list[str] = []
         if first is not None and explains(first, cascade):
-            backend, job_id = backend_of(run), job_id_of(run) or scheduler_query.recorded_job(ctx.addresses)
+            scheduler = scheduler_query.scheduler_of(backend_of(run), ctx.addresses)
+            job_id = job_id_of(run) or scheduler_query.recorded_job(ctx.addresses)
             ending = find_ending(outputs.safe, outputs.files, job_id, restart_of(ctx.addresses))
             if ending is None and ask_scheduler:
-                answer = scheduler_query.ask(backend, job_id, (first, *cascade), ctx.addresses)
+                answer = scheduler_query.ask(scheduler, job_id, (first, *cascade), ctx.addresses)
                 ending = answer.ending
                 if answer.note:
                     notes.append(answer.note)
             if ending is not None:
                 earlier = (first, *cascade)
-                scheduler = backend if backend in ("slurm", "beaker") else scheduler_query.recorded(ctx.addresses)
                 first = as_first_cause(ending, first, cascade, ctx.failures, ctx.addresses, scheduler or "slurm")
                 cascade, others = tuple(sorted(earlier, key=order_key)), ()
         if plan.source != "launch":

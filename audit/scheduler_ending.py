@@ -128,17 +128,14 @@ def parse_slurm_output(lines: Iterable[str], file: str, restart: int | None = No
     return ending
 
 
-def _job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
+def job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
+    """The run directory's Slurm job outputs, (job id, file), by job id."""
     outs = []
     for relpath in run.others:
         m = _JOB_OUTPUT.match(relpath)
         if m is not None:
             outs.append((int(m.group(1)), relpath))
     return sorted(outs)
-
-
-def job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
-    return _job_outputs(run)
 
 
 def find_ending(

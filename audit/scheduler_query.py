@@ -177,8 +177,11 @@ def ask_beaker(addresses: Mapping[int, AddressRec]) -> Answer:
     return Answer(None, "Beaker says the replicas' jobs were not canceled by Beaker")
 
 
-def recorded(addresses: Mapping[int, AddressRec]) -> str | None:
-    """The scheduler the agents say they ran under."""
+def scheduler_of(backend: str | None, addresses: Mapping[int, AddressRec]) -> str | None:
+    """The scheduler the run was submitted to, or, without a submission record, the one the
+    agents say they ran under."""
+    if backend in ("slurm", "beaker"):
+        return backend
     found = sorted({a.job.scheduler for a in addresses.values() if a.job})
     return found[0] if found else None
 
@@ -192,11 +195,9 @@ def recorded_job(addresses: Mapping[int, AddressRec]) -> str | None:
 def ask(
     scheduler: str | None, job_id: str | None, causes: Iterable[Cause], addresses: Mapping[int, AddressRec]
 ) -> Answer:
-    """The scheduler's own account of the ending, for the scheduler the run was submitted to (or,
-    without a submission record, the one the agents recorded)."""
-    which = scheduler if scheduler in ("slurm", "beaker") else recorded(addresses)
-    if which == "slurm":
-        return ask_slurm(job_id or recorded_job(addresses), silent_ranks(causes), addresses)
-    if which == "beaker":
+    """The scheduler's own account of the ending (`scheduler`: scheduler_of's answer)."""
+    if scheduler == "slurm":
+        return ask_slurm(job_id, silent_ranks(causes), addresses)
+    if scheduler == "beaker":
         return ask_beaker(addresses)
     return Answer(None)

@@ -43,7 +43,7 @@ from schemas import DriverEnv, names
 from schemas.vocab import ResumeEnv
 from tests.harness import doorbell_fuzz, fullfs, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
-from tests.harness.specs import small_spec, uid
+from tests.harness.specs import result_driver, small_spec, uid
 
 BIN = Path(sys.executable).parent
 SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/coord/clock.py's test hook
@@ -52,11 +52,7 @@ REPLICAS = 3
 HB_TIMEOUT = 4.0
 
 SLEEPY = 'command = ["python", "-c", "import time; time.sleep(120)"]'
-RESULT = (
-    'command = ["python", "-c", "import time; time.sleep(2); from agent import driver_api; '
-    "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
-    'judge_replies=0)"]'
-)
+RESULT = result_driver(2)
 EXIT1 = 'command = ["python", "-c", "import time; time.sleep(3); raise SystemExit(1)"]'
 STUBBORN = (
     'command = ["python", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]'

@@ -39,7 +39,7 @@ from tests.harness import (
     small_spec,
     wait_phase,
 )
-from tests.test_scheduler_query import answer_jobs, write_beaker_config
+from tests.harness.beaker_api import answer_jobs, write_beaker_config
 
 pytestmark = pytest.mark.slow
 

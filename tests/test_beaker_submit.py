@@ -22,6 +22,7 @@ from beaker._experiment import ExperimentClient
 from launch.cli import main as launch_main
 from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record
 from schemas import names, violations
+from tests.harness.beaker_api import write_beaker_config
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -80,13 +81,7 @@ def test_without_a_beaker_configuration_it_says_so_and_creates_nothing(tmp_path:
 @pytest.fixture
 def beaker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The user's own Beaker configuration file, as Beaker's CLI writes it."""
-    path = tmp_path / "home" / ".beaker" / "config.yml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"user_token: {TOKEN}\nagent_address: https://beaker.invalid\ndefault_org: team\n")
-    for k in [k for k in os.environ if k.startswith("BEAKER_")]:
-        monkeypatch.delenv(k)
-    monkeypatch.setenv("BEAKER_CONFIG", str(path))
-    return path
+    return write_beaker_config(tmp_path, monkeypatch, TOKEN)
 
 
 def assert_token_nowhere(root: Path, *texts: str) -> None:

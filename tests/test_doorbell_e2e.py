@@ -23,6 +23,7 @@ from tests.harness import (
     failures,
     kill_tree_by_session,
     read,
+    result_driver,
     small_spec,
     start_agent,
     uid,
@@ -34,11 +35,7 @@ from tests.harness.doorbell_fuzz import doorbell_ports, drop_problems, spray
 
 pytestmark = pytest.mark.slow
 
-RESULT_DRIVER = (
-    'command = ["python", "-c", "import time; time.sleep(3); from agent import driver_api; '
-    "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
-    'judge_replies=0)"]'
-)
+RESULT_DRIVER = result_driver(3)
 
 
 def test_foreign_datagrams_never_stop_a_run_and_are_counted(tmp_path: Path) -> None:

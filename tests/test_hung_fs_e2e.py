@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, small_spec, uid, wait_phase
+from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, result_driver, small_spec, uid, wait_phase
 from tests.harness.netfs import start
 from tests.harness.nfs_model import NfsClient, nfs_clients
 from tests.harness.orphans import kill_tree_by_session
@@ -111,13 +111,6 @@ def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_
     assert all(c.reacting_to == holder for c in result.cascade), result.cascade
 
 
-RESULT_AFTER = (
-    'command = ["python", "-c", "import time; time.sleep({s}); from agent import driver_api; '
-    "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
-    'judge_replies=0)"]'
-)
-
-
 def _stalled_run(tmp_path: Path, *, stall_s: float, fs_stall_timeout: float, driver: str) -> tuple[Path, list[int]]:
     """Once every rank runs the driver the filesystem hangs for `stall_s` (nobody fails), then
     comes back."""
@@ -136,7 +129,7 @@ def _stalled_run(tmp_path: Path, *, stall_s: float, fs_stall_timeout: float, dri
 def test_a_stall_shorter_than_the_bound_is_ridden_out(tmp_path: Path) -> None:
     # Longer than heartbeat_timeout: without riding it out every peer would look silent.
     run_dir, codes = _stalled_run(
-        tmp_path, stall_s=HEARTBEAT_TIMEOUT + 3, fs_stall_timeout=60, driver=RESULT_AFTER.format(s=14)
+        tmp_path, stall_s=HEARTBEAT_TIMEOUT + 3, fs_stall_timeout=60, driver=result_driver(14)
     )
     assert codes == [0, 0, 0], codes
     audit(run_dir, verdict="pass")

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from schemas import names
-from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, fuse_install, small_spec, uid
+from tests.harness import (
+    assert_artifacts_valid,
+    assert_nothing_left,
+    audit,
+    fuse_install,
+    result_driver,
+    small_spec,
+    uid,
+)
 from tests.harness.netfs import Placement, exit_driver, run_split
 from tests.harness.nfs_model import nfs_clients
 
@@ -26,11 +34,7 @@ POLL = 0.5
 HEARTBEAT_INTERVAL = 1.0
 HEARTBEAT_TIMEOUT = 15.0
 PLACEMENT = Placement((0, 1, 1))
-RESULT_DRIVER = (
-    'command = ["python", "-c", "import time; time.sleep(3); from agent import driver_api; '
-    "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
-    'judge_replies=0)"]'
-)
+RESULT_DRIVER = result_driver(3)
 
 
 def spec(driver: str) -> str:

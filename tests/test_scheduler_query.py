@@ -17,6 +17,7 @@ from agent.coord.identity import SchedulerJob, scheduler_job
 from audit.api import audit_run
 from schemas import names
 from tests.harness import assert_artifacts_valid
+from tests.harness.beaker_api import answer_jobs, write_beaker_config
 from tests.harness.rundirs import T0, RunBuilder, peer_silent
 
 
@@ -59,17 +60,6 @@ def beaker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return write_beaker_config(tmp_path, monkeypatch)
 
 
-def write_beaker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Beaker client configuration (a fake token), as Beaker's CLI writes it."""
-    path = tmp_path / "home" / ".beaker" / "config.yml"
-    path.parent.mkdir(parents=True)
-    path.write_text("user_token: tok-test\nagent_address: https://beaker.invalid\ndefault_org: team\n")
-    for k in [k for k in os.environ if k.startswith("BEAKER_")]:
-        monkeypatch.delenv(k)
-    monkeypatch.setenv("BEAKER_CONFIG", str(path))
-    return path
-
-
 def _beaker_run(root: Path) -> RunBuilder:
     b = RunBuilder(root)
     b.startup()
@@ -78,19 +68,6 @@ def _beaker_run(root: Path) -> RunBuilder:
     )
     _all_signalled(b, None)  # from outside the container: no sender known
     return b
-
-
-def answer_jobs(monkeypatch: pytest.MonkeyPatch, code: str, why: str, asked: list[str]) -> None:
-    """Beaker answers every job's status with cancelation code `code` (a CancelationCode name)."""
-    from beaker import beaker_pb2 as pb2
-    from beaker._job import JobClient
-
-    def get(self: JobClient, job_id: str) -> pb2.Job:  # the one mock: Beaker's API
-        asked.append(job_id)
-        status = pb2.JobStatus(canceled_code=pb2.CancelationCode.Value(code), canceled_for=why)
-        return pb2.Job(id=job_id, status=status)
-
-    monkeypatch.setattr(JobClient, "get", get)
 
 
 @pytest.mark.parametrize(

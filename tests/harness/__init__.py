@@ -29,7 +29,7 @@ from tests.harness.agents import (
     wait_phase,
 )
 from tests.harness.orphans import assert_nothing_left, kill_tree_by_session, run_processes
-from tests.harness.specs import JUDGE_TABLES, judge_spec, small_spec, uid
+from tests.harness.specs import JUDGE_TABLES, judge_spec, result_driver, small_spec, uid
 
 __all__ = [
     "BIN",
@@ -47,6 +47,7 @@ __all__ = [
     "launch_local",
     "read",
     "run_processes",
+    "result_driver",
     "small_spec",
     "start_agent",
     "uid",

@@ -13,6 +13,16 @@ from typing import Any
 SLEEP_1 = 'command = ["python", "-c", "import time; time.sleep(1)"]\ntrains = false'
 
 
+def result_driver(delay: float) -> str:
+    """A [driver] command that leaves the evidence a successful run needs (driver-result.json)
+    after `delay` seconds, without Ray."""
+    return (
+        f'command = ["python", "-c", "import time; time.sleep({delay:g}); from agent import driver_api; '
+        "driver_api.write_result(optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, "
+        'judge_replies=0)"]'
+    )
+
+
 def judge_tables(
     *, max_concurrent_calls: int = 4, timeout: float = 30, max_output_tokens: int = 256, pool: str | None = None
 ) -> str:

@@ -1,0 +1,34 @@
+"""Beaker on this machine: the user's client configuration, and the one call of Beaker's API a test
+replaces (beaker-py's ``JobClient.get``; Beaker itself cannot be reached from here)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def write_beaker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str = "tok-test") -> Path:
+    """A Beaker client configuration with a fake `token`, as Beaker's CLI writes it; every BEAKER_*
+    variable of this environment unset, $BEAKER_CONFIG pointing at it."""
+    path = tmp_path / "home" / ".beaker" / "config.yml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"user_token: {token}\nagent_address: https://beaker.invalid\ndefault_org: team\n")
+    for k in [k for k in os.environ if k.startswith("BEAKER_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("BEAKER_CONFIG", str(path))
+    return path
+
+
+def answer_jobs(monkeypatch: pytest.MonkeyPatch, code: str, why: str, asked: list[str]) -> None:
+    """Beaker answers every job's status with cancelation code `code` (a CancelationCode name)."""
+    from beaker import beaker_pb2 as pb2
+    from beaker._job import JobClient
+
+    def get(self: JobClient, job_id: str) -> pb2.Job:  # the one mock: Beaker's API
+        asked.append(job_id)
+        status = pb2.JobStatus(canceled_code=pb2.CancelationCode.Value(code), canceled_for=why)
+        return pb2.Job(id=job_id, status=status)
+
+    monkeypatch.setattr(JobClient, "get", get)

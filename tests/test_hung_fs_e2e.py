@@ -84,22 +84,30 @@ def _driver_holder(procs: list[subprocess.Popen]) -> tuple[int, int]:
     raise AssertionError("no driver process found")
 
 
+def _sigterm_during_hang(client: NfsClient, agent: subprocess.Popen, pids: list[int], hang_s: float) -> float:
+    """Hang the filesystem, SIGTERM `agent` 1 s into it, and return how long `pids` took to be gone
+    (bounded by teardown_grace + 5 s, else this fails); the hang lasts `hang_s` from the SIGTERM."""
+    client.stall()
+    try:
+        time.sleep(1.0)
+        agent.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        while any(psutil.pid_exists(p) for p in pids) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
+            time.sleep(0.05)
+        stopped_after = time.monotonic() - t0
+        left = [p for p in pids if psutil.pid_exists(p)]
+        assert not left, f"{left} still alive {stopped_after:.1f}s after SIGTERM"
+        time.sleep(max(0.0, hang_s - (time.monotonic() - t0)))
+    finally:
+        client.resume()
+    return stopped_after
+
+
 def test_a_sigterm_during_a_hang_stops_the_driver_and_the_run_ends_after_it(tmp_path: Path) -> None:
     with three_agents_on_one_client(tmp_path, SLEEPY) as (client, procs, run_dir):
         holder, driver = _driver_holder(procs)
-        client.stall()
-        try:
-            time.sleep(1.0)
-            procs[holder].send_signal(signal.SIGTERM)
-            t0 = time.monotonic()
-            while psutil.pid_exists(driver) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
-                time.sleep(0.05)
-            stopped_after = time.monotonic() - t0
-            assert not psutil.pid_exists(driver), f"driver {driver} still alive {stopped_after:.1f}s after SIGTERM"
-            # Longer than heartbeat_timeout: nobody can read or write the run directory meanwhile.
-            time.sleep(max(0.0, HEARTBEAT_TIMEOUT + 2 - (time.monotonic() - t0)))
-        finally:
-            client.resume()
+        # Longer than heartbeat_timeout: nobody can read or write the run directory meanwhile.
+        stopped_after = _sigterm_during_hang(client, procs[holder], [driver], HEARTBEAT_TIMEOUT + 2)
         codes = [p.wait(120) for p in procs]
     print(f"\nhung filesystem: driver stopped {stopped_after:.2f}s after SIGTERM; exit codes {codes}")
     assert all(c != 0 for c in codes), codes
@@ -159,19 +167,8 @@ def test_a_sigterm_to_a_node_without_the_driver_during_a_hang_stops_its_ray_at_o
     with three_agents_on_one_client(tmp_path, SLEEPY, ray=True) as (client, procs, run_dir):
         holder, _ = _driver_holder(procs)
         other = next(r for r in range(3) if r != holder and _raylets(procs[r]))
-        raylets = _raylets(procs[other])
-        client.stall()
-        try:
-            time.sleep(1.0)
-            procs[other].send_signal(signal.SIGTERM)
-            t0 = time.monotonic()
-            while any(psutil.pid_exists(p) for p in raylets) and time.monotonic() - t0 < TEARDOWN_GRACE + 5:
-                time.sleep(0.05)
-            stopped_after = time.monotonic() - t0
-            assert not any(psutil.pid_exists(p) for p in raylets), f"raylet alive {stopped_after:.1f}s after SIGTERM"
-            time.sleep(max(0.0, 12 - (time.monotonic() - t0)))  # the hang outlasts the bound
-        finally:
-            client.resume()
+        # The hang outlasts the bound.
+        stopped_after = _sigterm_during_hang(client, procs[other], _raylets(procs[other]), 12)
         codes = [p.wait(120) for p in procs]
     print(f"\nhung filesystem: rank {other}'s raylet stopped {stopped_after:.2f}s after SIGTERM; codes {codes}")
     assert all(c != 0 for c in codes), codes

@@ -15,7 +15,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.coord.doorbell import Doorbell, PeerBell
-from agent.coord.doorbell_msg import MAX_DATAGRAM, Drop, Dropped, Ring, check_peer, decode, encode
+from agent.coord.doorbell_msg import (
+    MAX_DATAGRAM,
+    Drop,
+    Dropped,
+    Notice,
+    NoticeType,
+    Ring,
+    check_peer,
+    decode,
+    encode,
+)
 from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret, secret_mode
 from schemas import RunDir, names
 
@@ -46,6 +56,14 @@ def test_round_trip() -> None:
     assert len(data) <= MAX_DATAGRAM
     assert decode(data, SECRET, "run-1") == RING
     check_peer(RING, 1, PEERS)  # known ranks at their incarnations: accepted
+    for notice in (
+        Notice(NoticeType.ALIVE, "run-1", 1, 2, "aaaa", 9, 1.5, hb_seq=41, fs_busy=12.25),
+        Notice(NoticeType.COMPLETE, "run-1", 1, 0, "bbbb", 3, 1.5),
+    ):
+        assert decode(encode(notice, SECRET), SECRET, "run-1") == notice
+        check_peer(notice, 1, PEERS)
+    with pytest.raises(Dropped):
+        check_peer(Notice(NoticeType.ALIVE, "run-1", 1, 2, "old0", 9, 1.5), 1, PEERS)
 
 
 def test_wrong_secret_truncated_altered_and_oversize_are_dropped() -> None:
@@ -176,6 +194,47 @@ def test_a_ring_reaches_the_peer_and_garbage_is_counted() -> None:
         b.join(2)
     assert not a.is_alive() and not b.is_alive()
     assert a.summary()["sent"] == 3 and a.summary()["rings"] == 1
+
+
+def test_beacons_go_to_the_watchers_and_complete_wakes_every_peer() -> None:
+    """Two real doorbells: b beacons to a (its watcher) every 0.05 s with b's status; a, which b
+    does not watch, sends none to b; a's `complete` reaches b. A forged beacon is dropped."""
+    got: dict[int, list[Notice]] = {0: [], 1: []}
+    a, _ = Doorbell.bind("127.0.0.1")
+    b, _ = Doorbell.bind("127.0.0.1")
+    assert a is not None and b is not None
+    for bell, rank, inc, watchers in ((a, 0, "inc0", ()), (b, 1, "inc1", (0,))):
+        bell.arm(
+            SECRET,
+            run="run-1",
+            attempt=1,
+            rank=rank,
+            incarnation=inc,
+            on_ring=lambda _r: None,
+            stopping=lambda: False,
+            on_notice=got[rank].append,
+            status=lambda: (7, 2.5),
+            beacon_every=0.05,
+        )
+        bell.set_peers([PeerBell(0, "127.0.0.1", a.port, "inc0"), PeerBell(1, "127.0.0.1", b.port, "inc1")], watchers)
+        bell.start()
+    try:
+        wait_for(lambda: len(got[0]) >= 5)
+        beacon = got[0][0]
+        assert (beacon.type, beacon.sender, beacon.hb_seq, beacon.fs_busy) == (NoticeType.ALIVE, 1, 7, 2.5)
+        a.complete()
+        wait_for(lambda: any(n.type is NoticeType.COMPLETE for n in got[1]))
+        assert all(n.type is NoticeType.COMPLETE for n in got[1])  # no beacon to a rank that does not watch
+        forged = Notice(NoticeType.ALIVE, "run-1", 1, 1, "inc1", 1, 0.0, 1, 0.0)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as foreign:
+            foreign.sendto(encode(forged, bytes(32)), ("127.0.0.1", a.port))
+        wait_for(lambda: a.dropped["bad_mac"] == 1)
+    finally:
+        for bell in (a, b):
+            bell.stop()
+            bell.join(2)
+    assert b.summary()["beacons_sent"] >= 5 and a.summary()["beacons_received"] >= 5
+    assert a.summary()["beacons_sent"] == 0 and a.summary()["accepted"] == 0  # notices are no rings
 
 
 def test_rings_that_cannot_be_sent_are_counted_and_said_once(caplog: pytest.LogCaptureFixture) -> None:

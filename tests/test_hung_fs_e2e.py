@@ -13,10 +13,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import orjson
 import psutil
 import pytest
 
-from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, result_driver, small_spec, uid, wait_phase
+from schemas import names
+from tests.harness import (
+    assert_artifacts_valid,
+    assert_nothing_left,
+    audit,
+    failures,
+    result_driver,
+    small_spec,
+    uid,
+    wait_phase,
+)
 from tests.harness.netfs import start
 from tests.harness.nfs_model import NfsClient, nfs_clients
 from tests.harness.orphans import kill_tree_by_session
@@ -175,3 +186,57 @@ def test_a_sigterm_to_a_node_without_the_driver_during_a_hang_stops_its_ray_at_o
     assert_artifacts_valid(run_dir)
     assert_nothing_left(run_dir)
     audit(run_dir, verdict="fail", rank=other, kind="signal")
+
+
+def test_one_nodes_mount_stalls_its_peers_keep_it_alive_on_the_doorbell_then_it_fails_as_fs_stall(
+    tmp_path: Path,
+) -> None:
+    """Ranks 0 and 1 on one NFS-model client, rank 2 on another whose daemon stops (a partial
+    stall: only rank 2's mount hangs). Its watchers (0 and 1) see its heartbeat file stand still
+    past heartbeat_timeout but its beacons arrive: no peer_silent. At fs_stall_timeout rank 2's
+    own stall watch fails it as fs_stall and its doorbell rings the others, who stop while its
+    mount still hangs. Once the mount is back rank 2 writes its record; the audit names it."""
+    stall_bound = 2 * HEARTBEAT_TIMEOUT  # past heartbeat_timeout: silence would have been called
+    spec_text = small_spec(
+        name="partial",
+        driver=SLEEPY,
+        ray=False,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        heartbeat_interval=1.0,
+        poll_interval=0.5,
+        teardown_grace=TEARDOWN_GRACE,
+    ).replace("[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {stall_bound}\n", 1)
+    src, uuid = tmp_path / "src", uid("partial")
+    run_dir = src / "cluster" / uuid
+    spec_file = tmp_path / "partial.toml"
+    spec_file.write_text(spec_text)
+    with nfs_clients(src, [tmp_path / "a", tmp_path / "b"], dir_ttl=1.0, neg_ttl=1.0) as [a, b]:
+        mounts = (a.mnt, a.mnt, b.mnt)
+        procs = [start(tmp_path, mounts[r], spec_file, uuid, r, 3, [], run_dir) for r in range(3)]
+        try:
+            for r in range(3):
+                wait_phase(run_dir, r, "driver", 120)
+            b.stall()
+            stalled_at = time.time()
+            try:
+                codes_01 = [procs[r].wait(stall_bound + 30) for r in (0, 1)]
+                others_gone = time.time() - stalled_at
+                assert procs[2].poll() is None  # rank 2 cannot finish its teardown records yet
+            finally:
+                b.resume()
+            code_2 = procs[2].wait(120)
+        finally:
+            for p in procs:
+                kill_tree_by_session(p)
+    print(f"\npartial stall: ranks 0 and 1 gone {others_gone:.1f}s into rank 2's stall (bound {stall_bound}s)")
+    assert codes_01 == [1, 1] and code_2 == 1, (codes_01, code_2)
+    assert stall_bound - 1 < others_gone < stall_bound + 10, others_gone
+    recs = failures(run_dir)
+    assert recs[2]["kind"] == "fs_stall", recs[2]
+    for r in (0, 1):
+        assert recs[r]["kind"] == "peer_failure" and recs[r]["reacting_to"]["kind"] == "fs_stall", recs[r]
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)
+    audit(run_dir, verdict="fail", rank=2, kind="fs_stall")
+    beacons = [orjson.loads((run_dir / names.cleanup(r)).read_bytes())["doorbell"]["beacons_received"] for r in (0, 1)]
+    assert min(beacons) > 0, beacons

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from agent.coord.doorbell_msg import Notice, NoticeType
 from agent.coord.failure import FailureSignal
 from agent.coord.liveness import Liveness, watched_peers
 from schemas import RunDir, Writer, names
@@ -153,7 +154,9 @@ class FakeClock:
         return self.t
 
 
-def make_ticked(tmp_path: Path, timeout: float = 10.0) -> tuple[RunDir, Liveness, FailureSignal, FakeClock]:
+def make_ticked(
+    tmp_path: Path, timeout: float = 10.0, fs_stall_timeout: float | None = None
+) -> tuple[RunDir, Liveness, FailureSignal, FakeClock]:
     run = RunDir.create(tmp_path, "ticked", mode=0o750)
     signal = FailureSignal()
     clock = FakeClock()
@@ -168,8 +171,90 @@ def make_ticked(tmp_path: Path, timeout: float = 10.0) -> tuple[RunDir, Liveness
         signal=signal,
         phase=lambda: "driver",
         now=clock,
+        fs_stall_timeout=fs_stall_timeout,
     )
     return run, live, signal, clock
+
+
+def alive(sender: int, hb_seq: int, fs_busy: float = 0.0) -> Notice:
+    return Notice(NoticeType.ALIVE, "ticked", 1, sender, f"p{sender}", hb_seq, 0.0, hb_seq, fs_busy)
+
+
+def test_a_peer_alive_on_the_doorbell_is_ridden_out_then_fails_as_fs_stall(tmp_path: Path) -> None:
+    """Peer 2's heartbeat file stops changing (its mount hangs) while its beacons arrive: no
+    peer_silent; past fs_stall_timeout + heartbeat_timeout the run fails as fs_stall naming it.
+    Peer 1 stops both: silent as ever."""
+    run, live, signal, clock = make_ticked(tmp_path, timeout=10.0, fs_stall_timeout=30.0)
+    live.set_beacons(True)
+    live.start_watching()
+    t0 = clock.t
+    beat(run, 1, 1)
+    beat(run, 2, 1)
+    for t in range(60):
+        beat(run, 1, t + 2)
+        live.notice_received(alive(1, t))
+        live.notice_received(alive(2, t, fs_busy=float(t)))
+        live.tick()
+        if signal.is_set():
+            break
+        clock.t += 1.0
+    failure = signal.failure
+    assert failure is not None and failure.kind == "fs_stall", failure
+    assert failure.peers == (2,) and "rank 2 answers on the doorbell" in failure.cause
+    assert 40.0 < clock.t - t0 <= 46.0, clock.t - t0  # 30 s + 10 s, seen at the next read (every 5 s)
+
+    run2, live2, signal2, clock2 = make_ticked(tmp_path / "b", timeout=10.0, fs_stall_timeout=30.0)
+    live2.set_beacons(True)
+    live2.start_watching()
+    for t in range(30):  # peer 1 beats and rings; peer 2 does neither after the first second
+        beat(run2, 1, t + 1)
+        live2.notice_received(alive(1, t))
+        if t == 0:
+            beat(run2, 2, 1)
+            live2.notice_received(alive(2, t))
+        live2.tick()
+        if signal2.is_set():
+            break
+        clock2.t += 1.0
+    failure = signal2.failure
+    assert failure is not None and failure.kind == "peer_silent" and failure.reacting_to["rank"] == 2
+
+
+def test_while_beacons_arrive_the_files_are_only_the_backstop(tmp_path: Path) -> None:
+    """Steady state, 20 heartbeat intervals: without beacons every poll lists failures/ and every
+    interval reads both peers; with them one listing per interval and a read per timeout / 2."""
+
+    def ops(beacons: bool, where: Path) -> dict[str, int]:
+        ours, live, signal, clock = make_ticked(where, timeout=10.0)
+        run = RunDir.open(ours.path)  # the peers' writes: not counted as this agent's operations
+        live.set_beacons(beacons)
+        live.start_watching()
+        for t in range(3):
+            beat(run, 1, t + 1)
+            beat(run, 2, t + 1)
+            live.notice_received(alive(1, t))
+            live.notice_received(alive(2, t))
+            live.tick()
+            clock.t += 0.5
+        before = dict(ours.ops)
+        for t in range(40):  # 20 s on a 0.5 s step: every poll interval
+            if t % 2 == 0:
+                beat(run, 1, t + 10)
+                beat(run, 2, t + 10)
+                live.notice_received(alive(1, t))
+                live.notice_received(alive(2, t))
+            live.tick(news=False)
+            clock.t += 0.5
+        assert not signal.is_set(), signal.failure
+        return {k: ours.ops[k] - before.get(k, 0) for k in ("read", "write", "list")}
+
+    files_only = ops(False, tmp_path / "a")
+    carried = ops(True, tmp_path / "b")
+    assert files_only["write"] == carried["write"] == 20  # one heartbeat per interval either way
+    assert files_only["list"] == 40 and files_only["read"] == 40
+    assert carried["list"] == 20
+    assert 6 <= carried["read"] <= 10  # each peer once per 5 s
+    assert sum(carried.values()) / 20 <= 4.0
 
 
 def test_silence_fails_exactly_after_the_timeout_on_the_observers_clock(tmp_path: Path) -> None:

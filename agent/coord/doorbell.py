@@ -15,6 +15,12 @@ Anything unauthenticated, malformed, oversized, for another run or from a stale 
 dropped and counted (the cleanup record, the agent's log), never an exception out of this thread.
 When the socket cannot be bound or datagrams cannot be sent, the run goes on through its files
 and the log says so once. This thread never touches the shared filesystem.
+
+Beside the rings, two notices (doorbell_msg.Notice): every heartbeat interval an `alive` beacon to
+the peers that watch this agent (its ring predecessors), so they know it is alive while its
+heartbeat file does not change (a stalled mount, a cache); and once, from the driver's node, a
+`complete` wake-up when complete.json and its ack are written. Neither is ever logged here: a log
+line is a write to the shared filesystem, and a stalled one must not stop the beacons.
 """
 
 from __future__ import annotations
@@ -30,7 +36,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.coord import clock
-from agent.coord.doorbell_msg import MAX_DATAGRAM, Drop, Dropped, Ring, check_peer, decode, encode
+from agent.coord.doorbell_msg import (
+    MAX_DATAGRAM,
+    Drop,
+    Dropped,
+    Message,
+    Notice,
+    NoticeType,
+    Ring,
+    check_peer,
+    decode,
+    encode,
+)
 from agent.proc.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -69,7 +86,12 @@ class Doorbell(threading.Thread):
         self._peers: list[PeerBell] | None = None
         self._targets: list[tuple[int, Any]] | None = None  # (rank, sockaddr), resolved in this thread
         self._incarnations: dict[int, str] = {}
-        self._pending: list[Ring] = []
+        self._pending: list[Message] = []
+        self._watchers: frozenset[int] = frozenset()  # the ranks our beacons go to
+        self._beacon_every: float | None = None
+        self._next_beacon = 0.0
+        self._status: Callable[[], tuple[int, float]] = lambda: (0, 0.0)
+        self._on_notice: Callable[[Notice], None] = lambda _n: None
         self._seq = 0
         self._said: set[str] = set()
         self.counts: Counter[str] = Counter()
@@ -127,21 +149,57 @@ class Doorbell(threading.Thread):
         incarnation: str,
         on_ring: Callable[[Ring], None],
         stopping: Callable[[], bool],
+        on_notice: Callable[[Notice], None] | None = None,
+        status: Callable[[], tuple[int, float]] | None = None,
+        beacon_every: float | None = None,
     ) -> None:
-        """What the thread needs before start(): the secret, who we are, and what a valid ring does."""
+        """What the thread needs before start(): the secret, who we are, and what a valid ring or
+        notice does. With `beacon_every`, an alive beacon carrying `status()` (heartbeat sequence,
+        seconds the filesystem call in progress has hung) goes to the watchers that often."""
         self._secret, self._run, self._attempt = secret, run, attempt
         self._rank, self._incarnation = rank, incarnation
         self._on_ring, self._stopping = on_ring, stopping
+        if on_notice is not None:
+            self._on_notice = on_notice
+        if status is not None:
+            self._status = status
+        self._beacon_every = beacon_every
         self._armed = True
 
     # -- from other threads ---------------------------------------------------------------------
 
-    def set_peers(self, peers: Sequence[PeerBell]) -> None:
-        """The run's peers, from their address records (after rendezvous)."""
+    def set_peers(self, peers: Sequence[PeerBell], watchers: Sequence[int] = ()) -> None:
+        """The run's peers, from their address records (after rendezvous), and the ranks that
+        watch this agent's liveness (its beacons go to them)."""
         with self._lock:
             self._peers = list(peers)
             self._incarnations = {p.rank: p.incarnation for p in peers}
+            self._watchers = frozenset(watchers)
         self._wakeup.set()
+
+    def complete(self) -> None:
+        """Tell every peer that the driver's node wrote its completion (a wake-up: they read it)."""
+        if not self._armed:
+            return
+        with self._lock:
+            notice = self._notice(NoticeType.COMPLETE)
+            now = time.monotonic()
+            self._sends.append(_Send(encode(notice, self._secret), [now + d for d in COPIES_AT]))
+        self._wakeup.set()
+
+    def _notice(self, kind: NoticeType, hb_seq: int = 0, fs_busy: float = 0.0) -> Notice:
+        self._seq += 1  # callers hold the lock
+        return Notice(
+            type=kind,
+            run=self._run,
+            attempt=self._attempt,
+            sender=self._rank,
+            incarnation=self._incarnation,
+            seq=self._seq,
+            sent_at=clock.wall(),
+            hb_seq=hb_seq,
+            fs_busy=fs_busy,
+        )
 
     def ring(self, failed_rank: int, failed_incarnation: str, kind: str, cause: str) -> None:
         """Tell every peer that `failed_rank` failed. Returns at once: the thread sends."""
@@ -196,6 +254,8 @@ class Doorbell(threading.Thread):
                 "received": self.counts["received"],
                 "accepted": self.counts["accepted"],
                 "ignored_stopping": self.counts["ignored_stopping"],
+                "beacons_sent": self.counts["beacons_sent"],
+                "beacons_received": self.counts["beacons_received"],
                 "dropped": dict(sorted(self.dropped.items())),
             }
 
@@ -216,6 +276,7 @@ class Doorbell(threading.Thread):
                     self._send_due(flush=halting)
                     if halting:
                         return
+                    self._beacon()
                     ready = self._wakeup.wait(self._next_due(), [fd])
                     if fd in ready:
                         self._receive()
@@ -234,7 +295,30 @@ class Doorbell(threading.Thread):
     def _next_due(self) -> float | None:
         with self._lock:
             due = [t for s in self._sends for t in s.due[:1]]
+            if self._beacon_every is not None and self._targets is not None:
+                due.append(self._next_beacon)
         return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _beacon(self) -> None:
+        """An alive beacon to the watchers when one is due. Stopping agents send none: their
+        failure rings say more, and a reaction is no longer a peer to keep alive."""
+        if self._beacon_every is None or self._stopping():
+            return
+        now = time.monotonic()
+        with self._lock:
+            targets = self._targets
+            if targets is None or now < self._next_beacon:
+                return
+            self._next_beacon = now + self._beacon_every
+            hb_seq, fs_busy = self._status()
+            data = encode(self._notice(NoticeType.ALIVE, hb_seq, fs_busy), self._secret)
+            to = [addr for rank, addr in targets if rank in self._watchers]
+        for addr in to:
+            try:
+                self._sock.sendto(data, addr)
+                self.counts["beacons_sent"] += 1
+            except OSError:
+                self.counts["send_errors"] += 1  # a blocked path: the heartbeat files still tell
 
     def _resolve(self) -> None:
         with self._lock:
@@ -299,26 +383,34 @@ class Doorbell(threading.Thread):
                 self.counts["ignored_stopping"] += 1  # already stopping: nothing a ring could change
                 continue
             try:
-                ring = decode(data, self._secret, self._run)
+                msg = decode(data, self._secret, self._run)
             except Dropped as exc:
                 self._drop(exc, sender)
                 continue
             with self._lock:
                 known = self._targets is not None
                 if not known:
+                    if isinstance(msg, Notice):
+                        continue  # a beacon or wake-up from before our rendezvous: nothing to keep
                     if len(self._pending) < MAX_PENDING:
-                        self._pending.append(ring)
+                        self._pending.append(msg)
                     else:
                         self.dropped[str(Drop.UNKNOWN_RANK)] += 1
                     continue
-            self._accept(ring, sender)
+            self._accept(msg, sender)
 
-    def _accept(self, ring: Ring, sender: Any = None) -> None:
+    def _accept(self, msg: Message, sender: Any = None) -> None:
         try:
-            check_peer(ring, self._attempt, self._incarnations)
+            check_peer(msg, self._attempt, self._incarnations)
         except Dropped as exc:
             self._drop(exc, sender)
             return
+        if isinstance(msg, Notice):
+            if msg.type is NoticeType.ALIVE:
+                self.counts["beacons_received"] += 1
+            self._on_notice(msg)
+            return
+        ring = msg
         if ring.failed_rank == self._rank:
             self.counts["ignored_stopping"] += 1  # about our own failure: we know
             return

@@ -1,13 +1,18 @@
-"""The doorbell's wire format: one failure per datagram, authenticated with the run's secret.
+"""The doorbell's wire format: one message per datagram, authenticated with the run's secret.
 
 Pure (no I/O): `encode` builds a datagram, `decode` verifies and parses one or says why it is
 dropped. A datagram is
 
     MAGIC | body | HMAC-SHA256(secret, MAGIC | body)
 
-where body is JSON (sorted keys) with the run uuid, the sender's rank, incarnation and attempt, a
-per-sender sequence number, the sender's wall time (for the log only: hosts' clocks are never
-compared) and the failure itself: its rank, incarnation, kind and cause (cut to MAX_CAUSE_BYTES).
+where body is JSON (sorted keys) with the message type, the run uuid, the sender's rank,
+incarnation and attempt, a per-sender sequence number and the sender's wall time (for the log
+only: hosts' clocks are never compared). Three types:
+- `ring` (Ring): a failure, its rank, incarnation, kind and cause (cut to MAX_CAUSE_BYTES);
+- `alive` (Notice): the sender is alive, with its heartbeat sequence and how long its liveness
+  loop's call to the shared filesystem has been hanging (0: none) - liveness beside the files;
+- `complete` (Notice): the driver's node wrote complete.json and its ack - a wake-up for the
+  nodes waiting to read them (the files stay the record).
 The tag is checked before the body is parsed: nothing unauthenticated reaches the JSON parser.
 A datagram is at most MAX_DATAGRAM bytes, under the smallest IPv6 MTU (no fragmentation).
 """
@@ -68,6 +73,31 @@ class Ring:
     cause: str
 
 
+class NoticeType(enum.StrEnum):
+    ALIVE = "alive"
+    COMPLETE = "complete"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """`sender` is alive (its heartbeat `hb_seq`; its filesystem call hanging for `fs_busy` s),
+    or its driver completed."""
+
+    type: NoticeType
+    run: str
+    attempt: int
+    sender: int
+    incarnation: str
+    seq: int
+    sent_at: float
+    hb_seq: int = 0
+    fs_busy: float = 0.0
+
+
+Message = Ring | Notice
+RING_TYPE = "ring"
+
+
 def cut(text: str, limit: int = MAX_CAUSE_BYTES) -> str:
     """`text` cut to at most `limit` UTF-8 bytes, never inside a character."""
     raw = text.encode("utf-8", errors="replace")
@@ -78,12 +108,34 @@ def _tag(secret: bytes, signed: bytes) -> bytes:
     return hmac.new(secret, signed, hashlib.sha256).digest()
 
 
-def encode(ring: Ring, secret: bytes) -> bytes:
-    """The datagram for `ring`; the cause is cut until the whole fits in MAX_DATAGRAM."""
+def _signed(body: dict[str, Any], secret: bytes) -> bytes:
+    signed = MAGIC + orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return signed + _tag(secret, signed)
+
+
+def encode(msg: Message, secret: bytes) -> bytes:
+    """The datagram for `msg`; a ring's cause is cut until the whole fits in MAX_DATAGRAM."""
+    if isinstance(msg, Notice):
+        return _signed(
+            {
+                "type": str(msg.type),
+                "run": msg.run,
+                "attempt": msg.attempt,
+                "sender": msg.sender,
+                "incarnation": msg.incarnation,
+                "seq": msg.seq,
+                "sent_at": msg.sent_at,
+                "hb_seq": msg.hb_seq,
+                "fs_busy": round(msg.fs_busy, 3),
+            },
+            secret,
+        )
+    ring = msg
     limit = MAX_CAUSE_BYTES
     while True:
         body = orjson.dumps(
             {
+                "type": RING_TYPE,
                 "run": ring.run,
                 "attempt": ring.attempt,
                 "sender": ring.sender,
@@ -103,8 +155,8 @@ def encode(ring: Ring, secret: bytes) -> bytes:
         limit = max(0, limit - (len(signed) + TAG_BYTES - MAX_DATAGRAM))
 
 
-def decode(data: bytes, secret: bytes, run: str) -> Ring:
-    """The ring in `data`, verified with `secret` and meant for `run`; raises Dropped otherwise.
+def decode(data: bytes, secret: bytes, run: str) -> Message:
+    """The message in `data`, verified with `secret` and meant for `run`; raises Dropped otherwise.
     The receiver checks the rank and incarnation against the peers it knows (`check_peer`)."""
     if len(data) > MAX_DATAGRAM:
         raise Dropped(Drop.OVERSIZE, f"{len(data)} bytes")
@@ -117,13 +169,13 @@ def decode(data: bytes, secret: bytes, run: str) -> Ring:
         doc = orjson.loads(signed[len(MAGIC) :])
     except orjson.JSONDecodeError:
         raise Dropped(Drop.MALFORMED, "body is not JSON") from None
-    ring = _shape(doc)
-    if ring.run != run:
-        raise Dropped(Drop.OTHER_RUN, f"for run {ring.run!r}")
-    return ring
+    msg = _shape(doc)
+    if msg.run != run:
+        raise Dropped(Drop.OTHER_RUN, f"for run {msg.run!r}")
+    return msg
 
 
-def _shape(doc: Any) -> Ring:
+def _shape(doc: Any) -> Message:
     if not isinstance(doc, dict):
         raise Dropped(Drop.MALFORMED, "body is not an object")
 
@@ -139,9 +191,28 @@ def _shape(doc: Any) -> Ring:
             raise Dropped(Drop.MALFORMED, f"{key} is not an integer in [{low}, {high}]")
         return v
 
-    sent_at = doc.get("sent_at")
-    if isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
-        raise Dropped(Drop.MALFORMED, "sent_at is not a number")
+    def number(key: str, low: float, high: float) -> float:
+        v = doc.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+            raise Dropped(Drop.MALFORMED, f"{key} is not a number in [{low:g}, {high:g}]")
+        return float(v)
+
+    sent_at = number("sent_at", -1e12, 1e12)
+    kind_of = doc.get("type")
+    if kind_of in (NoticeType.ALIVE, NoticeType.COMPLETE):
+        return Notice(
+            type=NoticeType(kind_of),
+            run=text("run", 128),
+            attempt=integer("attempt", 1, 1 << 20),
+            sender=integer("sender", 0, MAX_RANK),
+            incarnation=text("incarnation"),
+            seq=integer("seq", 0, 1 << 62),
+            sent_at=sent_at,
+            hb_seq=integer("hb_seq", 0, 1 << 62),
+            fs_busy=number("fs_busy", 0, 1e9),
+        )
+    if kind_of != RING_TYPE:
+        raise Dropped(Drop.MALFORMED, "type is not ring, alive or complete")
     kind = text("kind")
     if kind not in _KINDS:
         raise Dropped(Drop.MALFORMED, f"kind {kind!r} is not a failure kind")
@@ -151,7 +222,7 @@ def _shape(doc: Any) -> Ring:
         sender=integer("sender", 0, MAX_RANK),
         incarnation=text("incarnation"),
         seq=integer("seq", 0, 1 << 62),
-        sent_at=float(sent_at),
+        sent_at=sent_at,
         failed_rank=integer("failed_rank", 0, MAX_RANK),
         failed_incarnation=text("failed_incarnation"),
         kind=kind,
@@ -159,12 +230,15 @@ def _shape(doc: Any) -> Ring:
     )
 
 
-def check_peer(ring: Ring, attempt: int, incarnations: dict[int, str]) -> None:
-    """Raises Dropped unless the sender and the failed rank are this attempt's peers, at the
-    incarnations their address records name (an old attempt's or incarnation's ring is stale)."""
-    if ring.attempt != attempt:
-        raise Dropped(Drop.STALE, f"attempt {ring.attempt}, not {attempt}")
-    for rank, inc in ((ring.sender, ring.incarnation), (ring.failed_rank, ring.failed_incarnation)):
+def check_peer(msg: Message, attempt: int, incarnations: dict[int, str]) -> None:
+    """Raises Dropped unless the sender (and a ring's failed rank) are this attempt's peers, at the
+    incarnations their address records name (an old attempt's or incarnation's message is stale)."""
+    if msg.attempt != attempt:
+        raise Dropped(Drop.STALE, f"attempt {msg.attempt}, not {attempt}")
+    who = [(msg.sender, msg.incarnation)]
+    if isinstance(msg, Ring):
+        who.append((msg.failed_rank, msg.failed_incarnation))
+    for rank, inc in who:
         known = incarnations.get(rank)
         if known is None:
             raise Dropped(Drop.UNKNOWN_RANK, f"rank {rank}")

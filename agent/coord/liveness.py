@@ -13,6 +13,14 @@ A failure record reaches every agent within one poll interval; on a local filesy
 (agent/coord/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
 poll(2) on that descriptor and a wake pipe: no other timer, no helper thread. A failure rung on
 the doorbell (agent/coord/doorbell.py) gets the same reaction as a listed record (`_react`).
+
+Liveness beside the files: a watched peer's `alive` beacons on the doorbell (agent/coord/doorbell.py)
+keep it alive while its heartbeat file does not change - its mount stalled, or our view of the
+file lags. Such a peer is ridden out up to fs_stall_timeout (its own stall watch names the stall
+first); past that the run fails as fs_stall, never as a silent rank. While every watched peer's
+beacons arrive the doorbell is known to work, so the files are only the backstop: failures/ is
+listed once per heartbeat interval instead of every poll interval, and a peer's heartbeat file is
+read every heartbeat_timeout / 2 instead of every interval (files-only runs poll as before).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import TypeVar
 
 from agent.coord import clock
 from agent.coord.dirwatch import DirWatch
-from agent.coord.doorbell_msg import Ring
+from agent.coord.doorbell_msg import Notice, NoticeType, Ring
 from agent.coord.failure import Failure, FailureSignal
 from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
@@ -46,10 +54,20 @@ def watched_peers(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, .
     return tuple((rank + i) % count for i in range(1, min(k, count - 1) + 1))
 
 
+def watchers_of(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, ...]:
+    """The ranks that watch this one (its k predecessors): where its alive beacons go."""
+    return tuple((rank - i) % count for i in range(1, min(k, count - 1) + 1))
+
+
 @dataclass
 class _PeerView:
     seq: int | None
-    changed_at: float  # observer's monotonic clock
+    changed_at: float  # observer's monotonic clock: when the file's seq last changed
+    read_at: float | None = None  # when its heartbeat file was last read
+    beacon_at: float | None = None  # when its last alive beacon arrived
+    beacon_seq: int = 0  # the heartbeat seq that beacon carried
+    beacon_fs_busy: float = 0.0  # how long its filesystem call had hung then
+    riding: bool = False  # said once per episode: its file is still, its beacons arrive
 
 
 class FsTimer:
@@ -126,6 +144,7 @@ class Liveness(threading.Thread):
         now: Callable[[], float] = clock.mono,
         local_events: bool = True,
         fs_stall_timeout: float | None = None,
+        completed: threading.Event | None = None,
     ) -> None:
         super().__init__(name=f"liveness-{rank}", daemon=True)
         self.run_dir = run
@@ -151,6 +170,9 @@ class Liveness(threading.Thread):
         self.fs = FsTimer(now)
         self.fs_stall_timeout = fs_stall_timeout  # None: no stall watch (unit tests on a fake clock)
         self._stall_watch: StallWatch | None = None
+        self._beacons = False  # set_beacons(): watched peers send alive beacons
+        # Set when the driver's node sends `complete` (a wake-up for the wait on its ack only).
+        self.completed = completed if completed is not None else threading.Event()
 
     # -- control --------------------------------------------------------------------------------
 
@@ -159,6 +181,37 @@ class Liveness(threading.Thread):
         now = self.now()
         self._watch = {p: _PeerView(None, now) for p in watched_peers(self.rank, self.count)}
         self._watching.set()
+
+    def set_beacons(self, on: bool) -> None:
+        """Whether the watched peers' doorbells send alive beacons (the doorbell is armed and they
+        published a port): without beacons the files are polled as always."""
+        self._beacons = on
+
+    def status(self) -> tuple[int, float]:
+        """(heartbeat seq, seconds the filesystem call in progress has hung): the beacon's content,
+        read by the doorbell thread without any I/O."""
+        busy = self.fs.busy
+        return self.seq, (self.now() - busy[0]) if busy is not None else 0.0
+
+    def notice_received(self, notice: Notice) -> None:
+        """A verified notice from a peer (doorbell thread): a watched peer's beacon, or the
+        driver's completion wake-up."""
+        if notice.type is NoticeType.COMPLETE:
+            self.completed.set()
+            return
+        view = self._watch.get(notice.sender)
+        if view is not None:
+            view.beacon_at = self.now()
+            view.beacon_seq = notice.hb_seq
+            view.beacon_fs_busy = notice.fs_busy
+
+    def doorbell_carries(self) -> bool:
+        """Every watched peer's beacon arrived within heartbeat_timeout: the doorbell works, the
+        files need only be the backstop."""
+        if not self._beacons or not self._watching.is_set() or not self._watch:
+            return False
+        now = self.now()
+        return all(v.beacon_at is not None and now - v.beacon_at <= self.hb_timeout for v in self._watch.values())
 
     def stop_watching(self) -> None:
         """Peers may exit once every replica acknowledged: their silence is no longer a failure."""
@@ -186,14 +239,17 @@ class Liveness(threading.Thread):
         if watch is not None:
             watch.close()
 
-    def _sleep(self, wakeup: Wakeup, pause: float) -> None:
-        """Sleep up to `pause`, or until a record lands in failures/ (on this host) or stop()."""
+    def _sleep(self, wakeup: Wakeup, pause: float) -> bool:
+        """Sleep up to `pause`, or until a record lands in failures/ (on this host) or stop().
+        True when woken by news (a record on this host, stop()), False when the pause ran out."""
         end = time.monotonic() + pause
         while True:
             watch = self._dirwatch
             ready = wakeup.wait(max(0.0, end - time.monotonic()), [watch.fileno()] if watch else [])
-            if not ready or watch is None or watch.new_names(lambda n: not names.is_temp(n)):
-                return
+            if not ready:
+                return False
+            if watch is None or watch.new_names(lambda n: not names.is_temp(n)):
+                return True
             # Only a writer's temp file appeared: not news yet (its rename will be).
 
     # -- the loop -------------------------------------------------------------------------------
@@ -205,6 +261,7 @@ class Liveness(threading.Thread):
             self._stall_watch = StallWatch(self.fs, self.fs_stall_timeout, self.signal, self.phase, where)
             self._stall_watch.start()
         self._open_dirwatch()
+        news = True
         try:
             while not self._halt.is_set():
                 if self.signal.is_set():
@@ -219,30 +276,35 @@ class Liveness(threading.Thread):
                     wakeup.wait(self.poll)
                     continue
                 try:
-                    pause = self.tick()
+                    pause = self.tick(news)
                 except Exception as exc:  # noqa: BLE001 - the liveness thread must never die
                     log.warning("liveness tick failed (%s: %s); retrying", type(exc).__name__, exc)
                     pause = self.poll
-                self._sleep(wakeup, pause)
+                news = self._sleep(wakeup, pause)
         finally:
             self._close_dirwatch()
             wakeup.close()
 
-    def tick(self) -> float:
+    def tick(self, news: bool = True) -> float:
         """One round: beat and age the watched peers when a heartbeat is due, then look for
-        failure records. Returns how long to sleep before the next round. The thread calls it
-        in a loop; a test calls it directly on a fake clock."""
+        failure records (`news`: something woke us that a listing may explain). Returns how long
+        to sleep before the next round. The thread calls it in a loop; a test calls it directly
+        on a fake clock."""
         if self.signal.is_set():
             return self.poll
         now = self.now()
-        if self._next_beat is None or now >= self._next_beat:
+        beat = self._next_beat is None or now >= self._next_beat
+        if beat:
             self._beat()
             self._ride_out_stall()
             if self._watching.is_set():
                 self._check_peers()
             self._next_beat = now + self.hb_interval
-        self._check_failures()
-        return min(self.poll, max(0.0, self._next_beat - self.now()))
+        carried = self.doorbell_carries()
+        if beat or news or not carried:
+            self._check_failures()
+        to_beat = max(0.0, (self._next_beat or now) - self.now())
+        return to_beat if carried else min(self.poll, to_beat)
 
     def _ride_out_stall(self) -> bool:
         """A call of ours that took longer than a heartbeat interval means the shared filesystem
@@ -300,18 +362,32 @@ class Liveness(threading.Thread):
                 )
             )
 
+    def _beacon_fresh(self, view: _PeerView, now: float) -> bool:
+        return self._beacons and view.beacon_at is not None and now - view.beacon_at <= self.hb_timeout
+
     def _check_peers(self) -> None:
         for peer, view in self._watch.items():
+            now = self.now()
+            fresh = self._beacon_fresh(view, now)
+            if fresh and view.read_at is not None and now - view.read_at < self.hb_timeout / 2:
+                continue  # alive on the doorbell: its file is read only as the backstop
             rel = names.heartbeat(peer)
             doc = self.fs.call(f"reading {rel}", partial(self.run_dir.read_json, rel))
             if self._ride_out_stall():
                 return  # this round's ages are the stall's, not the peers'
             now = self.now()
+            view.read_at = now
             seq = doc.get("seq") if doc else None
             if isinstance(seq, int) and seq != view.seq:
                 view.seq = seq
                 view.changed_at = now
+                if view.riding:
+                    view.riding = False
+                    log.info("rank %d's heartbeat file changes again", peer)
             elif now - view.changed_at > self.hb_timeout and self._watching.is_set():
+                if self._beacon_fresh(view, now):
+                    self._ride_out_still_file(peer, view, now)
+                    continue
                 self.signal.trip(
                     Failure(
                         kind=FailureKind.PEER_SILENT,
@@ -322,6 +398,38 @@ class Liveness(threading.Thread):
                         peers=(peer,),
                     )
                 )
+
+    def _ride_out_still_file(self, peer: int, view: _PeerView, now: float) -> None:
+        """A peer alive on the doorbell whose heartbeat file has not changed: its filesystem (or
+        our view of it) stalls. Ridden out up to fs_stall_timeout plus one heartbeat_timeout (the
+        peer's own stall watch, which names the path, goes first); past it: fs_stall."""
+        still = now - view.changed_at
+        busy = view.beacon_fs_busy
+        hung = f"its filesystem call has hung {busy:.0f}s" if busy else "no call of its own reported hanging"
+        bound = (self.fs_stall_timeout if self.fs_stall_timeout is not None else 300.0) + self.hb_timeout
+        if still > bound:
+            self.signal.trip(
+                Failure(
+                    kind=FailureKind.FS_STALL,
+                    cause=f"rank {peer} answers on the doorbell ({hung}, heartbeat seq {view.beacon_seq}) but its "
+                    f"heartbeat file in {self.run_dir.path} has not changed for {still:.0f}s: the shared "
+                    f"filesystem does not carry its writes to this host (fs_stall_timeout "
+                    f"{bound - self.hb_timeout:g}s)",
+                    phase=str(self.phase()),
+                    peers=(peer,),
+                )
+            )
+            return
+        if not view.riding:
+            view.riding = True
+            log.warning(
+                "rank %d's heartbeat file has not changed for %.1fs but it answers on the doorbell (%s); "
+                "riding the stall out for up to %.0fs",
+                peer,
+                still,
+                hung,
+                bound - still,
+            )
 
     def _check_failures(self) -> None:
         if self.signal.is_set():

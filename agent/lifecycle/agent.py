@@ -29,7 +29,7 @@ from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret
 from agent.coord.durable import RecordKeeper, local_dir
 from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
 from agent.coord.identity import Identity
-from agent.coord.liveness import Liveness
+from agent.coord.liveness import Liveness, watched_peers, watchers_of
 from agent.coord.rendezvous import Peer, agree, gather, node_order
 from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.context import RunContext
@@ -115,6 +115,7 @@ class Agent:
         self._record_phase = PHASE_INIT
         self.signal.on_trip(self._start_failure_record)
         self._bell, self._bell_note = doorbell  # bound by the CLI before the address record
+        self._liveness: Liveness | None = None  # exists once the lifecycle runs
 
     def _start_failure_record(self) -> None:
         """Write the failure record the moment the signal trips, from a thread of its own: peers
@@ -148,6 +149,8 @@ class Agent:
             self.signal, self.coord.teardown_grace, channel, self.log.phase_name, spare=(reaper.pid,)
         )
         self.log.on_phase = channel.phase
+        wake = threading.Event()  # a wait's early end: a peer's `complete` notice, or a failure
+        self.signal.on_trip(wake.set)
         ctx = RunContext(
             config=self.config,
             plan=self.plan,
@@ -163,6 +166,9 @@ class Agent:
             deadline=self.deadline,
             out=self.out,
             filesystem=self.filesystem,
+            wake=wake,
+            doorbell_carries=lambda: self._liveness_carries(),
+            notify_complete=lambda: self._bell.complete() if self._bell is not None else None,
         )
         judges = JudgeRuntime(ctx)
         ray = RayRuntime(ctx, self.ident.count, self._agent_log_fd)
@@ -177,7 +183,9 @@ class Agent:
             signal=self.signal,
             phase=self.log.phase_name,
             fs_stall_timeout=self.coord.fs_stall_timeout,
+            completed=wake,
         )
+        self._liveness = liveness
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
         liveness.start()
         self._start_doorbell(liveness)
@@ -244,7 +252,13 @@ class Agent:
         peers = gather(running.ctx, self.ident.count)
         running.liveness.start_watching()
         if self._bell is not None:
-            self._bell.set_peers([PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers])
+            bells = [PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers]
+            self._bell.set_peers(bells, watchers=watchers_of(self.rank, self.ident.count))
+            ports = {b.rank: b.port for b in bells}
+            # Beacons only count when every watched peer rings too (a peer with its doorbell off
+            # sends none: its heartbeat file is then the only word of it).
+            watched = watched_peers(self.rank, self.ident.count)
+            running.liveness.set_beacons(self._bell.is_alive() and all(ports.get(w) is not None for w in watched))
             line = self._bell.reaper_line()
             if line is not None:  # a killed agent's reaper rings for it
                 running.ctx.reaper.doorbell(line)
@@ -277,6 +291,9 @@ class Agent:
             incarnation=self.writer.incarnation,
             on_ring=liveness.ring_received,
             stopping=self.signal.is_set,
+            on_notice=liveness.notice_received,
+            status=liveness.status,
+            beacon_every=self.coord.heartbeat_interval,
         )
         bell.start()
         log.info("doorbell listening on %s (UDP)", bell.where)
@@ -298,6 +315,10 @@ class Agent:
             )
         else:
             bell.ring(self.rank, self.writer.incarnation, str(failure.kind), failure.cause)
+
+    def _liveness_carries(self) -> bool:
+        liveness = self._liveness
+        return liveness is not None and liveness.doorbell_carries()
 
     def _doorbell_summary(self) -> dict:
         """The doorbell's counts for the cleanup record (and a line in the log when it dropped any)."""

@@ -4,8 +4,9 @@ only these, never the Agent object itself."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.coord import clock
@@ -34,6 +35,11 @@ class RunContext:
     deadline: float  # the single startup deadline, monotonic
     out: Callable[[str], None] = lambda _line: None  # the agent's console (and log) line printer
     filesystem: Mapping[str, Any] | None = None  # the output root's mount, for the placement record (fs_guard)
+    # Set by a peer's `complete` notice on the doorbell, and by a failure: ends a wait's sleep early.
+    wake: threading.Event = field(default_factory=threading.Event)
+    # Peers' doorbell beacons arrive: the files are only the backstop, polled once per heartbeat.
+    doorbell_carries: Callable[[], bool] = lambda: False
+    notify_complete: Callable[[], None] = lambda: None  # the driver's node: tell peers its ack is there
 
     def progress(self, describe: Callable[[float], str]) -> Progress:
         """Progress lines for a long wait, at the spec's calm rate (coordination.progress_interval)."""
@@ -68,7 +74,13 @@ class RunContext:
         if not poll_until(predicate, deadline=deadline, interval=poll, signal=self.signal, progress=progress):
             raise self.fail(kind, f"{what} not reached within {timeout:g}s")
 
-    def wait_unbounded(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate` or a failure (the driver runs as long as it needs)."""
-        poll = self.config.coordination.poll_interval
-        poll_until(predicate, deadline=float("inf"), interval=poll, signal=self.signal)
+    def wait_unbounded(self, predicate: Callable[[], bool], *, files: bool = False) -> None:
+        """Wait until `predicate` or a failure (the driver runs as long as it needs). A wait on
+        the run directory (`files`) polls once per heartbeat interval while the doorbell carries
+        (its `complete` notice wakes it), else every poll interval."""
+        coord = self.config.coordination
+
+        def interval() -> float:  # re-decided every round: a peer's beacons may stop
+            return coord.heartbeat_interval if files and self.doorbell_carries() else coord.poll_interval
+
+        poll_until(predicate, deadline=float("inf"), interval=interval, signal=self.signal, wake=self.wake)

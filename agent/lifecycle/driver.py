@@ -34,6 +34,7 @@ class DriverRuntime:
         self.tee: ConsoleTee | None = None  # exists once this node started the driver
         self._done = threading.Event()
         self._seconds = 0.0
+        self._wrote_complete = False  # this node wrote complete.json (the driver's node)
 
     # -- environment and command line -------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class DriverRuntime:
             # listing acks/ (empty while the driver runs), not the large top-level directory:
             # O(1) per poll per agent instead of O(N). The checkpoint grace was armed by arm_grace.
             driver_ack = names.leaf(names.ack(topo.rank_of_node(ctx.plan.driver_node)))
-            ctx.wait_unbounded(lambda: ctx.listed(driver_ack, names.ACKS_DIR))
+            ctx.wait_unbounded(lambda: ctx.listed(driver_ack, names.ACKS_DIR), files=True)
             return ""
         argv, shell = self.argv()
         t0 = clock.mono()
@@ -219,6 +220,7 @@ class DriverRuntime:
                 ctx.writer,
                 {"driver_rank": ctx.rank, "driver_exit_code": 0, "driver_seconds": round(self._seconds, 3)},
             )
+            self._wrote_complete = True
             return ""
         if ctx.run.read_json(names.COMPLETE) is None:
             raise ctx.fail(FailureKind.INTERNAL, "the driver's node acknowledged but complete.json is unreadable")
@@ -228,6 +230,8 @@ class DriverRuntime:
         """This replica's ack, then every replica's (bounded by ack_timeout)."""
         ctx = self.ctx
         ctx.run.write_artifact(names.ack(ctx.rank), ctx.writer, {"outcome": str(RunOutcome.SUCCESS)})
+        if self._wrote_complete:
+            ctx.notify_complete()  # the other nodes wait for this ack: wake them (doorbell)
         every_ack = {names.leaf(names.ack(r)) for r in range(self.replicas)}
 
         def all_acked() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,14 +25,16 @@ def poll_until(
     predicate: Callable[[], bool],
     *,
     deadline: float,
-    interval: float,
+    interval: float | Callable[[], float],
     signal: FailureSignal | None = None,
     now: Callable[[], float] = clock.mono,
     progress: Progress | None = None,
+    wake: threading.Event | None = None,
 ) -> bool:
     """Poll `predicate` every `interval` seconds until it is true (True) or `deadline` (on the
     `now` clock) has passed (False). Raises AgentFailed at once when `signal` trips, including
-    while sleeping: a wait never delays reacting to a failure."""
+    while sleeping: a wait never delays reacting to a failure. With `wake`, the sleep ends early
+    when it is set (a doorbell notice; whoever sets it also sets it on a failure)."""
     next_report = now() + progress.every if progress is not None else float("inf")
     while True:
         if signal is not None:
@@ -48,8 +51,11 @@ def poll_until(
                 progress.report(progress.describe(remaining))
             except Exception:  # noqa: BLE001 - a progress line must never fail the wait
                 pass
-        pause = min(interval, remaining)
-        if signal is not None:
+        pause = min(interval() if callable(interval) else interval, remaining)
+        if wake is not None:
+            if wake.wait(pause):
+                wake.clear()
+        elif signal is not None:
             signal.wait(pause)
         else:
             time.sleep(pause)

@@ -28,6 +28,7 @@ from audit.crosscheck_lifecycle import (
     training_summary,
 )
 from audit.crosscheck_regrade import check_regrade
+from audit.doorbell import summary as doorbell_summary
 from audit.expected import expected_plan
 from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
@@ -319,6 +320,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             training=training_summary(ctx),
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
             filesystem=tuple(m.to_json() for m in mounts(run)),
+            doorbell=doorbell_summary(run),
         )
 
 

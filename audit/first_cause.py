@@ -6,7 +6,9 @@ Rules (the agent's failure records are the evidence):
   incarnation it reacted to, when it names one);
 - a `peer_silent` record about X where X has NO record makes X the culprit: X died without
   a word (host lost, SIGKILL with no reaper), so the cause is placed on X, reported by the
-  observer; any other reaction whose target left no record is treated as a root;
+  observer; a `peer_failure` about X where X has NO record (it was rung on the doorbell and X's
+  own record was lost, e.g. with its hung filesystem) is placed on X with the kind the reaction
+  names, reported by the observer; any other reaction whose target left no record is a root;
 - a signal (SIGTERM from a scheduler propagating a failure), or a driver/child killed by one, is not
   the first cause when another rank's real failure was recorded within SCHEDULER_REACTION_S after it;
 - among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
@@ -134,6 +136,24 @@ def _silent_culprit(rec: FailureRec, phases: Mapping[int, PhasesRec], heartbeat_
     )
 
 
+def _unrecorded_culprit(rec: FailureRec) -> Cause:
+    """X failed (kind K) as a peer heard on the doorbell, and X's own record never arrived."""
+    culprit = rec.reacting_to if rec.reacting_to is not None else rec.rank
+    return Cause(
+        rank=culprit,
+        kind=rec.reacting_to_kind or "unknown",
+        phase=None,
+        cause=f"rank {culprit} left no failure record; rank {rec.rank} heard of its failure: {rec.cause}",
+        wall_time=rec.wall_time,  # when it was heard of: the culprit's own time was not recorded
+        since_start=None,
+        file=None,
+        log=None,
+        reacting_to=None,
+        reported_by=rec.rank,
+        writer=None,
+    )
+
+
 # A driver or child killed by SIGTERM, SIGINT or SIGHUP was signalled by someone else (a scheduler
 # signals every process of a step): like the agent's own signal record, a reaction, not a cause.
 # SIGKILL (-9) is not among them: the kernel's OOM killer sends it, and that is a real failure.
@@ -197,6 +217,7 @@ def analyse(
     roots: list[Cause] = []
     reactions: list[Cause] = []
     silent_seen: set[int] = set()
+    heard_seen: set[int] = set()
     for rank, rec in sorted(failures.items()):
         target = rec.reacting_to
         if target is None or target == rank:
@@ -207,6 +228,11 @@ def analyse(
             if target not in silent_seen:
                 silent_seen.add(target)
                 roots.append(_silent_culprit(rec, phases, heartbeat_phases.get(target)))
+            reactions.append(_from_record(rec))
+        elif rec.kind == FailureKind.PEER_FAILURE and rec.reacting_to_kind and target not in failures:
+            if target not in heard_seen:
+                heard_seen.add(target)
+                roots.append(_unrecorded_culprit(rec))
             reactions.append(_from_record(rec))
         else:
             roots.append(_from_record(rec))  # reacts to a failure nobody recorded: best explanation left

@@ -210,6 +210,7 @@ class AuditResult:
     training: dict[str, Any] | None = None  # where the evidence of training came from, and what it showed
     judge_replies: dict[str, Any] | None = None  # independent reply counts (a spec with bindings only)
     filesystem: tuple[dict[str, Any], ...] = field(default=())  # the output root's mounts (audit/filesystem.py)
+    doorbell: dict[str, Any] | None = None  # the doorbells' counts over every rank (audit/doorbell.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -245,4 +246,5 @@ class AuditResult:
             "training": self.training,
             "judge_replies": self.judge_replies,
             "filesystem": list(self.filesystem),
+            "doorbell": self.doorbell,
         }

@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 import math
 
+from audit.doorbell import describe as describe_doorbell
+from audit.filesystem import describe as describe_filesystem
 from audit.model import AuditResult, Cause, NodeMap, RankSummary
 from audit.report_text import cause_headline
 from audit.sanitize import clean_text
@@ -298,6 +300,13 @@ def render(result: AuditResult) -> str:
             f"<td><code>{_e(r.incarnation or '')}</code></td></tr>"
         )
     parts.append("</table>")
+    coordination = [describe_filesystem(m) for m in result.filesystem]
+    if result.doorbell is not None:
+        coordination.append(describe_doorbell(result.doorbell))
+    if coordination:
+        parts.append(
+            '<h2>Coordination</h2><ul id="coordination">' + "".join(f"<li>{_e(c)}</li>" for c in coordination) + "</ul>"
+        )
     if result.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>")
     parts.append("</body></html>")

@@ -37,6 +37,9 @@ fields are only ever added. Keys, in order:
     filesystem    [{type, source, mount_point, options, warnings, ranks}]: the output root's mount as
                   the nodes recorded it (placement records), nodes with the same mount together;
                   warnings: what the agent's filesystem guard warned at start
+    doorbell      {ranks, rings, sent, send_errors, received, accepted, ignored_stopping, beacons_sent,
+                  beacons_received, dropped: {reason: n}}: the doorbells' counts summed over the
+                  ranks' cleanup records; null when no rank had one
 
 Unusable input (exit 2) prints {"format", "run_dir", "verdict": "unusable", "reason"}.
 Times are Unix wall-clock seconds of the host that wrote them.

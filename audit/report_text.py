@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from audit.doorbell import describe as describe_doorbell
 from audit.filesystem import describe as describe_filesystem
 from audit.model import AttemptSummary, AuditResult, Cause, Finding
 from audit.restarts import REFUSED
@@ -117,6 +118,8 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
             cause = f" — first cause: {cause_headline(a.first_cause)}" if a.first_cause is not None else ""
             lines.append(_t(f"  attempt {a.attempt}: {a.verdict.upper()}, run {a.outcome}{_entered(a)}{cause}"))
     lines += [_t(f"  {describe_filesystem(m)}") for m in result.filesystem]
+    if result.doorbell is not None:
+        lines.append(_t(f"  {describe_doorbell(result.doorbell)}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
     fc = result.first_cause
     if fc is not None:

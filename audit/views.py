@@ -148,6 +148,7 @@ class FailureRec:
     signal: str | None = None
     fs_condition: str | None = None  # schemas.vocab.FsCondition
     sender: str | None = None  # a signal's sender, by name (slurmstepd: the scheduler acted)
+    reacting_to_kind: str | None = None  # the kind of the failure a reaction names
 
 
 def _visible(v: Any) -> tuple[str, ...]:
@@ -241,6 +242,7 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
         reacting = d.get("reacting_to")
         reacting_rank = as_int(reacting.get("rank")) if isinstance(reacting, dict) else None
         reacting_inc = as_str(reacting.get("incarnation")) if isinstance(reacting, dict) else None
+        reacting_kind = as_str(reacting.get("kind")) if isinstance(reacting, dict) else None
         out[rank] = FailureRec(
             rank=rank,
             relpath=art.relpath,
@@ -252,6 +254,7 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             log=as_str(d.get("log")),
             reacting_to=reacting_rank,
             reacting_to_incarnation=reacting_inc,
+            reacting_to_kind=reacting_kind,
             peers=tuple(p for p in as_list(d.get("peers")) if as_int(p) is not None),
             writer=as_str(d.get("writer")),
             incarnation=as_str(d.get("incarnation")),

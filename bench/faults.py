@@ -22,6 +22,7 @@ Two kinds of rows measure more than one launch or more than the agents:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,8 +42,9 @@ from agent.proc import tempdirs
 from bench import faults_slurm
 from schemas import DriverEnv, names
 from schemas.vocab import ResumeEnv
-from tests.harness import doorbell_fuzz, fullfs, orphans
+from tests.harness import doorbell_fuzz, fullfs, fuse_install, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
+from tests.harness.nfs_model import NfsClient, nfs_clients
 from tests.harness.specs import result_driver, small_spec, uid
 
 BIN = Path(sys.executable).parent
@@ -80,6 +82,8 @@ class Run:
         return self.root / "out" / "cluster" / self.uuid
 
     tmp: Path | None = None  # the agents' local temp root (short: Ray's socket paths live below it)
+    clients: list[NfsClient] = field(default_factory=list)  # hung-filesystem rows: the mounted clients
+    client_of: tuple[int, ...] = ()  # rank -> its client
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, tempdirs.ROOT_ENV: str(self.tmp), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
@@ -96,6 +100,8 @@ class Run:
     ) -> subprocess.Popen:
         log = stdout if stdout is not None else open(self.root / f"agent-{rank}-{len(self.extra)}.out", "wb")  # noqa: SIM115
         addr = address or f"127.0.0.{rank + 2}"
+        if self.client_of:
+            args = ("--output-root", str(self.clients[self.client_of[rank]].mnt), *args)
         return start_agent(
             self.root, self.spec, self.uuid, rank, replicas, addr, env=env, args=args, stdout=log, temp_root=self.tmp
         )
@@ -162,6 +168,10 @@ class Fault:
     refused_at: int | None = None  # restart rows: the attempt the caps must refuse
     slurm: bool = False  # on the local Slurm cluster (bench/faults_slurm.py): one trial by default
     check: Callable[[Path], list[str]] | None = None  # more problems, read from the run directory
+    # Hung-filesystem rows: each rank's output root is an NFS-model client (tests/harness/nfs_model.py)
+    # of the trial's out/, rank r on client mounts[r]; the injection stalls and resumes clients.
+    mounts: tuple[int, ...] = ()
+    coordination: str = ""  # lines for the spec's [launch.coordination] table
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -393,6 +403,67 @@ FAULTS += (
     ),
 )
 
+
+def _stall(client: int, seconds: float, then: Callable[[Run], None] | None = None) -> Callable[[Run], None]:
+    """Every rank in its driver phase, then NFS-model client `client` hangs for `seconds` (its
+    daemon stopped, as a server that stops answering); `then` runs 1 s into the hang."""
+
+    def inject(run: Run) -> None:
+        run.wait_phase()
+        hung = run.clients[client]
+        hung.stall()
+        run.fault()
+        try:
+            if then is not None:
+                time.sleep(1.0)
+                then(run)
+            time.sleep(max(0.0, seconds - (time.monotonic() - run.fault_at)))
+        finally:
+            hung.resume()
+
+    return inject
+
+
+def _sigterm(rank: int) -> Callable[[Run], None]:
+    return lambda run: run.procs[rank].send_signal(signal.SIGTERM)
+
+
+STALL_BOUND = 2 * HB_TIMEOUT  # fs_stall_timeout of the rows that end as fs_stall
+FAULTS += (
+    # The shared filesystem hangs for every rank; a SIGTERM to rank 0 during it.
+    Fault("fs-hung-sigterm", SLEEPY, _stall(0, HB_TIMEOUT + 3, _sigterm(0)), "fail", 0, ("signal",), mounts=(0, 0, 0)),
+    # A hang longer than heartbeat_timeout, shorter than fs_stall_timeout: ridden out.
+    Fault(
+        "fs-stall-ridden-out",
+        result_driver(4),
+        _stall(0, HB_TIMEOUT + 3),
+        "pass",
+        mounts=(0, 0, 0),
+        coordination="fs_stall_timeout = 60",
+    ),
+    Fault(
+        "fs-stall-past-bound",
+        SLEEPY,
+        _stall(0, STALL_BOUND + 5),
+        "fail",
+        None,
+        ("fs_stall",),
+        mounts=(0, 0, 0),
+        coordination=f"fs_stall_timeout = {STALL_BOUND:g}",
+    ),
+    # Only rank 2's mount hangs: its peers keep it alive on the doorbell, then it fails as fs_stall.
+    Fault(
+        "fs-stall-one-node",
+        SLEEPY,
+        _stall(1, STALL_BOUND + 8),
+        "fail",
+        2,
+        ("fs_stall",),
+        mounts=(0, 0, 1),
+        coordination=f"fs_stall_timeout = {STALL_BOUND:g}",
+    ),
+)
+
 # Restart rows: the driver fails at once (exit 3) each attempt; PROGRESSES first writes a new
 # checkpoint file. The fault is the relaunch the caps must refuse (exit REFUSED, attempts/N/refused.json).
 REFUSED = 2
@@ -479,12 +550,27 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         ray=fault.ray,
         judges=fault.judges,
     )
-    spec.write_text(text.replace("[launch]\n", f"[launch]\n{fault.launch_keys}\n", 1))
+    text = text.replace("[launch]\n", f"[launch]\n{fault.launch_keys}\n", 1)
+    spec.write_text(text.replace("[launch.coordination]\n", f"[launch.coordination]\n{fault.coordination}\n", 1))
     run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))
     problems: list[str] = []
     mounted = fault.needs_root and fullfs.mount_tmpfs(root / "out", "3m") is None
     if fault.needs_root and not mounted:
         return Trial(fault.name, False, [], None, {}, [], "skipped", False, ["needs root for a tmpfs mount"])
+    with contextlib.ExitStack() as stack:
+        if fault.mounts:
+            try:
+                fuse_install.ensure_installed()
+            except fuse_install.FuseUnavailable as exc:
+                return Trial(fault.name, False, [], None, {}, [], "skipped", False, [], skipped=str(exc))
+            mnts = [root / f"client{c}" for c in range(max(fault.mounts) + 1)]
+            stack.callback(shutil.rmtree, root, ignore_errors=True)  # after the unmount below
+            run.clients = stack.enter_context(nfs_clients(root / "out", mnts, dir_ttl=1.0, neg_ttl=1.0))
+            run.client_of = fault.mounts
+        return _trial_body(fault, run, root, problems, timeout, mounted)
+
+
+def _trial_body(fault: Fault, run: Run, root: Path, problems: list[str], timeout: float, mounted: bool) -> Trial:
     try:
         ending = None
         if fault.refused_at is not None:
@@ -515,7 +601,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         _kill(run)
         if mounted:
             fullfs.unmount(root / "out")
-        shutil.rmtree(root, ignore_errors=True)
+        if not run.clients:  # else after the clients' unmount (run_trial)
+            shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(run.tmp or root, ignore_errors=True)
 
 

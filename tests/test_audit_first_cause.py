@@ -60,6 +60,16 @@ def test_reaction_to_a_rank_without_record_is_a_root() -> None:
     assert fc.rank == 0 and fc.kind == "peer_failure"
 
 
+def test_a_failure_heard_on_the_doorbell_whose_record_never_came_is_placed_on_its_rank() -> None:
+    """Rank 2's filesystem hung: its fs_stall reached ranks 0 and 1 by the doorbell, its record
+    never arrived. The cause is rank 2's fs_stall, reported by the first to hear of it."""
+    heard = [replace(rec(r, "peer_failure", 100.0 + r, reacting_to=2), reacting_to_kind="fs_stall") for r in (0, 1)]
+    fc, cascade, others = first(*heard)
+    assert (fc.rank, fc.kind, fc.reported_by) == (2, "fs_stall", 0)
+    assert "rank 2 left no failure record" in fc.cause
+    assert [c.rank for c in cascade] == [0, 1] and others == ()
+
+
 def test_silent_rank_is_the_culprit_once() -> None:
     fc, cascade, others = first(rec(1, "peer_silent", 200.0, 0), rec(2, "peer_silent", 201.0, 0))
     assert (fc.rank, fc.kind, fc.reported_by) == (0, "silent", 1)

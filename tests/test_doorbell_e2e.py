@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from audit import report_html, report_text
 from schemas import names
 from tests.harness import (
     agent_pid,
@@ -59,8 +60,14 @@ def test_foreign_datagrams_never_stop_a_run_and_are_counted(tmp_path: Path) -> N
     assert sent[0] > 200
     assert not failures(run_dir)
     assert_artifacts_valid(run_dir)
-    audit(run_dir, verdict="pass")
+    result = audit(run_dir, verdict="pass")
     assert not drop_problems(run_dir, range(2))
+    # The audit sums what the doorbells counted: the spray's drops, both ranks' beacons.
+    bell = result.doorbell
+    assert bell is not None and bell["ranks"] == [0, 1] and sum(bell["dropped"].values()) > 0, bell
+    assert bell["beacons_received"] > 0 and bell["rings"] == 0, bell
+    assert "doorbell: 2 rank(s); 0 failure ring(s)" in report_text.render(result)
+    assert "dropped: " in report_html.render(result).split('id="coordination"')[1]
     for r in range(2):
         assert "doorbell: dropped a datagram" in (run_dir / names.agent_log(r)).read_text()
     # The secret is in its own file only: in no artifact, no log, nowhere on the console.

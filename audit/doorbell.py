@@ -1,0 +1,55 @@
+"""What the agents' doorbells did (agent/coord/doorbell.py), summed over the ranks' cleanup records:
+the failures rung and accepted, the alive beacons, and every datagram dropped, by reason. Runs
+whose doorbell was off, and agents older than it, have no `doorbell` in their cleanup records."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from audit.load import LoadedRun
+from audit.views import as_dict, as_int, rank_of
+
+COUNTS = (
+    "rings",
+    "sent",
+    "send_errors",
+    "received",
+    "accepted",
+    "ignored_stopping",
+    "beacons_sent",
+    "beacons_received",
+)
+
+
+def summary(run: LoadedRun) -> dict[str, Any] | None:
+    """{ranks, rings, sent, ..., dropped: {reason: n}} over every cleanup record with a doorbell."""
+    ranks: list[int] = []
+    totals: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+    for art in run.by_schema("cleanup"):
+        rank = rank_of(art)
+        bell = as_dict(as_dict(art.doc).get("doorbell"))
+        if rank is None or not bell:
+            continue
+        ranks.append(rank)
+        for key in COUNTS:
+            totals[key] += as_int(bell.get(key)) or 0
+        for why, n in as_dict(bell.get("dropped")).items():
+            dropped[str(why)] += as_int(n) or 0
+    if not ranks:
+        return None
+    return {"ranks": sorted(ranks), **{k: totals[k] for k in COUNTS}, "dropped": dict(sorted(dropped.items()))}
+
+
+def describe(d: Mapping[str, Any]) -> str:
+    """The text report's line."""
+    dropped = as_dict(d.get("dropped"))
+    told = ", ".join(f"{n} {why}" for why, n in dropped.items()) if dropped else "none"
+    errors = f", {d.get('send_errors')} send error(s)" if d.get("send_errors") else ""
+    return (
+        f"doorbell: {len(d.get('ranks') or [])} rank(s); {d.get('rings')} failure ring(s) "
+        f"({d.get('sent')} datagrams{errors}), {d.get('accepted')} accepted; {d.get('beacons_received')} of "
+        f"{d.get('beacons_sent')} alive beacons received; dropped: {told}"
+    )

@@ -237,6 +237,37 @@ def test_beacons_go_to_the_watchers_and_complete_wakes_every_peer() -> None:
     assert a.summary()["beacons_sent"] == 0 and a.summary()["accepted"] == 0  # notices are no rings
 
 
+def test_a_stopping_doorbell_sends_no_beacons_and_sleeps() -> None:
+    """Once the agent stops, no beacon is ever due again: the thread sleeps until it is woken
+    (a due beacon it would not send kept 128 stopping agents' threads spinning)."""
+    stopping = threading.Event()
+    bell, _ = Doorbell.bind("127.0.0.1")
+    assert bell is not None
+    bell.arm(
+        SECRET,
+        run="r",
+        attempt=1,
+        rank=0,
+        incarnation="i",
+        on_ring=lambda _r: None,
+        stopping=stopping.is_set,
+        beacon_every=0.05,
+    )
+    bell.set_peers([PeerBell(0, "127.0.0.1", bell.port, "i"), PeerBell(1, "127.0.0.1", 9, "j")], watchers=(1,))
+    bell.start()
+    try:
+        wait_for(lambda: bell.summary()["beacons_sent"] >= 2)
+        stopping.set()
+        time.sleep(0.2)
+        sent = bell.summary()["beacons_sent"]
+        time.sleep(0.2)
+        assert bell.summary()["beacons_sent"] == sent
+        assert bell._next_due() is None  # nothing due: the loop blocks in poll(2) without a timeout
+    finally:
+        bell.stop()
+        bell.join(2)
+
+
 def test_rings_that_cannot_be_sent_are_counted_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
     """Sending refused (EACCES: a broadcast address without SO_BROADCAST, as a firewall's EPERM):
     counted, said once, and the thread goes on."""

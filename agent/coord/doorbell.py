@@ -302,7 +302,11 @@ class Doorbell(threading.Thread):
     def _beacon(self) -> None:
         """An alive beacon to the watchers when one is due. Stopping agents send none: their
         failure rings say more, and a reaction is no longer a peer to keep alive."""
-        if self._beacon_every is None or self._stopping():
+        if self._beacon_every is None:
+            return
+        if self._stopping():
+            with self._lock:
+                self._beacon_every = None  # for good (stopping never ends): no beacon is due again
             return
         now = time.monotonic()
         with self._lock:

@@ -118,6 +118,8 @@ class DriverRuntime:
         agent/judges/alarm.py), as this run's failure; None while there is none. Read directly, not
         by listing: its writer (the driver) runs on this host, so no other client's cache is in the way."""
         ctx = self.ctx
+        if not ctx.config.bindings:
+            return None  # no verifier binding: no judge client in the driver, so no alarm (no read)
         rel = names.judge_degraded(ctx.rank)
         doc = ctx.run.read_json(rel, attempts=1)
         if doc is None or doc.get("fingerprint") != ctx.config.fingerprint or not isinstance(doc.get("binding"), str):
@@ -174,6 +176,7 @@ class DriverRuntime:
             if code != 0 and not self._trip_if_degraded():
                 ctx.signal.trip(self.exit_failure(code))
             self._done.set()
+            ctx.wake.set()  # the wait below may sleep a heartbeat interval
 
         # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
         # with a rank prefix.
@@ -195,7 +198,8 @@ class DriverRuntime:
             stop = DriverStop(ctx.run, ctx.writer, ctx.signal, grace, ctx.out)
             ctx.supervisor.before_stop(partial(stop.wait_for, group))
         # The alarm fails the run even when the driver catches JudgeDegraded and goes on.
-        ctx.wait_unbounded(lambda: self._done.is_set() or self._trip_if_degraded())
+        # The alarm file is read once per heartbeat interval while the doorbell carries.
+        ctx.wait_unbounded(lambda: self._done.is_set() or self._trip_if_degraded(), files=True)
         self._trip_if_degraded()  # written just before a clean exit, between two polls
         ctx.signal.raise_if_set()
         self._seconds = clock.mono() - t0

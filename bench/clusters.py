@@ -290,4 +290,15 @@ class Anchor(Cluster):
         return out
 
 
-SYSTEMS: dict[str, type[Cluster]] = {"ours": Ours, "anchor": Anchor}
+class OursFilesOnly(Ours):
+    """gym-agent with `doorbell = false`: the files alone, as before the doorbell."""
+
+    name = "files-only"
+
+    def __init__(self, n: int, root: Path, settings: Settings, skew: dict[int, float] | None = None) -> None:
+        super().__init__(n, root, settings, skew)
+        text = self.spec.read_text()
+        self.spec.write_text(text.replace("[launch.coordination]\n", "[launch.coordination]\ndoorbell = false\n", 1))
+
+
+SYSTEMS: dict[str, type[Cluster]] = {"ours": Ours, "anchor": Anchor, "files": OursFilesOnly}

@@ -36,6 +36,9 @@ class Failure:
     # A reaction's (peer_failure) view of the failure it reacts to: that record's own cause, which
     # the doorbell rings on to the other peers (not written: `cause` quotes it).
     reacted_cause: str | None = None
+    # Heard on the doorbell (not written): its sender already rang every peer, so this agent
+    # does not ring it on (a failure wave of N agents would otherwise send N^2 datagrams).
+    heard_on_doorbell: bool = False
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 

@@ -456,7 +456,7 @@ class Liveness(threading.Thread):
             self._react(peer, doc)
             return
 
-    def _react(self, peer: int, doc: dict) -> None:
+    def _react(self, peer: int, doc: dict, *, heard: bool = False) -> None:
         """Stop for rank `peer`'s failure record `doc` (its kind, cause and incarnation): read from
         failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came."""
         self.signal.trip(
@@ -471,6 +471,7 @@ class Liveness(threading.Thread):
                 },
                 peers=(peer,),
                 reacted_cause=str(doc.get("cause")),
+                heard_on_doorbell=heard,
             )
         )
 
@@ -479,7 +480,11 @@ class Liveness(threading.Thread):
         record had been listed. The ring names the failure itself, not a reaction to it."""
         if self.signal.is_set() or ring.failed_rank == self.rank:
             return
-        self._react(ring.failed_rank, {"kind": ring.kind, "cause": ring.cause, "incarnation": ring.failed_incarnation})
+        self._react(
+            ring.failed_rank,
+            {"kind": ring.kind, "cause": ring.cause, "incarnation": ring.failed_incarnation},
+            heard=True,
+        )
 
     def _walltime_warning(self) -> None:
         """The batch job was warned that its time limit is near (Slurm --signal, the rendered

@@ -303,8 +303,8 @@ class Agent:
         """Ring with the failure itself: ours, or for a reaction the one it reacts to (as a peer
         following our record to the failure it names would)."""
         failure, bell = self.signal.failure, self._bell
-        if failure is None or bell is None:
-            return
+        if failure is None or bell is None or failure.heard_on_doorbell:
+            return  # a ring heard was sent to every peer by its sender (three copies): not rung on
         target = failure.reacting_to or {}
         if failure.kind == FailureKind.PEER_FAILURE and isinstance(target.get("rank"), int):
             bell.ring(

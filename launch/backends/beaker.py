@@ -318,6 +318,7 @@ def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
 @dataclass(frozen=True)
 class BeakerBackend:
     name: str = "beaker"
+    title: str = "Beaker"
     schedules: bool = True
 
     def render(self, request: RenderRequest) -> Rendered:

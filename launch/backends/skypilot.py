@@ -386,6 +386,7 @@ def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
 @dataclass(frozen=True)
 class SkyPilotBackend:
     name: str = "skypilot"
+    title: str = "SkyPilot"
     schedules: bool = True
 
     def render(self, request: RenderRequest) -> Rendered:

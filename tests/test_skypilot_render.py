@@ -77,7 +77,8 @@ def render_cli(tmp_path: Path, spec: Path, *args: str, root: str = "/shared/runs
 def assert_carries(task: sky.Task, fingerprint: str) -> None:
     assert load_spec_record(task.envs[SPEC_JSON_ENV], "inline").fingerprint == fingerprint
     assert task.envs[ResumeEnv.RESUME] == ResumeEnv.RESTART
-    assert f"--expect-fingerprint {fingerprint}" in task.run and task.run.startswith("exec gym-agent ")
+    assert f"--expect-fingerprint {fingerprint}" in task.run
+    assert task.run.startswith("unset RAY_ADDRESS RAY_JOB_ID RAY_CLIENT_MODE; exec gym-agent ")
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: str(p.relative_to(REPO)))

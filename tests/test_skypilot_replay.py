@@ -88,6 +88,9 @@ def node_script(task: sky.Task, rank: int, ips: list[str], gpus: int) -> str:
             "SKYPILOT_NODE_RANK": str(rank),
         }
     )
+    # What SkyPilot's Ray runtime passes on from its own Ray job (log_lib.add_ray_env_vars); the
+    # task's command keeps it away from the agents' Ray.
+    env.update({"RAY_JOB_ID": "03000000", "RAY_CLIENT_MODE": "0", "RAY_ADDRESS": "127.0.0.1:6380"})
     body = TaskCodeGen.build_task_bash_script(task.run, env_prefix="unset RAY_RAYLET_PID")
     return log_lib.make_task_bash_script(body, env_vars=env)
 

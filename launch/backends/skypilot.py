@@ -240,6 +240,11 @@ def _volumes(request: RenderRequest) -> dict[str, Any]:
     return {mount.path: {"host_path": mount.host_path, "mode": "rw"}}
 
 
+# SkyPilot's runtime runs the task as a task of its own Ray cluster and passes that Ray job's variables
+# on (log_lib.add_ray_env_vars); the agents start a Ray cluster of their own, which must not inherit them.
+SKYPILOT_RAY_ENV = ("RAY_ADDRESS", "RAY_JOB_ID", "RAY_CLIENT_MODE")
+
+
 def run_command(request: RenderRequest) -> str:
     """What every node runs: exec the agent, so SkyPilot's signals reach it directly."""
     config = request.config
@@ -251,7 +256,7 @@ def run_command(request: RenderRequest) -> str:
         # --resume continues a run another launch started; restart mode alone would refuse it.
         resume=request.resume,
     )
-    return "exec " + shlex.join(argv)
+    return f"unset {' '.join(SKYPILOT_RAY_ENV)}; exec " + shlex.join(argv)
 
 
 def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:

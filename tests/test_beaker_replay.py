@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +39,7 @@ from tests.harness import (
     wait_phase,
 )
 from tests.harness.beaker_api import answer_jobs, write_beaker_config
+from tests.harness.replay import finish, start_node
 
 pytestmark = pytest.mark.slow
 
@@ -95,36 +95,9 @@ def beaker_env(task, rank: int, tmp_path: Path, start: int = 1) -> dict[str, str
 
 
 def start_replicas(task, tmp_path: Path, start: int = 1) -> list[subprocess.Popen]:
-    procs = []
-    for rank in range(task.replicas):
-        procs.append(
-            subprocess.Popen(
-                task.command,  # exactly the task's command, resolved on PATH like in the container
-                env=beaker_env(task, rank, tmp_path, start),
-                cwd=REPO,  # the image's working directory (the demo driver's relative path)
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-        )
-    return procs
-
-
-def finish(procs: list[subprocess.Popen], timeout: float) -> tuple[list[int], str]:
-    codes, text = [], []
-    end = time.monotonic() + timeout
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, end - time.monotonic()))
-            codes.append(p.returncode)
-            text.append(out or "")
-    finally:
-        for p in procs:  # by pid (own session), never by name
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    return codes, "\n".join(text)
+    # Exactly the task's command, resolved on PATH like in the container, in the image's working
+    # directory (the demo driver's relative path).
+    return [start_node(task.command, beaker_env(task, rank, tmp_path, start), REPO) for rank in range(task.replicas)]
 
 
 def assert_secret_not_recorded(run_dir: Path) -> None:

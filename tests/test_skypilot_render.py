@@ -19,17 +19,17 @@ from hypothesis import strategies as st
 from agent.coord.attempts import attempt_token
 from agent.coord.identity import IdentityError
 from agent.coord.identity import resolve as resolve_identity
-from launch.backends import RenderRequest
 from launch.backends.skypilot import render, run_command
 from launch.cli import main
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
-from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record, resolved_from_dict
+from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record
 from launch.spec.plan import plan as make_plan
 from launch.spec.resolve import looks_like_credential
 from schemas import names
 from schemas.validation import violations
 from schemas.vocab import ResumeEnv
+from tests.harness.replay import generated_request
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_SPECS = sorted(
@@ -244,14 +244,8 @@ def skypilot_specs(draw: st.DrawFn) -> tuple[dict, str]:
 @given(skypilot_specs())
 def test_property_generated_specs_load_in_skypilot(tmp_path_factory: pytest.TempPathFactory, case) -> None:
     data, uuid = case
-    try:
-        config = RunConfig.from_spec(resolved_from_dict(data, "/work/runs"))
-    except SpecError as exc:
-        raise AssertionError(f"the generator made an invalid spec: {exc}") from None
-    plan = make_plan(config)
-    request = RenderRequest(
-        config, plan, uuid, "/shared/runs", "/shared/runs/spec.json", output_root_given="/shared/runs"
-    )
+    request = generated_request(data, uuid, "/shared/runs")
+    config, plan = request.config, request.plan
     path = tmp_path_factory.mktemp("p") / "task.yaml"
     path.write_text(render(request).text, encoding="utf-8")
     task = sky.Task.from_yaml(str(path))

@@ -41,6 +41,7 @@ from tests.harness import (
     small_spec,
     wait_phase,
 )
+from tests.harness.replay import finish, start_node
 
 pytestmark = pytest.mark.slow
 
@@ -112,34 +113,9 @@ def start_nodes(task: sky.Task, tmp_path: Path, start: int = 1) -> list[subproce
                 tempdirs.ROOT_ENV: str(agent_tmp_root(tmp_path)),
             }
         )
-        procs.append(
-            subprocess.Popen(
-                ["/bin/bash", "-i", str(script)],  # as SkyPilot's run_bash_command_with_log runs it
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-        )
+        # As SkyPilot's run_bash_command_with_log runs it.
+        procs.append(start_node(["/bin/bash", "-i", str(script)], env))
     return procs
-
-
-def finish(procs: list[subprocess.Popen], timeout: float) -> tuple[list[int], str]:
-    codes, text = [], []
-    end = time.monotonic() + timeout
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, end - time.monotonic()))
-            codes.append(p.returncode)
-            text.append(out or "")
-    finally:
-        for p in procs:  # by pid (own session), never by name
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    return codes, "\n".join(text)
 
 
 def lose_node(proc: subprocess.Popen) -> None:

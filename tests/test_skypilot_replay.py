@@ -38,10 +38,9 @@ from tests.harness import (
     audit,
     failures,
     read,
-    small_spec,
     wait_phase,
 )
-from tests.harness.replay import finish, start_node
+from tests.harness.replay import finish, resuming_spec, start_node
 
 pytestmark = pytest.mark.slow
 
@@ -148,26 +147,10 @@ def test_replayed_task_runs_on_every_node_and_passes_the_audit(tmp_path: Path) -
     assert placement["visible_devices"] == [str(i) for i in range(8)], placement
 
 
-# The first attempt checkpoints and then trains until its node is lost; a recovered attempt finds
-# the checkpoint and finishes.
-RESUMING_DRIVER = """
-import os, pathlib, sys, time
-ckpt = pathlib.Path(os.environ["GYM_CHECKPOINT_DIR"])
-if (ckpt / "step-1").exists():
-    (ckpt / "resumed").write_text(os.environ["GYM_ATTEMPT"])
-    sys.exit(0)
-(ckpt / "step-1").write_text(os.environ["GYM_ATTEMPT"])
-time.sleep(600)
-"""
-
-
 def test_a_killed_node_fails_the_run_fast_and_the_recovered_task_resumes_it(tmp_path: Path) -> None:
-    driver = tmp_path / "resuming_driver.py"
-    driver.write_text(RESUMING_DRIVER)
-    spec = tmp_path / "recover.toml"
-    spec.write_text(
-        small_spec(replicas=3, node_gpus=8, ray=False, driver=f'command = ["python", "{driver}"]\ntrains = false')
-    )
+    # The first attempt checkpoints and then trains until its node is lost; the recovered one finds
+    # the checkpoint and finishes.
+    spec = resuming_spec(tmp_path, 3, "time.sleep(600)")
     uuid = "sky-replay-kill"
     task = render(tmp_path, uuid, spec, "launch.max_retries=1")
     assert list(task.resources)[0].job_recovery == {"max_restarts_on_errors": 1, "strategy": None}

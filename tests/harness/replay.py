@@ -15,6 +15,7 @@ from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import resolved_from_dict
 from launch.spec.plan import plan as make_plan
+from tests.harness.specs import small_spec
 
 
 def start_node(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> subprocess.Popen:
@@ -55,3 +56,27 @@ def generated_request(data: dict, uuid: str, root: str) -> RenderRequest:
     except SpecError as exc:
         raise AssertionError(f"the generator made an invalid spec: {exc}") from None
     return RenderRequest(config, make_plan(config), uuid, root, f"{root}/spec.json", output_root_given=root)
+
+
+# Writes a checkpoint in its first attempt, then ends as the test says; a later attempt that finds
+# the checkpoint records which attempt it is and succeeds.
+RESUMING_DRIVER = """
+import os, pathlib, sys, time
+ckpt = pathlib.Path(os.environ["GYM_CHECKPOINT_DIR"])
+if (ckpt / "step-1").exists():
+    (ckpt / "resumed").write_text(os.environ["GYM_ATTEMPT"])
+    sys.exit(0)
+(ckpt / "step-1").write_text(os.environ["GYM_ATTEMPT"])
+{first_ends}
+"""
+
+
+def resuming_spec(tmp_path: Path, replicas: int, first_ends: str) -> Path:
+    """Whole-node replicas, no Ray, the resuming driver (`first_ends`: how its first attempt ends,
+    e.g. ``sys.exit(3)``): only the restart is under test."""
+    driver = tmp_path / "resuming_driver.py"
+    driver.write_text(RESUMING_DRIVER.format(first_ends=first_ends))
+    spec = tmp_path / "restart.toml"
+    command = f'command = ["python", "{driver}"]\ntrains = false'
+    spec.write_text(small_spec(replicas=replicas, node_gpus=8, ray=False, driver=command))
+    return spec

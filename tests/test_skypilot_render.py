@@ -383,17 +383,20 @@ def test_submit_launches_a_managed_job_through_skypilots_api(tmp_path: Path, mon
         status = common.ApiServerStatus.HEALTHY
 
     monkeypatch.setattr(common, "get_api_server_status", lambda *_a, **_k: Healthy())
-    launched: list[tuple[sky.Task, str]] = []
-    monkeypatch.setattr(sky.jobs, "launch", lambda task, name: launched.append((task, name)) or "request-1")
+    launched: list[tuple[sky.Dag, str]] = []
+    monkeypatch.setattr(sky.jobs, "launch", lambda dag, name: launched.append((dag, name)) or "request-1")
     monkeypatch.setattr(sky, "stream_and_get", lambda request: ([17], None) if request == "request-1" else None)
     monkeypatch.setenv("HF_TOKEN", "value-from-the-shell")
     argv = submit_argv(tmp_path, "sky-ok") + sets('launch.secrets.HF_TOKEN="HF_TOKEN"')
     assert main(argv) == 0
-    [(task, name)] = launched
+    [(dag, name)] = launched
+    [task] = dag.tasks
     run_dir = tmp_path / "out" / "cluster" / "sky-ok"
     assert name == "three-node-sky-ok" and task.num_nodes == 3
-    # The value reached SkyPilot in memory only: never the run directory.
+    # The value reached SkyPilot in memory only (an inline secret, as --secret makes it), never the
+    # run directory.
     assert task.secrets["HF_TOKEN"].get_secret_value() == "value-from-the-shell"
+    assert not task.managed_secret_refs
     for f in run_dir.rglob("*"):
         assert f.is_dir() or b"value-from-the-shell" not in f.read_bytes(), f
     sub = json.loads((run_dir / names.SUBMISSION).read_text())
@@ -401,3 +404,11 @@ def test_submit_launches_a_managed_job_through_skypilots_api(tmp_path: Path, mon
     assert (sub["backend"], sub["job_id"], sub["job_file"]) == ("skypilot", "17", names.job_file(".skypilot.yaml"))
     assert sub["command"][:5] == ["sky", "jobs", "launch", "--name", "three-node-sky-ok"]
     assert sub["command"][5:7] == ["--secret", "HF_TOKEN"]
+
+
+def test_resume_continues_another_launchs_run_and_every_task_restarts_by_itself(tmp_path: Path) -> None:
+    mount = sets('launch.skypilot.mount.path="/shared"', 'launch.skypilot.mount.volume="v"', *K8S)
+    plain = render_cli(tmp_path, REPO / "examples" / "demo.toml", *mount)
+    resumed = render_cli(tmp_path, REPO / "examples" / "demo.toml", *mount, "--resume")
+    assert "--resume" not in plain.run.split() and resumed.run.split()[-1] == "--resume"
+    assert plain.envs[ResumeEnv.RESUME] == resumed.envs[ResumeEnv.RESUME] == ResumeEnv.RESTART

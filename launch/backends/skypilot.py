@@ -43,7 +43,7 @@ from launch.spec.errors import Problem, SpecError
 from launch.spec.load import SPEC_JSON_ENV
 from launch.spec.restarts import max_retries
 from schemas import RunDir, names
-from schemas.vocab import ResumeEnv
+from schemas.vocab import DriverEnv, ResumeEnv
 
 FILE_SUFFIX = ".skypilot.yaml"
 RESERVED_PREFIXES = ("SKYPILOT_",)  # SkyPilot sets these on every node
@@ -242,7 +242,7 @@ def _volumes(request: RenderRequest) -> dict[str, Any]:
 
 # SkyPilot's runtime runs the task as a task of its own Ray cluster and passes that Ray job's variables
 # on (log_lib.add_ray_env_vars); the agents start a Ray cluster of their own, which must not inherit them.
-SKYPILOT_RAY_ENV = ("RAY_ADDRESS", "RAY_JOB_ID", "RAY_CLIENT_MODE")
+SKYPILOT_RAY_ENV = (DriverEnv.RAY_ADDRESS, "RAY_JOB_ID", "RAY_CLIENT_MODE")
 
 
 def run_command(request: RenderRequest) -> str:
@@ -339,26 +339,19 @@ def _sky() -> Any:
     return sky
 
 
-def _server_problem(sky: Any) -> str | None:
-    """Why SkyPilot's API server cannot take the task, or None. Asks its health endpoint only:
-    a client call would start a local server, which is the user's to start."""
+def preflight() -> None:
+    """SkyPilot importable and its API server healthy. Asks the server's health endpoint only: a
+    client call would start a local server, which is the user's to start."""
+    _sky()
     from sky.server import common
 
     url = common.get_server_url()
-    status = common.get_api_server_status(url)
-    if str(getattr(status.status, "value", status.status)).lower() != "healthy":
-        return (
-            f"no SkyPilot API server answers at {url} ({getattr(status.status, 'value', status.status)}): start one "
-            "(`sky api start`, then `sky check`) or log in to your team's (`sky api login -e URL`)"
+    status = common.get_api_server_status(url).status
+    if status != common.ApiServerStatus.HEALTHY:
+        raise SubmitError(
+            f"no SkyPilot API server answers at {url} ({status.value}): start one (`sky api start`, then "
+            "`sky check`) or log in to your team's (`sky api login -e URL`)"
         )
-    return None
-
-
-def preflight() -> None:
-    sky = _sky()
-    problem = _server_problem(sky)
-    if problem:
-        raise SubmitError(problem)
 
 
 def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
@@ -366,20 +359,21 @@ def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
     sky = _sky()
     uuid = run.path.name
     command = cli_command(config, uuid, str(job_path))
+    # A secret's value set in this shell goes to SkyPilot in memory only, as `--secret NAME` does:
+    # loaded by the loader `sky jobs launch` uses, with the same overrides.
+    present = [(name, os.environ[name]) for name in sorted(config.launch.secrets) if os.environ.get(name)]
     try:
-        task = sky.Task.from_yaml(str(job_path))
+        from sky.utils import dag_utils
+
+        dag = dag_utils.load_chain_dag_from_yaml(str(job_path), secret_overrides=present or None)
     except Exception as exc:  # SkyPilot's loader raises ValueError and its own schema errors
         raise SubmitError(f"SkyPilot refused the task {job_path}: {type(exc).__name__}: {exc}") from None
-    present = {name: os.environ[name] for name in config.launch.secrets if os.environ.get(name)}
-    if present:
-        # In memory only, as `--secret NAME` hands the submitting shell's value to SkyPilot.
-        task.update_secrets(present)
     try:
         if config.launch.skypilot.managed:
-            job_ids, _handle = sky.stream_and_get(sky.jobs.launch(task, name=job_name(config, uuid)))
+            job_ids, _handle = sky.stream_and_get(sky.jobs.launch(dag, name=job_name(config, uuid)))
             job_id = str(job_ids[0]) if job_ids else ""
         else:
-            job, _handle = sky.stream_and_get(sky.launch(task, cluster_name=cluster_name(config, uuid)))
+            job, _handle = sky.stream_and_get(sky.launch(dag, cluster_name=cluster_name(config, uuid)))
             job_id = "" if job is None else f"{cluster_name(config, uuid)}/{job}"
     except Exception as exc:  # the API's own errors, the server's, the network's
         raise SubmitError(f"SkyPilot did not launch the task: {type(exc).__name__}: {exc}") from None

@@ -32,9 +32,7 @@ from schemas.vocab import ResumeEnv
 from tests.harness.replay import generated_request
 
 REPO = Path(__file__).resolve().parent.parent
-ALL_SPECS = sorted(
-    [*REPO.glob("examples/*.toml"), *REPO.glob("examples/**/*.toml"), *REPO.glob("tests/data/miles/*.toml")]
-)
+ALL_SPECS = sorted({*REPO.glob("examples/**/*.toml"), *REPO.glob("tests/data/miles/*.toml")})
 
 
 def _valid(path: Path) -> bool:

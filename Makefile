@@ -14,7 +14,7 @@ endif
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,skypilot]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -51,7 +51,7 @@ demo: $(STAMP)
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,skypilot,bench]'
 	touch $(BENCH_STAMP)
 
 # FS operations are also counted from outside the agents with strace (Debian's package).

@@ -3,7 +3,7 @@
 The CLI validates the spec and renders once (every problem reported before anything exists);
 ``submit`` then claims ``OUTPUT/cluster/UUID`` (refusing a used UUID unless ``--resume``), writes
 ``spec.json`` (every replica's agent loads it, so all of them run the same fingerprint), the
-rendered job (``job.sbatch``, ``job.beaker.yaml``) and, once the scheduler took it,
+rendered job (``job.sbatch``, ``job.beaker.yaml``, ``job.skypilot.yaml``) and, once the scheduler took it,
 ``submission.json`` (backend, job id, the job file, the command, when). ``--dry-run`` prints what
 would be submitted and creates nothing.
 """
@@ -45,7 +45,7 @@ def submit(
         backend.preflight()  # e.g. no Beaker client or configuration: said before anything is created
     except SubmitError as exc:
         # Show what would have been submitted (and fail: it was not).
-        print_instead(f"without a {backend.name.capitalize()} client")
+        print_instead(f"without a {backend.title} client")
         raise SubmitError(f"{exc}; the spec was printed instead of submitted") from None
     config = request.config
     run = claim_run_dir(request.output_root, request.uuid, config, spec_source, resume=request.resume)

@@ -34,7 +34,7 @@ RAY_HEAD = "ray-head.json"
 SUBMISSION = "submission.json"
 # A judge-only job's record of the finished run it grades again (gym-launch regrade).
 REGRADE = "regrade.json"
-JOB_FILE_PREFIX = "job"  # job.sbatch, job.beaker.yaml: the rendered job as submitted
+JOB_FILE_PREFIX = "job"  # job.sbatch, job.beaker.yaml, job.skypilot.yaml: the rendered job as submitted
 
 
 # The Slurm job's own output (sbatch --output; %j is the job id): the batch script's and every

@@ -164,7 +164,7 @@ class ResumeEnv:
 
     GYM_RESUME=1 is `--resume`: join the attempt of this launch's token, or start the next attempt
     once the current one (of any launch) has ended. GYM_RESUME=restart is a launch the scheduler
-    restarts under one token (a rendered Beaker task always carries it): its first start claims
+    restarts under one token (a rendered Beaker or SkyPilot task always carries it): its first start claims
     attempt 1; a start that finds its own launch's attempt ended, or its own rank already in it
     (a restart: a replica never runs twice in one attempt), claims the next one under the restart
     caps (never after its driver succeeded: complete.json); a run another launch started is refused
@@ -172,7 +172,8 @@ class ResumeEnv:
 
     GYM_ATTEMPT_TOKEN names one launch of the run: replicas that carry the same token join the same
     attempt, another token started at once is refused. When unset the agent derives it from the
-    scheduler: Slurm's job id and SLURM_RESTART_COUNT (each requeue is a new launch), Beaker's
+    scheduler: SkyPilot's SKYPILOT_TASK_ID (one for every node, kept across a managed job's recoveries,
+    hence restart mode), Slurm's job id and SLURM_RESTART_COUNT (each requeue is a new launch), Beaker's
     BEAKER_WORKLOAD_ID (else BEAKER_EXPERIMENT_ID): one for every replica of the task and for all of
     Beaker's retries of it, whose replicas are new jobs (BEAKER_JOB_ID differs per replica and
     retry, and no variable counts retries), hence restart mode."""

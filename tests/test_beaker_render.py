@@ -19,15 +19,12 @@ from beaker.types import BeakerJobPriority
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from launch.backends import RenderRequest
 from launch.backends.beaker import render
 from launch.cli import main
-from launch.spec.config import RunConfig
-from launch.spec.errors import SpecError
-from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record, resolved_from_dict
-from launch.spec.plan import plan as make_plan
+from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record
 from launch.spec.resolve import looks_like_credential
 from schemas.vocab import ResumeEnv
+from tests.harness.replay import generated_request
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -242,14 +239,8 @@ def beaker_ns(text: str) -> int:
 @given(beaker_specs())
 def test_property_generated_specs_load_in_beaker_py(tmp_path_factory: pytest.TempPathFactory, case) -> None:
     data, uuid = case
-    try:
-        config = RunConfig.from_spec(resolved_from_dict(data, "/work/runs"))
-    except SpecError as exc:
-        raise AssertionError(f"the generator made an invalid spec: {exc}") from None
-    plan = make_plan(config)
-    request = RenderRequest(
-        config, plan, uuid, "/weka/runs/x", "/weka/runs/x/spec.json", output_root_given="/weka/runs/x"
-    )
+    request = generated_request(data, uuid, "/weka/runs/x")
+    config, plan = request.config, request.plan
     rendered = render(request)
     path = tmp_path_factory.mktemp("p") / "job.beaker.yaml"
     path.write_text(rendered.text, encoding="utf-8")

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,10 @@ from tests.harness import (
     audit,
     failures,
     read,
-    small_spec,
     wait_phase,
 )
 from tests.harness.beaker_api import answer_jobs, write_beaker_config
+from tests.harness.replay import finish, resuming_spec, start_node
 
 pytestmark = pytest.mark.slow
 
@@ -95,36 +94,9 @@ def beaker_env(task, rank: int, tmp_path: Path, start: int = 1) -> dict[str, str
 
 
 def start_replicas(task, tmp_path: Path, start: int = 1) -> list[subprocess.Popen]:
-    procs = []
-    for rank in range(task.replicas):
-        procs.append(
-            subprocess.Popen(
-                task.command,  # exactly the task's command, resolved on PATH like in the container
-                env=beaker_env(task, rank, tmp_path, start),
-                cwd=REPO,  # the image's working directory (the demo driver's relative path)
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
-        )
-    return procs
-
-
-def finish(procs: list[subprocess.Popen], timeout: float) -> tuple[list[int], str]:
-    codes, text = [], []
-    end = time.monotonic() + timeout
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, end - time.monotonic()))
-            codes.append(p.returncode)
-            text.append(out or "")
-    finally:
-        for p in procs:  # by pid (own session), never by name
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    return codes, "\n".join(text)
+    # Exactly the task's command, resolved on PATH like in the container, in the image's working
+    # directory (the demo driver's relative path).
+    return [start_node(task.command, beaker_env(task, rank, tmp_path, start), REPO) for rank in range(task.replicas)]
 
 
 def assert_secret_not_recorded(run_dir: Path) -> None:
@@ -201,27 +173,9 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(
     assert set(asked) == recorded and len(recorded) == task.replicas, (asked, recorded)
 
 
-# Fails its first attempt after writing a checkpoint; a later attempt that finds it succeeds.
-RESUMING_DRIVER = """
-import os, pathlib, sys
-ckpt = pathlib.Path(os.environ["GYM_CHECKPOINT_DIR"])
-if (ckpt / "step-1").exists():
-    (ckpt / "resumed").write_text(os.environ["GYM_ATTEMPT"])
-    sys.exit(0)
-(ckpt / "step-1").write_text(os.environ["GYM_ATTEMPT"])
-sys.exit(3)
-"""
-
-
 def _coordination_only(tmp_path: Path) -> Path:
-    """Two whole-node replicas, no Ray, the resuming driver: only the restart is under test."""
-    driver = tmp_path / "resuming_driver.py"
-    driver.write_text(RESUMING_DRIVER)
-    spec = tmp_path / "restart.toml"
-    spec.write_text(
-        small_spec(replicas=2, node_gpus=8, ray=False, driver=f'command = ["python", "{driver}"]\ntrains = false')
-    )
-    return spec
+    """Two whole-node replicas, no Ray; the driver fails its first attempt after a checkpoint."""
+    return resuming_spec(tmp_path, 2, "sys.exit(3)")
 
 
 def test_a_retried_task_resumes_by_itself_from_its_checkpoint(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ DEMO = REPO / "examples" / "demo.toml"
 
 def test_every_list_of_backends_is_the_one_list() -> None:
     assert {b.name for b in BACKENDS} == set(LAUNCH_BACKENDS)  # what [launch] backend accepts
-    assert scheduler_names() == ("slurm", "beaker")
+    assert scheduler_names() == ("slurm", "beaker", "skypilot")
     schema = json.loads((REPO / "schemas" / "submission.schema.json").read_text())
     assert set(schema["properties"]["backend"]["enum"]) == set(scheduler_names())
     subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -38,7 +38,7 @@ def test_every_list_of_backends_is_the_one_list() -> None:
         [choice] = [a for a in subs[command]._actions if a.dest == "backend"]
         assert choice.choices is not None
         assert tuple(choice.choices) == scheduler_names()
-    with pytest.raises(UsageError, match="unknown backend 'pbs'; choose local or slurm or beaker"):
+    with pytest.raises(UsageError, match="unknown backend 'pbs'; choose local or slurm or beaker or skypilot"):
         backend("pbs")
 
 

@@ -34,6 +34,10 @@ def attempt_token(env: Mapping[str, str]) -> str:
     """Which launch this replica belongs to: equal tokens join one attempt."""
     if env.get(ResumeEnv.TOKEN):
         return env[ResumeEnv.TOKEN]
+    # Before Slurm's: a SkyPilot task on Slurm runs inside a Slurm job, and every recovery of a managed
+    # job is a new Slurm job under the one task id the controller keeps.
+    if env.get("SKYPILOT_TASK_ID"):
+        return f"skypilot-{env['SKYPILOT_TASK_ID']}"
     if env.get("SLURM_JOB_ID"):  # a requeued job keeps its id and counts restarts
         return f"slurm-{env['SLURM_JOB_ID']}-{env.get('SLURM_RESTART_COUNT', '0')}"
     # Not BEAKER_JOB_ID: each replica, and each retry of it, is its own job. The workload (the

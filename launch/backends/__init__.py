@@ -10,10 +10,11 @@ from __future__ import annotations
 from launch.backends.base import Backend, Rendered, RenderRequest, Submission, SubmitError
 from launch.backends.beaker import BEAKER
 from launch.backends.local import LOCAL
+from launch.backends.skypilot import SKYPILOT
 from launch.backends.slurm import SLURM
 from launch.spec.errors import UsageError
 
-BACKENDS: tuple[Backend, ...] = (LOCAL, SLURM, BEAKER)
+BACKENDS: tuple[Backend, ...] = (LOCAL, SLURM, BEAKER, SKYPILOT)
 
 __all__ = [
     "BACKENDS",

@@ -66,6 +66,9 @@ class Backend(Protocol):
     def name(self) -> str: ...  # as ``[launch] backend`` and ``--backend`` spell it
 
     @property
+    def title(self) -> str: ...  # as people spell it ("SkyPilot")
+
+    @property
     def schedules(self) -> bool: ...
 
     def render(self, request: RenderRequest) -> Rendered:

@@ -36,10 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from launch.backends.base import Rendered, RenderRequest, Submission, SubmitError, agent_argv
+from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
-from launch.spec.load import SPEC_JSON_ENV, canonical_json, spec_record
+from launch.spec.load import SPEC_JSON_ENV
 from launch.spec.restarts import max_retries
 from schemas import RunDir
 from schemas.vocab import ResumeEnv
@@ -47,17 +48,6 @@ from schemas.vocab import ResumeEnv
 BEAKER_NODE_GPUS = 8  # Beaker replica groups take whole 8-GPU nodes (seed 000)
 RESULT_PATH = "/output"  # Beaker's per-task result directory (unused by the agent)
 AGENT = "gym-agent"
-# A Linux environment string is at most 128 KiB (MAX_ARG_STRLEN); leave room for the name.
-MAX_INLINE_SPEC = 120 * 1024
-# Names the task itself sets (or Beaker sets for each replica): [launch] env/secrets may not.
-RESERVED_ENV = (
-    SPEC_JSON_ENV,
-    "GYM_RUN_SPEC",
-    "GYM_REPLICA_RANK",
-    "GYM_REPLICA_COUNT",
-    "CUDA_VISIBLE_DEVICES",
-    "GYM_TEST_REPLICA_ADDRESS",  # agent.coord.identity's loopback test hook: never in a real job
-)
 RESERVED_PREFIXES = ("BEAKER_",)
 
 
@@ -229,17 +219,8 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
 
 
 def render(request: RenderRequest) -> Rendered:
-    problems = _problems(request)
-    record = spec_record(request.config.spec, request.spec_path)
-    spec_json = canonical_json(record)
-    if len(spec_json.encode("utf-8")) > MAX_INLINE_SPEC:
-        problems.append(
-            Problem(
-                "(spec)",
-                f"the run spec is {len(spec_json) // 1024} KiB as JSON; a Beaker task carries it in one environment "
-                f"variable of at most {MAX_INLINE_SPEC // 1024} KiB: shorten the run file",
-            )
-        )
+    spec_json, too_big = inline_spec(request, "a Beaker task")
+    problems = _problems(request) + too_big
     if problems:
         raise SpecError(problems)
     config, plan = request.config, request.plan
@@ -337,6 +318,7 @@ def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
 @dataclass(frozen=True)
 class BeakerBackend:
     name: str = "beaker"
+    title: str = "Beaker"
     schedules: bool = True
 
     def render(self, request: RenderRequest) -> Rendered:

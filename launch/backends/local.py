@@ -284,6 +284,7 @@ def first_cause_line(run_dir: Path) -> str | None:
 @dataclass(frozen=True)
 class LocalBackend:
     name: str = "local"
+    title: str = "Local"
     schedules: bool = False
 
     def render(self, request: RenderRequest) -> Rendered:

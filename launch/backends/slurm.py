@@ -375,6 +375,7 @@ def job_record(job_id: str) -> dict[str, str] | str:
 @dataclass(frozen=True)
 class SlurmBackend:
     name: str = "slurm"
+    title: str = "Slurm"
     schedules: bool = True
 
     def render(self, request: RenderRequest) -> Rendered:

@@ -1,6 +1,6 @@
 """A tiny block-style YAML writer for rendered job specs (no YAML library in the launcher).
 
-Only what a rendered spec holds: mappings with plain keys, lists, strings, ints, floats, bools.
+Only what a rendered spec holds: mappings with plain keys, lists, strings, ints, floats, bools, null.
 Every string is double-quoted with YAML escapes: printable ASCII as is, everything else as
 ``\\uXXXX`` / ``\\UXXXXXXXX``, so any value (a run spec carried inline, non-ASCII text, control
 characters) reads back exactly, and no value can be taken for a number, a bool or a comment.
@@ -33,6 +33,8 @@ def quote(text: str) -> str:
 
 
 def scalar(value: Any) -> str:
+    if value is None:
+        return "null"  # SkyPilot's secret reference: a name without a value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

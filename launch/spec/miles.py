@@ -81,7 +81,7 @@ MAPPING: Mapping[str, str] = {
     "data.eval_prompt_data": "data.eval",
 }
 # This project's keys a MILES [launch] may carry as well (our extensions, same spelling).
-LAUNCH_EXTENSIONS = ("hostnames", "backend", "node_gpus", "beaker", "slurm")
+LAUNCH_EXTENSIONS = ("hostnames", "backend", "node_gpus", "beaker", "slurm", "skypilot")
 
 RUBRIC_PROFILES = {
     "open-instruct/general-quality": "general-quality",
@@ -106,7 +106,7 @@ inside `[trainer]`, `[inference]`, `[output]` and `[data]`) are carried to the d
 part of the fingerprint. The driver defaults to the trainer itself,
 `python -m open_instruct.miles train "$GYM_RUN_FILE"` (the original file, byte for byte; `--set`
 overrides of MILES keys are passed on as `--set`). A MILES file may also carry `[driver]`, `[ray]`,
-`[pools]` and `[launch] hostnames/backend/node_gpus/beaker/slurm` of this project's spelling.
+`[pools]` and `[launch] hostnames/backend/node_gpus/beaker/slurm/skypilot` of this project's spelling.
 Evidence of training defaults to the trainer's own records (`[driver.evidence] preset = "miles"`:
 `training_contract_rank*.jsonl` and `publication.jsonl` in `save_dir`, by default the run directory's
 `checkpoints/` = `$GYM_CHECKPOINT_DIR`, where the trainer's save path must point); a `[driver.evidence]`

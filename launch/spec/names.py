@@ -30,7 +30,9 @@ RUBRIC_PROFILES = ("general-quality", "general-quality-ref")
 REPLY_FORMATS = ("score_line", "json")
 PLACEMENT_MODES = ("disaggregated", "colocated")
 DRIVER_PLACEMENTS = ("trainer", "inference")
-LAUNCH_BACKENDS = ("local", "beaker", "slurm")
+LAUNCH_BACKENDS = ("local", "beaker", "slurm", "skypilot")
+# SkyPilot managed jobs' recovery strategies (resources.job_recovery.strategy).
+SKYPILOT_RECOVERY = ("FAILOVER", "EAGER_NEXT_REGION")
 BEAKER_PRIORITIES = ("low", "normal", "high", "urgent")
 
 # The only long-context option: Qwen's documented YaRN factor 4 over 32768.

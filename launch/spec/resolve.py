@@ -337,7 +337,39 @@ RAY_NODE_POOL = (
 
 # Known-but-unsupported keys per table ("*": every entry of a named table), with what to do
 # instead (reported instead of "unknown key").
+# A SkyPilot task's fields that gym-launch writes itself, spelled as SkyPilot spells them, with the key
+# of ours that sets each; and the bucket mounts a run directory cannot live on.
+SKYPILOT_OWNED = {
+    "num_nodes": "is the plan's replica count (the trainer, rollout and pool nodes); gym-launch writes it",
+    "run": "is gym-agent's command, written by gym-launch; the driver's command is [driver] command",
+    "envs": "is written from [launch] env (plus the run spec the agents load); set variables there",
+    "secrets": "is written from [launch] secrets (a SkyPilot secret of the same name); set them there",
+    "name": "is the run's name (top-level name); set it there",
+    "num_gpus": "is the plan's GPUs per node; give only the type in accelerators",
+    "volumes": "is the run directory's mount: use [launch.skypilot.mount] path with volume or host_path",
+    "file_mounts": "would copy or bucket-mount files; the run directory is [launch.skypilot.mount] (a volume or "
+    "host path): object-store mounts have no atomic rename, which every run-directory record relies on",
+    "workdir": "is not synced: the image (launch.skypilot.image) or setup brings the code the driver runs",
+    "max_restarts_on_errors": "is [launch] max_retries: SkyPilot restarts a failed managed job that many times "
+    "and the agents count the same attempts",
+    "job_recovery": "is written from [launch] max_retries (max_restarts_on_errors) and recovery (the strategy)",
+    "cloud": 'is part of infra: write infra = "aws" (or "aws/REGION", "k8s/CONTEXT")',
+    "region": 'is part of infra: write infra = "CLOUD/REGION"',
+    "zone": 'is part of infra: write infra = "CLOUD/REGION/ZONE"',
+    "image_id": 'is image: write image = "registry/name:tag" (rendered as docker:IMAGE)',
+    "kubernetes_context": 'is part of infra: write infra = "k8s/CONTEXT"',
+}
+NO_ATOMIC_RENAME = (
+    "is refused: a bucket mount (S3, GCS, R2, Azure Blob, ... through SkyPilot's MOUNT, MOUNT_CACHED or COPY) "
+    "has no atomic rename, and every record of the run directory is written to a temporary name and renamed "
+    "into place, which the agents' coordination relies on; mount a POSIX shared filesystem instead (volume: a "
+    "ReadWriteMany PVC or a network volume; host_path on Slurm)"
+)
+SKYPILOT_BUCKET_KEYS = ("bucket", "source", "store")
+
 UNSUPPORTED: dict[Path_, Mapping[str, str]] = {
+    ("launch", "skypilot"): SKYPILOT_OWNED,
+    ("launch", "skypilot", "mount"): dict.fromkeys(SKYPILOT_BUCKET_KEYS, NO_ATOMIC_RENAME),
     ("rubrics", "*"): dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
     ("inference",): {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
     ("ray",): {"node_pool": RAY_NODE_POOL},

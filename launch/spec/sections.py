@@ -165,6 +165,87 @@ class SlurmConfig:
     )
 
 
+ABSOLUTE = keys.Text(pattern="/.*", rule="an absolute path")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkyPilotMount:
+    """The run directory's shared filesystem on every node of a SkyPilot task: exactly one of
+    ``volume`` (a SkyPilot volume) or ``host_path`` (a directory of the nodes' own shared filesystem)."""
+
+    path: str | None = key(
+        ABSOLUTE,
+        None,
+        doc="where the filesystem is mounted on every node (the task's volumes key); output.root must be inside "
+        "it; required with volume or host_path",
+    )
+    volume: str | None = key(
+        keys.Text(253),
+        None,
+        doc="a SkyPilot volume (`sky volumes apply`) that every node mounts read-write: a Kubernetes PVC with "
+        "access_mode ReadWriteMany (NFS, Lustre, Weka, CephFS behind it), a k8s-hostpath or RunPod network volume; "
+        "rendered as volumes: {path: volume}",
+    )
+    host_path: str | None = key(
+        ABSOLUTE,
+        None,
+        doc="a directory of a shared POSIX filesystem the nodes already mount (Slurm infra only, as SkyPilot "
+        "allows); rendered as volumes: {path: {host_path, mode: rw}}",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkyPilotConfig:
+    """One SkyPilot task: num_nodes = the plan's replicas, one gym-agent per node."""
+
+    infra: str | None = key(
+        keys.Text(255),
+        None,
+        doc='where the task runs (resources.infra): a cloud ("aws", "gcp/us-central1"), a Kubernetes context '
+        '("k8s/my-context", "kubernetes") or a Slurm cluster ("slurm/my-cluster"); absent: any infra SkyPilot '
+        "has enabled",
+    )
+    accelerators: str | None = key(
+        keys.Text(64, r"[A-Za-z0-9][A-Za-z0-9_.-]*(:\d+)?", 'an accelerator name such as "H100" or "H100:8"'),
+        None,
+        doc="the GPU type of every node (resources.accelerators NAME:COUNT, COUNT = the plan's GPUs per node); "
+        "required when the plan has GPUs",
+    )
+    image: str | None = key(
+        keys.Text(), None, doc="the container image every node runs (resources.image_id docker:IMAGE)"
+    )
+    cpus: str | None = key(keys.Text(64), None, doc='vCPUs per node (resources.cpus), e.g. "32+"')
+    memory: str | None = key(keys.Text(64), None, doc='memory per node in GB (resources.memory), e.g. "256+"')
+    use_spot: bool | None = key(keys.Bool(), None, doc="spot/preemptible nodes (resources.use_spot)")
+    managed: bool = key(
+        keys.Bool(),
+        True,
+        doc="submit as a managed job (sky.jobs.launch: SkyPilot recovers preempted nodes and restarts failed "
+        "ones, each restart a new attempt of the run); false: sky.launch on a cluster of its own",
+    )
+    recovery: str | None = key(
+        keys.Choice(names.SKYPILOT_RECOVERY),
+        None,
+        doc="managed jobs' recovery strategy after a preemption (resources.job_recovery.strategy)",
+    )
+    cluster: str | None = key(
+        keys.Text(63, r"[a-z]([-a-z0-9]*[a-z0-9])?", "a SkyPilot cluster name (lower case, digits, '-')"),
+        None,
+        doc="sky.launch's cluster name (managed = false only; absent: the run's name and uuid)",
+    )
+    setup: str | None = key(keys.Text(16384), None, doc="commands run once on every node before the agent (task setup)")
+    agent: str = key(
+        keys.Text(4096),
+        "gym-agent",
+        doc="the command that runs gym-agent on every node (a name on the image's PATH or an absolute path)",
+    )
+    mount: SkyPilotMount = section(
+        SkyPilotMount,
+        doc="the shared filesystem of the run directory (required for more than one node); bucket, source and "
+        "store are refused: an object-store mount has no atomic rename",
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchConfig:
     gpus_per_replica: int = key(
@@ -215,6 +296,12 @@ class LaunchConfig:
     coordination: Coordination = section(Coordination, doc="timeouts of the agents' coordination")
     beaker: BeakerConfig = section(BeakerConfig, doc="Beaker replica group settings")
     slurm: SlurmConfig = section(SlurmConfig, doc="Slurm job settings")
+    skypilot: SkyPilotConfig = section(
+        SkyPilotConfig,
+        doc="SkyPilot task settings. SkyPilot's own fields that gym-launch writes (num_nodes, run, envs, secrets, "
+        "volumes, file_mounts, workdir, job_recovery, max_restarts_on_errors, cloud, region, zone, image_id) are "
+        "refused by name, saying which key sets them",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

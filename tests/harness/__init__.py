@@ -7,6 +7,7 @@
     rundirs  realistic run directories written through the real writers (the audit's fixtures)
     nfs_model  an NFS-like FUSE client of a directory (listing and negative-lookup caches per mount)
     netfs    agents split across NFS-model clients, a driver fault, when each agent stopped
+    replay   a scheduler's job replayed here: one session per replica, their endings; generated specs' requests
 
 Imported as `tests.harness` from the repository root (tests' conftest puts the root on
 sys.path; `python -m bench` runs from it). The names below are the ones most tests use.

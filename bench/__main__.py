@@ -71,6 +71,13 @@ def part_coordination(args: argparse.Namespace, res: dict) -> None:
         worst = max(c["disagreement"] for _, _, c in comps)
         res["strace_worst_disagreement"] = worst
         print(f"worst disagreement {100 * worst:.1f}% (goal <= 10%)")
+        # Issue 24's goal, per traced agent of ours: strace's operations over its own intervals.
+        ours = [
+            sum(c["strace"].values()) / max(1, c["heartbeat_intervals"]) for system, _, c in comps if system == "ours"
+        ]
+        if ours:
+            most = res["strace_ours_max_ops_per_interval"] = max(ours)
+            print(f"gym-agent, counted by strace: at most {most:.2f} operations per agent per interval (goal <= 4)")
     elif args.trace:
         print("(strace not installed: no outside count)")
 

@@ -68,14 +68,19 @@ def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
     audit(d, verdict="pass")
 
 
-def test_a_json_rubric_on_a_one_to_ten_scale_grades_through(tmp_path: Path) -> None:
-    """A rubric in open-instruct's reply format and scale: the registry records it, canaries and the
-    driver grade through it, and the audit passes."""
+def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(tmp_path: Path) -> None:
+    """A rubric in open-instruct's reply format and scale (json, 1-10): the registry records it,
+    canaries and the driver grade through it, and the audit passes. Then mutated copies of that
+    real run directory: each mutation is caught by the right check."""
+    import shutil
+
+    from audit.api import audit_run
+
     spec = judge_spec(driver='command = ["python", "examples/demo_driver.py"]').replace(
         'profile = "general-quality-ref"\n',
         'profile = "general-quality-ref"\nreply_format = "json"\nscore_scale = [1, 10]\n',
     )
-    run = launch_local(tmp_path, spec, uid("json"), env={"DEMO_STEPS": "2"})
+    run = launch_local(tmp_path, spec, uid("json"), env={"DEMO_STEPS": "1"})
     try:
         assert run.wait(240) == 0, run.text[-3000:]
     finally:
@@ -88,25 +93,6 @@ def test_a_json_rubric_on_a_one_to_ten_scale_grades_through(tmp_path: Path) -> N
     assert read(d, names.DRIVER_RESULT)["judge_replies"] > 0
     assert_nothing_left(d)
     audit(d, verdict="pass")
-
-
-def test_real_judged_run_audits_fail_when_mutated(tmp_path: Path) -> None:
-    """Mutated copies of a real run directory: each mutation is caught by the right check."""
-    import shutil
-
-    from audit.api import audit_run
-
-    run = launch_local(
-        tmp_path,
-        judge_spec(driver='command = ["python", "examples/demo_driver.py"]'),
-        uid("mut"),
-        env={"DEMO_STEPS": "1"},
-    )
-    try:
-        assert run.wait(240) == 0, run.text[-3000:]
-    finally:
-        kill_tree_by_session(run.proc)
-    assert audit_run(run.run_dir).verdict == "pass"
 
     def mutated(tag: str, change: object) -> set[str]:
         copy = tmp_path / tag / run.run_dir.name

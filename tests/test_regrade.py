@@ -398,7 +398,6 @@ def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
     ("overrides", "key", "words"),
     [
         (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or be 0: a CPU pool"),
-        (("pools.gpu={nodes=1,gpus_per_node=8}",), "pools.readers.gpus_per_node", "one node shape"),
         (("trainer.nodes=1",), "trainer.nodes", "every pool is a CPU pool"),
         (("inference.gpus=1",), "inference.gpus", "judge-only job has no rollout"),
         (

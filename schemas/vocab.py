@@ -147,6 +147,7 @@ class DriverEnv:
     def ray_address(service: str) -> str:
         """GYM_RAY_ADDRESS_<SERVICE>: the head's host:port of the Ray service named ``service``."""
         return f"GYM_RAY_ADDRESS_{service.upper().replace('-', '_')}"
+
     RUN_DIR = "GYM_RUN_DIR"
     RANK = "GYM_RANK"
     NODE_INDEX = "GYM_NODE_INDEX"

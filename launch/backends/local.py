@@ -144,9 +144,7 @@ def _run_replicas(
     # A closed terminal (SIGHUP) stops the run like ^C: the agents get SIGTERM and record it.
     # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for rep in local_replicas(
-        spec_file, uuid, root, plan.replicas, [n.gpus for n in plan.nodes], launcher_fd=alive_r
-    ):
+    for rep in local_replicas(spec_file, uuid, root, plan.replicas, [n.gpus for n in plan.nodes], launcher_fd=alive_r):
         if stopping:
             break  # told to stop while starting: the agents already started were passed it
         env = {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}

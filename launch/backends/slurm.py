@@ -13,10 +13,19 @@ hosts in that order (``GYM_NODES``) and each task takes its own position in it. 
 planned node R, pools take contiguous ranges of that same order in declaration order, and the
 driver's rank (``GYM_DRIVER_RANK``) is the plan's driver node, known when rendering.
 
-With ``[pools.NAME]`` each pool's agents run as their own ``srun`` step named after the pool
-(``squeue -s`` shows them) on that pool's hosts, and ``GYM_POOL_<POOL>_NODES`` is exported to
-every node. A failing task ends its own step (``--kill-on-bad-exit``); the other steps' agents
-see its failure record and stop within one poll interval, so the job ends either way.
+With ``[pools.NAME]`` each pool's agents run as their own ``srun`` step on that pool's hosts,
+named ``<ray name>_<pool>_workers`` when its nodes join Ray (seed 001), else after the pool
+(``squeue -s`` shows them), and ``GYM_POOL_<POOL>_NODES`` is exported to every node. A failing
+task ends its own step (``--kill-on-bad-exit``); the other steps' agents see its failure record
+and stop within one poll interval, so the job ends either way.
+
+Pools that differ in shape (partition, GPUs per node: a CPU pool has 0) are one heterogeneous
+job: one component per distinct shape in declaration order, separated by ``#SBATCH hetjob``,
+job-wide options on the first. ``SLURM_JOB_NODELIST`` is then the first component's only, so the
+script reads every component's (``SLURM_JOB_NODELIST_HET_GROUP_N``), orders them all as above,
+and refuses (exit 2, naming the node) an order in which a pool's range is not hosts of its own
+component; each pool's step runs with ``--het-group``, a CPU component's without the batch
+shell's ``CUDA_VISIBLE_DEVICES``.
 
 ``launch.slurm.explicit_address`` adds ``--address "$(hostname --ip-address)"``: that lets a
 loopback address through, which only a test cluster on one machine needs; without it the agent
@@ -326,7 +335,7 @@ def _het_hosts(comps: Sequence[Component]) -> list[str]:
         f"for g in {groups}; do",
         '  v="SLURM_JOB_NODELIST_HET_GROUP_$g"',
         '  for h in $(scontrol show hostnames "${!v:?gym: $v is not set: not a heterogeneous job}"); do',
-        '    gym_group[$h]=$g',
+        "    gym_group[$h]=$g",
         "  done",
         "done",
         'gym_nodelist=$(IFS=,; echo "${!gym_group[*]}")',
@@ -340,11 +349,11 @@ def _het_check(config: RunConfig, comps: Sequence[Component]) -> list[str]:
         "# The agents order nodes by address, and pools take ranges of that order: each pool's range must",
         "# be hosts of its own component (partition), else a pool would run on another pool's nodes.",
         "gym_in_group() {",
-        '  local i; for ((i = $1; i < $1 + $2; i++)); do',
+        "  local i; for ((i = $1; i < $1 + $2; i++)); do",
         '    if [ "${gym_group[${gym_node[$i]}]-}" != "$3" ]; then',
         '      echo "gym: planned node $i of pool $4 is ${gym_node[$i]}, a host of component'
-        ' ${gym_group[${gym_node[$i]}]-?}, not $3: the agents order nodes by address, so each component\'s'
-        ' hosts must sort after the previous pools\' (ask Slurm for other nodes, or reorder the pools)" >&2',
+        " ${gym_group[${gym_node[$i]}]-?}, not $3: the agents order nodes by address, so each component's"
+        " hosts must sort after the previous pools' (ask Slurm for other nodes, or reorder the pools)\" >&2",
         "      exit 2",
         "    fi",
         "  done",

@@ -494,13 +494,13 @@ def _pin_rules(
                 f"names pool {pool}, a CPU pool (gpus_per_node = 0) whose agents run coordination only, but "
                 f"{what} needs GPUs: pin it to a GPU pool",
             )
-    if trainer is not None and inference is not None and inference.placement_mode == "colocated":
-        if inference.node_pool is not None and inference.node_pool != trainer.node_pool:
-            c.add(
-                ("inference", "node_pool"),
-                f"is {inference.node_pool!r} but colocated rollout shares the trainer's GPUs "
-                f"(trainer.node_pool is {trainer.node_pool!r}): pin both to one pool",
-            )
+    colocated = inference is not None and inference.placement_mode == "colocated"
+    if trainer is not None and inference is not None and colocated and inference.node_pool != trainer.node_pool:
+        c.add(
+            ("inference", "node_pool"),
+            f"is {inference.node_pool!r} but colocated rollout shares the trainer's GPUs "
+            f"(trainer.node_pool is {trainer.node_pool!r}): pin both to one pool",
+        )
 
 
 def _rubric_source_rules(c: Checker, r: RubricConfig, p: Path_) -> None:

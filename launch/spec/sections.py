@@ -257,8 +257,7 @@ class InferenceConfig:
     node_pool: str | None = key(
         keys.Text(MAX_NAME),
         None,
-        doc="a [pools.NAME] the rollout engines run on, sized against it (absent: the pools no service is "
-        "pinned to)",
+        doc="a [pools.NAME] the rollout engines run on, sized against it (absent: the pools no service is pinned to)",
         rule=SEED_POOLS,
     )
 

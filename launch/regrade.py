@@ -274,8 +274,7 @@ def target_partition(config: RunConfig, placement: Placement) -> tuple[str, str 
             return kind, config.launch.slurm.partition, "the run's launch.slurm.partition"
         return kind, None, CLUSTER_DEFAULT
     if is_cpu_only(config):
-        pool = config.pool_list[0]
-        part = pool.partition or config.launch.slurm.partition
+        part = config.pool_list[0].partition or config.launch.slurm.partition
         return kind, part, (OWN_COMPUTE if part else f"{OWN_COMPUTE}; {CLUSTER_DEFAULT}")
     pool = _cpu_pool(config)
     if pool is not None and pool.partition:

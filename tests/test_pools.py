@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.ray.node import HEAD_ONLY_FLAGS, worker_extra_args
+from audit.api import audit_run
 from launch.backends import RenderRequest
 from launch.backends.local import local_replicas
 from launch.backends.slurm import components, directive_lines, render
@@ -23,7 +24,8 @@ from launch.spec.load import load_spec
 from launch.spec.plan import Plan, placement_problems
 from launch.spec.plan import plan as make_plan
 from schemas import DriverEnv, JobEnv
-from tests.harness.specs import judge_tables
+from tests.harness import assert_artifacts_valid, audit, launch_local, read, uid
+from tests.harness.specs import judge_tables, small_spec
 
 GYM_LAUNCH = str(Path(sys.executable).parent / "gym-launch")
 RAY = str(Path(sys.executable).parent / "ray")
@@ -434,3 +436,27 @@ def test_beaker_refuses_partitions_and_a_cpu_pool_beside_gpu_pools_naming_the_ke
     for key in ("pools.policy.partition", "pools.readers.partition", "pools.readers.gpus_per_node"):
         assert f"{key}:" in r.stderr, r.stderr
     assert "needs a Slurm heterogeneous job (--backend slurm)" in r.stderr
+
+
+# --- a real local run: a CPU pool's agent runs coordination only ------------------------------------------
+
+
+def test_a_local_run_with_a_cpu_pool_passes_and_the_audit_checks_each_nodes_pool(tmp_path: Path) -> None:
+    """Four real agents (gym-launch local; fake GPUs): three of a GPU pool, one of a CPU pool that sees
+    no GPU; then a placement record claiming another pool is an audit error."""
+    pools = "[pools.gpu]\nnodes = 3\ngpus_per_node = 2\n[pools.readers]\nnodes = 1\ngpus_per_node = 0\n"
+    run = launch_local(tmp_path, small_spec(replicas=3, node_gpus=2, ray=False, extra=pools), uid("cpupool"))
+    assert run.wait(120) == 0, run.text[-4000:]
+    assert_artifacts_valid(run.run_dir)
+    audit(run.run_dir, verdict="pass")
+    placement = [read(run.run_dir, f"placement-{r}.json") for r in range(4)]
+    assert [(p["pool"], len(p["visible_devices"])) for p in placement] == [
+        ("gpu", 2),
+        ("gpu", 2),
+        ("gpu", 2),
+        ("readers", 0),
+    ]
+    path = run.run_dir / "placement-3.json"
+    path.write_text(path.read_text().replace('"pool": "readers"', '"pool": "gpu"'))
+    found = [f for f in audit_run(run.run_dir).findings if f.code == "placement.pool"]
+    assert [(f.rank, f.message) for f in found] == [(3, "ran as pool gpu, but planned node 3 is in pool readers")]

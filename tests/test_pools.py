@@ -192,6 +192,37 @@ node_pools = ["main", "aux"]
     assert plan_of(tmp_path, text, "ray.enabled=false").ray_nodes == ()
 
 
+def test_a_pinned_pool_may_have_nodes_of_another_size_and_is_its_own_component(tmp_path: Path) -> None:
+    # The judge's pool: 4-GPU nodes of another partition, sized against themselves.
+    text = PINNED.replace(
+        'gpus_per_node = 8\npartition = "gpu"\n[pools.readers]',
+        'gpus_per_node = 4\npartition = "small"\n[pools.readers]',
+    )
+    config = config_of(tmp_path, text, "judges.general.gpus=2")
+    p = make_plan(config)
+    assert [(n.pool, n.gpus, dict(n.judges), n.unused_gpus) for n in p.nodes][2:] == [
+        ("judge", 4, {"general": 2}, 2),
+        ("readers", 0, {}, 0),
+    ]
+    assert p.allocated_gpus == 20
+    assert [(c.partition, c.gpus, c.nodes) for c in components(config, p)] == [
+        ("gpu", 8, 2),
+        ("small", 4, 1),
+        ("cpu", 0, 1),
+    ]
+    assert "--gpus-per-node=4" in blocks(render(request(config)).text)[1]
+    assert (
+        "is 6 but pool judge's nodes have 4 GPUs"
+        in problems_of(tmp_path, text, "judges.general.gpus=6")["judges.general.gpus"]
+    )
+    # A pool of another size that nothing is pinned to is refused: the unpinned are packed at the replica's size.
+    found = problems_of(tmp_path, text, "judges.general.node_pool='policy'")
+    assert "a pool of another size holds only what is pinned to it" in found["pools.judge.gpus_per_node"], found
+    assert (
+        "a node has 8 GPUs" in problems_of(tmp_path, text, "pools.judge.gpus_per_node=16")["pools.judge.gpus_per_node"]
+    )
+
+
 def test_colocated_rollout_pinned_apart_from_the_trainer_is_refused(tmp_path: Path) -> None:
     found = problems_of(
         tmp_path, PINNED, "inference.placement_mode='colocated'", "inference.gpus=4", "inference.node_pool='judge'"
@@ -436,6 +467,21 @@ def test_beaker_refuses_partitions_and_a_cpu_pool_beside_gpu_pools_naming_the_ke
     for key in ("pools.policy.partition", "pools.readers.partition", "pools.readers.gpus_per_node"):
         assert f"{key}:" in r.stderr, r.stderr
     assert "needs a Slurm heterogeneous job (--backend slurm)" in r.stderr
+    r = cli(
+        "render",
+        str(tmp_path / "run.toml"),
+        "--backend",
+        "beaker",
+        "--set",
+        "pools.judge.gpus_per_node=4",
+        "--set",
+        "launch.beaker.image='img'",
+        "--set",
+        "launch.beaker.cluster='c'",
+        "--output-root",
+        "/weka/out",
+    )
+    assert r.returncode == 2 and "pools.judge.gpus_per_node: is 4 but launch.gpus_per_replica is 8" in r.stderr
 
 
 # --- a real local run: a CPU pool's agent runs coordination only ------------------------------------------

@@ -431,7 +431,7 @@ def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
-        (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or be 0: a CPU pool"),
+        (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or 0: a CPU pool"),
         (("trainer.nodes=1",), "trainer.nodes", "every pool is a CPU pool"),
         (("inference.gpus=1",), "inference.gpus", "judge-only job has no rollout"),
         (

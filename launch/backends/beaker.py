@@ -170,6 +170,14 @@ def _pool_problems(config: RunConfig) -> list[Problem]:
                         "remove it, or submit with --backend slurm",
                     )
                 )
+        if not pool.cpu_only and pool.gpus_per_node != config.gpus_per_replica:
+            out.append(
+                Problem(
+                    f"pools.{pool.name}.gpus_per_node",
+                    f"is {pool.gpus_per_node} but launch.gpus_per_replica is {config.gpus_per_replica}: every "
+                    "replica of a Beaker replica group has the same GPUs; submit with --backend slurm",
+                )
+            )
         if pool.cpu_only and gpu:
             out.append(
                 Problem(

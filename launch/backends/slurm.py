@@ -118,8 +118,7 @@ def components(config: RunConfig, plan: Plan) -> list[Component]:
     # A pool that names no partition is on the job's: launch.slurm.partition, else the first a pool names.
     default = slurm.partition or next((p.partition for p in config.pool_list if p.partition), None)
     for pool in config.pool_list:
-        gpus = 0 if pool.cpu_only else plan.gpus_per_replica
-        shapes.setdefault((pool.partition or default, gpus), []).append(pool)
+        shapes.setdefault((pool.partition or default, pool.gpus_per_node), []).append(pool)
     if len(shapes) == 1:
         # One shape: an ordinary job (a pool's partition, when one names it, is the job's).
         ((partition, gpus), pools) = next(iter(shapes.items()))

@@ -335,6 +335,21 @@ def _pack_group(config: RunConfig, capacity: int, pool: str | None) -> list[_Slo
     )
 
 
+def _fits_pool(config: RunConfig, pool: Any) -> list[Problem]:
+    """What is pinned to ``pool`` fits one of its nodes (a pool of another size than the replica's)."""
+    size, out = pool.gpus_per_node, []
+    where = f"pool {pool.name}'s nodes have {size} GPUs (pools.{pool.name}.gpus_per_node)"
+    if config.trainer.nodes and config.trainer.node_pool == pool.name and config.trainer.gpus_per_node > size:
+        out.append(Problem("trainer.gpus_per_node", f"is {config.trainer.gpus_per_node} but {where}"))
+    tp = config.inference.tensor_parallel_size
+    if config.inference.gpus and config.inference.node_pool == pool.name and (tp > size or size % tp):
+        out.append(Problem("inference.tensor_parallel_size", f"({tp}) must divide {size}: {where}"))
+    for j in config.gpu_judges:
+        if j.node_pool == pool.name and j.gpus > size:
+            out.append(Problem(f"judges.{j.name}.gpus", f"is {j.gpus} but {where}"))
+    return out
+
+
 def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
     # A CPU pool's nodes get no GPU work; a run of CPU pools only has a capacity of 0.
     gpu_pools = [p for p in config.pool_list if not p.cpu_only]
@@ -375,12 +390,14 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
     for pool in config.pool_list:
         if pool.name not in reserved:
             continue
-        slots = _pack_group(config, c, pool.name)
+        problems += _fits_pool(config, pool)
+        slots = _pack_group(config, pool.gpus_per_node, pool.name)
         if len(slots) > pool.nodes:
             problems.append(
                 Problem(
                     f"pools.{pool.name}.nodes",
-                    f"{', '.join(pinned[pool.name])} pinned to pool {pool.name} need {len(slots)} nodes of {c} "
+                    f"{', '.join(pinned[pool.name])} pinned to pool {pool.name} need {len(slots)} nodes of "
+                    f"{pool.gpus_per_node} "
                     f"GPUs, the pool has {pool.nodes}",
                 )
             )
@@ -481,8 +498,9 @@ def _build(config: RunConfig) -> tuple[Plan | None, list[Problem]]:
     slots, capacity, problems = _layout(config)
     if problems:
         return None, problems
-    cpu = {p.name for p in config.pool_list if p.cpu_only}
-    nodes = tuple(_node_plan(i, s, 0 if s.pool in cpu else capacity) for i, s in enumerate(slots))
+    # A pool's nodes have its own GPUs (0: a CPU pool); without pools every node has the capacity.
+    size = {p.name: p.gpus_per_node for p in config.pool_list}
+    nodes = tuple(_node_plan(i, s, size.get(s.pool, capacity) if s.pool else capacity) for i, s in enumerate(slots))
     used = sum(n.used_gpus for n in nodes)
     allocated = sum(n.gpus for n in nodes)
     driver = _driver_node(config, nodes)

@@ -387,14 +387,7 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
     if launch is not None:
         _launch_rules(c, launch)
     if launch is not None and pools is not None:
-        for pname, pool in pools.items():
-            # One allocation has one node size; gpus_per_replica is that size (0: a CPU pool).
-            if pool.gpus_per_node not in (0, launch.gpus_per_replica):
-                c.add(
-                    ("pools", pname, "gpus_per_node"),
-                    f"is {pool.gpus_per_node} but launch.gpus_per_replica is {launch.gpus_per_replica}: pools "
-                    "share one allocation, so every pool and the replica size must agree (or be 0: a CPU pool)",
-                )
+        _pool_size_rules(c, launch, pools, trainer, inference, judges)
     if pools is not None:
         _pool_shape_rules(c, pools, trainer, inference, judges, judging)
     if launch is not None:
@@ -463,6 +456,35 @@ def _pool_shape_rules(
             c.add(
                 ("judges", jname, "mode"),
                 "is managed but every pool is a CPU pool: a managed judge needs GPUs; use an external judge",
+            )
+
+
+def _pool_size_rules(
+    c: Checker,
+    launch: LaunchConfig,
+    pools: Mapping[str, PoolConfig],
+    trainer: TrainerConfig | None,
+    inference: InferenceConfig | None,
+    judges: Mapping[str, JudgeConfig] | None,
+) -> None:
+    """A GPU pool has the replica's size, unless only what is pinned to it runs there: a pinned
+    service is sized against its own pool (a pool on another partition may have other nodes)."""
+    pinned = {j.node_pool for j in (judges or {}).values() if j.managed}
+    pinned |= {trainer.node_pool} if trainer is not None else set()
+    pinned |= {inference.node_pool} if inference is not None else set()
+    for pname, pool in pools.items():
+        size = pool.gpus_per_node
+        if size > launch.node_gpus:
+            c.add(
+                ("pools", pname, "gpus_per_node"),
+                f"is {size} but a node has {launch.node_gpus} GPUs (launch.node_gpus): a pool's nodes are nodes",
+            )
+        elif size not in (0, launch.gpus_per_replica) and pname not in pinned:
+            c.add(
+                ("pools", pname, "gpus_per_node"),
+                f"is {size} but launch.gpus_per_replica is {launch.gpus_per_replica}: a pool of another size holds "
+                "only what is pinned to it with node_pool (sized against its own GPUs); pin a service to it, or "
+                f"make it {launch.gpus_per_replica} (or 0: a CPU pool)",
             )
 
 

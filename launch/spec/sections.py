@@ -648,12 +648,19 @@ class PoolConfig:
     nodes: int = key(keys.Int(1, MAX_NODES), doc="nodes of the pool", rule=SEED_POOLS)
     gpus_per_node: int = key(
         keys.Int(0, MAX_NODE_GPUS),
-        doc="GPUs per node; equal to launch.gpus_per_replica, or 0 for a CPU pool: its agents run coordination "
-        "only (no trainer, rollout, managed judge or Ray unless ray.node_pools names it); pools of different "
+        doc="GPUs of each of the pool's nodes: launch.gpus_per_replica; another size (at most launch.node_gpus) "
+        "for a pool that holds only what is pinned to it; 0 for a CPU pool, whose agents run coordination only "
+        "(no trainer, rollout, managed judge, nor Ray unless ray.node_pools names it). Pools of different "
         "shapes (GPUs, partition) are one Slurm heterogeneous job",
         rule=SEED_POOLS,
     )
-    partition: str | None = key(keys.Text(), None, doc="Slurm partition of the pool", rule=SEED_POOLS)
+    partition: str | None = key(
+        keys.Text(),
+        None,
+        doc="Slurm partition of the pool (absent: launch.slurm.partition, else the first a pool names); pools "
+        "on different partitions are one heterogeneous job",
+        rule=SEED_POOLS,
+    )
     qos: str | None = key(
         keys.Text(),
         None,

@@ -25,7 +25,7 @@ from launch.spec.plan import Plan, placement_problems
 from launch.spec.plan import plan as make_plan
 from schemas import DriverEnv, JobEnv
 from tests.harness import assert_artifacts_valid, audit, launch_local, read, uid
-from tests.harness.specs import judge_tables, small_spec
+from tests.harness.specs import PINNED_POOLS, judge_tables, pool_tables, small_spec
 
 GYM_LAUNCH = str(Path(sys.executable).parent / "gym-launch")
 RAY = str(Path(sys.executable).parent / "ray")
@@ -39,33 +39,7 @@ node_gpus = 8
 command = ["python", "driver.py"]
 """
 
-# Seed 001's first example in our spelling: the policy on its two nodes, the judge on the third,
-# and a CPU pool on another partition beside them.
-PINNED = (
-    BASE
-    + """
-[trainer]
-nodes = 1
-gpus_per_node = 4
-node_pool = "policy"
-[inference]
-gpus = 12
-node_pool = "policy"
-[pools.policy]
-nodes = 2
-gpus_per_node = 8
-partition = "gpu"
-[pools.judge]
-nodes = 1
-gpus_per_node = 8
-partition = "gpu"
-[pools.readers]
-nodes = 1
-gpus_per_node = 0
-partition = "cpu"
-"""
-    + judge_tables(pool="judge")
-)
+PINNED = BASE + PINNED_POOLS + judge_tables(pool="judge")
 
 
 def config_of(tmp: Path, text: str, *overrides: str) -> RunConfig:
@@ -161,24 +135,9 @@ def test_gpu_work_on_a_pool_outside_the_spanned_ones_is_refused_naming_the_pool_
     # The issue's case: a third pool left out of ray.node_pools that the packer fills with rollout.
     text = (
         BASE
-        + """
-[trainer]
-nodes = 1
-gpus_per_node = 8
-[inference]
-gpus = 16
-[pools.main]
-nodes = 1
-gpus_per_node = 8
-[pools.aux]
-nodes = 1
-gpus_per_node = 8
-[pools.third]
-nodes = 1
-gpus_per_node = 8
-[ray]
-node_pools = ["main", "aux"]
-"""
+        + "[trainer]\nnodes = 1\ngpus_per_node = 8\n[inference]\ngpus = 16\n"
+        + pool_tables(("main", 1, 8), ("aux", 1, 8), ("third", 1, 8))
+        + '[ray]\nnode_pools = ["main", "aux"]\n'
     )
     found = problems_of(tmp_path, text)
     msg = found["ray.node_pools"]
@@ -195,7 +154,7 @@ node_pools = ["main", "aux"]
 def test_a_pinned_pool_may_have_nodes_of_another_size_and_is_its_own_component(tmp_path: Path) -> None:
     # The judge's pool: 4-GPU nodes of another partition, sized against themselves.
     text = PINNED.replace(
-        'gpus_per_node = 8\npartition = "gpu"\n[pools.readers]',
+        "gpus_per_node = 8\n[pools.readers]",
         'gpus_per_node = 4\npartition = "small"\n[pools.readers]',
     )
     config = config_of(tmp_path, text, "judges.general.gpus=2")
@@ -405,12 +364,16 @@ def het_script(tmp: Path) -> str:
     return render(request(config_of(tmp, PINNED, f'launch.slurm.agent="{agent}"'))).text
 
 
+def run_het(tmp: Path, cpu_address: str) -> subprocess.CompletedProcess[str]:
+    """The pinned spec's script on GPU hosts g1..g3 and CPU host c1 at ``cpu_address``."""
+    env = fake_het_slurm(tmp, [{"g1": "10.0.0.9", "g2": "10.0.0.3", "g3": "10.0.0.10"}, {"c1": cpu_address}])
+    f = tmp / "job.sbatch"
+    f.write_text(het_script(tmp))
+    return subprocess.run(["bash", str(f)], capture_output=True, text=True, env=env, timeout=30)
+
+
 def test_the_heterogeneous_script_puts_every_component_in_the_one_node_order(tmp_path: Path) -> None:
-    text = het_script(tmp_path)
-    env = fake_het_slurm(tmp_path, [{"g1": "10.0.0.9", "g2": "10.0.0.3", "g3": "10.0.0.10"}, {"c1": "10.0.1.1"}])
-    f = tmp_path / "job.sbatch"
-    f.write_text(text)
-    r = subprocess.run(["bash", str(f)], capture_output=True, text=True, env=env, timeout=30)
+    r = run_het(tmp_path, "10.0.1.1")
     assert r.returncode == 0, r.stdout + r.stderr
     got = sorted(
         (w[0].removeprefix("step="), w[1].removeprefix("group="), w[2].removeprefix("node="), w[-3], w[-4])
@@ -430,12 +393,8 @@ def test_the_heterogeneous_script_puts_every_component_in_the_one_node_order(tmp
 
 
 def test_a_component_whose_hosts_sort_before_an_earlier_pools_exits_2_naming_the_node(tmp_path: Path) -> None:
-    text = het_script(tmp_path)
     # The CPU node's address sorts first: the agents would give it planned node 0 (the policy's).
-    env = fake_het_slurm(tmp_path, [{"g1": "10.0.0.9", "g2": "10.0.0.3", "g3": "10.0.0.10"}, {"c1": "10.0.0.1"}])
-    f = tmp_path / "job.sbatch"
-    f.write_text(text)
-    r = subprocess.run(["bash", str(f)], capture_output=True, text=True, env=env, timeout=30)
+    r = run_het(tmp_path, "10.0.0.1")
     assert r.returncode == 2 and "planned node 0 of pool policy is c1, a host of component 1, not 0" in r.stderr
     assert "step=" not in r.stdout  # no agent started
 
@@ -449,38 +408,19 @@ def test_hostnames_with_a_heterogeneous_job_are_refused(tmp_path: Path) -> None:
 # --- Beaker: what it cannot express ---------------------------------------------------------------------
 
 
+def beaker_render(spec: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    sets = [w for o in ("launch.beaker.image='img'", "launch.beaker.cluster='c'", *overrides) for w in ("--set", o)]
+    return cli("render", str(spec), "--backend", "beaker", *sets, "--output-root", "/weka/out")
+
+
 def test_beaker_refuses_partitions_and_a_cpu_pool_beside_gpu_pools_naming_the_keys(tmp_path: Path) -> None:
     (tmp_path / "run.toml").write_text(PINNED)
-    r = cli(
-        "render",
-        str(tmp_path / "run.toml"),
-        "--backend",
-        "beaker",
-        "--set",
-        "launch.beaker.image='img'",
-        "--set",
-        "launch.beaker.cluster='c'",
-        "--output-root",
-        "/weka/out",
-    )
+    r = beaker_render(tmp_path / "run.toml")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     for key in ("pools.policy.partition", "pools.readers.partition", "pools.readers.gpus_per_node"):
         assert f"{key}:" in r.stderr, r.stderr
     assert "needs a Slurm heterogeneous job (--backend slurm)" in r.stderr
-    r = cli(
-        "render",
-        str(tmp_path / "run.toml"),
-        "--backend",
-        "beaker",
-        "--set",
-        "pools.judge.gpus_per_node=4",
-        "--set",
-        "launch.beaker.image='img'",
-        "--set",
-        "launch.beaker.cluster='c'",
-        "--output-root",
-        "/weka/out",
-    )
+    r = beaker_render(tmp_path / "run.toml", "pools.judge.gpus_per_node=4")
     assert r.returncode == 2 and "pools.judge.gpus_per_node: is 4 but launch.gpus_per_replica is 8" in r.stderr
 
 

@@ -20,6 +20,7 @@ from test_slurm_rendered import JOB_TIMEOUT_S, spec, submit
 
 from schemas import DriverEnv, JobEnv, names
 from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid
+from tests.harness.specs import PINNED_POOLS
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 RAY_NAME = "cluster"
@@ -54,29 +55,7 @@ with open(os.environ["PROBE_OUT"], "w") as f:
     json.dump(facts, f)
 """
 
-BODY = """
-[trainer]
-nodes = 1
-gpus_per_node = 4
-node_pool = "policy"
-[inference]
-gpus = 12
-node_pool = "policy"
-[pools.policy]
-nodes = 2
-gpus_per_node = 8
-partition = "gpu"
-[pools.judge]
-nodes = 1
-gpus_per_node = 8
-[pools.readers]
-nodes = 1
-gpus_per_node = 0
-partition = "cpu"
-[ray]
-num_cpus = 1
-object_store_memory = 100000000
-"""
+BODY = PINNED_POOLS + "[ray]\nnum_cpus = 1\nobject_store_memory = 100000000\n"
 
 
 def components(c: slurm.Cluster, job: int) -> list[dict[str, str]]:

@@ -97,6 +97,20 @@ def check_placements(ctx: AuditContext) -> list[Finding]:
                     "$.node_index",
                 )
             )
+        planned = next((n for n in plan.nodes if n.index == owned), None)
+        if planned is not None and planned.pool is not None and rec.pool != planned.pool:
+            # A pinned service must land on its pool (seed 001): the node the address order gave
+            # this rank is in another pool than the one its agent ran it as.
+            out.append(
+                Finding(
+                    "error",
+                    "placement.pool",
+                    f"ran as pool {rec.pool}, but planned node {owned} is in pool {planned.pool}",
+                    f,
+                    rank,
+                    "$.pool",
+                )
+            )
         groups: dict[str, tuple[int, ...]] = {"ray": rec.ray_devices or ()}
         for name, slot in sorted(rec.judges.items()):
             groups[f"judge {name}"] = slot.devices or ()

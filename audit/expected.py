@@ -34,6 +34,7 @@ class NodePlan:
     ray_devices: tuple[int, ...]
     judges: Mapping[str, tuple[int, ...]]  # judge name -> local devices
     unused_devices: tuple[int, ...]
+    pool: str | None = None  # the [pools.NAME] of this node (None: no pools, or unknown)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def _node_from_launch(node: LaunchNodePlan) -> NodePlan:
         ray_devices=tuple(node.ray_devices),
         judges={name: tuple(devices) for name, devices in node.judge_devices.items()},
         unused_devices=tuple(node.unused_devices),
+        pool=node.pool,
     )
 
 

@@ -116,6 +116,7 @@ class PlacementRec:
     rollout_gpus: int | None
     is_head: bool | None
     is_driver_node: bool | None
+    pool: str | None = None  # the pool the agent ran this node as
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,7 @@ def placements(run: LoadedRun) -> dict[int, PlacementRec]:
             rollout_gpus=as_int(d.get("rollout_gpus")),
             is_head=as_bool(d.get("is_head")),
             is_driver_node=as_bool(d.get("is_driver_node")),
+            pool=as_str(d.get("pool")),
         )
     return out
 

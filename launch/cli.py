@@ -133,10 +133,16 @@ def format_plan(p: Plan, name: str, fingerprint: str, source: str = "") -> str:
         header = header[:1] + header[2:]
         rows = [r[:1] + r[2:] for r in rows]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    cpu = sum(1 for n in p.nodes if not n.gpus)
+    shape = (
+        f"{p.replicas} replica(s) ({p.replicas - cpu} x {p.gpus_per_replica} GPUs, {cpu} CPU-only)"
+        if cpu and p.gpus_per_replica
+        else f"{p.replicas} replica(s) x {p.gpus_per_replica} GPUs"
+    )
     lines = [
         f"{name}  fingerprint {fingerprint}",
         *([source] if source else []),
-        f"{p.replicas} replica(s) x {p.gpus_per_replica} GPUs = {p.allocated_gpus} allocated, "
+        f"{shape} = {p.allocated_gpus} allocated, "
         f"{p.used_gpus} used, {p.unused_gpus} unused; driver on node {p.driver_node} "
         f"(placement {p.driver_placement}, marked *)",
         "",

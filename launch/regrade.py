@@ -6,11 +6,14 @@ Two kinds of profile:
 
 - **cpu**: the run serves nothing beside its policy (no bound managed judge; external judges are
   reached over HTTP). The job is one node of a CPU partition with no service, no Ray, no GPU.
-  Partition: ``--judge-partition``, else a saved CPU pool (``gpus_per_node = 0``), else the reader
-  placement (``GYM_READER_SRUN``'s ``-p/--partition``), else refused naming the three. QOS:
+  Partition: a saved CPU pool's (``gpus_per_node = 0``; seed 003's order puts it first), else
+  ``--judge-partition``, else the reader placement (``GYM_READER_SRUN``'s ``-p/--partition``), else
+  refused naming only what can still be given (the flag, the reader placement). QOS:
   ``--judge-qos``, else the saved CPU pool's, else the reader placement's (when it names this
   partition or none), else the partition's default. The run's own QOS does not follow: it belongs
-  to its GPU allocation, and a GPU QOS can refuse a job without GPUs.
+  to its GPU allocation, and a GPU QOS can refuse a job without GPUs. A run that is CPU-only
+  already (no trainer, rollout or managed judge; every pool a CPU pool) keeps its own compute: its
+  saved pools, partition and QOS (the flags are recorded as not used).
 - **served-judge**: every bound managed judge is pinned (``node_pool``) to a pool of its own (the
   planner reserves such a pool: it holds no trainer or rollout). The job keeps exactly those pools
   in their saved shape and partition, no trainer, no rollout, no policy pool; it is a GPU job and
@@ -40,6 +43,10 @@ DEFAULT_WALLTIME = "04:00:00"
 JUDGE_POOL = "judge"  # the one pool of a CPU profile
 PARTITION_DEFAULT = "the partition's default"
 CLUSTER_DEFAULT = "the cluster's default partition"
+OWN_COMPUTE = "the run's own compute (a CPU-only run: its saved pools)"
+OWN_COMPUTE_UNUSED = (
+    "--judge-partition/--judge-qos: the run is CPU-only, so its own compute is its judge execution profile; not used"
+)
 CPU_PLACEMENT_UNUSED = (
     "--judge-partition/--judge-qos apply to the CPU profile only (a served judge needs GPUs); not used"
 )
@@ -266,22 +273,51 @@ def target_partition(config: RunConfig, placement: Placement) -> tuple[str, str 
         if config.launch.slurm.partition:
             return kind, config.launch.slurm.partition, "the run's launch.slurm.partition"
         return kind, None, CLUSTER_DEFAULT
-    if placement.judge_partition:
-        return kind, placement.judge_partition, "--judge-partition"
+    if is_cpu_only(config):
+        part = config.pool_list[0].partition or config.launch.slurm.partition
+        return kind, part, (OWN_COMPUTE if part else f"{OWN_COMPUTE}; {CLUSTER_DEFAULT}")
     pool = _cpu_pool(config)
     if pool is not None and pool.partition:
+        # Seed 003's order: the saved config's CPU pool first.
         return kind, pool.partition, f"the saved CPU pool {pool.name} (gpus_per_node = 0)"
+    if placement.judge_partition:
+        return kind, placement.judge_partition, "--judge-partition"
     reader = reader_partition(placement.reader_srun)
     if reader:
         return kind, reader, f"the reader placement ({READER})"
+    # Only what this run can still be given: its saved config is what it was.
+    saved = (
+        f"; its saved CPU pool {pool.name} names no partition"
+        if pool is not None
+        else "; its saved config declares no CPU pool"
+    )
     raise RegradeRefused(
-        "the run serves nothing beside its policy, so its judge job needs a CPU partition and none is known: "
-        f"pass --judge-partition P, declare a saved CPU pool ([pools.NAME] gpus_per_node = 0 with a "
-        f"partition), or set {READER} (srun arguments naming -p/--partition)"
+        "the run serves nothing beside its policy, so its judge job needs a CPU partition and none is known"
+        f"{saved}: pass --judge-partition P, or set {READER} (srun arguments naming -p/--partition)"
     )
 
 
-def _cpu_qos(config: RunConfig, placement: Placement, partition: str) -> tuple[str | None, str]:
+def is_cpu_only(config: RunConfig) -> bool:
+    """The run already runs on CPU nodes only: no trainer, no rollout, no managed judge, every pool a
+    CPU pool. Its own compute is its judge execution profile (seed 003)."""
+    return (
+        bool(config.pool_list)
+        and config.trainer.nodes == 0
+        and config.inference.gpus == 0
+        and not served_judges(config)
+        and all(p.cpu_only for p in config.pool_list)
+    )
+
+
+def _cpu_qos(config: RunConfig, placement: Placement, partition: str | None) -> tuple[str | None, str]:
+    if is_cpu_only(config):
+        # Its QOS is a CPU job's already: the saved pools', else the run's job-level one.
+        own = next((p.qos for p in config.pool_list if p.qos), None)
+        if own:
+            return own, f"the saved pool {next(p.name for p in config.pool_list if p.qos)}"
+        if config.launch.slurm.qos:
+            return config.launch.slurm.qos, "the run's job-level launch.slurm.qos"
+        return None, PARTITION_DEFAULT
     if placement.judge_qos:
         return placement.judge_qos, "--judge-qos"
     pool = _cpu_pool(config)
@@ -320,6 +356,13 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
             unused.append(CPU_PLACEMENT_UNUSED)
         services = tuple(j.name for j in served_judges(config))
         dropped = [n for n in dropped if n not in {p.name for p in pools}]
+    elif is_cpu_only(config):
+        pools = tuple(_shape(p) for p in config.pool_list)
+        qos, qos_source = _cpu_qos(config, placement, partition)
+        services = ()
+        dropped = []
+        if placement.judge_partition or placement.judge_qos:
+            unused.append(OWN_COMPUTE_UNUSED)
     else:
         assert partition is not None  # target_partition refuses a CPU profile without one
         cpu_pool = _cpu_pool(config)
@@ -332,15 +375,20 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
                 f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
                 "(a GPU QOS can refuse a job without GPUs)"
             )
-        if cpu_pool is not None:
+        if cpu_pool is not None and cpu_pool.partition == partition:
             dropped = [n for n in dropped if n != cpu_pool.name]
+        if placement.judge_partition and partition != placement.judge_partition:
+            unused.append(
+                f"--judge-partition {placement.judge_partition}: the saved CPU pool's partition {partition} "
+                "comes first (seed 003)"
+            )
         gpu_only = [
             d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)
         ]
         if gpu_only:
             unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
     if dropped:
-        unused.append(f"pools {', '.join(dropped)}: the policy's (no trainer, no rollout)")
+        unused.append(f"pools {', '.join(dropped)}: not the judge job's (it has no trainer, no rollout)")
     dangling = dangling_driver_env(config, {p.name for p in pools})
     if dangling:
         unused.append(f"driver.env {', '.join(dangling)}: they read the node list of a pool the job does not have")

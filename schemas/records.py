@@ -81,6 +81,8 @@ def placement_fields(
     is_head: bool,
     is_driver_node: bool,
     filesystem: Mapping[str, Any] | None = None,
+    pool: str | None = None,
+    in_ray: bool = True,
 ) -> dict[str, Any]:
     """placement-RANK.json: which local device does what on one node (audit/views.py reads it),
     and what the output root lives on there (`filesystem_fields`)."""
@@ -88,6 +90,8 @@ def placement_fields(
     return {
         **fs,
         "node_index": node_index,
+        "pool": pool,
+        "in_ray": in_ray,
         "address": address,
         "visible_devices": list(visible_devices),
         "trainer_gpus": trainer_gpus,

@@ -140,8 +140,14 @@ class DriverEnv:
     """The environment variables the agent sets for the driver (agent/driver_api.py reads them)."""
 
     RAY_ADDRESS = "RAY_ADDRESS"
-    # The Ray cluster's head host:port, named after the service (GYM_RAY_ADDRESS_<SERVICE>).
+    # The Ray cluster's head host:port, named after the service (GYM_RAY_ADDRESS_<SERVICE>, [ray] name).
     RAY_ADDRESS_CLUSTER = "GYM_RAY_ADDRESS_CLUSTER"
+
+    @staticmethod
+    def ray_address(service: str) -> str:
+        """GYM_RAY_ADDRESS_<SERVICE>: the head's host:port of the Ray service named ``service``."""
+        return f"GYM_RAY_ADDRESS_{service.upper().replace('-', '_')}"
+
     RUN_DIR = "GYM_RUN_DIR"
     RANK = "GYM_RANK"
     NODE_INDEX = "GYM_NODE_INDEX"

@@ -191,6 +191,7 @@ def test_to_json_shape() -> None:
     assert out["nodes"][1] == {
         "index": 1,
         "pool": None,
+        "gpus": 8,
         "trainer_gpus": 0,
         "rollout_gpus": 7,
         "colocated_rollout_gpus": 0,

@@ -97,6 +97,16 @@ enabled = false
 """
 
 
+# A GPU run with a CPU pool beside its policy's (a heterogeneous job): seed 003's first source of the
+# CPU partition.
+GPU_WITH_CPU_POOL = (
+    CPU_RUN.replace("nodes = 0\ngpus_per_node = 4", "nodes = 1\ngpus_per_node = 4")
+    .replace("[inference]\ngpus = 0", "[inference]\ngpus = 4")
+    .replace("[pools.readers]", "[pools.policy]\nnodes = 1\ngpus_per_node = 8\n[pools.readers]")
+    .replace("[ray]\nenabled = false\n", "")
+)
+
+
 def demo_external(*overrides: str) -> RunConfig:
     return RunConfig.from_spec(load_spec(DEMO, (EXTERNAL, *overrides)))
 
@@ -161,16 +171,35 @@ def test_served_judges_on_two_partitions_are_refused(tmp_path: Path) -> None:
 # --- CPU partition precedence -------------------------------------------------------------------
 
 
-def test_cpu_partition_flag_wins_over_the_saved_cpu_pool_and_the_reader(tmp_path: Path) -> None:
-    p = profile(from_text(tmp_path, CPU_RUN), judge_partition="flag", reader_srun="-p reader")
+def test_cpu_partition_saved_cpu_pool_wins_over_the_flag_and_the_reader(tmp_path: Path) -> None:
+    config = from_text(tmp_path, GPU_WITH_CPU_POOL)
+    assert make_plan(config).nodes[1].gpus == 0  # the CPU pool beside the policy's GPU pool
+    p = profile(config, judge_partition="flag", reader_srun="-p reader")
+    assert p.partition == "cpu-saved" and "saved CPU pool readers" in p.partition_source
+    assert "--judge-partition flag: the saved CPU pool's partition cpu-saved comes first (seed 003)" in p.unused
+    # The saved CPU pool is the job's own placement: not listed as unused; the policy's pool is.
+    assert not any("readers" in u for u in p.unused) and any("pools policy" in u for u in p.unused)
+
+
+def test_cpu_partition_flag_wins_over_the_reader() -> None:
+    p = profile(demo_external(), judge_partition="flag", reader_srun="-p reader")
     assert (p.partition, p.partition_source) == ("flag", "--judge-partition")
 
 
-def test_cpu_partition_saved_cpu_pool_wins_over_the_reader(tmp_path: Path) -> None:
-    p = profile(from_text(tmp_path, CPU_RUN), reader_srun="-p reader")
-    assert p.partition == "cpu-saved" and "saved CPU pool readers" in p.partition_source
-    # The saved CPU pool is the job's own placement: not listed as unused.
-    assert not any("readers" in u for u in p.unused)
+def test_a_cpu_only_run_keeps_its_own_compute(tmp_path: Path) -> None:
+    config = from_text(tmp_path, CPU_RUN, "pools.readers.nodes=2")
+    assert rg.is_cpu_only(config)
+    p = profile(config, judge_partition="flag", judge_qos="flag-q", reader_srun="-p reader -q reader-q")
+    assert (p.kind, p.partition, p.partition_source) == (rg.CPU, "cpu-saved", rg.OWN_COMPUTE)
+    assert (p.qos, p.qos_source) == ("pool-qos", "the saved pool readers")
+    assert [x.to_json() for x in p.pools] == [
+        {"name": "readers", "nodes": 2, "gpus_per_node": 0, "partition": "cpu-saved", "qos": "pool-qos"}
+    ]
+    assert rg.OWN_COMPUTE_UNUSED in p.unused
+    job = RunConfig.from_spec(resolved_from_dict(rg.judge_job_spec(config, p, "grade")))
+    plan = make_plan(job)
+    assert (plan.replicas, plan.gpus_per_replica, [pl.name for pl in job.pool_list]) == (2, 0, ["readers"])
+    assert "--partition=cpu-saved" in directive_lines(_render(job))
 
 
 @pytest.mark.parametrize(
@@ -181,12 +210,16 @@ def test_cpu_partition_from_the_reader_placement(srun: str) -> None:
     assert p.partition == "reader" and LauncherEnv.READER_SRUN in p.partition_source
 
 
-def test_cpu_partition_unknown_is_refused_naming_the_three() -> None:
+def test_cpu_partition_unknown_is_refused_naming_only_what_can_still_be_given(tmp_path: Path) -> None:
     for srun in (None, "-q onlyqos --mem=1G"):
         with pytest.raises(rg.RegradeRefused) as err:
             profile(demo_external(), **({"reader_srun": srun} if srun else {}))
         msg = str(err.value)
-        assert "--judge-partition" in msg and "gpus_per_node = 0" in msg and LauncherEnv.READER_SRUN in msg
+        assert "--judge-partition" in msg and LauncherEnv.READER_SRUN in msg
+        # The run's saved config is what it was: a fact, not something to declare now.
+        assert "its saved config declares no CPU pool" in msg and "declare a" not in msg
+    with pytest.raises(rg.RegradeRefused, match="its saved CPU pool readers names no partition"):
+        profile(from_text(tmp_path, GPU_WITH_CPU_POOL.replace('partition = "cpu-saved"\n', "")))
 
 
 def test_reader_placement_that_cannot_be_split_is_a_usage_error() -> None:
@@ -198,19 +231,20 @@ def test_reader_placement_that_cannot_be_split_is_a_usage_error() -> None:
 
 
 def test_cpu_qos_flag_wins(tmp_path: Path) -> None:
-    p = profile(from_text(tmp_path, CPU_RUN), judge_qos="flag-q", reader_srun="-q reader-q")
+    p = profile(from_text(tmp_path, GPU_WITH_CPU_POOL), judge_qos="flag-q", reader_srun="-q reader-q")
     assert (p.qos, p.qos_source) == ("flag-q", "--judge-qos")
 
 
 def test_cpu_qos_of_the_saved_cpu_pool_wins_over_the_reader(tmp_path: Path) -> None:
-    p = profile(from_text(tmp_path, CPU_RUN), reader_srun="-q reader-q")
+    p = profile(from_text(tmp_path, GPU_WITH_CPU_POOL), reader_srun="-q reader-q")
     assert p.qos == "pool-qos" and "saved CPU pool readers" in p.qos_source
     assert p.pools[0].qos == "pool-qos"
 
 
-def test_cpu_qos_of_the_saved_pool_does_not_follow_to_another_partition(tmp_path: Path) -> None:
-    p = profile(from_text(tmp_path, CPU_RUN), judge_partition="elsewhere", reader_srun="-q reader-q")
-    assert (p.partition, p.qos) == ("elsewhere", "reader-q")  # the reader names no partition: it follows
+def test_cpu_qos_of_a_saved_pool_without_partition_follows_the_flags_partition(tmp_path: Path) -> None:
+    text = GPU_WITH_CPU_POOL.replace('partition = "cpu-saved"\n', "")
+    p = profile(from_text(tmp_path, text), judge_partition="elsewhere", reader_srun="-q reader-q")
+    assert (p.partition, p.qos) == ("elsewhere", "pool-qos")
 
 
 def test_cpu_qos_of_the_reader_when_it_names_this_partition_or_none() -> None:
@@ -397,8 +431,7 @@ def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
-        (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or be 0: a CPU pool"),
-        (("pools.gpu={nodes=1,gpus_per_node=8}",), "pools.readers.gpus_per_node", "one node shape"),
+        (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or 0: a CPU pool"),
         (("trainer.nodes=1",), "trainer.nodes", "every pool is a CPU pool"),
         (("inference.gpus=1",), "inference.gpus", "judge-only job has no rollout"),
         (

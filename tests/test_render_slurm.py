@@ -159,7 +159,7 @@ def test_ray_resources_of_a_pool_outside_node_pools_are_refused(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("extra", "nodes"),
-    [("", (0, 1, 2)), ("[ray]\nnode_pools = []\n", (1,)), ('[ray]\nnode_pools = ["judge"]\n', (1, 2))],
+    [("", (0, 1, 2)), ('[ray]\nnode_pools = ["policy"]\n', (0, 1))],
 )
 def test_ray_nodes_are_the_driver_node_and_the_spanned_pools(tmp_path: Path, extra: str, nodes: tuple) -> None:
     config = RunConfig.from_spec(load_spec(pooled(tmp_path, extra)))
@@ -218,9 +218,9 @@ def test_each_task_runs_its_node_in_address_order_with_pool_steps(tmp_path: Path
     assert len(lines) == 3, lines
     common = "nodes=n2,n3,n1 policy=n2,n3 judge=n1 driver=1@n3"
     want = {
-        ("policy", "n2", "0"),
-        ("policy", "n3", "1"),
-        ("judge", "n1", "2"),
+        ("cluster_policy_workers", "n2", "0"),
+        ("cluster_policy_workers", "n3", "1"),
+        ("cluster_judge_workers", "n1", "2"),
     }
     got = set()
     for line in lines:
@@ -265,16 +265,17 @@ def test_submit_dry_run_prints_the_script_and_creates_nothing(tmp_path: Path) ->
     assert not out.exists()
 
 
-def test_pool_partitions_become_the_job_partition_and_must_agree(tmp_path: Path) -> None:
+def test_pool_partitions_become_the_job_partition_or_a_heterogeneous_job(tmp_path: Path) -> None:
     spec = pooled(tmp_path).read_text().replace("[pools.judge]", '[pools.judge]\npartition = "batch"')
     (tmp_path / "p.toml").write_text(spec)
-    assert "--partition=batch" in directive_lines(render(request(tmp_path / "p.toml")).text)
+    text = render(request(tmp_path / "p.toml")).text
+    assert "--partition=batch" in directive_lines(text) and "#SBATCH hetjob" not in text
+    # Pools on different partitions: one component each, in declaration order (tests/test_pools.py has more).
     spec = spec.replace("[pools.policy]", '[pools.policy]\npartition = "other"')
     (tmp_path / "p.toml").write_text(spec)
-    r = subprocess.run(
-        [GYM_LAUNCH, "render", str(tmp_path / "p.toml"), "--backend", "slurm"], capture_output=True, text=True
-    )
-    assert r.returncode == 2 and "pools: name partitions batch, other" in r.stderr, r.stderr
+    lines = render(request(tmp_path / "p.toml")).text.splitlines()
+    cut = lines.index("#SBATCH hetjob")
+    assert "#SBATCH --partition=other" in lines[:cut] and "#SBATCH --partition=batch" in lines[cut:]
 
 
 def test_resume_is_exported_to_every_node() -> None:

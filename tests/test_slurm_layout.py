@@ -24,6 +24,7 @@ def test_rendered_config_names_every_node_and_partition(tmp_path: Path) -> None:
     # The preempting tier: the gpu nodes again, a job there requeues what is in its way.
     assert "PartitionName=urgent Nodes=n1,n2,n3 Default=NO MaxTime=01:00:00 PriorityTier=10 State=UP" in conf
     assert "PreemptType=preempt/partition_prio" in conf and "PreemptMode=REQUEUE" in conf
+    assert "SchedulerParameters=bf_interval=2" in conf  # heterogeneous jobs start within seconds
     assert slurm.render_gres_conf(layout, tmp_path).splitlines() == [
         f"NodeName=n{i} Name=gpu File={tmp_path}/dev/gpu[0-7]" for i in (1, 2, 3)
     ]

@@ -186,13 +186,14 @@ object_store_memory = 100000000
     )
     job = submit(c, sp, root, uuid)
     run_dir = root / "cluster" / uuid
-    # Each pool is its own step, named after the pool.
+    # Each pool is its own step, named after the Ray service and the pool (every node joins Ray here).
+    want = {"cluster_policy_workers", "cluster_judge_workers"}
     steps: set[str] = set()
     end = time.monotonic() + 60
-    while time.monotonic() < end and not {"policy", "judge"} <= steps:
+    while time.monotonic() < end and not want <= steps:
         steps |= set(c.run(["squeue", "-h", "-s", "-j", str(job), "-o", "%j"], check=False).split())
         time.sleep(0.5)
-    assert {"policy", "judge"} <= steps, steps
+    assert want <= steps, steps
     assert_passed(c, job, run_dir)
     facts = probe(tmp_path)
     # The driver runs on the last inference node: planned node 1 = n2 = rank 1.

@@ -46,7 +46,11 @@ class DriverRuntime:
         run.ensure_dir(names.CHECKPOINTS_DIR)  # one directory for every attempt of the run
         gcs = self.ray.gcs_address
         extra = {
-            **({DriverEnv.RAY_ADDRESS: gcs, DriverEnv.RAY_ADDRESS_CLUSTER: gcs} if ctx.config.ray.enabled else {}),
+            **(
+                {DriverEnv.RAY_ADDRESS: gcs, DriverEnv.ray_address(ctx.config.ray.name): gcs}
+                if ctx.config.ray.enabled
+                else {}
+            ),
             DriverEnv.RUN_DIR: str(run.path),
             DriverEnv.RANK: str(ctx.rank),
             DriverEnv.NODE_INDEX: str(topo.node.index),

@@ -48,13 +48,15 @@ class NodeSteps:
     def check_devices(self) -> str:
         ctx = self.running.ctx
         devices = ctx.visible_devices
-        need = ctx.plan.gpus_per_replica
+        # The node's own GPUs: a CPU pool's node has none, every other node the run's capacity.
+        need = self.topo.node.gpus
         if len(devices) != need:
+            where = f"pool {self.topo.node.pool}'s gpus_per_node" if self.topo.node.pool else "gpus_per_replica"
             raise ctx.fail(
                 FailureKind.PLACEMENT,
                 f"rank {ctx.rank} sees {len(devices)} GPUs "
                 f"(CUDA_VISIBLE_DEVICES={','.join(devices) or 'unset'}) but the plan needs "
-                f"gpus_per_replica={need}; fix the allocation or launch.gpus_per_replica",
+                f"{where}={need} on node {self.topo.node.index}; fix the allocation or the spec",
             )
         return f"{len(devices)} GPU(s) visible"
 

@@ -60,4 +60,6 @@ class Topology:
             is_head=self.is_head,
             is_driver_node=self.is_driver_node,
             filesystem=filesystem,
+            pool=node.pool,
+            in_ray=self.in_ray,
         )

@@ -136,7 +136,26 @@ class RayNodeSpec:
     dashboard: bool = False
 
 
+# Flags only `ray start --head` accepts; every one takes a value (tests/test_ray_ports.py checks both
+# against the installed Ray's own `ray start --help`).
 HEAD_ONLY_FLAGS = ("--port", "--redis-shard-ports", "--include-dashboard", "--dashboard-port", "--dashboard-host")
+
+
+def worker_extra_args(extra: Sequence[str]) -> list[str]:
+    """``extra`` without the head-only flags, in both spellings: ``--flag=value`` and ``--flag value``."""
+    out: list[str] = []
+    skip_value = False
+    for arg in extra:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("-"):
+                continue  # the value of the head-only flag before it
+        flag, eq, _ = arg.partition("=")
+        if flag in HEAD_ONLY_FLAGS:
+            skip_value = not eq
+            continue
+        out.append(arg)
+    return out
 
 
 def ray_start_argv(spec: RayNodeSpec) -> list[str]:
@@ -174,10 +193,8 @@ def ray_start_argv(spec: RayNodeSpec) -> list[str]:
         argv.append(f"--object-store-memory={spec.object_store_memory}")
     if spec.resources:
         argv.append("--resources=" + json.dumps(dict(spec.resources), sort_keys=True))
-    extra = list(spec.extra_args)
-    if not spec.is_head:
-        # Flags only a head accepts are dropped from workers (as the pools seed does).
-        extra = [a for a in extra if a.split("=")[0] not in HEAD_ONLY_FLAGS]
+    # Flags only a head accepts are dropped from workers (as the pools seed does).
+    extra = list(spec.extra_args) if spec.is_head else worker_extra_args(spec.extra_args)
     return argv + extra
 
 

@@ -17,7 +17,7 @@ from agent.proc.supervisor import ExitPolicy, child_env
 from agent.proc.waits import poll_until
 from agent.ray import logs as ray_logs
 from agent.ray import node as ray_node
-from schemas import FailureKind, names
+from schemas import DriverEnv, FailureKind, names
 
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
@@ -113,6 +113,9 @@ class RayRuntime:
             dashboard=ray.dashboard and topo.is_head,
         )
         env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir)
+        # Seed 001: the head's host:port is in the job's environment on every Ray node, so a task or
+        # actor anywhere in the cluster finds it as GYM_RAY_ADDRESS_<NAME> (the driver gets it too).
+        env[DriverEnv.ray_address(ray.name)] = self.gcs_address
         early: list[int] = []
         log = names.ray_log(ctx.rank)
         group = ctx.supervisor.start(

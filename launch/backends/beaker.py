@@ -136,11 +136,47 @@ def _problems(request: RenderRequest) -> list[Problem]:
                     "the replicas coordinate through it, so it must be on a filesystem every replica mounts",
                 )
             )
+    out += _pool_problems(config)
     for table in ("env", "secrets"):
         names: Mapping[str, str] = getattr(config.launch, table)
         for name in names:
             if name in RESERVED_ENV or name.startswith(RESERVED_PREFIXES):
                 out.append(Problem(f"launch.{table}.{name}", "is set by the Beaker task or by Beaker; remove it"))
+    return out
+
+
+def _pool_problems(config: RunConfig) -> list[Problem]:
+    """What a Beaker replica group cannot express: it is one task of one shape on every replica,
+    queued on clusters (launch.beaker.cluster), not on Slurm partitions."""
+    out: list[Problem] = []
+    gpu = [p for p in config.pool_list if not p.cpu_only]
+    for pool in config.pool_list:
+        for k in ("partition", "qos"):
+            if getattr(pool, k) is not None:
+                out.append(
+                    Problem(
+                        f"pools.{pool.name}.{k}",
+                        f"is a Slurm {k}; a Beaker replica group has none (it runs on launch.beaker.cluster): "
+                        "remove it, or submit with --backend slurm",
+                    )
+                )
+        if not pool.cpu_only and pool.gpus_per_node != config.gpus_per_replica:
+            out.append(
+                Problem(
+                    f"pools.{pool.name}.gpus_per_node",
+                    f"is {pool.gpus_per_node} but launch.gpus_per_replica is {config.gpus_per_replica}: every "
+                    "replica of a Beaker replica group has the same GPUs; submit with --backend slurm",
+                )
+            )
+        if pool.cpu_only and gpu:
+            out.append(
+                Problem(
+                    f"pools.{pool.name}.gpus_per_node",
+                    f"is 0 beside GPU pools ({', '.join(p.name for p in gpu)}): every replica of a Beaker replica "
+                    "group has the same GPUs, so a CPU pool beside GPU pools needs a Slurm heterogeneous job "
+                    "(--backend slurm)",
+                )
+            )
     return out
 
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -51,10 +51,12 @@ def local_replicas(
     uuid: str,
     output_root: Path,
     replicas: int,
-    gpus: int,
+    gpus: int | Sequence[int],
     extra_env: dict[str, str] | None = None,
     launcher_fd: int | None = None,
 ) -> list[LocalReplica]:
+    """One replica per rank; ``gpus`` per replica, or per rank (a CPU pool's node has none)."""
+    per_rank = [gpus] * replicas if isinstance(gpus, int) else list(gpus)
     out = []
     for rank in range(replicas):
         address = str(FIRST_LOCAL_ADDRESS + rank)
@@ -68,7 +70,7 @@ def local_replicas(
             address=address,
             launcher_fd=launcher_fd,
         )
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), **(extra_env or {})}
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(per_rank[rank])), **(extra_env or {})}
         out.append(LocalReplica(rank, address, argv, tuple(sorted(env.items()))))
     return out
 
@@ -142,7 +144,7 @@ def _run_replicas(
     # A closed terminal (SIGHUP) stops the run like ^C: the agents get SIGTERM and record it.
     # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for rep in local_replicas(spec_file, uuid, root, plan.replicas, plan.gpus_per_replica, launcher_fd=alive_r):
+    for rep in local_replicas(spec_file, uuid, root, plan.replicas, [n.gpus for n in plan.nodes], launcher_fd=alive_r):
         if stopping:
             break  # told to stop while starting: the agents already started were passed it
         env = {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}

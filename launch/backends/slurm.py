@@ -13,10 +13,19 @@ hosts in that order (``GYM_NODES``) and each task takes its own position in it. 
 planned node R, pools take contiguous ranges of that same order in declaration order, and the
 driver's rank (``GYM_DRIVER_RANK``) is the plan's driver node, known when rendering.
 
-With ``[pools.NAME]`` each pool's agents run as their own ``srun`` step named after the pool
-(``squeue -s`` shows them) on that pool's hosts, and ``GYM_POOL_<POOL>_NODES`` is exported to
-every node. A failing task ends its own step (``--kill-on-bad-exit``); the other steps' agents
-see its failure record and stop within one poll interval, so the job ends either way.
+With ``[pools.NAME]`` each pool's agents run as their own ``srun`` step on that pool's hosts,
+named ``<ray name>_<pool>_workers`` when its nodes join Ray (seed 001), else after the pool
+(``squeue -s`` shows them), and ``GYM_POOL_<POOL>_NODES`` is exported to every node. A failing
+task ends its own step (``--kill-on-bad-exit``); the other steps' agents see its failure record
+and stop within one poll interval, so the job ends either way.
+
+Pools that differ in shape (partition, GPUs per node: a CPU pool has 0) are one heterogeneous
+job: one component per distinct shape in declaration order, separated by ``#SBATCH hetjob``,
+job-wide options on the first. ``SLURM_JOB_NODELIST`` is then the first component's only, so the
+script reads every component's (``SLURM_JOB_NODELIST_HET_GROUP_N``), orders them all as above,
+and refuses (exit 2, naming the node) an order in which a pool's range is not hosts of its own
+component; each pool's step runs with ``--het-group``, a CPU component's without the batch
+shell's ``CUDA_VISIBLE_DEVICES``.
 
 ``launch.slurm.explicit_address`` adds ``--address "$(hostname --ip-address)"``: that lets a
 loopback address through, which only a test cluster on one machine needs; without it the agent
@@ -34,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch.backends.base import Rendered, RenderRequest, Submission, SubmitError, agent_argv
-from launch.spec.config import RunConfig, SlurmConfig
+from launch.spec.config import PoolConfig, RunConfig, SlurmConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.plan import Plan
 from schemas import JobEnv, RunDir, names
@@ -71,15 +80,12 @@ def _problems(config: RunConfig, plan: Plan) -> list[Problem]:
                         "(--signal=B:USR1@SECONDS); remove it from the directives",
                     )
                 )
-    named = {p.partition for p in config.pool_list if p.partition}
-    job = config.launch.slurm.partition
-    if len(named) > 1 or (job and named and named != {job}):
-        want = ", ".join(sorted(named | ({job} if job else set())))
+    if len(components(config, plan)) > 1 and hosts:
         out.append(
             Problem(
-                "pools",
-                f"name partitions {want}, but pools share one allocation in one partition: give every pool "
-                "the same partition (or none, and set launch.slurm.partition)",
+                "launch.hostnames",
+                "cannot be combined with pools of different shapes (partition, GPUs per node): the job is "
+                "heterogeneous and Slurm takes a node list per component; remove launch.hostnames",
             )
         )
     seen: dict[str, str] = {}
@@ -91,42 +97,91 @@ def _problems(config: RunConfig, plan: Plan) -> list[Problem]:
     return out
 
 
-def _directives(request: RenderRequest, run_dir: str) -> list[str]:
-    config, plan = request.config, request.plan
+@dataclass(frozen=True)
+class Component:
+    """One component of the job: nodes of one shape (partition, GPUs per node). A run whose pools
+    differ in shape is a heterogeneous job, one component per shape in declaration order."""
+
+    index: int
+    partition: str | None
+    gpus: int
+    qos: str | None
+    pools: tuple[PoolConfig, ...]
+    nodes: int
+
+
+def components(config: RunConfig, plan: Plan) -> list[Component]:
+    slurm = config.launch.slurm
+    if not config.pool_list:
+        return [Component(0, slurm.partition, plan.gpus_per_replica, slurm.qos, (), plan.replicas)]
+    shapes: dict[tuple[str | None, int], list[PoolConfig]] = {}
+    # A pool that names no partition is on the job's: launch.slurm.partition, else the first a pool names.
+    default = slurm.partition or next((p.partition for p in config.pool_list if p.partition), None)
+    for pool in config.pool_list:
+        shapes.setdefault((pool.partition or default, pool.gpus_per_node), []).append(pool)
+    if len(shapes) == 1:
+        # One shape: an ordinary job (a pool's partition, when one names it, is the job's).
+        ((partition, gpus), pools) = next(iter(shapes.items()))
+        return [Component(0, partition, gpus, slurm.qos, tuple(pools), plan.replicas)]
+    return [
+        Component(
+            i,
+            partition,
+            gpus,
+            next((p.qos for p in pools if p.qos), None) or slurm.qos,
+            tuple(pools),
+            sum(p.nodes for p in pools),
+        )
+        for i, ((partition, gpus), pools) in enumerate(shapes.items())
+    ]
+
+
+def _component_lines(request: RenderRequest, run_dir: str, c: Component) -> list[str]:
+    """A component's directives; the first also carries the job-wide ones (Slurm applies them to
+    every component of a heterogeneous job)."""
+    config = request.config
     slurm: SlurmConfig = config.launch.slurm
-    lines = [
-        f"--job-name={config.name}",
-        f"--nodes={plan.replicas}",
-        "--ntasks-per-node=1",
-        f"--output={run_dir}/{names.SLURM_OUTPUT}",
+    first = c.index == 0
+    lines = [f"--job-name={config.name}"] if first else []
+    lines += [f"--nodes={c.nodes}", "--ntasks-per-node=1"]
+    if c.gpus:
+        # A CPU component (gpus_per_node = 0) asks for no GPUs: a CPU partition has none.
+        lines.append(f"--gpus-per-node={c.gpus}")
+    if first:
         # A requeued job (a node failure, the walltime warning's requeue) keeps its earlier
         # attempts' output: the scheduler's words about how each ended are evidence.
-        "--open-mode=append",
-    ]
-    if plan.gpus_per_replica:
-        # A run of CPU pools only (gpus_per_node = 0) asks for no GPUs: a CPU partition has none.
-        lines.insert(3, f"--gpus-per-node={plan.gpus_per_replica}")
-    if request.workdir:
-        lines.append(f"--chdir={request.workdir}")
-    pool_partition = next((p.partition for p in config.pool_list if p.partition), None)
-    for flag, value in (
-        ("--partition", slurm.partition or pool_partition),
-        ("--account", slurm.account),
-        ("--qos", slurm.qos),
-        ("--time", slurm.time),
+        lines += [f"--output={run_dir}/{names.SLURM_OUTPUT}", "--open-mode=append"]
+        if request.workdir:
+            lines.append(f"--chdir={request.workdir}")
+    for flag, value, here in (
+        ("--partition", c.partition, True),
+        ("--account", slurm.account, first),
+        ("--qos", c.qos, True),
+        ("--time", slurm.time, first),
     ):
-        if value is not None:
+        if value is not None and here:
             lines.append(f"{flag}={value}")
-    if config.hostnames:
+    if first and config.hostnames:
         lines.append(f"--nodelist={','.join(config.hostnames)}")
     warn = warning_seconds(config)
-    if warn is not None:
+    if first and warn is not None:
         # To the batch shell only (B:): its trap tells the agents; SIGUSR1 would end a driver
         # that does not handle it.
         lines.append(f"--signal=B:USR1@{warn}")
     lines.extend(slurm.directives)
     # A directive must stay one shell word: sbatch reads #SBATCH lines word by word.
     return [f"#SBATCH {d}" if d == q(d) else f"#SBATCH {q(d)}" for d in lines]
+
+
+def _directives(request: RenderRequest, run_dir: str) -> list[str]:
+    """The job's #SBATCH lines: one block per component, separated by Slurm's `#SBATCH hetjob`."""
+    out: list[str] = []
+    for c in components(request.config, request.plan):
+        out += ([HETJOB] if c.index else []) + _component_lines(request, run_dir, c)
+    return out
+
+
+HETJOB = "#SBATCH hetjob"
 
 
 def _agent_task(request: RenderRequest) -> str:
@@ -210,10 +265,11 @@ def _join(start: int, count: int) -> str:
     return f'$(IFS=,; echo "${{gym_node[*]:{start}:{count}}}")'
 
 
-def _srun(count: int, name: str, nodelist: str | None) -> str:
+def _srun(count: int, name: str, nodelist: str | None, group: int | None = None, gpus: bool = True) -> str:
     parts = [
         "srun",
         "--kill-on-bad-exit=1",
+        *([f"--het-group={group}"] if group is not None else []),
         f"--nodes={count}",
         f"--ntasks={count}",
         "--ntasks-per-node=1",
@@ -221,7 +277,18 @@ def _srun(count: int, name: str, nodelist: str | None) -> str:
     ]
     if nodelist:
         parts.append(f'--nodelist="${nodelist}"')
-    return " ".join(parts) + ' bash -c "$gym_task"'
+    # A CPU component's step inherits the batch shell's CUDA_VISIBLE_DEVICES (the first component's
+    # GPUs) unless told otherwise: its agents must see none.
+    run = 'bash -c "$gym_task"' if gpus else 'env -u CUDA_VISIBLE_DEVICES bash -c "$gym_task"'
+    return " ".join(parts) + " " + run
+
+
+def step_name(config: RunConfig, plan: Plan, pool: str) -> str:
+    """A pool's step: ``<ray name>_<pool>_workers`` when its nodes join Ray (seed 001), else the pool."""
+    ray_nodes = set(plan.ray_nodes)
+    if any(n.index in ray_nodes for n in plan.nodes if n.pool == pool):
+        return f"{config.ray.name}_{pool}_workers"
+    return pool
 
 
 def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
@@ -232,14 +299,18 @@ def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
             return [*lines, step]
         return [*lines, step + " &", 'gym_wait "$!"', *REQUEUE, 'exit "$gym_rc"']
     lines = [
-        "# One step per pool, named after it (squeue -s), on that pool's hosts. A failed task ends its",
-        "# step; the other pools' agents see its failure record and stop. The job's exit code is the",
-        "# first non-zero one.",
+        "# One step per pool (squeue -s): <ray name>_<pool>_workers for a pool whose nodes join Ray, else",
+        "# the pool's name, on that pool's hosts. A failed task ends its step; the other pools' agents see",
+        "# its failure record and stop. The job's exit code is the first non-zero one.",
         "gym_pids=()",
     ]
-    for pool in config.pool_list:
-        lines.append(_srun(pool.nodes, pool.name, JobEnv.pool_nodes(pool.name)) + " &")
-        lines.append("gym_pids+=($!)")
+    comps = components(config, plan)
+    het = len(comps) > 1
+    for c in comps:
+        for pool in c.pools:
+            name = step_name(config, plan, pool.name)
+            srun = _srun(pool.nodes, name, JobEnv.pool_nodes(pool.name), c.index if het else None, bool(c.gpus))
+            lines += [srun + " &", "gym_pids+=($!)"]
     lines += [
         "gym_first=0",
         'for p in "${gym_pids[@]}"; do',
@@ -250,6 +321,47 @@ def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
     ]
     if not warned:  # no trap to wait through: a plain wait
         lines.insert(-5, 'gym_wait() { if wait "$1"; then gym_rc=0; else gym_rc=$?; fi; }')
+    return lines
+
+
+def _het_hosts(comps: Sequence[Component]) -> list[str]:
+    """A heterogeneous job's hosts (SLURM_JOB_NODELIST is the first component's only), and which
+    component each is in."""
+    groups = " ".join(str(c.index) for c in comps)
+    return [
+        "# A heterogeneous job: every component's hosts, and the component of each.",
+        "declare -A gym_group",
+        f"for g in {groups}; do",
+        '  v="SLURM_JOB_NODELIST_HET_GROUP_$g"',
+        '  for h in $(scontrol show hostnames "${!v:?gym: $v is not set: not a heterogeneous job}"); do',
+        "    gym_group[$h]=$g",
+        "  done",
+        "done",
+        'gym_nodelist=$(IFS=,; echo "${!gym_group[*]}")',
+    ]
+
+
+def _het_check(config: RunConfig, comps: Sequence[Component]) -> list[str]:
+    """Each pool's planned nodes (a range of the agents' node order) must be hosts of its component."""
+    of = {p.name: c.index for c in comps for p in c.pools}
+    lines = [
+        "# The agents order nodes by address, and pools take ranges of that order: each pool's range must",
+        "# be hosts of its own component (partition), else a pool would run on another pool's nodes.",
+        "gym_in_group() {",
+        "  local i; for ((i = $1; i < $1 + $2; i++)); do",
+        '    if [ "${gym_group[${gym_node[$i]}]-}" != "$3" ]; then',
+        '      echo "gym: planned node $i of pool $4 is ${gym_node[$i]}, a host of component'
+        " ${gym_group[${gym_node[$i]}]-?}, not $3: the agents order nodes by address, so each component's"
+        " hosts must sort after the previous pools' (ask Slurm for other nodes, or reorder the pools)\" >&2",
+        "      exit 2",
+        "    fi",
+        "  done",
+        "}",
+    ]
+    offset = 0
+    for pool in config.pool_list:
+        lines.append(f"gym_in_group {offset} {pool.nodes} {of[pool.name]} {q(pool.name)}")
+        offset += pool.nodes
     return lines
 
 
@@ -290,12 +402,19 @@ def render(request: RenderRequest) -> Rendered:
         f"export {JobEnv.DRIVER_RANK}={driver}",
         f'export {JobEnv.DRIVER_HOST}="${{gym_node[{driver}]}}"',
     ]
+    comps = components(config, plan)
+    het = len(comps) > 1
+    order = NODE_ORDER.rstrip("\n")
+    if het:
+        order = order.replace('"$SLURM_JOB_NODELIST"', '"$gym_nodelist"')
     body = [
         *env,
-        NODE_ORDER.rstrip("\n"),
+        *(_het_hosts(comps) if het else []),
+        order,
         f'if [ "${{#gym_node[@]}}" -ne {plan.replicas} ]; then',
         f'  echo "gym: the allocation has ${{#gym_node[@]}} node(s), the plan {plan.replicas}" >&2; exit 2',
         "fi",
+        *(_het_check(config, comps) if het else []),
         *exports,
         f"gym_task={q(_agent_task(request))}",
         *(_warning_trap(run_dir) if warned else []),

@@ -12,6 +12,10 @@ FILE_NAME_RULE = "[a-z][a-z0-9_-]*"
 # names (GYM_POOL_<NAME>_NODES): 48 characters keep every derived name far below NAME_MAX (255).
 MAX_NAME = 48
 
+# The Ray service's name becomes GYM_RAY_ADDRESS_<NAME> and the step names <name>_<pool>_workers.
+RAY_NAME = FILE_NAME
+RAY_NAME_RULE = FILE_NAME_RULE
+
 # The run name only labels things; allow what schedulers accept in job names.
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 

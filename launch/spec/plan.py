@@ -14,21 +14,22 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
    node, or the final trainer node when rollout fit there) and the judge nodes
    added after it, else a new judge node. Every replica has C GPUs;
    ``unused_gpus = C * replicas - used``.
-3. Pools (``[pools.NAME]``): one allocation of ``sum(nodes)`` replicas; pools
-   take contiguous node ranges in *declaration* order (the fingerprint keeps
-   that order, so one fingerprint still gives one plan). A pool that a bound judge names in
-   ``node_pool`` is reserved for the judges pinned to it (sized against that
-   pool); trainer, rollout and unpinned judges are packed as in 2 over the
-   other pools' nodes. No single-node shrinking: pools state the allocation.
-   A run whose pools are all CPU pools (``gpus_per_node = 0``: a judge-only job with external
-   judges, ``trainer.nodes = 0``) has a capacity of 0: its nodes get no GPU work. With
+3. Pools (``[pools.NAME]``): one job of ``sum(nodes)`` replicas; pools take contiguous node
+   ranges in *declaration* order (the fingerprint keeps that order, so one fingerprint still gives
+   one plan). A pool named by a ``node_pool`` (``trainer``, ``inference``, a bound managed judge) is
+   reserved for what is pinned to it, which is packed as in 2 against that pool alone; what is
+   not pinned is packed as in 2 over the other GPU pools' nodes. No single-node shrinking: pools
+   state the allocation. A CPU pool (``gpus_per_node = 0``) gets no GPU work (its nodes have a
+   capacity of 0, its agents run coordination only); a run whose pools are all CPU pools (a
+   judge-only job with external judges, ``trainer.nodes = 0``) has a capacity of 0. With
    ``trainer.nodes = 0`` the driver runs on node 0.
 
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
 (trainer, then rollout), judges the next ones in name order, the tail is unused.
 
-Ray: the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (every node
-when the key is absent; ``[]``: the driver's node alone).
+Ray: the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (absent: every
+node but a CPU pool's; ``[]``: the driver's node alone). Trainer or rollout GPUs planned on a node
+that does not join Ray are refused, naming the pool.
 
 Driver placement: ``"trainer"`` = the node of trainer rank 0; ``"inference"`` = the last
 inference node, a node holding rollout GPUs and no trainer GPUs (no effect without one: rollout
@@ -65,6 +66,8 @@ class NodePlan:
     pool: str | None = None
     # Colocated mode only: rollout engines sharing the trainer's devices (not extra GPUs).
     colocated_rollout_gpus: int = 0
+    # The node's GPUs: the run's capacity, 0 on a CPU pool's node (its agent runs coordination only).
+    gpus: int = 0
 
     @property
     def judge_gpus(self) -> int:
@@ -78,6 +81,7 @@ class NodePlan:
         return {
             "index": self.index,
             "pool": self.pool,
+            "gpus": self.gpus,
             "trainer_gpus": self.trainer_gpus,
             "rollout_gpus": self.rollout_gpus,
             "colocated_rollout_gpus": self.colocated_rollout_gpus,
@@ -180,6 +184,7 @@ def _pack(
 
 
 def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
+    """Node ``index`` of ``capacity`` GPUs (0 on a CPU pool's node)."""
     ray = slots.trainer + slots.rollout
     cursor = ray
     judge_devices: dict[str, tuple[int, ...]] = {}
@@ -198,6 +203,7 @@ def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
         unused_devices=tuple(range(cursor, capacity)),
         pool=slots.pool,
         colocated_rollout_gpus=slots.colocated,
+        gpus=capacity,
     )
 
 
@@ -300,28 +306,73 @@ def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem
     return nodes, c, problems
 
 
-def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
-    # Every pool a CPU pool (the resolver refuses a mix): nodes without GPUs, so a capacity of 0.
-    c = 0 if all(p.cpu_only for p in config.pool_list) else config.gpus_per_replica
+def _pinned(config: RunConfig) -> dict[str | None, list[str]]:
+    """Pool (None: the unreserved pools) -> what runs there: "trainer", "rollout", judge names."""
+    out: dict[str | None, list[str]] = {}
+    if config.trainer.nodes:
+        out.setdefault(config.trainer.node_pool, []).append("trainer")
+    if config.inference.gpus:
+        out.setdefault(config.inference.node_pool, []).append("rollout")
+    for j in config.gpu_judges:
+        out.setdefault(j.node_pool, []).append(f"judge {j.name}")
+    return out
+
+
+def _pack_group(config: RunConfig, capacity: int, pool: str | None) -> list[_Slots]:
+    """The nodes of what is pinned to ``pool`` (None: what is not pinned), packed as in 2."""
     colocated = config.inference.placement_mode == "colocated"
-    reserved = {j.node_pool for j in config.gpu_judges if j.node_pool}
-    general = [p for p in config.pool_list if p.name not in reserved]
-    problems: list[Problem] = []
-    packed = _pack(
-        c,
-        config.trainer.nodes,
+    trainer_here = config.trainer.node_pool == pool
+    rollout_here = config.inference.node_pool == pool
+    rollout = config.inference.gpus if rollout_here and not colocated else 0
+    return _pack(
+        capacity,
+        config.trainer.nodes if trainer_here else 0,
         config.trainer.gpus_per_node,
-        0 if colocated else config.inference.gpus,
+        rollout,
         config.inference.tensor_parallel_size,
-        [j for j in config.gpu_judges if not j.node_pool],
-        colocated_rollout=config.inference.gpus if colocated else 0,
+        [j for j in config.gpu_judges if j.node_pool == pool],
+        colocated_rollout=config.inference.gpus if colocated and trainer_here else 0,
     )
+
+
+def _fits_pool(config: RunConfig, pool: Any) -> list[Problem]:
+    """What is pinned to ``pool`` fits one of its nodes (a pool of another size than the replica's)."""
+    size, out = pool.gpus_per_node, []
+    where = f"pool {pool.name}'s nodes have {size} GPUs (pools.{pool.name}.gpus_per_node)"
+    if config.trainer.nodes and config.trainer.node_pool == pool.name and config.trainer.gpus_per_node > size:
+        out.append(Problem("trainer.gpus_per_node", f"is {config.trainer.gpus_per_node} but {where}"))
+    tp = config.inference.tensor_parallel_size
+    if config.inference.gpus and config.inference.node_pool == pool.name and (tp > size or size % tp):
+        out.append(Problem("inference.tensor_parallel_size", f"({tp}) must divide {size}: {where}"))
+    for j in config.gpu_judges:
+        if j.node_pool == pool.name and j.gpus > size:
+            out.append(Problem(f"judges.{j.name}.gpus", f"is {j.gpus} but {where}"))
+    return out
+
+
+def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
+    # A CPU pool's nodes get no GPU work; a run of CPU pools only has a capacity of 0.
+    gpu_pools = [p for p in config.pool_list if not p.cpu_only]
+    c = config.gpus_per_replica if gpu_pools else 0
+    pinned = _pinned(config)
+    reserved = {name for name in pinned if name is not None}
+    general = [p for p in gpu_pools if p.name not in reserved]
+    problems: list[Problem] = []
+    by_pool: dict[str, list[_Slots]] = {}
+
+    def spread(packed: list[_Slots], pools: Sequence[Any]) -> None:
+        it = iter(packed)
+        for pool in pools:
+            by_pool[pool.name] = [s for _, s in zip(range(pool.nodes), it, strict=False)]
+
+    packed = _pack_group(config, c, None)
     capacity_nodes = sum(p.nodes for p in general)
-    if not general and packed:
+    if packed and not general:
         problems.append(
             Problem(
                 "pools",
-                "every pool is reserved for judges pinned with node_pool; declare a pool for the trainer and rollout",
+                "every GPU pool is reserved for the services pinned to it with node_pool; declare a pool for the "
+                f"{', '.join(pinned.get(None, []))} (not pinned), or pin them with node_pool",
             )
         )
     elif len(packed) > capacity_nodes:
@@ -329,29 +380,32 @@ def _pool_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
         problems.append(
             Problem(
                 f"pools.{general[-1].name}.nodes",
-                f"trainer, rollout and unpinned judges need {len(packed)} nodes but pools {names} give "
+                f"{', '.join(pinned.get(None, []))} (not pinned) need {len(packed)} nodes but pools {names} give "
                 f"{capacity_nodes}; add nodes to these pools",
             )
         )
-    if colocated and len(packed) > 1:
+    if config.inference.placement_mode == "colocated" and len(packed) > 1:
         problems.append(Problem("inference.placement_mode", '"colocated" is single-node only; use "disaggregated"'))
-    nodes: list[_Slots] = []
-    general_iter = iter(packed)
+    spread(packed, general)
     for pool in config.pool_list:
-        if pool.name in reserved:
-            pinned = [j for j in config.gpu_judges if j.node_pool == pool.name]
-            slots = _pack(c, 0, 0, 0, 1, pinned)
-            if len(slots) > pool.nodes:
-                problems.append(
-                    Problem(
-                        f"pools.{pool.name}.nodes",
-                        f"judges pinned to pool {pool.name} need {len(slots)} nodes of {c} GPUs, "
-                        f"the pool has {pool.nodes}",
-                    )
+        if pool.name not in reserved:
+            continue
+        problems += _fits_pool(config, pool)
+        slots = _pack_group(config, pool.gpus_per_node, pool.name)
+        if len(slots) > pool.nodes:
+            problems.append(
+                Problem(
+                    f"pools.{pool.name}.nodes",
+                    f"{', '.join(pinned[pool.name])} pinned to pool {pool.name} need {len(slots)} nodes of "
+                    f"{pool.gpus_per_node} "
+                    f"GPUs, the pool has {pool.nodes}",
                 )
-        else:
-            slots = [s for _, s in zip(range(pool.nodes), general_iter, strict=False)]
-        slots = slots[: pool.nodes] + [_Slots() for _ in range(pool.nodes - len(slots))]
+            )
+        spread(slots, [pool])
+    nodes: list[_Slots] = []
+    for pool in config.pool_list:
+        slots = by_pool.get(pool.name, [])
+        slots = slots + [_Slots() for _ in range(pool.nodes - len(slots))]
         for s in slots:
             s.pool = pool.name
         nodes += slots
@@ -396,7 +450,7 @@ def _layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:
 
 def placement_problems(config: RunConfig) -> list[Problem]:
     """Every reason ``config`` cannot be placed (empty when ``plan`` would succeed)."""
-    return _layout(config)[2]
+    return _build(config)[1]
 
 
 def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
@@ -413,28 +467,67 @@ def _ray_nodes(config: RunConfig, nodes: Sequence[NodePlan], driver: int) -> tup
         return ()
     spanned = config.ray.node_pools
     if spanned is None:
-        return tuple(n.index for n in nodes)
+        # Every node but a CPU pool's: Ray spans a CPU pool only when ray.node_pools names it.
+        cpu = {p.name for p in config.pool_list if p.cpu_only}
+        return tuple(n.index for n in nodes if n.index == driver or n.pool not in cpu)
     return tuple(n.index for n in nodes if n.index == driver or n.pool in spanned)
+
+
+def _outside_ray(config: RunConfig, nodes: Sequence[NodePlan], ray_nodes: Sequence[int]) -> list[Problem]:
+    """GPU work for Ray (trainer, rollout) planned on a node that never starts Ray."""
+    if not config.ray.enabled:
+        return []
+    joined = set(ray_nodes)
+    out: list[Problem] = []
+    for pool in dict.fromkeys(n.pool for n in nodes if n.ray_gpus and n.index not in joined):
+        where = [n for n in nodes if n.pool == pool and n.ray_gpus and n.index not in joined]
+        gpus = sum(n.ray_gpus for n in where)
+        out.append(
+            Problem(
+                "ray.node_pools",
+                f"leaves out pool {pool}, yet the plan puts {gpus} trainer/rollout GPU(s) on its node(s) "
+                f"{', '.join(str(n.index) for n in where)}, which would never join Ray: add {pool!r} to "
+                "ray.node_pools, or pin the trainer and rollout (trainer.node_pool, inference.node_pool) to a "
+                "spanned pool",
+            )
+        )
+    return out
+
+
+def _build(config: RunConfig) -> tuple[Plan | None, list[Problem]]:
+    slots, capacity, problems = _layout(config)
+    if problems:
+        return None, problems
+    # A pool's nodes have its own GPUs (0: a CPU pool); without pools every node has the capacity.
+    size = {p.name: p.gpus_per_node for p in config.pool_list}
+    nodes = tuple(_node_plan(i, s, size.get(s.pool, capacity) if s.pool else capacity) for i, s in enumerate(slots))
+    used = sum(n.used_gpus for n in nodes)
+    allocated = sum(n.gpus for n in nodes)
+    driver = _driver_node(config, nodes)
+    ray_nodes = _ray_nodes(config, nodes, driver)
+    problems = _outside_ray(config, nodes, ray_nodes)
+    if problems:
+        return None, problems
+    return (
+        Plan(
+            replicas=len(nodes),
+            gpus_per_replica=capacity,
+            allocated_gpus=allocated,
+            used_gpus=used,
+            unused_gpus=allocated - used,
+            driver_node=driver,
+            driver_placement=config.driver.placement,
+            placement_mode=config.inference.placement_mode,
+            nodes=nodes,
+            ray_nodes=ray_nodes,
+        ),
+        [],
+    )
 
 
 def plan(config: RunConfig) -> Plan:
     """The placement of a valid config. Raises SpecError naming the key to change."""
-    slots, capacity, problems = _layout(config)
-    if problems:
+    built, problems = _build(config)
+    if built is None:
         raise SpecError(problems)
-    nodes = tuple(_node_plan(i, s, capacity) for i, s in enumerate(slots))
-    used = sum(n.used_gpus for n in nodes)
-    allocated = capacity * len(nodes)
-    driver = _driver_node(config, nodes)
-    return Plan(
-        replicas=len(nodes),
-        gpus_per_replica=capacity,
-        allocated_gpus=allocated,
-        used_gpus=used,
-        unused_gpus=allocated - used,
-        driver_node=driver,
-        driver_placement=config.driver.placement,
-        placement_mode=config.inference.placement_mode,
-        nodes=nodes,
-        ray_nodes=_ray_nodes(config, nodes, driver),
-    )
+    return built

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.spec import config as model
-from launch.spec import miles, names
+from launch.spec import miles, names, seed_layout
 from launch.spec.fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
 
 SCHEMA_ID = "urn:gym-agent:run-spec"
@@ -219,7 +219,12 @@ PLACEMENT_TEXT = [
     "rollout engines; then rollout nodes of `min(C, remaining)`; then bound managed judges, in name order,",
     "fill the last node's spare GPUs, else new judge nodes. Every replica has C GPUs; the plan reports the",
     "unused ones. Multi-node replicas must be whole nodes (`launch.node_gpus`). Pools take contiguous node",
-    "ranges in declaration order; a judge pinned to a pool is sized against it. `driver.placement =",
+    "ranges in declaration order; a service pinned to a pool (`trainer.node_pool`, `inference.node_pool`,",
+    "`judges.NAME.node_pool`) runs only on its nodes and is sized against it, and what is not pinned fills the",
+    "other GPU pools. A CPU pool (`gpus_per_node = 0`) gets no GPU work and no Ray unless `ray.node_pools`",
+    "names it; pools that differ in partition or GPUs per node are one Slurm heterogeneous job, one",
+    "component per shape in declaration order. Trainer or rollout GPUs on a pool left out of",
+    "`ray.node_pools` are refused. `driver.placement =",
     '"inference"` puts the driver on the last node holding rollout GPUs and no trainer GPUs (no effect',
     "without one). The acceptance table (8 GPUs per replica):",
     "",
@@ -233,6 +238,12 @@ PLACEMENT_TEXT = [
     "| 8 trainer + 8 rollout + 1 judge | 3 nodes, 24 GPUs, 7 unused |",
     "",
 ]
+
+
+SEED_LAYOUT_TEXT = (
+    "Seed 001 writes a run as `compute:` and `services:`; a spec with either key is refused with a pointer "
+    "to the tables below, which are this project's spelling of the same keys."
+)
 
 
 def spec_markdown() -> str:
@@ -256,6 +267,7 @@ def spec_markdown() -> str:
     _section("", model.RunConfig, "The run's name.", lines)
     lines += PLACEMENT_TEXT
     lines += ["## MILES run files", "", miles.REFERENCE_TEXT.strip(), "", *miles.mapping_table(), ""]
+    lines += ["## Seed 001 layout", "", SEED_LAYOUT_TEXT, "", *seed_layout.mapping_table(), ""]
     return "\n".join(lines)
 
 

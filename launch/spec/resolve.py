@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from launch.spec import keys, miles, names, slurm_directives
+from launch.spec import keys, miles, names, seed_layout, slurm_directives
 from launch.spec.errors import Problem, SpecError
 from launch.spec.fields import REQUIRED, default_of, frozen, key_info, section_info, spelled
 from launch.spec.keypath import format_key
@@ -419,14 +419,7 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
     if launch is not None:
         _launch_rules(c, launch)
     if launch is not None and pools is not None:
-        for pname, pool in pools.items():
-            # One allocation has one node size; gpus_per_replica is that size (0: a CPU pool).
-            if pool.gpus_per_node not in (0, launch.gpus_per_replica):
-                c.add(
-                    ("pools", pname, "gpus_per_node"),
-                    f"is {pool.gpus_per_node} but launch.gpus_per_replica is {launch.gpus_per_replica}: pools "
-                    "share one allocation, so every pool and the replica size must agree (or be 0: a CPU pool)",
-                )
+        _pool_size_rules(c, launch, pools, trainer, inference, judges)
     if pools is not None:
         _pool_shape_rules(c, pools, trainer, inference, judges, judging)
     if launch is not None:
@@ -443,14 +436,8 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
                 c.add(("launch", "secrets", k), "is not a valid environment variable name")
             elif k in launch.env:
                 c.add(("launch", "secrets", k), "is also in launch.env; a variable is either plain or a secret")
-    if judges is not None and pools is not None:
-        for jname, j in judges.items():
-            if j.managed and j.node_pool is not None and j.node_pool not in pools:
-                declared = ", ".join(pools) or "none declared"
-                c.add(
-                    ("judges", jname, "node_pool"),
-                    f"must name a [pools.NAME] table (declared: {declared}), not {j.node_pool!r}",
-                )
+    if pools is not None:
+        _pin_rules(c, pools, trainer, inference, judges)
     if rubrics is not None:
         for rname, r in rubrics.items():
             _rubric_source_rules(c, r, ("rubrics", rname))
@@ -482,15 +469,8 @@ def _pool_shape_rules(
     judges: Mapping[str, JudgeConfig] | None,
     judging: JudgingConfig | None,
 ) -> None:
-    """CPU pools and judge-only jobs: what an allocation of one node shape can hold."""
+    """CPU pools and judge-only jobs (a CPU pool beside GPU pools is fine: the job is heterogeneous)."""
     cpu_pools = [n for n, p in pools.items() if p.cpu_only]
-    if cpu_pools and len(cpu_pools) != len(pools):
-        # One allocation has one node shape: a job mixing GPU and CPU nodes would be a heterogeneous job.
-        c.add(
-            ("pools", cpu_pools[0], "gpus_per_node"),
-            "is 0 (a CPU pool) but other pools have GPUs: one allocation has one node shape; make every pool "
-            "a CPU pool or give this one launch.gpus_per_replica GPUs",
-        )
     no_trainer = trainer is not None and trainer.nodes == 0
     if no_trainer and not pools:
         c.add(("trainer", "nodes"), "is 0 (a judge-only job) but no [pools.NAME] states the job's nodes; declare one")
@@ -509,6 +489,72 @@ def _pool_shape_rules(
                 ("judges", jname, "mode"),
                 "is managed but every pool is a CPU pool: a managed judge needs GPUs; use an external judge",
             )
+
+
+def _pool_size_rules(
+    c: Checker,
+    launch: LaunchConfig,
+    pools: Mapping[str, PoolConfig],
+    trainer: TrainerConfig | None,
+    inference: InferenceConfig | None,
+    judges: Mapping[str, JudgeConfig] | None,
+) -> None:
+    """A GPU pool has the replica's size, unless only what is pinned to it runs there: a pinned
+    service is sized against its own pool (a pool on another partition may have other nodes)."""
+    pinned = {j.node_pool for j in (judges or {}).values() if j.managed}
+    pinned |= {trainer.node_pool} if trainer is not None else set()
+    pinned |= {inference.node_pool} if inference is not None else set()
+    for pname, pool in pools.items():
+        size = pool.gpus_per_node
+        if size > launch.node_gpus:
+            c.add(
+                ("pools", pname, "gpus_per_node"),
+                f"is {size} but a node has {launch.node_gpus} GPUs (launch.node_gpus): a pool's nodes are nodes",
+            )
+        elif size not in (0, launch.gpus_per_replica) and pname not in pinned:
+            c.add(
+                ("pools", pname, "gpus_per_node"),
+                f"is {size} but launch.gpus_per_replica is {launch.gpus_per_replica}: a pool of another size holds "
+                "only what is pinned to it with node_pool (sized against its own GPUs); pin a service to it, or "
+                f"make it {launch.gpus_per_replica} (or 0: a CPU pool)",
+            )
+
+
+def _pin_rules(
+    c: Checker,
+    pools: Mapping[str, PoolConfig],
+    trainer: TrainerConfig | None,
+    inference: InferenceConfig | None,
+    judges: Mapping[str, JudgeConfig] | None,
+) -> None:
+    """Every node_pool names a declared pool, and one with GPUs: what is pinned there takes GPUs."""
+    pins: list[tuple[Path_, str | None, str]] = []
+    if trainer is not None and trainer.nodes:
+        pins.append((("trainer", "node_pool"), trainer.node_pool, "the trainer"))
+    if inference is not None and inference.gpus:
+        pins.append((("inference", "node_pool"), inference.node_pool, "the rollout engines"))
+    for jname, j in (judges or {}).items():
+        if j.managed:
+            pins.append((("judges", jname, "node_pool"), j.node_pool, f"judge {jname}"))
+    for path, pool, what in pins:
+        if pool is None:
+            continue
+        if pool not in pools:
+            declared = ", ".join(pools) or "none declared"
+            c.add(path, f"must name a [pools.NAME] table (declared: {declared}), not {pool!r}")
+        elif pools[pool].cpu_only:
+            c.add(
+                path,
+                f"names pool {pool}, a CPU pool (gpus_per_node = 0) whose agents run coordination only, but "
+                f"{what} needs GPUs: pin it to a GPU pool",
+            )
+    colocated = inference is not None and inference.placement_mode == "colocated"
+    if trainer is not None and inference is not None and colocated and inference.node_pool != trainer.node_pool:
+        c.add(
+            ("inference", "node_pool"),
+            f"is {inference.node_pool!r} but colocated rollout shares the trainer's GPUs "
+            f"(trainer.node_pool is {trainer.node_pool!r}): pin both to one pool",
+        )
 
 
 def _rubric_source_rules(c: Checker, r: RubricConfig, p: Path_) -> None:
@@ -593,7 +639,7 @@ def _listing(table: Mapping[str, Any]) -> str:
 
 def _check_spelled(model: type, data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
     c = Checker()
-    sections = _walk(c, model, data, (), None, {})
+    sections = _walk(c, model, data, (), None, seed_layout.problems(data))
     _cross_checks(c, sections)
     return c.problems, (sections if not c.problems else None)
 

@@ -314,6 +314,12 @@ class TrainerConfig:
         rule=SEED_PLACEMENT,
     )
     gpus_per_node: int = key(keys.Int(1, MAX_NODE_GPUS), doc="trainer GPUs on each trainer node", rule=SEED_PLACEMENT)
+    node_pool: str | None = key(
+        keys.Text(MAX_NAME),
+        None,
+        doc="a [pools.NAME] the trainer runs on, sized against it (absent: the pools no service is pinned to)",
+        rule=SEED_POOLS,
+    )
 
     @property
     def gpus(self) -> int:
@@ -334,6 +340,12 @@ class InferenceConfig:
         "disaggregated",
         doc='"colocated" shares the trainer\'s GPUs and is single-node only',
         rule=SEED_PLACEMENT,
+    )
+    node_pool: str | None = key(
+        keys.Text(MAX_NAME),
+        None,
+        doc="a [pools.NAME] the rollout engines run on, sized against it (absent: the pools no service is pinned to)",
+        rule=SEED_POOLS,
     )
 
 
@@ -723,11 +735,19 @@ class PoolConfig:
     nodes: int = key(keys.Int(1, MAX_NODES), doc="nodes of the pool", rule=SEED_POOLS)
     gpus_per_node: int = key(
         keys.Int(0, MAX_NODE_GPUS),
-        doc="GPUs per node; equal to launch.gpus_per_replica, or 0 for a CPU pool (no GPU work: only a run "
-        "without trainer, rollout or managed judges, whose pools are all CPU pools, may have one)",
+        doc="GPUs of each of the pool's nodes: launch.gpus_per_replica; another size (at most launch.node_gpus) "
+        "for a pool that holds only what is pinned to it; 0 for a CPU pool, whose agents run coordination only "
+        "(no trainer, rollout, managed judge, nor Ray unless ray.node_pools names it). Pools of different "
+        "shapes (GPUs, partition) are one Slurm heterogeneous job",
         rule=SEED_POOLS,
     )
-    partition: str | None = key(keys.Text(), None, doc="Slurm partition of the pool", rule=SEED_POOLS)
+    partition: str | None = key(
+        keys.Text(),
+        None,
+        doc="Slurm partition of the pool (absent: launch.slurm.partition, else the first a pool names); pools "
+        "on different partitions are one heterogeneous job",
+        rule=SEED_POOLS,
+    )
     qos: str | None = key(
         keys.Text(),
         None,
@@ -745,6 +765,13 @@ class RayConfig:
     """``enabled = false`` runs coordination only (no Ray): benchmarks and drivers that need none."""
 
     enabled: bool = key(keys.Bool(), True, doc="start Ray (false: coordination only)")
+    name: str = key(
+        keys.Text(MAX_NAME, names.RAY_NAME.pattern, names.RAY_NAME_RULE),
+        "cluster",
+        doc="the Ray service's name: its head's host:port is GYM_RAY_ADDRESS_<NAME> (in the environment of the "
+        "driver and of every Ray node), and each pool's agents run in a Slurm step named <name>_<pool>_workers",
+        rule=SEED_POOLS,
+    )
     num_cpus: int | None = key(keys.Int(0, 65536), None, doc="CPUs each Ray node advertises (absent: Ray's count)")
     object_store_memory: int | None = key(keys.Int(1, 1 << 50), None, doc="bytes of each node's object store")
     # pool name -> {resource name -> amount}
@@ -759,7 +786,8 @@ class RayConfig:
         keys.TextList(MAX_POOLS, keys.Text(MAX_NAME)),
         None,
         doc="[pools.NAME]s the Ray cluster spans: the head starts on the driver's node and every node of "
-        "these pools joins it; [] = a single-node cluster on the driver's node (absent: every node)",
+        "these pools joins it; [] = a single-node cluster on the driver's node (absent: every node of a GPU "
+        "pool; a CPU pool joins only when named here)",
         rule=SEED_POOLS,
     )
     extra_args: tuple[str, ...] = key(

@@ -54,6 +54,35 @@ rubric = "general-quality-ref"
 
 JUDGE_TABLES = judge_tables()
 
+# Seed 001's first example in our spelling, with a CPU pool on another partition beside it: the trainer
+# and rollout pinned to the policy's two nodes, a judge's pool of one node (pin the judge with
+# judge_tables(pool="judge")), and one CPU node whose agent runs coordination only.
+PINNED_POOLS = """
+[trainer]
+nodes = 1
+gpus_per_node = 4
+node_pool = "policy"
+[inference]
+gpus = 12
+node_pool = "policy"
+[pools.policy]
+nodes = 2
+gpus_per_node = 8
+partition = "gpu"
+[pools.judge]
+nodes = 1
+gpus_per_node = 8
+[pools.readers]
+nodes = 1
+gpus_per_node = 0
+partition = "cpu"
+"""
+
+
+def pool_tables(*pools: tuple[str, int, int]) -> str:
+    """[pools.NAME] tables of (name, nodes, gpus_per_node), in declaration order."""
+    return "".join(f"[pools.{name}]\nnodes = {nodes}\ngpus_per_node = {gpus}\n" for name, nodes, gpus in pools)
+
 
 def uid(tag: str, prefix: str = "e2e") -> str:
     """A run id no other run on this machine has: `prefix-tag-<6 hex>`."""

@@ -1,0 +1,48 @@
+"""Seed 001's layout (``compute:`` / ``services:``) recognised, with our spelling of each of its keys.
+
+A user who types the seed's example gets one problem per top-level key that names the tables of
+ours it maps to, instead of "unknown key; did you mean output?". ``MAPPING`` is the one table of
+both spellings; docs/spec.md prints it (``launch.spec.reference``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# (seed 001 key, our key, a note)
+MAPPING: tuple[tuple[str, str, str], ...] = (
+    ("compute.cluster.type", "launch.backend", '"slurm"; or gym-launch submit --backend slurm'),
+    ("compute.cluster.account", "launch.slurm.account", ""),
+    ("compute.cluster.node_pools.NAME", "[pools.NAME]", "one table per pool, in the same order"),
+    ("compute.cluster.node_pools.NAME.nodes", "pools.NAME.nodes", ""),
+    ("compute.cluster.node_pools.NAME.gpus_per_node", "pools.NAME.gpus_per_node", "0: a CPU pool"),
+    ("compute.cluster.node_pools.NAME.partition", "pools.NAME.partition", "pools on other partitions: a hetjob"),
+    ("services.NAME.node_pool (the policy)", "trainer.node_pool, inference.node_pool", "the policy's GPUs"),
+    ("services.NAME.tensor_parallel_size (the policy)", "inference.tensor_parallel_size", ""),
+    ("services.NAME (a judge)", "[judges.NAME]", 'mode = "managed" (the agent serves it) or "external"'),
+    ("services.NAME.node_pool (a judge)", "judges.NAME.node_pool", ""),
+    ("services.NAME.type = ray", "[ray]", "name = NAME (GYM_RAY_ADDRESS_<NAME>)"),
+    ("services.NAME.node_pools (ray)", "ray.node_pools", "a list; [] = the driver's node alone"),
+    ("services.NAME.resources (ray)", "ray.resources", "{POOL = {RESOURCE = amount}}"),
+    ("services.NAME.extra_args (ray)", "ray.extra_args", "head-only flags are dropped from workers"),
+    ("driver.benchmarks", "driver.command", "the command the agent runs on the driver's node"),
+)
+
+TOP_LEVEL = {
+    "compute": "is seed 001's layout; ours declares the allocation in [launch] (launch.slurm.account, "
+    "launch.backend) and each node pool as its own [pools.NAME] table (nodes, gpus_per_node, partition)",
+    "services": "is seed 001's layout; ours pins the policy with trainer.node_pool and inference.node_pool, "
+    "each judge is a [judges.NAME] table (with node_pool), and a Ray service is [ray] (name, node_pools, "
+    "resources)",
+}
+
+
+def problems(data: Mapping[str, Any]) -> dict[str, str]:
+    """Top-level key -> message, for the keys of seed 001's layout ``data`` has."""
+    return {k: f"{m} (docs/spec.md, 'Seed 001 layout')" for k, m in TOP_LEVEL.items() if k in data}
+
+
+def mapping_table() -> list[str]:
+    rows = [f"| `{seed}` | `{ours}` | {note} |" for seed, ours, note in MAPPING]
+    return ["| seed 001 | gym-agent | note |", "|---|---|---|", *rows]

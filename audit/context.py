@@ -3,7 +3,7 @@ and what the run's outcome was. Built once so that checks stay small and agree w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,14 +65,19 @@ class AuditContext:
 
 
 def _owners(
-    expected: tuple[int, ...], addrs: Mapping[int, AddressRec], places: Mapping[int, PlacementRec]
+    expected: tuple[int, ...],
+    addrs: Mapping[int, AddressRec],
+    places: Mapping[int, PlacementRec],
+    node_pools: Sequence[str | None] = (),
 ) -> dict[int, int]:
-    """node -> rank. The protocol's rule (i-th lowest address owns node i) when every expected rank
-    published an address; otherwise the placement records' own claims."""
+    """node -> rank. The protocol's rule (i-th lowest address owns node i, within its pool when
+    every replica named one: schemas/order.py) when every expected rank published an address;
+    otherwise the placement records' own claims."""
     wanted = set(expected)  # a tuple's `in` is a scan: quadratic over thousands of ranks
     known = {r: a.address for r, a in addrs.items() if r in wanted and a.address}
     if expected and len(known) == len(expected):
-        return dict(enumerate(order.node_owners(known)))
+        pools = {r: addrs[r].pool for r in known}
+        return dict(enumerate(order.owners_in_pools(known, pools, order.pool_ranks(node_pools))))
     out: dict[int, int] = {}
     for rank, rec in sorted(places.items()):
         if rec.node_index is not None and rec.node_index not in out:
@@ -94,7 +99,7 @@ def build_context(
     fails = failures(run)
     acked = frozenset(ranks_of(run, "ack"))
     complete = run.doc(names.COMPLETE)
-    owners = _owners(expected, addrs, places)
+    owners = _owners(expected, addrs, places, [n.pool for n in plan.nodes])
     if fails:
         outcome: Outcome = "failed"
     elif complete is not None and set(expected) <= acked:

@@ -76,6 +76,7 @@ class AddressRec:
     visible_devices: tuple[str, ...]
     incarnation: str | None
     job: SchedulerJobRef | None = None  # the scheduler's job and node for this replica
+    pool: str | None = None  # the pool its job step ran (GYM_POOL); None: not said
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ def addresses(run: LoadedRun) -> dict[int, AddressRec]:
             _visible(d.get("visible_devices")),
             as_str(d.get("incarnation")),
             _job_ref(d.get("scheduler_job")),
+            as_str(d.get("pool")),
         )
     return out
 

@@ -203,6 +203,9 @@ class JobEnv:
     NODES = "GYM_NODES"  # the allocation's hostnames in the agents' node order, comma-separated
     DRIVER_RANK = "GYM_DRIVER_RANK"  # the rank whose agent runs the driver (driver.placement)
     DRIVER_HOST = "GYM_DRIVER_HOST"  # the hostname of that node
+    # Set per step, not exported job-wide: the [pools.NAME] this node's step runs (its address record's
+    # `pool`; the agents order nodes by pool, then address: schemas/order.owners_in_pools).
+    POOL = "GYM_POOL"
 
     @staticmethod
     def pool_nodes(pool: str) -> str:

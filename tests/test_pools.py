@@ -23,7 +23,7 @@ from launch.spec.errors import SpecError
 from launch.spec.load import load_spec
 from launch.spec.plan import Plan, placement_problems
 from launch.spec.plan import plan as make_plan
-from schemas import DriverEnv, JobEnv
+from schemas import DriverEnv, JobEnv, order
 from tests.harness import assert_artifacts_valid, audit, launch_local, read, uid
 from tests.harness.specs import PINNED_POOLS, judge_tables, pool_tables, small_spec
 
@@ -357,7 +357,7 @@ def het_script(tmp: Path) -> str:
     agent = tmp / "agent"
     agent.write_text(
         "#!/bin/bash\n"
-        f'echo "$* gpus=${{CUDA_VISIBLE_DEVICES-none}} nodes=${JobEnv.NODES} '
+        f'echo "$* pool=${{{JobEnv.POOL}-none}} gpus=${{CUDA_VISIBLE_DEVICES-none}} nodes=${JobEnv.NODES} '
         f'readers=${JobEnv.pool_nodes("readers")}"\n'
     )
     agent.chmod(0o755)
@@ -392,11 +392,21 @@ def test_the_heterogeneous_script_puts_every_component_in_the_one_node_order(tmp
     assert all("nodes=g2,g1,g3,c1 readers=c1" in w for w in lines.values())
 
 
-def test_a_component_whose_hosts_sort_before_an_earlier_pools_exits_2_naming_the_node(tmp_path: Path) -> None:
-    # The CPU node's address sorts first: the agents would give it planned node 0 (the policy's).
+def test_a_component_whose_hosts_sort_before_an_earlier_pools_still_gets_its_own_pools_nodes(tmp_path: Path) -> None:
+    # The CPU node's address sorts first; each step names its pool and the agents order by pool,
+    # then address (schemas/order.owners_in_pools): c1 is still the readers' node, planned node 3.
     r = run_het(tmp_path, "10.0.0.1")
-    assert r.returncode == 2 and "planned node 0 of pool policy is c1, a host of component 1, not 0" in r.stderr
-    assert "step=" not in r.stdout  # no agent started
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = {w.split()[2]: w for w in r.stdout.splitlines() if w.startswith("step=")}
+    assert "--rank 3 " in lines["node=c1"] and "pool=readers" in lines["node=c1"]
+    assert "pool=policy" in lines["node=g2"] and "pool=judge" in lines["node=g3"]
+    assert all("nodes=g2,g1,g3,c1 readers=c1" in w for w in lines.values())
+    addresses = {0: "10.0.0.3", 1: "10.0.0.9", 2: "10.0.0.10", 3: "10.0.0.1"}  # ranks as the script gave them
+    pools = {0: "policy", 1: "policy", 2: "judge", 3: "readers"}
+    ranks = order.pool_ranks(["policy", "policy", "judge", "readers"])
+    assert order.owners_in_pools(addresses, pools, ranks) == [0, 1, 2, 3]  # the agents' order agrees
+    assert order.node_owners(addresses) == [3, 0, 1, 2]  # by address alone c1 would own node 0
+    assert order.owners_in_pools(addresses, {**pools, 3: None}, ranks) == [3, 0, 1, 2]  # one unsaid: address
 
 
 def test_hostnames_with_a_heterogeneous_job_are_refused(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launch.spec.errors import GymError
-from schemas import order
+from schemas import JobEnv, order
 
 
 class IdentityError(GymError):
@@ -66,6 +66,7 @@ class Identity:
     hostname: str
     visible_devices: tuple[str, ...]
     scheduler_job: SchedulerJob | None = None
+    pool: str | None = None  # GYM_POOL: the [pools.NAME] this node's job step runs (Slurm, with pools)
 
 
 SKYPILOT_RANK = "SKYPILOT_NODE_RANK"
@@ -206,4 +207,4 @@ def resolve(rank: int | None, count: int | None, address: str | None, env: Mappi
     r, n = resolve_rank(rank, count, env)
     addr, explicit = resolve_address(address, env)
     host = env.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
-    return Identity(r, n, addr, explicit, host, visible_devices(env), scheduler_job(env))
+    return Identity(r, n, addr, explicit, host, visible_devices(env), scheduler_job(env), env.get(JobEnv.POOL) or None)

@@ -1,12 +1,14 @@
 """Rendezvous through address records, plan agreement, and the node order.
 
 Replica ranks are not roles: the replica whose address sorts i-th lowest (numerically) owns
-planned node i; the Ray head runs on the driver's planned node (launch.spec.plan: Plan.ray_head).
+planned node i (within its pool's range when every replica names its pool: schemas/order.py);
+the Ray head runs on the driver's planned node (launch.spec.plan: Plan.ray_head).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +34,7 @@ class Peer:
     hostname: str
     visible_devices: tuple[str, ...]
     doorbell_port: int | None = None  # where its doorbell listens (agent/coord/doorbell.py); None: off
+    pool: str | None = None  # the pool its job step runs (GYM_POOL); None: not said
 
 
 class RankClaimed(GymError):
@@ -55,6 +58,8 @@ def claim(run: RunDir, writer: Writer, ident: Identity, *, doorbell_port: int | 
     }
     if ident.scheduler_job is not None:
         fields["scheduler_job"] = ident.scheduler_job.to_json()
+    if ident.pool is not None:
+        fields["pool"] = ident.pool
     if doorbell_port is not None:
         fields["doorbell_port"] = doorbell_port  # bound (and kept) before this record exists
     rel = names.address(ident.rank)
@@ -124,6 +129,7 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
                     str(doc.get("hostname", "")),
                     tuple(doc.get("visible_devices", ())),
                     _port(doc.get("doorbell_port")),
+                    doc["pool"] if isinstance(doc.get("pool"), str) else None,
                 )
             )
         return True
@@ -185,8 +191,10 @@ def agree(peers: list[Peer], fingerprint: str, phase: str) -> None:
         )
 
 
-def node_order(peers: list[Peer], phase: str) -> list[Peer]:
-    """Peers sorted by numeric address; two replicas on one address are refused before Ray starts."""
+def node_order(peers: list[Peer], phase: str, node_pools: Sequence[str | None] = ()) -> list[Peer]:
+    """Peers in node order (schemas/order.py: by numeric address, within their pools when every
+    peer names one of `node_pools`, the plan's nodes' pools); two replicas on one address are
+    refused before Ray starts."""
     seen: dict[str, int] = {}
     for p in peers:
         if p.address in seen:
@@ -200,4 +208,8 @@ def node_order(peers: list[Peer], phase: str) -> list[Peer]:
                 )
             )
         seen[p.address] = p.rank
-    return sorted(peers, key=lambda p: order.address_key(p.address))
+    by_rank = {p.rank: p for p in peers}
+    owners = order.owners_in_pools(
+        {p.rank: p.address for p in peers}, {p.rank: p.pool for p in peers}, order.pool_ranks(node_pools)
+    )
+    return [by_rank[r] for r in owners]

@@ -51,6 +51,7 @@ from launch.spec.plan import Plan
 from schemas import (
     AgentState,
     FailureKind,
+    JobEnv,
     PhaseOutcome,
     RunDir,
     RunDirError,
@@ -337,7 +338,7 @@ class Agent:
     def agree_plan(self, running: Running, peers: list[Peer]) -> Topology:
         phase = self.log.phase_name()
         agree(peers, self.config.fingerprint, phase)
-        ordered = node_order(peers, phase)
+        ordered = node_order(peers, phase, [n.pool for n in self.plan.nodes])
         if len(ordered) != self.plan.replicas:
             raise running.ctx.fail(
                 FailureKind.PLAN_MISMATCH,
@@ -345,6 +346,13 @@ class Agent:
                 f"{self.plan.replicas}; start exactly {self.plan.replicas} replicas",
             )
         index = next(i for i, p in enumerate(ordered) if p.rank == self.rank)
+        planned = self.plan.nodes[index].pool
+        if self.ident.pool is not None and planned is not None and self.ident.pool != planned:
+            raise running.ctx.fail(
+                FailureKind.PLACEMENT,
+                f"this node's job step runs pool {self.ident.pool!r} ({JobEnv.POOL}) but it owns planned node "
+                f"{index}, of pool {planned!r}: the allocation's pools do not match [pools.*] nodes",
+            )
         self.log.node_index, self.log.address = index, self.ident.address
         return Topology(self.plan.nodes[index], tuple(ordered), self.plan.driver_node, self.plan.ray_nodes)
 

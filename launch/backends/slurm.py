@@ -265,7 +265,9 @@ def _join(start: int, count: int) -> str:
     return f'$(IFS=,; echo "${{gym_node[*]:{start}:{count}}}")'
 
 
-def _srun(count: int, name: str, nodelist: str | None, group: int | None = None, gpus: bool = True) -> str:
+def _srun(
+    count: int, name: str, nodelist: str | None, group: int | None = None, gpus: bool = True, pool: str | None = None
+) -> str:
     parts = [
         "srun",
         "--kill-on-bad-exit=1",
@@ -279,7 +281,10 @@ def _srun(count: int, name: str, nodelist: str | None, group: int | None = None,
         parts.append(f'--nodelist="${nodelist}"')
     # A CPU component's step inherits the batch shell's CUDA_VISIBLE_DEVICES (the first component's
     # GPUs) unless told otherwise: its agents must see none.
-    run = 'bash -c "$gym_task"' if gpus else 'env -u CUDA_VISIBLE_DEVICES bash -c "$gym_task"'
+    env = [] if gpus else ["-u", "CUDA_VISIBLE_DEVICES"]
+    if pool is not None:  # the agents order nodes by pool, then address (schemas/order.py)
+        env.append(f"{JobEnv.POOL}={q(pool)}")
+    run = ("env " + " ".join(env) + " " if env else "") + 'bash -c "$gym_task"'
     return " ".join(parts) + " " + run
 
 
@@ -309,7 +314,8 @@ def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
     for c in comps:
         for pool in c.pools:
             name = step_name(config, plan, pool.name)
-            srun = _srun(pool.nodes, name, JobEnv.pool_nodes(pool.name), c.index if het else None, bool(c.gpus))
+            group = c.index if het else None
+            srun = _srun(pool.nodes, name, JobEnv.pool_nodes(pool.name), group, bool(c.gpus), pool.name)
             lines += [srun + " &", "gym_pids+=($!)"]
     lines += [
         "gym_first=0",
@@ -324,44 +330,36 @@ def _steps(config: RunConfig, plan: Plan, warned: bool) -> list[str]:
     return lines
 
 
-def _het_hosts(comps: Sequence[Component]) -> list[str]:
-    """A heterogeneous job's hosts (SLURM_JOB_NODELIST is the first component's only), and which
-    component each is in."""
-    groups = " ".join(str(c.index) for c in comps)
-    return [
-        "# A heterogeneous job: every component's hosts, and the component of each.",
-        "declare -A gym_group",
-        f"for g in {groups}; do",
-        '  v="SLURM_JOB_NODELIST_HET_GROUP_$g"',
-        '  for h in $(scontrol show hostnames "${!v:?gym: $v is not set: not a heterogeneous job}"); do',
-        "    gym_group[$h]=$g",
-        "  done",
-        "done",
-        'gym_nodelist=$(IFS=,; echo "${!gym_group[*]}")',
-    ]
+HET_SORTED = r"""# A heterogeneous job: each component's hosts by numeric IPv4 address (schemas.order).
+gym_sorted() {
+  for h in $(scontrol show hostnames "$1"); do
+    a=$(getent ahostsv4 "$h" | awk 'NR == 1 { print $1 }')
+    echo "${a:?gym: $h has no IPv4 address} $h"
+  done | sort -t . -k1,1n -k2,2n -k3,3n -k4,4n | awk '{ print $2 }'
+}"""
 
 
-def _het_check(config: RunConfig, comps: Sequence[Component]) -> list[str]:
-    """Each pool's planned nodes (a range of the agents' node order) must be hosts of its component."""
+def _het_order(config: RunConfig, comps: Sequence[Component]) -> list[str]:
+    """A heterogeneous job's node order, the agents' own: pools in declaration order, each taking
+    the next hosts of its component by address. Each pool's step tells its agents their pool
+    (GYM_POOL), and the agents order nodes by pool, then address (schemas/order.owners_in_pools),
+    so the components' addresses may interleave in any way."""
+    lines = [HET_SORTED]
+    for c in comps:
+        var = f"SLURM_JOB_NODELIST_HET_GROUP_{c.index}"
+        lines += [
+            f'mapfile -t gym_c{c.index} < <(gym_sorted "${{{var}:?gym: {var} is not set: not a heterogeneous job}}")',
+            f'if [ "${{#gym_c{c.index}[@]}}" -ne {c.nodes} ]; then',
+            f'  echo "gym: component {c.index} has ${{#gym_c{c.index}[@]}} node(s), its pools {c.nodes}" >&2; exit 2',
+            "fi",
+        ]
     of = {p.name: c.index for c in comps for p in c.pools}
-    lines = [
-        "# The agents order nodes by address, and pools take ranges of that order: each pool's range must",
-        "# be hosts of its own component (partition), else a pool would run on another pool's nodes.",
-        "gym_in_group() {",
-        "  local i; for ((i = $1; i < $1 + $2; i++)); do",
-        '    if [ "${gym_group[${gym_node[$i]}]-}" != "$3" ]; then',
-        '      echo "gym: planned node $i of pool $4 is ${gym_node[$i]}, a host of component'
-        " ${gym_group[${gym_node[$i]}]-?}, not $3: the agents order nodes by address, so each component's"
-        " hosts must sort after the previous pools' (ask Slurm for other nodes, or reorder the pools)\" >&2",
-        "      exit 2",
-        "    fi",
-        "  done",
-        "}",
-    ]
-    offset = 0
+    taken = {c.index: 0 for c in comps}
+    lines.append("gym_node=()")
     for pool in config.pool_list:
-        lines.append(f"gym_in_group {offset} {pool.nodes} {of[pool.name]} {q(pool.name)}")
-        offset += pool.nodes
+        group = of[pool.name]
+        lines.append(f'gym_node+=("${{gym_c{group}[@]:{taken[group]}:{pool.nodes}}}")  # pool {pool.name}')
+        taken[group] += pool.nodes
     return lines
 
 
@@ -404,17 +402,13 @@ def render(request: RenderRequest) -> Rendered:
     ]
     comps = components(config, plan)
     het = len(comps) > 1
-    order = NODE_ORDER.rstrip("\n")
-    if het:
-        order = order.replace('"$SLURM_JOB_NODELIST"', '"$gym_nodelist"')
+    order = _het_order(config, comps) if het else [NODE_ORDER.rstrip("\n")]
     body = [
         *env,
-        *(_het_hosts(comps) if het else []),
-        order,
+        *order,
         f'if [ "${{#gym_node[@]}}" -ne {plan.replicas} ]; then',
         f'  echo "gym: the allocation has ${{#gym_node[@]}} node(s), the plan {plan.replicas}" >&2; exit 2',
         "fi",
-        *(_het_check(config, comps) if het else []),
         *exports,
         f"gym_task={q(_agent_task(request))}",
         *(_warning_trap(run_dir) if warned else []),

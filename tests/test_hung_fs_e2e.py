@@ -48,15 +48,9 @@ def _driver_pid(agent: subprocess.Popen) -> int | None:
     return None
 
 
-@contextmanager
-def three_agents_on_one_client(
-    tmp_path: Path, driver: str, fs_stall_timeout: float | None = None, ray: bool = False
-) -> Iterator[tuple[NfsClient, list[subprocess.Popen], Path]]:
-    """Three agents on one NFS-model client, every one in its driver phase; killed by session and
-    unmounted on the way out."""
-    src, mnt = tmp_path / "src", tmp_path / "client"
+def _hung_spec(name: str, driver: str, ray: bool = False, fs_stall_timeout: float | None = None) -> str:
     spec_text = small_spec(
-        name="hung",
+        name=name,
         driver=driver,
         ray=ray,
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
@@ -64,10 +58,21 @@ def three_agents_on_one_client(
         poll_interval=0.5,
         teardown_grace=TEARDOWN_GRACE,
     )
-    if fs_stall_timeout is not None:
-        spec_text = spec_text.replace(
-            "[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {fs_stall_timeout}\n", 1
-        )
+    if fs_stall_timeout is None:
+        return spec_text
+    return spec_text.replace(
+        "[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {fs_stall_timeout}\n", 1
+    )
+
+
+@contextmanager
+def three_agents_on_one_client(
+    tmp_path: Path, driver: str, fs_stall_timeout: float | None = None, ray: bool = False
+) -> Iterator[tuple[NfsClient, list[subprocess.Popen], Path]]:
+    """Three agents on one NFS-model client, every one in its driver phase; killed by session and
+    unmounted on the way out."""
+    src, mnt = tmp_path / "src", tmp_path / "client"
+    spec_text = _hung_spec("hung", driver, ray, fs_stall_timeout)
     uuid = uid("hung")
     run_dir = src / "cluster" / uuid
     with nfs_clients(src, [mnt], dir_ttl=1.0, neg_ttl=1.0) as [client]:
@@ -197,15 +202,7 @@ def test_one_nodes_mount_stalls_its_peers_keep_it_alive_on_the_doorbell_then_it_
     own stall watch fails it as fs_stall and its doorbell rings the others, who stop while its
     mount still hangs. Once the mount is back rank 2 writes its record; the audit names it."""
     stall_bound = 2 * HEARTBEAT_TIMEOUT  # past heartbeat_timeout: silence would have been called
-    spec_text = small_spec(
-        name="partial",
-        driver=SLEEPY,
-        ray=False,
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        heartbeat_interval=1.0,
-        poll_interval=0.5,
-        teardown_grace=TEARDOWN_GRACE,
-    ).replace("[launch.coordination]\n", f"[launch.coordination]\nfs_stall_timeout = {stall_bound}\n", 1)
+    spec_text = _hung_spec("partial", SLEEPY, fs_stall_timeout=stall_bound)
     src, uuid = tmp_path / "src", uid("partial")
     run_dir = src / "cluster" / uuid
     spec_file = tmp_path / "partial.toml"

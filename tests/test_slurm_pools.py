@@ -103,9 +103,11 @@ def test_a_gpu_pool_and_a_cpu_pool_on_another_partition_run_as_one_heterogeneous
     wait_nodes_clean(c, ["n1", "n2", "n3", "c1"])
     assert c.queue() == []
 
-    # Every component's nodes in the one node order: by address, c1 (127.0.10.11) last.
+    # Every component's nodes in the one node order: by pool (each step's GYM_POOL, in the address
+    # records), then address.
     hosts = [read(run_dir, names.address(r))["hostname"] for r in range(4)]
     assert hosts == ["n1", "n2", "n3", "c1"], hosts
+    assert [read(run_dir, names.address(r))["pool"] for r in range(4)] == ["policy", "policy", "judge", "readers"]
     # The pinned trainer and judge on their pools, the CPU pool's node with no GPU and no Ray.
     placement = [read(run_dir, names.placement(r)) for r in range(4)]
     assert [(p["pool"], p["trainer_gpus"], p["rollout_gpus"], sorted(p["judges"])) for p in placement] == [

@@ -187,33 +187,28 @@ class Doorbell(threading.Thread):
             self._sends.append(_Send(encode(notice, self._secret), [now + d for d in COPIES_AT]))
         self._wakeup.set()
 
+    def _envelope(self) -> dict[str, Any]:
+        """Who sends, and the next sequence number: every message's first fields (callers hold the lock)."""
+        self._seq += 1
+        return {
+            "run": self._run,
+            "attempt": self._attempt,
+            "sender": self._rank,
+            "incarnation": self._incarnation,
+            "seq": self._seq,
+            "sent_at": clock.wall(),
+        }
+
     def _notice(self, kind: NoticeType, hb_seq: int = 0, fs_busy: float = 0.0) -> Notice:
-        self._seq += 1  # callers hold the lock
-        return Notice(
-            type=kind,
-            run=self._run,
-            attempt=self._attempt,
-            sender=self._rank,
-            incarnation=self._incarnation,
-            seq=self._seq,
-            sent_at=clock.wall(),
-            hb_seq=hb_seq,
-            fs_busy=fs_busy,
-        )
+        return Notice(type=kind, **self._envelope(), hb_seq=hb_seq, fs_busy=fs_busy)
 
     def ring(self, failed_rank: int, failed_incarnation: str, kind: str, cause: str) -> None:
         """Tell every peer that `failed_rank` failed. Returns at once: the thread sends."""
         if not self._armed:
             return
         with self._lock:
-            self._seq += 1
             ring = Ring(
-                run=self._run,
-                attempt=self._attempt,
-                sender=self._rank,
-                incarnation=self._incarnation,
-                seq=self._seq,
-                sent_at=clock.wall(),
+                **self._envelope(),
                 failed_rank=failed_rank,
                 failed_incarnation=failed_incarnation,
                 kind=kind,

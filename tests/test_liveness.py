@@ -361,3 +361,26 @@ def test_a_reaction_listed_first_is_followed_to_the_failure_it_names(tmp_path: P
     f = signal.failure
     assert f is not None and f.reacting_to == {"rank": 3, "incarnation": "p3", "kind": "judge_health"}
     assert f.cause == "rank 3 failed (judge_health): root" and f.peers == (3,)
+
+
+def test_a_reaction_whose_target_is_not_visible_yet_is_taken_at_its_word(tmp_path: Path) -> None:
+    """Rank 0 reacted to rank 1 (heard on the doorbell), and rank 1's record (its reaper's) is not
+    written yet: our record names rank 1's failure as rank 0's record quotes it, not rank 0's reaction."""
+    run, live, signal, _clock = make_ticked(tmp_path)
+    run.write_artifact(
+        names.failure(2),
+        Writer(FP, 2, "p2"),
+        {
+            "phase": "driver",
+            "wall_time": 1.0,
+            "monotonic_time": 1.0,
+            "kind": "peer_failure",
+            "cause": "rank 1 failed (agent_died): agent process 7 of rank 1 died",
+            "reacting_to": {"rank": 1, "incarnation": "p1", "kind": "agent_died"},
+            "peers": [1],
+        },
+    )
+    live.tick()
+    f = signal.failure
+    assert f is not None and f.reacting_to == {"rank": 1, "incarnation": "p1", "kind": "agent_died"}
+    assert f.cause == "rank 1 failed (agent_died): agent process 7 of rank 1 died" and f.peers == (1,)

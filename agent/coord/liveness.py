@@ -514,6 +514,12 @@ class Liveness(threading.Thread):
             if target in (self.rank, peer):
                 break
             found = self.run_dir.read_json(names.failure(target))
+            if found is None and (doc.get("reacting_to") or {}).get("kind"):
+                # Not visible yet (its writer is slower: a killed agent's reaper, a loaded host):
+                # the reaction names it (rank, incarnation, kind) and quotes its cause.
+                named = doc["reacting_to"]
+                quoted = str(doc.get("cause", "")).removeprefix(f"rank {target} failed ({named.get('kind')}): ")
+                return target, {"kind": named.get("kind"), "incarnation": named.get("incarnation"), "cause": quoted}
             if found is None or found.get("fingerprint") != self.writer.fingerprint:
                 break
             peer, doc = target, found

@@ -62,6 +62,7 @@ def _ended(c: slurm.Cluster, job: int, run_dir: Path, kind: str) -> dict:
     return fc
 
 
+@pytest.mark.long  # Slurm's shortest time limit is a minute, enforced on its own periodic check: ~90 s
 def test_a_time_limit_is_named(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
     c, uuid, root = slurm_cluster, uid("tlimit"), tmp_path / "out"
     t0 = time.monotonic()

@@ -48,8 +48,9 @@ def describe(d: Mapping[str, Any]) -> str:
     dropped = as_dict(d.get("dropped"))
     told = ", ".join(f"{n} {why}" for why, n in dropped.items()) if dropped else "none"
     errors = f", {d.get('send_errors')} send error(s)" if d.get("send_errors") else ""
+    # `sent` counts every copy of a ring and of the driver's `complete` wake-up (not the beacons).
     return (
-        f"doorbell: {len(d.get('ranks') or [])} rank(s); {d.get('rings')} failure ring(s) "
-        f"({d.get('sent')} datagrams{errors}), {d.get('accepted')} accepted; {d.get('beacons_received')} of "
-        f"{d.get('beacons_sent')} alive beacons received; dropped: {told}"
+        f"doorbell: {len(d.get('ranks') or [])} rank(s); {d.get('rings')} failure ring(s), "
+        f"{d.get('accepted')} accepted; {d.get('sent')} datagrams sent for rings and wake-ups{errors}; "
+        f"{d.get('beacons_received')} of {d.get('beacons_sent')} alive beacons received; dropped: {told}"
     )

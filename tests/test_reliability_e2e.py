@@ -417,7 +417,7 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         assert any(
             r["kind"] == "run_dir" and "shared filesystem full" in r["cause"] and r["fs_condition"] == "full"
             for r in recs.values()
-        )
+        ), {r: (d["kind"], d["cause"][:300], d.get("fs_condition"), d.get("reacting_to")) for r, d in recs.items()}
         for r in range(3):
             assert (run_dir / names.cleanup(r)).exists()
         # Every agent meets the full filesystem: which of them the audit names depends on which

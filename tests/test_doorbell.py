@@ -138,12 +138,16 @@ def test_the_secret_is_created_once_with_the_run_directory_trust(tmp_path: Path)
         ensure_secret(run)
 
 
-def bell_pair(events: list[Ring]) -> tuple[Doorbell, Doorbell]:
+def bell_pair(
+    events: list[Ring], notices: dict[int, list[Notice]] | None = None, beacon_every: float | None = None
+) -> tuple[Doorbell, Doorbell]:
+    """Two started doorbells, ranks 0 and 1; with `notices`, each collects its own and (with
+    `beacon_every`) rank 1 beacons to rank 0, its watcher, with status (7, 2.5)."""
     a, _ = Doorbell.bind("127.0.0.1")
     b, _ = Doorbell.bind("127.0.0.1")
     assert a is not None and b is not None
     stopping = threading.Event()
-    for bell, rank, inc in ((a, 0, "inc0"), (b, 1, "inc1")):
+    for bell, rank, inc, watchers in ((a, 0, "inc0", ()), (b, 1, "inc1", (0,))):
         bell.arm(
             SECRET,
             run="run-1",
@@ -152,8 +156,11 @@ def bell_pair(events: list[Ring]) -> tuple[Doorbell, Doorbell]:
             incarnation=inc,
             on_ring=events.append,
             stopping=stopping.is_set,
+            on_notice=notices[rank].append if notices is not None else None,
+            status=lambda: (7, 2.5),
+            beacon_every=beacon_every,
         )
-        bell.set_peers([PeerBell(0, "127.0.0.1", a.port, "inc0"), PeerBell(1, "127.0.0.1", b.port, "inc1")])
+        bell.set_peers([PeerBell(0, "127.0.0.1", a.port, "inc0"), PeerBell(1, "127.0.0.1", b.port, "inc1")], watchers)
         bell.start()
     return a, b
 
@@ -200,24 +207,7 @@ def test_beacons_go_to_the_watchers_and_complete_wakes_every_peer() -> None:
     """Two real doorbells: b beacons to a (its watcher) every 0.05 s with b's status; a, which b
     does not watch, sends none to b; a's `complete` reaches b. A forged beacon is dropped."""
     got: dict[int, list[Notice]] = {0: [], 1: []}
-    a, _ = Doorbell.bind("127.0.0.1")
-    b, _ = Doorbell.bind("127.0.0.1")
-    assert a is not None and b is not None
-    for bell, rank, inc, watchers in ((a, 0, "inc0", ()), (b, 1, "inc1", (0,))):
-        bell.arm(
-            SECRET,
-            run="run-1",
-            attempt=1,
-            rank=rank,
-            incarnation=inc,
-            on_ring=lambda _r: None,
-            stopping=lambda: False,
-            on_notice=got[rank].append,
-            status=lambda: (7, 2.5),
-            beacon_every=0.05,
-        )
-        bell.set_peers([PeerBell(0, "127.0.0.1", a.port, "inc0"), PeerBell(1, "127.0.0.1", b.port, "inc1")], watchers)
-        bell.start()
+    a, b = bell_pair([], got, beacon_every=0.05)
     try:
         wait_for(lambda: len(got[0]) >= 5)
         beacon = got[0][0]

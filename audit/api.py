@@ -33,9 +33,10 @@ from audit.expected import expected_plan
 from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
 from audit.judge_replies import count_replies
-from audit.load import SafeDir, UnusableRunDir, current_attempt, load_run
+from audit.load import current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
 from audit.restarts import attempt_numbers, how_entered, refused_findings
+from audit.safedir import SafeDir, UnusableRunDir
 from audit.scheduler_ending import (
     as_first_cause,
     backend_of,

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from audit.load import SafeDir, UnsafeFile, UnusableRunDir
 from audit.logs import Matcher, grep_log, list_logs
+from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
 from audit.sanitize import terminal_safe
 from launch.spec.console import quiet_broken_pipe, use_colour, version
 from launch.spec.errors import GymError
@@ -418,6 +419,19 @@ def _completion(argv: Sequence[str]) -> int:
     return 0
 
 
+def _without_gc(command: Callable[[Sequence[str]], int], argv: Sequence[str]) -> int:
+    """Run a command with the cycle collector paused. An audit builds ~1M small objects (parsed
+    JSON, views) that form no cycles, and the collector's passes over them cost ~10 % of an audit
+    of 1,024 replicas; the memory is bounded by the audit's own caps, and freed on return."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return command(argv)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -428,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _ls(argv[1:])
         if argv and argv[0] == "completion":
             return _completion(argv[1:])
-        return _audit(argv)
+        return _without_gc(_audit, argv)
     except GymError as exc:  # a user error no command above put in its own words
         print(f"gym-audit: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from audit.context import AuditContext
+from audit.expected import NodePlan
 from audit.model import Finding, Severity
 from audit.views import as_dict, as_list, mask_entries
 from schemas import names
@@ -71,6 +72,9 @@ def _overlaps(groups: dict[str, tuple[int, ...]]) -> list[str]:
 def check_placements(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
     plan = ctx.plan
+    planned_nodes: dict[int, NodePlan] = {}
+    for n in plan.nodes:
+        planned_nodes.setdefault(n.index, n)  # a lookup per rank, not a scan: 8192 ranks
     for rank, rec in sorted(ctx.placements.items()):
         f = rec.relpath
         addr = ctx.addresses.get(rank)
@@ -97,7 +101,7 @@ def check_placements(ctx: AuditContext) -> list[Finding]:
                     "$.node_index",
                 )
             )
-        planned = next((n for n in plan.nodes if n.index == owned), None)
+        planned = planned_nodes.get(owned) if owned is not None else None
         if planned is not None and planned.pool is not None and rec.pool != planned.pool:
             # A pinned service must land on its pool (seed 001): the node the address order gave
             # this rank is in another pool than the one its agent ran it as.

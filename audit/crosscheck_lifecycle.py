@@ -433,14 +433,12 @@ def check_incarnations(ctx: AuditContext) -> list[Finding]:
     restart or stale files from an earlier attempt mixed into this run."""
     out: list[Finding] = []
     seen: dict[int, set[str]] = defaultdict(set)
+    ours = {str(WriterKind.AGENT), str(WriterKind.REAPER)}  # plain strings: one hash per record
     for art in ctx.run.artifacts.values():
-        if (
-            art.file_rank is None
-            or art.doc is None
-            or as_str(art.doc.get("writer")) not in (WriterKind.AGENT, WriterKind.REAPER)
-        ):
+        doc = art.doc
+        if art.file_rank is None or doc is None or as_str(doc.get("writer")) not in ours:
             continue
-        inc = as_str(art.doc.get("incarnation"))
+        inc = as_str(doc.get("incarnation"))
         if inc:
             seen[art.file_rank].add(inc)
     for rank, incs in sorted(seen.items()):

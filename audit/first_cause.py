@@ -24,10 +24,10 @@ import signal
 from collections.abc import Mapping
 from dataclasses import replace
 
-from audit.load import SafeDir
 from audit.logs import log_excerpt
 from audit.model import Cause
 from audit.ray_evidence import ray_evidence
+from audit.safedir import SafeDir
 from audit.views import FailureRec, PhasesRec
 from schemas import FailureKind, Phase, names
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from audit.lines import LineReader
-from audit.load import LoadedRun, SafeDir, UnsafeFile
+from audit.load import LoadedRun
 from audit.model import Finding
+from audit.safedir import SafeDir, UnsafeFile
 from audit.views import as_dict, as_list, as_str
 from schemas import names
 

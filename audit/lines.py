@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from audit.load import SafeDir
+from audit.safedir import SafeDir
 
 CHUNK = 4 * 1024 * 1024
 

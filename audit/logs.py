@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
-from audit.load import SafeDir, UnsafeFile
+from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
 
 CHUNK = 1024 * 1024

@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from audit.load import SafeDir, UnsafeFile
 from audit.logs import MAX_LINE, TRUNCATED, LogFile, Matcher
+from audit.safedir import SafeDir, UnsafeFile
 from schemas import Phase, names
 
 STAMP = re.compile(rb"^\[?(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")

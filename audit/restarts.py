@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 
-from audit.load import SafeDir, UnsafeFile
 from audit.model import Finding
+from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
 
 REFUSED = "attempt.refused"  # the finding's code

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from audit.api import audit_run
-from audit.load import UnusableRunDir
 from audit.model import AuditResult
+from audit.safedir import UnusableRunDir
 from audit.sanitize import terminal_safe
 
 MAX_RUNS = 10_000

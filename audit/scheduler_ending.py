@@ -26,9 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from audit.first_cause import signal_like
-from audit.load import LoadedRun, SafeDir, UnsafeFile
+from audit.load import LoadedRun
 from audit.logs import read_tail
 from audit.model import Cause
+from audit.safedir import SafeDir, UnsafeFile
 from audit.views import AddressRec, FailureRec
 from schemas import FailureKind, names
 

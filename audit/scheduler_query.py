@@ -17,8 +17,6 @@ and never fails the audit: an unreachable scheduler is a note.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -78,6 +76,9 @@ def _kv(text: str) -> dict[str, str]:
 
 
 def _scontrol(*args: str) -> str | None:
+    import shutil
+    import subprocess  # only when the scheduler is asked: most audits never are
+
     exe = shutil.which("scontrol")
     if exe is None:
         return None
@@ -98,6 +99,8 @@ def silent_ranks(causes: Iterable[Cause]) -> list[int]:
 
 
 def ask_slurm(job_id: str | None, silent: Iterable[int], addresses: Mapping[int, AddressRec]) -> Answer:
+    import shutil
+
     if shutil.which("scontrol") is None:
         return Answer(None, "the scheduler was not asked: scontrol is not on PATH here")
     for rank in silent:

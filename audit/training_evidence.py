@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 
 from audit.lines import LineReader
-from audit.load import SafeDir, UnsafeFile
 from audit.model import Finding
+from audit.safedir import SafeDir, UnsafeFile
 from launch.spec.sections import EvidenceConfig
 
 # The MILES trainer's own file names (its formats, not this project's run-directory contract).

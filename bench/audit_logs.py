@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit.load import SafeDir
 from audit.logs import Matcher, grep_log
+from audit.safedir import SafeDir
 from schemas import names
 
 from .audit_scale import compiled_env

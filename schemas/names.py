@@ -108,6 +108,8 @@ def current_attempt(claimed: Iterable[int]) -> int:
 def is_run_level(relpath: str) -> bool:
     """Files of the run, not of one attempt: kept in place across attempts and read by every one."""
     top = relpath.split("/", 1)[0]
+    if top in SUBDIRS:  # most records: one set lookup, no pattern (the audit asks for each)
+        return False
     if top in (ATTEMPTS_DIR, CHECKPOINTS_DIR, SPEC, SUBMISSION):
         return True
     return is_other_file(top)
@@ -336,7 +338,7 @@ def temp_name(leaf_name: str, token: str) -> str:
 
 
 def is_temp(leaf_name: str) -> bool:
-    return TEMP_RE.match(leaf_name) is not None
+    return leaf_name.endswith(".tmp") and TEMP_RE.match(leaf_name) is not None
 
 
 @dataclass(frozen=True)
@@ -348,6 +350,7 @@ class Parsed:
     rank: int | None
     judge: str | None
     log: str | None = None
+    lines: bool = False  # a JSON Lines artifact: every line matches `schema`
 
 
 def jsonl_schema_for(relpath: str) -> str | None:
@@ -361,7 +364,7 @@ def parse(relpath: str) -> Parsed | None:
     if head in _JSONL_BY_HEAD:
         segment = grades_segment(relpath)
         if segment is not None:
-            return Parsed("grade", segment[0], None)
+            return Parsed("grade", segment[0], None, lines=True)
     for pattern, schema in _ARTIFACTS_BY_HEAD.get(head, ()):
         m = pattern.match(relpath)
         if m:

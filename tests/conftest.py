@@ -105,8 +105,8 @@ def run_dir_diagnostics(run_dir: Path) -> str:
     """gym-audit's text report, the failure records and log tails of one run directory."""
     from audit import report_text
     from audit.api import audit_run
-    from audit.load import SafeDir
     from audit.logs import list_logs, read_tail
+    from audit.safedir import SafeDir
 
     parts: list[str] = []
     try:

@@ -24,7 +24,7 @@ import pytest
 
 from audit import report_html, report_json, report_text, runs, schema_check
 from audit.api import audit_run
-from audit.load import UnusableRunDir
+from audit.safedir import UnusableRunDir
 from schemas import names, validation
 from tests.harness.rundirs import SCENARIOS
 

@@ -12,10 +12,11 @@ from agent.judges.grade_log import GradeLog
 from agent.judges.recorder import GradeRecorder
 from agent.judges.rubrics import resolve_rubric
 from audit.api import audit_run
-from audit.load import SafeDir, load_run
+from audit.load import load_run
 from audit.report_html import render as render_html
 from audit.report_json import render as render_json
 from audit.report_text import render as render_text
+from audit.safedir import SafeDir
 from schemas import names
 from schemas.vocab import GradeOutcome
 from tests.harness.grades import diagnostics

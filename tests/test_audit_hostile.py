@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from audit import report_html, report_json, report_text
 from audit.api import audit_run
-from audit.load import MAX_ARTIFACT_BYTES, UnusableRunDir
+from audit.safedir import UnusableRunDir
+from schemas.safe_io import MAX_ARTIFACT_BYTES
 from tests.harness.rundirs import SCENARIOS, RunBuilder
 
 BASES: dict[str, Path] = {}

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.cli import main
-from audit.load import SafeDir, UnsafeFile
 from audit.logs import Matcher, _LiteralFinder, excerpt, grep_fd, grep_log, list_logs
+from audit.safedir import SafeDir, UnsafeFile
 
 
 def naive(data: bytes, pattern: str | None, ignore_case: bool = False) -> list[tuple[int, bytes]]:

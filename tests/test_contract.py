@@ -178,7 +178,8 @@ def test_one_address_order() -> None:
 
 
 def test_the_placement_record_builder_and_the_audit_view_agree(tmp_path: Path) -> None:
-    from audit.load import SafeDir, load_run
+    from audit.load import load_run
+    from audit.safedir import SafeDir
     from audit.views import placements
     from schemas import RunDir, Writer, records
 
@@ -253,7 +254,7 @@ def test_user_errors_share_one_root_carrying_the_exit_code() -> None:
     from agent.coord.attempts import AttemptRefused
     from agent.coord.identity import IdentityError
     from agent.coord.rendezvous import RankClaimed
-    from audit.load import UnusableRunDir
+    from audit.safedir import UnusableRunDir
     from launch.spec.data_check import DataError
     from launch.spec.errors import GymError, SpecError, UsageError
     from launch.spec.sglang_argv import JudgeCommandError

@@ -14,8 +14,8 @@ import pytest
 from audit.api import audit_run
 from audit.judge_replies import ACCESS_RE, count_access_log
 from audit.lines import LineReader
-from audit.load import SafeDir
 from audit.model import AuditResult
+from audit.safedir import SafeDir
 from schemas import names, validation
 from tests.harness.grades import diagnostics
 from tests.harness.rundirs import RunBuilder, success

@@ -20,7 +20,7 @@ PIECES = [
 def linear_parse(relpath: str) -> names.Parsed | None:
     m = names.GRADES_RE.match(relpath)
     if m:
-        return names.Parsed("grade", int(m.group(1)), None)
+        return names.Parsed("grade", int(m.group(1)), None, lines=True)
     for pattern, schema in names.ARTIFACT_PATTERNS:
         if m := pattern.match(relpath):
             return names.Parsed(schema, *names._rank_judge(m))

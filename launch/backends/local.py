@@ -256,7 +256,7 @@ def audit_errors(run_dir: Path) -> list[str]:
     """The audit's errors as "code — message" lines; empty when it passes. A run directory the
     audit cannot read is itself a failure to report."""
     from audit.api import audit_run
-    from audit.load import UnusableRunDir
+    from audit.safedir import UnusableRunDir
 
     try:
         result = audit_run(run_dir)
@@ -271,7 +271,7 @@ SUMMARY_CHARS = 1000  # the audit message names the accepted evidence: keep it w
 def first_cause_line(run_dir: Path) -> str | None:
     """The audit's first cause in one line (the run's, not one replica's view of it)."""
     from audit.api import audit_run
-    from audit.load import UnusableRunDir
+    from audit.safedir import UnusableRunDir
 
     try:
         fc = audit_run(run_dir).first_cause

@@ -14,7 +14,6 @@ sections are part of it. The driver, by default the trainer itself
 
 from __future__ import annotations
 
-import difflib
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -159,8 +158,10 @@ def _put(data: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _close(key: str, known: Sequence[str]) -> str | None:
-    match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+def _close(key: str, known: Sequence[str], cutoff: float = 0.8) -> str | None:
+    import difflib  # only for a mistake: the audit imports this module
+
+    match = difflib.get_close_matches(key, list(known), n=1, cutoff=cutoff)
     return match[0] if match else None
 
 
@@ -179,7 +180,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     known_top = ("schema_version", "name", *OWNED_SECTIONS, *MIXED_SECTIONS, *TRAINER_SECTIONS, *EXTENSION_SECTIONS)
     for key in data:
         if key not in known_top:
-            guess = _close(key, known_top) or next(iter(difflib.get_close_matches(key, known_top, n=1)), None)
+            guess = _close(key, known_top) or _close(key, known_top, cutoff=0.6)
             hint = f"did you mean {guess}?" if guess else "known sections: " + ", ".join(sorted(known_top))
             problem([key], f"unknown section of a MILES run file; {hint}")
     if "name" in data:

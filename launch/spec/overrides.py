@@ -12,7 +12,6 @@ missing intermediate tables are created.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +41,8 @@ def _split(item: str) -> tuple[str, str]:
 
 
 def _key_segments(key: str, item: str) -> list[str]:
+    import tomllib  # only when --set is given: the audit imports this module
+
     if not key:
         raise UsageError(f"--set {item!r}: the key is empty")
     try:
@@ -58,6 +59,8 @@ def _key_segments(key: str, item: str) -> list[str]:
 
 
 def _value(raw: str, item: str) -> Any:
+    import tomllib
+
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError as exc:

@@ -27,7 +27,6 @@ Rules beyond the field declarations:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -114,6 +113,8 @@ def looks_like_credential(name: str, value: Any) -> bool:
 
 
 def unknown_key_message(path: Path_, key: str, known: list[str]) -> str:
+    import difflib  # only for a mistake: the audit and every agent import this module
+
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if close:
         return f"unknown key; did you mean {format_key((*path, close[0]))}?"

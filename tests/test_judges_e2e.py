@@ -146,7 +146,7 @@ def test_missing_binding_in_data_fails_before_any_gpu_work(tmp_path: Path) -> No
 
 
 def test_judge_crash_mid_run_stops_every_replica(tmp_path: Path) -> None:
-    run = launch_local(tmp_path, judge_spec(), uid("crash"))
+    run = launch_local(tmp_path, judge_spec(ray=False), uid("crash"))  # the judge's path: no Ray needed
     try:
         wait_phase(run.run_dir, 0, "driver", 150)
         judge_pid = read(run.run_dir, names.judge_endpoint("general", 2))["pid"]
@@ -182,7 +182,8 @@ def test_judge_hang_fails_after_three_health_probes(tmp_path: Path) -> None:
 
 
 def test_wrong_judge_fails_canary_and_driver_never_starts(tmp_path: Path) -> None:
-    run = launch_local(tmp_path, judge_spec(), uid("wrong"), env={"GYM_REFERENCE_JUDGE_FAULTS": "wrong"})
+    spec = judge_spec(ray=False)  # the canaries come before the driver: no Ray needed
+    run = launch_local(tmp_path, spec, uid("wrong"), env={"GYM_REFERENCE_JUDGE_FAULTS": "wrong"})
     try:
         assert run.wait(180) != 0
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -52,7 +53,8 @@ max_context_length = 8192
 max_concurrent_calls = 4
 timeout = 30
 """
-DEMO_DRIVER = 'command = ["python", "examples/demo_driver.py"]'  # grades rollouts through the registry
+# A driver that grades through the registry's bindings, without Ray: the judge's start is tested.
+GRADING_DRIVER = f'command = ["{sys.executable}", "{Path(__file__).parent / "data" / "grading_driver.py"}"]'
 
 
 def snapshot_dir(tmp_path: Path, revision: str) -> Path:
@@ -65,7 +67,7 @@ def snapshot_dir(tmp_path: Path, revision: str) -> Path:
 
 def sglang_spec(prepared_dir: Path) -> str:
     reference_judge = JUDGE_TABLES[: JUDGE_TABLES.index("[rubrics.")]
-    spec = judge_spec(driver=DEMO_DRIVER)
+    spec = judge_spec(driver=GRADING_DRIVER, ray=False)
     assert reference_judge in spec
     return spec.replace(reference_judge, SGLANG_JUDGE.replace("PREPARED_DIR", str(prepared_dir)))
 
@@ -78,7 +80,7 @@ def run_with_stand_in(
         "PYTHONPATH": str(STAND_IN),
         "GYM_STAND_IN_SGLANG_RECORD": str(record),
         "GYM_STAND_IN_SGLANG_LOSE_RACES": str(lose_races),
-        "DEMO_STEPS": "1",
+        "GRADES": "2",
         **(env or {}),
     }
     prepared = prepared_dir or snapshot_dir(tmp_path, REVISION)

@@ -44,17 +44,17 @@ class LoadedRun:
     others: dict[str, int] = field(default_factory=dict)  # names.OTHER_FILES present: relpath -> size
     findings: list[Finding] = field(default_factory=list)
     _index: dict[str, list[Artifact]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _index_key: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
+    _indexed: dict[str, Artifact] | None = field(default=None, init=False, repr=False, compare=False)
+    _indexed_len: int = field(default=0, init=False, repr=False, compare=False)
 
     def by_schema(self, schema: str) -> list[Artifact]:
         # Asked once per view and check: indexed once, not a pass over 6,000 artifacts each time.
         # The index is rebuilt whenever the artifacts changed (load_run only ever adds).
-        key = (id(self.artifacts), len(self.artifacts))
-        if self._index_key != key:
+        if self._indexed is not self.artifacts or self._indexed_len != len(self.artifacts):
             index: dict[str, list[Artifact]] = {}
             for a in self.artifacts.values():
                 index.setdefault(a.schema, []).append(a)
-            self._index, self._index_key = index, key
+            self._index, self._indexed, self._indexed_len = index, self.artifacts, len(self.artifacts)
         return list(self._index.get(schema, ()))
 
     def jsonl_lines(self, schema: str) -> list[tuple[JsonlArtifact, dict[str, Any]]]:

@@ -203,6 +203,82 @@ def test_a_ring_reaches_the_peer_and_garbage_is_counted() -> None:
     assert a.summary()["sent"] == 3 and a.summary()["rings"] == 1
 
 
+def armed_bells(count: int, events: dict[int, list[Ring]]) -> list[Doorbell]:
+    """`count` started doorbells, ranks 0.., armed but with no peers yet (before rendezvous)."""
+    bells = []
+    for rank in range(count):
+        bell, _ = Doorbell.bind("127.0.0.1")
+        assert bell is not None
+        events[rank] = []
+        bell.arm(
+            SECRET,
+            run="run-1",
+            attempt=1,
+            rank=rank,
+            incarnation=f"inc{rank}",
+            on_ring=events[rank].append,
+            stopping=lambda: False,
+        )
+        bell.start()
+        bells.append(bell)
+    return bells
+
+
+def peers_of(bells: list[Doorbell], ranks: list[int]) -> list[PeerBell]:
+    return [PeerBell(r, "127.0.0.1", bells[r].port, f"inc{r}") for r in ranks]
+
+
+def stop_all(bells: list[Doorbell]) -> None:
+    for bell in bells:
+        bell.stop()
+    for bell in bells:
+        bell.join(2)
+    assert not any(bell.is_alive() for bell in bells)
+
+
+def test_a_ring_during_rendezvous_reaches_the_peers_read_so_far() -> None:
+    """Rank 0 fails while its rendezvous has read ranks 0 and 1 only (rank 2's address record is
+    not visible to it yet): rank 1 hears it at once; rank 2, unknown to rank 0, is not rung."""
+    events: dict[int, list[Ring]] = {}
+    bells = armed_bells(3, events)
+    try:
+        bells[0].set_peers(peers_of(bells, [0, 1]), partial=True)
+        bells[1].set_peers(peers_of(bells, [0, 1]), partial=True)
+        bells[2].set_peers(peers_of(bells, [0, 1, 2]))
+        bells[0].ring(0, "inc0", "data", "train.jsonl names an unknown binding")
+        wait_for(lambda: events[1])
+        assert (events[1][0].failed_rank, events[1][0].kind) == (0, "data")
+        wait_for(lambda: bells[0].summary()["sent"] == 3)  # three copies, to rank 1 alone
+        time.sleep(0.2)
+        assert not events[2] and bells[2].summary()["received"] == 0
+    finally:
+        stop_all(bells)
+
+
+def test_a_ring_from_a_rank_not_read_yet_is_held_until_rendezvous_names_it() -> None:
+    """Rank 1's rendezvous has read rank 2 but not rank 0 when rank 0's ring arrives: it is held,
+    not dropped, and acted on once rank 0's address record is read. A stale incarnation of a rank
+    already read is still dropped."""
+    events: dict[int, list[Ring]] = {}
+    bells = armed_bells(3, events)
+    try:
+        bells[0].set_peers(peers_of(bells, [0, 1, 2]))
+        bells[1].set_peers(peers_of(bells, [1, 2]), partial=True)
+        bells[0].ring(0, "inc0", "driver_exit", "the driver exited 1")
+        wait_for(lambda: bells[1].summary()["received"] == 3)
+        time.sleep(0.1)
+        assert not events[1] and not bells[1].dropped
+        bells[1].set_peers(peers_of(bells, [0, 1, 2]), partial=True)
+        wait_for(lambda: events[1])
+        assert events[1][0].failed_rank == 0 and not bells[1].dropped
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as foreign:
+            stale = replace(RING, sender=2, incarnation="old", failed_rank=2, failed_incarnation="old")
+            foreign.sendto(encode(stale, SECRET), ("127.0.0.1", bells[1].port))
+        wait_for(lambda: bells[1].dropped["stale"] == 1)
+    finally:
+        stop_all(bells)
+
+
 def test_beacons_go_to_the_watchers_and_complete_wakes_every_peer() -> None:
     """Two real doorbells: b beacons to a (its watcher) every 0.05 s with b's status; a, which b
     does not watch, sends none to b; a's `complete` reaches b. A forged beacon is dropped."""

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,3 +178,43 @@ def test_a_failure_the_filesystem_hides_reaches_every_agent_through_the_doorbell
         assert names.leaf(names.DOORBELL_SECRET) not in os.listdir(run_dir)
     assert_artifacts_valid(run_dir)
     audit(run_dir, verdict="fail", rank=0, kind=kind)
+
+
+def test_a_failure_during_rendezvous_rings_the_peers_read_so_far(
+    tmp_path: Path, mounts: tuple[Path, Path, Path]
+) -> None:
+    """Ranks 0 (mount b) and 1 (mount a) wait in rendezvous for rank 2, which never comes. Rank 0
+    gets SIGTERM: rank 1, whose mount hides failures/failure-0.json for HIDDEN_S, stops within a
+    second, rung by rank 0's doorbell with the peers its rendezvous had read so far."""
+    src, a, b = mounts
+    spec = tmp_path / "early.toml"
+    spec.write_text(small_spec(name="early", ray=False, startup_timeout=120, heartbeat_timeout=4 * HIDDEN_S))
+    u = uid("early")
+    run_dir = src / "cluster" / u
+    roots = (b, a)
+    procs = [
+        start_agent(tmp_path, spec, u, r, 3, f"127.0.0.{r + 2}", args=("--output-root", str(roots[r] / "")))
+        for r in range(2)
+    ]
+    try:
+        for r in range(2):
+            wait_for_file(run_dir / names.address(r), 60)
+        time.sleep(4)  # 16 rendezvous polls (0.25 s): each agent has read the other's address record
+        assert all(p.poll() is None for p in procs)  # still waiting for rank 2
+        assert not (a / "cluster" / u / names.failure(0)).exists()  # rank 1's client: "no such file"
+        os.kill(agent_pid(run_dir, 0), signal.SIGTERM)
+        codes = wait_all(procs, 60)
+    finally:
+        for p in procs:
+            kill_tree_by_session(p)
+    out = "".join(p.stdout.read() for p in procs if p.stdout)
+    assert codes == [1, 1], out[-4000:]
+    recs = failures(run_dir)
+    assert recs[0]["kind"] == "signal" and recs[0]["phase"] == "rendezvous", recs[0]
+    assert recs[1]["kind"] == "peer_failure" and recs[1]["reacting_to"]["rank"] == 0, recs[1]
+    took = recs[1]["wall_time"] - recs[0]["wall_time"]
+    print(f"\nfailure during rendezvous: rank 1 stopped {took:.3f}s after rank 0's record")
+    assert took < 1.0, (took, out[-3000:])
+    assert read(run_dir, names.cleanup(1))["doorbell"]["accepted"] >= 1
+    assert_artifacts_valid(run_dir)
+    assert_nothing_left(run_dir)

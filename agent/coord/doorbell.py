@@ -86,6 +86,7 @@ class Doorbell(threading.Thread):
         self._peers: list[PeerBell] | None = None
         self._targets: list[tuple[int, Any]] | None = None  # (rank, sockaddr), resolved in this thread
         self._incarnations: dict[int, str] = {}
+        self._partial = False  # the peers are those rendezvous has read so far, not all of them
         self._pending: list[Message] = []
         self._watchers: frozenset[int] = frozenset()  # the ranks our beacons go to
         self._beacon_every: float | None = None
@@ -168,13 +169,17 @@ class Doorbell(threading.Thread):
 
     # -- from other threads ---------------------------------------------------------------------
 
-    def set_peers(self, peers: Sequence[PeerBell], watchers: Sequence[int] = ()) -> None:
-        """The run's peers, from their address records (after rendezvous), and the ranks that
-        watch this agent's liveness (its beacons go to them)."""
+    def set_peers(self, peers: Sequence[PeerBell], watchers: Sequence[int] = (), *, partial: bool = False) -> None:
+        """The run's peers, from their address records, and the ranks that watch this agent's
+        liveness (its beacons go to them). `partial`: the peers rendezvous has read so far. Rings
+        go to them at once (a failure during startup need not wait for the last replica), and a
+        message from a rank not read yet is held, not dropped, until the next call names it."""
         with self._lock:
             self._peers = list(peers)
             self._incarnations = {p.rank: p.incarnation for p in peers}
             self._watchers = frozenset(watchers)
+            self._partial = partial
+            self._targets = None  # resolved again by the thread, which then retries what it held
         self._wakeup.set()
 
     def complete(self) -> None:
@@ -345,7 +350,7 @@ class Doorbell(threading.Thread):
             targets = self._targets
             if targets is None:
                 if not flush:
-                    return  # rung before rendezvous: sent once the peers are known
+                    return  # rung before rendezvous read any peer: sent once it has
                 targets = []
             now = time.monotonic()
             batch = []
@@ -387,21 +392,29 @@ class Doorbell(threading.Thread):
                 self._drop(exc, sender)
                 continue
             with self._lock:
-                known = self._targets is not None
-                if not known:
-                    if isinstance(msg, Notice):
-                        continue  # a beacon or wake-up from before our rendezvous: nothing to keep
-                    if len(self._pending) < MAX_PENDING:
-                        self._pending.append(msg)
-                    else:
-                        self.dropped[str(Drop.UNKNOWN_RANK)] += 1
-                    continue
+                known, partial = self._targets is not None, self._partial
+            if isinstance(msg, Notice) and (partial or not known):
+                continue  # a beacon or wake-up from before our rendezvous: nothing to keep
+            if not known:
+                self._hold(msg)
+                continue
             self._accept(msg, sender)
+
+    def _hold(self, msg: Message) -> None:
+        """Keep an authenticated ring until the peers' incarnations are known (bounded)."""
+        with self._lock:
+            if len(self._pending) < MAX_PENDING:
+                self._pending.append(msg)
+            else:
+                self.dropped[str(Drop.UNKNOWN_RANK)] += 1
 
     def _accept(self, msg: Message, sender: Any = None) -> None:
         try:
             check_peer(msg, self._attempt, self._incarnations)
         except Dropped as exc:
+            if exc.reason is Drop.UNKNOWN_RANK and self._partial and isinstance(msg, Ring):
+                self._hold(msg)  # from (or about) a rank whose address record we have not read yet
+                return
             self._drop(exc, sender)
             return
         if isinstance(msg, Notice):

@@ -8,7 +8,7 @@ the Ray head runs on the driver's planned node (launch.spec.plan: Plan.ray_head)
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,21 +97,28 @@ def _set_aside_other_attempt(run: RunDir, rel: str) -> bool:
     return True
 
 
-def gather(ctx: RunContext, count: int) -> list[Peer]:
+def gather(ctx: RunContext, count: int, seen: Callable[[list[Peer]], None] | None = None) -> list[Peer]:
     """Wait (inside the one startup deadline) until every rank has an address record. A peer
-    started with another replica count fails the run at once, naming the ranks."""
+    started with another replica count fails the run at once, naming the ranks. `seen`: called
+    with the peers read so far whenever there are more (the doorbell rings them meanwhile)."""
     present: set[int] = set()
     counts: dict[int, int] = {}
+    early: dict[int, Peer] = {}
     peers: list[Peer] = []
 
     def everyone() -> bool:
         nonlocal peers
         listed = (names.rank_in(names.ADDRESSES_DIR, n) for n in ctx.run.listdir(names.ADDRESSES_DIR))
         present.update(r for r in listed if r is not None)
+        more = False
         for r in sorted(present - set(counts)):
             doc = ctx.run.read_json(names.address(r))
             if doc is not None:
                 counts[r] = int(doc.get("replicas", count))
+                if r < count:
+                    early[r], more = _peer(r, doc), True
+        if more and seen is not None:
+            seen([early[r] for r in sorted(early)])
         _check_counts(counts, count, ctx.phase())
         if not all(r in present for r in range(count)):
             return False
@@ -120,18 +127,7 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
             doc = ctx.run.read_json(names.address(r))
             if doc is None:
                 return False  # listed but not readable yet: try again next poll
-            peers.append(
-                Peer(
-                    r,
-                    str(doc["address"]),
-                    str(doc["incarnation"]),
-                    str(doc["fingerprint"]),
-                    str(doc.get("hostname", "")),
-                    tuple(doc.get("visible_devices", ())),
-                    _port(doc.get("doorbell_port")),
-                    doc["pool"] if isinstance(doc.get("pool"), str) else None,
-                )
-            )
+            peers.append(_peer(r, doc))
         return True
 
     def describe(left: float) -> str:
@@ -152,6 +148,19 @@ def gather(ctx: RunContext, count: int) -> list[Peer]:
             phase=ctx.phase(),
             peers=tuple(missing),
         )
+    )
+
+
+def _peer(rank: int, doc: dict) -> Peer:
+    return Peer(
+        rank,
+        str(doc["address"]),
+        str(doc["incarnation"]),
+        str(doc["fingerprint"]),
+        str(doc.get("hostname", "")),
+        tuple(doc.get("visible_devices", ())),
+        _port(doc.get("doorbell_port")),
+        doc["pool"] if isinstance(doc.get("pool"), str) else None,
     )
 
 

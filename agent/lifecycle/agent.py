@@ -250,10 +250,10 @@ class Agent:
 
     def rendezvous(self, running: Running) -> list[Peer]:
         self._check_host_allowed(running.ctx)  # the address record was claimed before anything was written
-        peers = gather(running.ctx, self.ident.count)
+        peers = gather(running.ctx, self.ident.count, seen=self._peers_so_far)
         running.liveness.start_watching()
         if self._bell is not None:
-            bells = [PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers]
+            bells = _bells(peers)
             self._bell.set_peers(bells, watchers=watchers_of(self.rank, self.ident.count))
             ports = {b.rank: b.port for b in bells}
             # Beacons only count when every watched peer rings too (a peer with its doorbell off
@@ -264,6 +264,11 @@ class Agent:
             if line is not None:  # a killed agent's reaper rings for it
                 running.ctx.reaper.doorbell(line)
         return peers
+
+    def _peers_so_far(self, peers: list[Peer]) -> None:
+        """During rendezvous: a failure now (ours, or one we learn of) rings the peers read so far."""
+        if self._bell is not None:
+            self._bell.set_peers(_bells(peers), partial=True)
 
     # -- the doorbell ----------------------------------------------------------------------------
 
@@ -507,3 +512,7 @@ class Agent:
 
         # SIGTERM/SIGINT with their sender (si_pid): a scheduler's reaction is told from a cause.
         signals.start(received)
+
+
+def _bells(peers: list[Peer]) -> list[PeerBell]:
+    return [PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers]

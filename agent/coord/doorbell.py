@@ -85,6 +85,7 @@ class Doorbell(threading.Thread):
         self._sends: list[_Send] = []
         self._peers: list[PeerBell] | None = None
         self._targets: list[tuple[int, Any]] | None = None  # (rank, sockaddr), resolved in this thread
+        self._resolved: dict[tuple[str, int], Any] = {}  # (address, port) -> sockaddr: this thread's
         self._incarnations: dict[int, str] = {}
         self._partial = False  # the peers are those rendezvous has read so far, not all of them
         self._pending: list[Message] = []
@@ -333,9 +334,14 @@ class Doorbell(threading.Thread):
         for p in peers:
             if p.rank == self._rank or p.port is None:
                 continue  # ourselves, or a peer whose doorbell is off: its files tell it
+            known = self._resolved.get((p.address, p.port))
+            if known is not None:  # rendezvous names the peers again as it reads more of them
+                targets.append((p.rank, known))
+                continue
             try:
                 info = socket.getaddrinfo(p.address, p.port, self._sock.family, socket.SOCK_DGRAM)
                 targets.append((p.rank, info[0][4]))
+                self._resolved[(p.address, p.port)] = info[0][4]
             except (OSError, UnicodeError, IndexError) as exc:
                 self.counts["unresolved"] += 1
                 self._say_once("resolve", f"doorbell: cannot reach rank {p.rank} at {p.address!r} ({exc}); files only")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -152,23 +151,12 @@ class SafeDir:
                 os.close(fd)
 
     def size(self, relpath: str) -> int | None:
-        """The size of a regular file, None for anything else. One lstat, no open: a thousand
-        logs are sized per audit, and lstat follows no link either."""
+        """The size of a regular file, None for anything else: one lstat, no open (a thousand
+        logs are sized per audit)."""
         try:
-            fd, leaf = self._parent(relpath)
-            # Outside cached_dirs() `fd` is the run directory and `leaf` the whole relative path:
-            # its directories are then opened one by one, never through a symlink.
-            own = None if "/" not in leaf else safe_io.open_parent(fd, leaf)
-            if own is not None:
-                fd, leaf = own
-            try:
-                st = os.stat(leaf, dir_fd=fd, follow_symlinks=False)
-            finally:
-                if own is not None and own[0] != self._fd:
-                    os.close(own[0])
-        except (UnsafeEntry, OSError):
+            return safe_io.regular_size(*self._parent(relpath))
+        except (UnsafeEntry, OSError):  # a cached directory on the way that cannot be opened
             return None
-        return st.st_size if stat.S_ISREG(st.st_mode) else None
 
     def scan(self, max_entries: int = MAX_ENTRIES) -> tuple[list[tuple[str, str]], bool]:
         """[(relpath, kind)] for the run directory and its known subdirectories; kind is

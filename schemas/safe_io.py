@@ -98,6 +98,23 @@ def open_regular_sized(root_fd: int, relpath: str) -> tuple[int, int]:
     return ffd, st.st_size
 
 
+def regular_size(root_fd: int, relpath: str) -> int | None:
+    """The size of a regular file below `root_fd` by one lstat (no open), None for anything else
+    (a symlink, a FIFO, a missing file, a symlinked directory on the way)."""
+    try:
+        fd, leaf = open_parent(root_fd, relpath)
+    except (UnsafeEntry, OSError):
+        return None
+    try:
+        st = os.stat(leaf, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
 def read_capped(root_fd: int, relpath: str, cap: int = MAX_ARTIFACT_BYTES) -> bytes:
     """The whole file if it is at most `cap` bytes; UnsafeEntry('file.too_large') otherwise."""
     fd, size = open_regular_sized(root_fd, relpath)

@@ -1,4 +1,5 @@
-"""Terminal report: the verdict first, then the first cause and its cascade, then findings by severity."""
+"""Terminal report: the verdict, then what ended the run (its first cause), then the summaries,
+the cascade and the findings."""
 
 from __future__ import annotations
 
@@ -97,14 +98,39 @@ def _entered(a: AttemptSummary) -> str:
     return f" ({how}, launch {a.token})" if a.token else f" ({how})"
 
 
+def _first_cause_lines(fc: Cause) -> list[str]:
+    """The first cause's block: its headline (rank, kind, phase, time, message), one line of context
+    (who reported it, when in its agent's life, the binding), then the log it points at. Compact on
+    purpose: the whole of it up to the log's name sits in the report's first six lines."""
+    lines = ["First cause:", "  " + _cause_line(fc)]
+    context = []
+    if fc.reported_by is not None:
+        context.append(f"no record from rank {fc.rank}; reported by rank {fc.reported_by}")
+    if fc.since_start is not None:
+        context.append(f"{timefmt.seconds(fc.since_start)} s after that agent started")
+    if fc.binding is not None:
+        context.append(f"binding {fc.binding}" + (f" (judge {fc.judge})" if fc.judge else ""))
+    if context:
+        lines.append(_t("  (" + "; ".join(context) + ")"))
+    if fc.log:
+        lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
+        lines += [_t(f"    | {ln}") for ln in fc.excerpt]
+    if fc.ray_logs:
+        lines.append(_t(f"  Ray's own logs of rank {fc.rank}: {', '.join(fc.ray_logs)}"))
+    return lines
+
+
 def render(result: AuditResult, *, show_info: bool = True) -> str:
+    """The verdict, then what ended the run (a restart the caps refused, the first cause), then the
+    summaries, the cascade and the findings: whatever the summaries grow to, the first cause stays
+    in the first lines (tests/harness/audit_head.py holds it there for every ending)."""
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
-    lines = [
-        _t(f"gym-audit: {result.verdict.upper()} — run {result.outcome} — {result.run_dir}"),
-        f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info",
-    ]
+    lines = [_t(f"gym-audit: {result.verdict.upper()} — run {result.outcome} — {result.run_dir}")]
     # A restart the caps refused is why the run stopped now: said before the attempts' causes.
     lines += [_t(f"  restarts stopped ({f.code}): {f.message}") for f in result.findings if f.code == REFUSED]
+    if result.first_cause is not None:
+        lines += _first_cause_lines(result.first_cause) + [""]
+    lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
     plan = result.plan or {}
     if plan:
         lines.append(
@@ -121,20 +147,6 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     if result.doorbell is not None:
         lines.append(_t(f"  {describe_doorbell(result.doorbell)}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
-    fc = result.first_cause
-    if fc is not None:
-        lines += ["", "First cause:", "  " + _cause_line(fc)]
-        if fc.reported_by is not None:
-            lines.append(f"  (no record from rank {fc.rank}; reported by rank {fc.reported_by})")
-        if fc.since_start is not None:
-            lines.append(f"  {timefmt.seconds(fc.since_start)} s after that agent started")
-        if fc.binding is not None:
-            lines.append(_t(f"  binding {fc.binding}" + (f" (judge {fc.judge})" if fc.judge else "")))
-        if fc.log:
-            lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
-            lines += [_t(f"    | {ln}") for ln in fc.excerpt]
-        if fc.ray_logs:
-            lines.append(_t(f"  Ray's own logs of rank {fc.rank}: {', '.join(fc.ray_logs)}"))
     if result.cascade:
         lines += ["", "Cascade (in time order):"]
         lines += [f"  {i}. {_cause_line(c)}" for i, c in enumerate(result.cascade, 1)]

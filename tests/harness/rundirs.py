@@ -4,7 +4,8 @@ examples/demo.toml: 3 replicas x 8 GPUs, 4 trainer + 19 rollout GPUs, one refere
 twice. Addresses are chosen so that numeric and string order differ (10.0.0.9 < 10.0.0.10 <
 10.0.0.100): rank 1 owns node 0 (trainer, Ray head, driver), rank 0 node 1, rank 2 node 2 (judge).
 
-Scenarios: success, killed_replica, driver_failure, judge_failure, peer_silent.
+Scenarios: success, killed_replica, driver_failure, judge_failure, peer_silent; `ending(root, rank,
+kind)` for any kind the fault matrix ends with, with every summary the audit's text prints.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class RunBuilder:
         self.run = RunDir.create(output_root, uuid, mode=0o750)
         self.path = self.run.path
         self.ranks = list(range(self.plan.replicas))
+        # Set by with_summaries(): what a real run's records add (filesystem facts, doorbell counts).
+        self.filesystem: dict[int, dict[str, Any]] = {}
+        self.doorbell: dict[str, Any] | None = None
         self.address = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}
         order = node_owners(self.address)  # the agent's own node order
         self.node_of = {r: i for i, r in enumerate(order)}
@@ -134,6 +138,8 @@ class RunBuilder:
             )
             self.write(names.heartbeat(r), r, {"seq": 40 + r, "phase": "driver"})
             fields = self.topo[r].placement_fields(self.address[r], VISIBLE)
+            if r in self.filesystem:
+                fields = {**fields, "filesystem": self.filesystem[r]}
             self.write(names.placement(r), r, fields)
             self.log(names.agent_log(r), f"rank {r} agent started\nrendezvous ok\n")
             self.log(names.ray_log(r), "ray started\n")
@@ -250,12 +256,35 @@ class RunBuilder:
         groups = [{"name": "ray", "pid": 3000 + rank, "how": "sigterm", "exit_code": 0, "swept": 0}]
         if rank == self.judge_rank:
             groups.append({"name": "judge-general", "pid": 2000, "how": "sigterm", "exit_code": 0, "swept": 0})
-        self.write(
-            names.cleanup(rank),
-            rank,
-            {"outcome": outcome, "groups": groups, "leftover_pids": leftover or []},
-            kind=kind,
-        )
+        fields: dict[str, Any] = {"outcome": outcome, "groups": groups, "leftover_pids": leftover or []}
+        if self.doorbell is not None and kind == "agent":
+            fields["doorbell"] = {**self.doorbell, "port": 40000 + rank}
+        self.write(names.cleanup(rank), rank, fields, kind=kind)
+
+    def with_summaries(self) -> RunBuilder:
+        """Records as a real run on two mounts with the doorbell on leaves them, so the audit's text
+        prints every summary line it has (call before startup())."""
+        for r in self.ranks:
+            shared = r != 2  # rank 2 sees the output root through another mount
+            self.filesystem[r] = {
+                "type": "nfs4" if shared else "lustre",
+                "source": "filer:/export/runs" if shared else "mds@tcp:/scratch",
+                "mount_point": "/mnt/runs" if shared else "/scratch",
+                "options": ["rw", "actimeo=1"] if shared else ["rw", "flock"],
+                "warnings": [],
+            }
+        self.doorbell = {
+            "rings": 1,
+            "sent": 6,
+            "send_errors": 0,
+            "received": 4,
+            "accepted": 2,
+            "ignored_stopping": 0,
+            "beacons_sent": 80,
+            "beacons_received": 80,
+            "dropped": {"malformed": 1},
+        }
+        return self
 
     def failure(
         self,
@@ -432,6 +461,30 @@ def peer_silent(root: Path) -> RunBuilder:
     t = b.phase_start(1, "driver") + 140.0
     for r, dt in ((1, 0.0), (2, 0.7)):
         b.react(r, 0, t + dt, kind="peer_silent", to_kind="peer_silent")
+    return b
+
+
+def ending(root: Path, rank: int, kind: str) -> RunBuilder:
+    """`rank` ends the run with a failure of `kind` during the driver (kind "silent": it vanishes
+    and its watchers time it out), its peers react, and every summary line has its records."""
+    b = RunBuilder(root).with_summaries()
+    b.startup()
+    t = b.phase_start(rank, "driver") + 10.0
+    if kind == "silent":
+        b.phases(rank, "driver", state="RUNNING", last="running")
+        for r in b.ranks:
+            if r != rank:
+                b.react(r, rank, t + 0.1 * r, kind="peer_silent", to_kind="peer_silent")
+        return b
+    log = names.agent_log(rank)
+    b.log(log, f"rank {rank} agent started\nRUNNING driver started pid 4242\n{kind}: the fault matrix's ending\n")
+    writer = "reaper" if kind == "agent_died" else "agent"
+    b.failure(rank, kind, f"{kind} of rank {rank}, as the fault matrix ends it", "driver", t, log=log, writer=writer)
+    b.phases(rank, "driver", state="FAILED", last="failed", detail=kind)
+    b.cleanup(rank, "failure", kind=writer)
+    for r in b.ranks:
+        if r != rank:
+            b.react(r, rank, t + 0.5 + 0.1 * r, to_kind=kind)
     return b
 
 

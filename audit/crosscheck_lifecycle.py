@@ -10,7 +10,7 @@ from typing import Any
 from audit.context import AuditContext
 from audit.model import Finding, Severity
 from audit.training_evidence import ACCEPTED
-from audit.views import as_int, as_list, as_str, rank_of
+from audit.views import as_dict, as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 from schemas.vocab import FsCondition
 
@@ -418,13 +418,37 @@ def check_logs(ctx: AuditContext) -> list[Finding]:
 
 
 def check_heartbeats(ctx: AuditContext) -> list[Finding]:
+    out = _corrupt_heartbeats(ctx)
     have = {rank_of(a) for a in ctx.run.by_schema("heartbeat")}
     if not ctx.succeeded:
-        return []
-    return [
+        return out
+    return out + [
         Finding("warning", "heartbeat.missing", "no heartbeat record", names.heartbeat(r), r)
         for r in ctx.expected_ranks
         if r not in have
+    ]
+
+
+def _corrupt_heartbeats(ctx: AuditContext) -> list[Finding]:
+    """A rank's heartbeat file that its watchers read as bytes no agent writes (cleanup records'
+    `corrupt_heartbeats`): another writer in the run directory, or storage that corrupts files."""
+    seen: dict[int, dict[int, int]] = {}  # watched rank -> {watcher: reads}
+    for art in ctx.run.by_schema("cleanup"):
+        watcher = rank_of(art)
+        for rank, n in as_dict(as_dict(art.doc).get("corrupt_heartbeats")).items():
+            if watcher is not None and str(rank).isdigit() and isinstance(n, int):
+                seen.setdefault(int(rank), {})[watcher] = n
+    return [
+        Finding(
+            "warning",
+            "heartbeat.corrupt",
+            f"rank {rank}'s heartbeat file read {sum(by.values())} time(s) as bytes no agent writes "
+            f"(seen by rank(s) {', '.join(map(str, sorted(by)))}): another process writes into the run "
+            "directory, or its storage corrupts files; while it did, the file counted as still",
+            names.heartbeat(rank),
+            rank,
+        )
+        for rank, by in sorted(seen.items())
     ]
 
 

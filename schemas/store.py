@@ -29,6 +29,15 @@ RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, er
 
 
 @dataclass(frozen=True)
+class JsonRead:
+    """One tolerant read of a JSON artifact: the object, or None (missing, unreadable, another
+    attempt's); `corrupt` when the last try found bytes that do not decode to a JSON object."""
+
+    doc: dict | None
+    corrupt: bool = False
+
+
+@dataclass(frozen=True)
 class Writer:
     """Who writes an artifact: stamped into every JSON file."""
 
@@ -300,25 +309,34 @@ class RunDir:
         Never raises for a missing, partial, unreadable or planted file: one bad read must not
         fail a run (docs/runtime-notes.md, "Shared filesystems").
         """
+        return self.read_json_checked(relpath, attempts=attempts, delay=delay).doc
+
+    def read_json_checked(self, relpath: str, *, attempts: int = 3, delay: float = 0.05) -> JsonRead:
+        """read_json, saying also whether the file held bytes that are no JSON object of this
+        attempt's kind at all (`corrupt`): our writers replace files atomically, so a reader never
+        sees one half written, and such bytes came from another writer or the storage itself."""
+        corrupt = False
         for attempt in range(attempts):
             try:
                 doc = orjson.loads(self.read_bytes(relpath))
                 if not isinstance(doc, dict):
-                    return None
+                    return JsonRead(None, corrupt=True)
                 if not names.is_run_level(relpath) and doc.get("attempt", 1) != self.attempt:
-                    return None  # another attempt's record (left behind or planted): never ours
-                return doc
+                    return JsonRead(None)  # another attempt's record (left behind or planted): never ours
+                return JsonRead(doc)
             except FileNotFoundError:
                 self.ops["read"] += 1
-                return None
-            except (orjson.JSONDecodeError, RunDirError):
+                return JsonRead(None)
+            except orjson.JSONDecodeError:
+                corrupt = True
+            except RunDirError:
                 pass
             except OSError as exc:
                 if exc.errno not in RETRYABLE_READ_ERRNOS and exc.errno != errno.ENOENT:
-                    return None
+                    return JsonRead(None)
             if attempt + 1 < attempts:
                 time.sleep(delay * (attempt + 1))
-        return None
+        return JsonRead(None, corrupt=corrupt)
 
     def listdir(self, subdir: str = "") -> list[str]:
         """Names in the run directory or one of its subdirectories (a listing revalidates on NFS)."""

@@ -94,6 +94,7 @@ class Doorbell(threading.Thread):
         self._next_beacon = 0.0
         self._status: Callable[[], tuple[int, float]] = lambda: (0, 0.0)
         self._on_notice: Callable[[Notice], None] = lambda _n: None
+        self._on_beacon: Callable[[int], None] | None = None
         self._seq = 0
         self._said: set[str] = set()
         self.counts: Counter[str] = Counter()
@@ -154,10 +155,12 @@ class Doorbell(threading.Thread):
         on_notice: Callable[[Notice], None] | None = None,
         status: Callable[[], tuple[int, float]] | None = None,
         beacon_every: float | None = None,
+        on_beacon: Callable[[int], None] | None = None,
     ) -> None:
         """What the thread needs before start(): the secret, who we are, and what a valid ring or
         notice does. With `beacon_every`, an alive beacon carrying `status()` (heartbeat sequence,
-        seconds the filesystem call in progress has hung) goes to the watchers that often."""
+        seconds the filesystem call in progress has hung) goes to the watchers that often, and
+        `on_beacon(seq)` tells this agent's own reaper the same (a local pipe, no filesystem)."""
         self._secret, self._run, self._attempt = secret, run, attempt
         self._rank, self._incarnation = rank, incarnation
         self._on_ring, self._stopping = on_ring, stopping
@@ -166,6 +169,7 @@ class Doorbell(threading.Thread):
         if status is not None:
             self._status = status
         self._beacon_every = beacon_every
+        self._on_beacon = on_beacon
         self._armed = True
 
     # -- from other threads ---------------------------------------------------------------------
@@ -324,6 +328,8 @@ class Doorbell(threading.Thread):
                 self.counts["beacons_sent"] += 1
             except OSError:
                 self.counts["send_errors"] += 1  # a blocked path: the heartbeat files still tell
+        if self._on_beacon is not None:
+            self._on_beacon(hb_seq)
 
     def _resolve(self) -> None:
         with self._lock:

@@ -37,6 +37,7 @@ from agent.coord import clock
 from agent.coord.dirwatch import DirWatch
 from agent.coord.doorbell_msg import Notice, NoticeType, Ring
 from agent.coord.failure import Failure, FailureSignal
+from agent.coord.heartbeat_age import HeartbeatAge
 from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
 from schemas.safe_io import Sync
@@ -61,8 +62,7 @@ def watchers_of(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, ...
 
 @dataclass
 class _PeerView:
-    seq: int | None
-    changed_at: float  # observer's monotonic clock: when the file's seq last changed
+    age: HeartbeatAge  # how long its heartbeat file has stood still (the rule its reaper applies too)
     read_at: float | None = None  # when its heartbeat file was last read
     beacon_at: float | None = None  # when its last alive beacon arrived
     beacon_seq: int = 0  # the heartbeat seq that beacon carried
@@ -179,7 +179,9 @@ class Liveness(threading.Thread):
     def start_watching(self) -> None:
         """Begin aging peers' heartbeats (after rendezvous: before it, the startup deadline rules)."""
         now = self.now()
-        self._watch = {p: _PeerView(None, now) for p in watched_peers(self.rank, self.count)}
+        self._watch = {
+            p: _PeerView(HeartbeatAge(now, self.hb_timeout / 2)) for p in watched_peers(self.rank, self.count)
+        }
         self._watching.set()
 
     def set_beacons(self, on: bool) -> None:
@@ -204,6 +206,10 @@ class Liveness(threading.Thread):
             view.beacon_at = self.now()
             view.beacon_seq = notice.hb_seq
             view.beacon_fs_busy = notice.fs_busy
+
+    def corrupt_heartbeats(self) -> dict[int, int]:
+        """Watched peers whose heartbeat file read corrupt, and how often (the cleanup record's)."""
+        return {p: v.age.corrupt_reads for p, v in self._watch.items() if v.age.corrupt_reads}
 
     def doorbell_carries(self) -> bool:
         """Every watched peer's beacon arrived within heartbeat_timeout: the doorbell works, the
@@ -321,7 +327,7 @@ class Liveness(threading.Thread):
         )
         now = self.now()
         for view in self._watch.values():
-            view.changed_at = now
+            view.age.changed_at = now
         return True
 
     def _beat(self) -> None:
@@ -372,27 +378,32 @@ class Liveness(threading.Thread):
             if fresh and view.read_at is not None and now - view.read_at < self.hb_timeout / 2:
                 continue  # alive on the doorbell: its file is read only as the backstop
             rel = names.heartbeat(peer)
-            doc = self.fs.call(f"reading {rel}", partial(self.run_dir.read_json, rel))
+            read = self.fs.call(f"reading {rel}", partial(self.run_dir.read_json_checked, rel))
             if self._ride_out_stall():
                 return  # this round's ages are the stall's, not the peers'
             now = self.now()
             view.read_at = now
-            seq = doc.get("seq") if doc else None
-            if isinstance(seq, int) and seq != view.seq:
-                view.seq = seq
-                view.changed_at = now
+            age = view.age
+            if read.corrupt and age.corrupt_reads == 0:
+                log.warning(
+                    "rank %d's heartbeat file holds bytes its agent never writes (another writer, or the storage "
+                    "corrupting it): it counts as still until it reads clean for %.1fs",
+                    peer,
+                    age.distrust,
+                )
+            if age.observe(read, now):
                 if view.riding:
                     view.riding = False
                     log.info("rank %d's heartbeat file changes again", peer)
-            elif now - view.changed_at > self.hb_timeout and self._watching.is_set():
+            elif age.still_for(now) > self.hb_timeout and self._watching.is_set():
                 if self._beacon_fresh(view, now):
                     self._ride_out_still_file(peer, view, now)
                     continue
                 self.signal.trip(
                     Failure(
                         kind=FailureKind.PEER_SILENT,
-                        cause=f"rank {peer}'s heartbeat has not changed for {now - view.changed_at:.1f}s "
-                        f"(heartbeat_timeout {self.hb_timeout:g}s); last seq {view.seq}",
+                        cause=f"rank {peer}'s heartbeat has not changed for {age.still_for(now):.1f}s "
+                        f"(heartbeat_timeout {self.hb_timeout:g}s); last seq {age.seq}{age.describe_corrupt()}",
                         phase=str(self.phase()),
                         reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
                         peers=(peer,),
@@ -403,7 +414,7 @@ class Liveness(threading.Thread):
         """A peer alive on the doorbell whose heartbeat file has not changed: its filesystem (or
         our view of it) stalls. Ridden out up to fs_stall_timeout plus one heartbeat_timeout (the
         peer's own stall watch, which names the path, goes first); past it: fs_stall."""
-        still = now - view.changed_at
+        still = view.age.still_for(now)
         busy = view.beacon_fs_busy
         hung = f"its filesystem call has hung {busy:.0f}s" if busy else "no call of its own reported hanging"
         bound = (self.fs_stall_timeout if self.fs_stall_timeout is not None else 300.0) + self.hb_timeout
@@ -414,7 +425,7 @@ class Liveness(threading.Thread):
                     cause=f"rank {peer} answers on the doorbell ({hung}, heartbeat seq {view.beacon_seq}) but its "
                     f"heartbeat file in {self.run_dir.path} has not changed for {still:.0f}s: the shared "
                     f"filesystem does not carry its writes to this host (fs_stall_timeout "
-                    f"{bound - self.hb_timeout:g}s)",
+                    f"{bound - self.hb_timeout:g}s){view.age.describe_corrupt()}",
                     phase=str(self.phase()),
                     peers=(peer,),
                 )
@@ -424,11 +435,12 @@ class Liveness(threading.Thread):
             view.riding = True
             log.warning(
                 "rank %d's heartbeat file has not changed for %.1fs but it answers on the doorbell (%s); "
-                "riding the stall out for up to %.0fs",
+                "riding the stall out for up to %.0fs%s",
                 peer,
                 still,
                 hung,
                 bound - still,
+                view.age.describe_corrupt(),
             )
 
     def _check_failures(self) -> None:

@@ -189,7 +189,7 @@ class Agent:
         self._liveness = liveness
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
         liveness.start()
-        self._start_doorbell(liveness)
+        self._start_doorbell(liveness, channel)
         try:
             self.states.advance(AgentState.STARTING)
             on = NodeSteps(running, self._agree(running))  # plan agreement gives the topology
@@ -272,7 +272,7 @@ class Agent:
 
     # -- the doorbell ----------------------------------------------------------------------------
 
-    def _start_doorbell(self, liveness: Liveness) -> None:
+    def _start_doorbell(self, liveness: Liveness, reaper: ReaperChannel) -> None:
         """Arm the doorbell bound before the address record (agent/coord/doorbell.py): a valid ring
         is handled like a listed failure record, and our own stop rings every peer. Without it
         (bind refused, no secret) the run goes on through its files, and the log says so once."""
@@ -300,6 +300,7 @@ class Agent:
             on_notice=liveness.notice_received,
             status=liveness.status,
             beacon_every=self.coord.heartbeat_interval,
+            on_beacon=reaper.alive,  # the reaper rides out a still heartbeat file as the watchers do
         )
         bell.start()
         log.info("doorbell listening on %s (UDP)", bell.where)
@@ -339,6 +340,12 @@ class Agent:
             told = ", ".join(f"{n} {why}" for why, n in dropped.items())
             log.info("doorbell: dropped %d datagram(s): %s", sum(dropped.values()), told)
         return {"doorbell": summary}
+
+    @staticmethod
+    def _liveness_summary(running: Running) -> dict:
+        """Heartbeat files that read corrupt while we watched them (the audit warns of them)."""
+        corrupt = running.liveness.corrupt_heartbeats()
+        return {"corrupt_heartbeats": {str(r): n for r, n in sorted(corrupt.items())}} if corrupt else {}
 
     def agree_plan(self, running: Running, peers: list[Peer]) -> Topology:
         phase = self.log.phase_name()
@@ -397,6 +404,7 @@ class Agent:
                 "groups": groups,
                 "leftover_pids": leftovers,
                 **self._doorbell_summary(),
+                **self._liveness_summary(running),
             },
         )
         self.log.end(detail=f"{len(groups)} process group(s) stopped")
@@ -436,6 +444,7 @@ class Agent:
                 "groups": groups,
                 "leftover_pids": leftovers,
                 **self._doorbell_summary(),
+                **self._liveness_summary(running),
             },
         )
         self.states.advance(AgentState.FAILED)

@@ -21,10 +21,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from agent.coord import clock
+from agent.coord.heartbeat_age import HeartbeatAge
 from schemas import FailureKind, RunDir, names
 from schemas.vocab import PHASE_UNKNOWN
 
@@ -86,6 +88,7 @@ class ReaperChannel:
     {"stray": PID, "ctime": T}       a descendant that left every session (setsid): kill it too
     {"done": true}                   everything is cleaned and recorded: exit without acting
     {"doorbell": {...}}              the agent's doorbell (secret, run, attempt, peers): ring for it
+    {"alive": SEQ}                   the agent's doorbell thread sent its beacons (every heartbeat interval)
     """
 
     def __init__(self, stream: IO[str] | None) -> None:
@@ -110,6 +113,10 @@ class ReaperChannel:
 
     def doorbell(self, line: dict[str, object]) -> None:
         self._send({"doorbell": line})
+
+    def alive(self, seq: int) -> None:
+        """The doorbell thread's beacon, told to the reaper too (called from that thread)."""
+        self._send({"alive": seq})
 
     def done(self) -> None:
         self._send({"done": True})
@@ -141,6 +148,7 @@ class ReaperState:
     stopping: bool = False  # the agent is tearing down by itself: its heartbeat stops on purpose
     strays: dict[int, float] = field(default_factory=dict)  # pid -> create time
     doorbell: dict[str, Any] | None = None  # the agent's doorbell, to ring for it once it is gone
+    alive_at: float | None = None  # our monotonic clock: the agent's last beacon
 
     def apply(self, line: str) -> None:
         """Apply one line; a malformed one is ignored (the agent may die mid-write)."""
@@ -150,7 +158,9 @@ class ReaperState:
             return
         if not isinstance(msg, dict):
             return
-        if msg.get("done") is True:
+        if isinstance(msg.get("alive"), int):
+            self.alive_at = clock.mono()
+        elif msg.get("done") is True:
             self.done = True
         elif msg.get("stopping") is True:
             self.stopping = True
@@ -167,11 +177,23 @@ class ReaperState:
 
 
 class HangWatch:
-    """Is the agent hung? Its own heartbeat (aged on OUR monotonic clock, like peers do) or a
-    peer's `peer_silent` record about it says so. Returns the reason, or None."""
+    """Is the agent hung? Its own heartbeat (aged on OUR monotonic clock by the rule its peers
+    apply, agent/coord/heartbeat_age.py) or a peer's `peer_silent` record about it says so, unless
+    its doorbell thread's beacons still arrive: then, as its watchers do, the still file is the
+    filesystem's (its own stall watch and its watchers name that), not a hang. Returns the reason,
+    or None."""
 
-    def __init__(self, run: RunDir, rank: int, incarnation: str, timeout: float, poll: float) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        rank: int,
+        incarnation: str,
+        timeout: float,
+        poll: float,
+        now: Callable[[], float] = clock.mono,
+    ) -> None:
         self.run = run
+        self.now = now
         # A live agent reacts to a peer's record within a poll and says it is stopping; only an
         # agent that does not, within this margin, is hung.
         self.react_margin = max(2.0, 4 * poll)
@@ -179,20 +201,19 @@ class HangWatch:
         self.rank = rank
         self.incarnation = incarnation
         self.timeout = timeout
-        self.seq: int | None = None
-        self.changed_at = clock.mono()
+        self.age = HeartbeatAge(now(), timeout / 2)
         self.named = ""
 
-    def check(self) -> str | None:
-        now = clock.mono()
-        doc = self.run.read_json(names.heartbeat(self.rank)) or {}
-        seq = doc.get("seq") if doc.get("incarnation") == self.incarnation else None
-        if isinstance(seq, int) and seq != self.seq:
-            self.seq, self.changed_at = seq, now
-        elif self.seq is not None and now - self.changed_at > self.timeout:
+    def check(self, beacon_at: float | None = None) -> str | None:
+        """`beacon_at`: when the agent's doorbell thread last said it beats (`now`'s clock)."""
+        now = self.now()
+        age = self.age
+        age.observe(self.run.read_json_checked(names.heartbeat(self.rank)), now, self.incarnation)
+        beating = beacon_at is not None and now - beacon_at <= self.timeout
+        if not beating and age.seq is not None and age.still_for(now) > self.timeout:
             return (
-                f"its heartbeat has not changed for {now - self.changed_at:.1f}s "
-                f"(heartbeat_timeout {self.timeout:g}s; last seq {self.seq})"
+                f"its heartbeat has not changed for {age.still_for(now):.1f}s "
+                f"(heartbeat_timeout {self.timeout:g}s; last seq {age.seq}){age.describe_corrupt()}"
             )
         if self.named_at is not None:
             return self.named if now - self.named_at > self.react_margin else None
@@ -322,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         if hang is None or state.stopping or state.done:
             continue
         try:
-            fenced = hang.check()
+            fenced = hang.check(state.alive_at)
         except Exception:  # noqa: BLE001 - a bad read must never kill the cleaner
             fenced = None
         if fenced:

@@ -163,6 +163,13 @@ class DriverEnv:
     CHECKPOINT_DIR = "GYM_CHECKPOINT_DIR"  # RUN_DIR/checkpoints: the same directory in every attempt
     # RUN_DIR/driver-stop.json: once it exists, checkpoint and exit within [driver] checkpoint_grace.
     STOP_FILE = "GYM_STOP_FILE"
+    # What open-instruct's MILES launcher sets for its trainer, set alike (launch/spec/miles_handoff.py):
+    # the judge registry in the trainer's format (also in every node's `ray start` environment, so
+    # Ray actors inherit it), the replica's rank and count, and this node's address for Ray.
+    MILES_JUDGE_REGISTRY = "OI_MILES_JUDGE_REGISTRY"
+    MILES_REPLICA_RANK = "OI_MILES_REPLICA_RANK"
+    MILES_REPLICA_COUNT = "OI_MILES_REPLICA_COUNT"
+    RAY_NODE_IP_ADDRESS = "RAY_NODE_IP_ADDRESS"
 
 
 class ResumeEnv:

@@ -68,6 +68,8 @@ class JudgeRuntime:
         self.local: dict[str, LocalJudge] = {}
         self.health: EngineHealthRegistry | None = None
         self.registry: dict[str, Any] | None = None
+        self.miles_registry: str | None = None  # OI_MILES_JUDGE_REGISTRY, once the endpoints are known
+        self._healthy = False
         self._epochs: dict[str, int] = {}
         self._tmp: str | None = None
 
@@ -158,8 +160,9 @@ class JudgeRuntime:
         """Every local judge answers /health (probed through the health registry's own pool),
         then the registry keeps probing them for the rest of the run."""
         ctx = self.ctx
-        if not self.local:
+        if not self.local or self._healthy:
             return ""
+        self._healthy = True
         self.health = self._new_health_registry()
         poll = min(0.5, ctx.config.coordination.poll_interval)
         for name, j in self.local.items():
@@ -325,22 +328,7 @@ class JudgeRuntime:
                 "max_concurrent_calls": j.max_concurrent_calls,
             }
             if j.managed:
-                index = ctx.plan.judge_node(j.name)
-                assert index is not None
-                rank = topo.rank_of_node(index)
-                rel = names.judge_endpoint(j.name, rank)
-                doc: dict[str, Any] = {}
-
-                def ready(rel: str = rel, doc: dict[str, Any] = doc) -> bool:
-                    if not ctx.listed(rel):
-                        return False
-                    got = ctx.run.read_json(rel)
-                    if got and got.get("ready") and got.get("fingerprint") == cfg.fingerprint:
-                        doc.update(got)
-                        return True
-                    return False
-
-                ctx.wait_startup(f"judge {j.name}'s endpoint record from rank {rank}", ready)
+                rank, doc = self._endpoint_record(topo, j)
                 entry.update(endpoint=doc["endpoint"], rank=rank, devices=doc["devices"])
             else:
                 entry.update(endpoint=j.endpoint, rank=None, devices=[])
@@ -370,7 +358,54 @@ class JudgeRuntime:
             },
         }
         ctx.run.write_artifact(names.REGISTRY, ctx.writer, self.registry)
+        self.handoff_registry(topo)
         return f"{len(judges)} judge(s), {len(rubrics)} rubric(s), {len(bindings)} binding(s)"
+
+    def _endpoint_record(self, topo: Topology, j: JudgeConfig) -> tuple[int, dict[str, Any]]:
+        """The rank hosting managed judge ``j`` and its endpoint record, once it is ready (waits
+        within the startup deadline)."""
+        ctx = self.ctx
+        index = ctx.plan.judge_node(j.name)
+        assert index is not None
+        rank = topo.rank_of_node(index)
+        rel = names.judge_endpoint(j.name, rank)
+        doc: dict[str, Any] = {}
+
+        def ready() -> bool:
+            if not ctx.listed(rel):
+                return False
+            got = ctx.run.read_json(rel)
+            if got and got.get("ready") and got.get("fingerprint") == ctx.config.fingerprint:
+                doc.update(got)
+                return True
+            return False
+
+        ctx.wait_startup(f"judge {j.name}'s endpoint record from rank {rank}", ready)
+        return rank, doc
+
+    def handoff_registry(self, topo: Topology) -> str | None:
+        """``OI_MILES_JUDGE_REGISTRY`` (launch/spec/miles_handoff.py): the bound judges with the
+        endpoints their clients use; None without bindings. Built once: the driver's environment and
+        this node's ``ray start`` get the same value. Waits for every bound managed judge's endpoint
+        record (this node's own judges are made healthy first: their record is written then)."""
+        cfg = self.ctx.config
+        if not cfg.bindings:
+            return None
+        if self.miles_registry is None:
+            from launch.spec.miles_handoff import judge_registry_json
+
+            self.wait_local_healthy()
+            endpoints = {
+                j.name: (self._endpoint_record(topo, j)[1]["endpoint"] if j.managed else str(j.endpoint))
+                for j in cfg.bound_judges
+            }
+            self.miles_registry = judge_registry_json(cfg, endpoints)
+        return self.miles_registry
+
+    def ray_env(self, topo: Topology) -> dict[str, str]:
+        """What this node's ``ray start`` adds for the judges' clients in Ray actors."""
+        registry = self.handoff_registry(topo)
+        return {DriverEnv.MILES_JUDGE_REGISTRY: registry} if registry is not None else {}
 
     def run_canaries(self, topo: Topology) -> str:
         ctx = self.ctx
@@ -409,6 +444,7 @@ class JudgeRuntime:
         return {
             DriverEnv.REGISTRY: json.dumps(self.registry, sort_keys=True),
             DriverEnv.REGISTRY_FILE: str(self.ctx.run.path / names.REGISTRY),
+            **({DriverEnv.MILES_JUDGE_REGISTRY: self.miles_registry} if self.miles_registry is not None else {}),
         }
 
 

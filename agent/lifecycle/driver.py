@@ -51,6 +51,7 @@ class DriverRuntime:
                 if ctx.config.ray.enabled
                 else {}
             ),
+            **self._miles_env(topo),
             DriverEnv.RUN_DIR: str(run.path),
             DriverEnv.RANK: str(ctx.rank),
             DriverEnv.NODE_INDEX: str(topo.node.index),
@@ -67,6 +68,17 @@ class DriverRuntime:
             **self._spec_env(),
         }
         return child_env(extra)
+
+    def _miles_env(self, topo: Topology) -> dict[str, str]:
+        """What open-instruct's MILES launcher gives its trainer besides the judge registry: the
+        replica's rank and count and, with Ray, this node's address and Ray's devices only."""
+        ctx = self.ctx
+        env = {DriverEnv.MILES_REPLICA_RANK: str(ctx.rank), DriverEnv.MILES_REPLICA_COUNT: str(self.replicas)}
+        if ctx.config.ray.enabled:
+            vis = ctx.visible_devices
+            env[DriverEnv.RAY_NODE_IP_ADDRESS] = ctx.address
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(vis[i] for i in topo.node.ray_devices)
+        return env
 
     def _run_file_env(self) -> dict[str, str]:
         """The user's run file, byte for byte, for a driver that reads it (a MILES trainer does)."""

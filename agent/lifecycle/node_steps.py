@@ -80,7 +80,8 @@ class NodeSteps:
         return self.running.ray.role(self.topo)
 
     def start_ray(self) -> str:
-        return self.running.ray.start(self.topo)
+        # Ray's environment carries the judges' hand-off, so the judges' endpoints come first.
+        return self.running.ray.start(self.topo, self.running.judges.ray_env(self.topo))
 
     def judge_health(self) -> str:
         return self.running.judges.wait_local_healthy()

@@ -9,6 +9,7 @@ readiness gate, the driver's environment and the teardown read it from here.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 
 from agent.coord import clock
 from agent.lifecycle.context import RunContext
@@ -33,14 +34,17 @@ class RayRuntime:
         self.probe_log_fd = probe_log_fd  # the readiness probe's stderr: the agent's own log
         self.gcs_address = ""  # the head picks it; a worker reads it from ray-head.json
         self.temp_dir = ""  # Ray's local temp dir, once this node starts Ray
+        self._extra_env: dict[str, str] = {}
 
     # -- ray_start -------------------------------------------------------------------------------
 
     def role(self, topo: Topology) -> str:
         return "head" if topo.is_head else f"worker of {topo.head_address}"
 
-    def start(self, topo: Topology) -> str:
+    def start(self, topo: Topology, extra_env: Mapping[str, str] | None = None) -> str:
+        """Start this node's Ray; ``extra_env`` joins its environment (and so every Ray worker's)."""
         ctx = self.ctx
+        self._extra_env = dict(extra_env or {})
         ray = ctx.config.ray
         if ray.dashboard and topo.is_head:
             missing = ray_node.dashboard_missing()
@@ -116,6 +120,11 @@ class RayRuntime:
         # Seed 001: the head's host:port is in the job's environment on every Ray node, so a task or
         # actor anywhere in the cluster finds it as GYM_RAY_ADDRESS_<NAME> (the driver gets it too).
         env[DriverEnv.ray_address(ray.name)] = self.gcs_address
+        # As open-instruct's MILES launcher starts Ray: Ray workers on this node inherit these.
+        env[DriverEnv.RAY_NODE_IP_ADDRESS] = ctx.address
+        env[DriverEnv.MILES_REPLICA_RANK] = str(ctx.rank)
+        env[DriverEnv.MILES_REPLICA_COUNT] = str(self.replicas)
+        env.update(self._extra_env)
         early: list[int] = []
         log = names.ray_log(ctx.rank)
         group = ctx.supervisor.start(

@@ -48,6 +48,7 @@ from launch.spec.sections import (
     RubricConfig,
     TrainerConfig,
 )
+from schemas import DriverEnv
 
 # The resolved model (launch.spec.config.RunConfig), passed in by the model itself.
 Model = TypeVar("Model")
@@ -383,6 +384,17 @@ UNSUPPORTED: dict[Path_, Mapping[str, str]] = {
 BEAKER_NODE_GPUS = 8
 
 
+# What the agents hand the driver and every node's Ray as the MILES launcher would (schemas.DriverEnv).
+MILES_LAUNCHER_ENV = frozenset(
+    {
+        DriverEnv.MILES_JUDGE_REGISTRY,
+        DriverEnv.MILES_REPLICA_RANK,
+        DriverEnv.MILES_REPLICA_COUNT,
+        DriverEnv.RAY_NODE_IP_ADDRESS,
+    }
+)
+
+
 def check_env(c: Checker, env: Mapping[str, Any], path: Path_) -> None:
     """An environment table: valid names, string values, nothing the agent sets, no credentials."""
     for k, value in env.items():
@@ -391,6 +403,8 @@ def check_env(c: Checker, env: Mapping[str, Any], path: Path_) -> None:
             c.add(p, "is not a valid environment variable name")
         elif k == "CUDA_VISIBLE_DEVICES":
             c.add(p, "is set by the agent from the plan; remove it")
+        elif k in MILES_LAUNCHER_ENV:
+            c.add(p, "is set by the agent, as open-instruct's MILES launcher sets it for its trainer; remove it")
         elif looks_like_credential(k, value) and not (isinstance(value, str) and value.startswith(RUNTIME_PREFIX)):
             c.add(
                 p,

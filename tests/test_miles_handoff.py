@@ -1,0 +1,99 @@
+"""The MILES hand-off: the trainer's judge client finds our judges through OI_MILES_JUDGE_REGISTRY.
+
+The e2e test runs a stand-in for the trainer's judge client (tests/data/miles_judge_client.py, built
+from the trainer's contract) as the driver of a real 3-node local run with a managed reference judge:
+it grades one sample per binding inside a Ray actor on another node, from that actor's own
+environment (the raylet's), and the run passes the audit.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from launch.spec.config import RunConfig
+from launch.spec.errors import SpecError
+from launch.spec.load import resolved_from_dict
+from launch.spec.miles_handoff import judge_registry, openai_base
+from schemas import DriverEnv, names
+from tests.harness import (
+    assert_artifacts_valid,
+    assert_nothing_left,
+    audit,
+    judge_spec,
+    kill_tree_by_session,
+    launch_local,
+    read,
+    uid,
+)
+
+
+def _config(text: str) -> RunConfig:
+    return RunConfig.from_spec(resolved_from_dict(tomllib.loads(text)))
+
+
+def test_the_registry_has_the_trainers_shape_and_only_bound_judges() -> None:
+    spec = judge_spec() + ('\n[judges.spare]\nmode = "external"\nmodel = "m"\nendpoint = "http://10.0.0.9:8000/v1"\n')
+    config = _config(spec)
+    reg = judge_registry(config, {"general": "http://127.0.0.3:4000"})
+    assert reg["schema_version"] == 1
+    assert set(reg["judges"]) == {"general"}  # spare is bound by nothing
+    general = reg["judges"]["general"]
+    assert general["endpoint"] == "http://127.0.0.3:4000/v1"
+    assert (general["mode"], general["model"], general["max_context_length"]) == ("managed", "reference-judge", 8192)
+    assert (general["max_concurrent_calls"], general["timeout"]) == (4, 30)
+    assert reg["rubrics"]["general-quality"] == {
+        "profile": "open-instruct/general-quality",
+        "max_response_tokens": 256,
+        "temperature": 1.0,
+    }
+    assert reg["rubrics"]["general-quality-ref"]["profile"] == "open-instruct/general-quality_ref"
+    assert reg["bindings"] == {
+        "general-quality": {"judge": "general", "rubric": "general-quality"},
+        "general-quality_ref": {"judge": "general", "rubric": "general-quality-ref"},
+    }
+    with pytest.raises(KeyError, match="general"):
+        judge_registry(config, {})
+    assert openai_base("http://h:1/v1/") == openai_base("http://h:1") == "http://h:1/v1"
+
+
+@pytest.mark.parametrize("var", [DriverEnv.MILES_JUDGE_REGISTRY, DriverEnv.MILES_REPLICA_RANK])
+def test_a_spec_may_not_set_what_the_launcher_hands_over(var: str) -> None:
+    spec = judge_spec().replace("[driver]\n", f'[driver]\nenv = {{ {var} = "x" }}\n')
+    with pytest.raises(SpecError) as exc:
+        _config(spec)
+    assert f"driver.env.{var}" in str(exc.value) and "MILES launcher" in str(exc.value)
+
+
+@pytest.mark.slow
+def test_a_miles_style_client_in_a_ray_actor_grades_through_a_managed_judge(tmp_path: Path) -> None:
+    run = launch_local(
+        tmp_path, judge_spec(driver='command = ["python", "tests/data/miles_judge_client.py"]'), uid("miles")
+    )
+    try:
+        assert run.wait(240) == 0, run.text[-4000:]
+    finally:
+        kill_tree_by_session(run.proc)
+    d = run.run_dir
+    assert_artifacts_valid(d)
+    line = next(x for x in (d / names.driver_log(0)).read_text().splitlines() if x.startswith("MILES-CLIENT "))
+    report = json.loads(line.split(" ", 1)[1])
+    addresses = {read(d, names.address(r))["address"]: r for r in range(3)}
+    # The grader ran on another node, with that node's own Ray environment (not the driver's).
+    actor, env = report["actor_node"], report["actor_env"]
+    assert actor != report["driver_node"] and env["RAY_NODE_IP_ADDRESS"] == actor
+    assert env["OI_MILES_REPLICA_RANK"] == str(addresses[actor]) and env["OI_MILES_REPLICA_COUNT"] == "3"
+    registry = json.loads(env["OI_MILES_JUDGE_REGISTRY"])
+    assert registry == json.loads(report["driver_env_registry"])
+    assert registry["judges"]["general"]["endpoint"] == openai_base(
+        read(d, names.REGISTRY)["judges"]["general"]["endpoint"]
+    )
+    graded = {g["verifier"]: g for g in report["grades"]}
+    assert set(graded) == {"general-quality", "general-quality_ref"}
+    assert all(g["prompt_tokens"] > 0 for g in graded.values())  # a managed judge's /tokenize was asked
+    assert_nothing_left(d)
+    result = audit(d, verdict="pass")
+    assert result.judge_replies is not None and result.judge_replies["independent"] >= 2

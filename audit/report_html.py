@@ -20,6 +20,7 @@ PHASE_COLORS: dict[str, str] = {  # keyed by Phase, looked up by the recorded ph
     Phase.PLAN_AGREEMENT: "#a0cbe8",
     Phase.DATA_CHECK: "#e15759",
     Phase.DEVICES: "#f28e2b",
+    Phase.PREFLIGHT: "#e8a33d",
     Phase.PLACEMENT: "#ffbe7d",
     Phase.JUDGES_START: "#b07aa1",
     Phase.JUDGE_HEALTH: "#d4a6c8",

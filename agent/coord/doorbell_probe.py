@@ -53,6 +53,7 @@ class Probed:
     answered: bool
     seconds: float  # round trip of the first echo; time waited when there was none
     error: str = ""
+    stopped: bool = False  # not asked to the end: this agent began to stop (a failure) meanwhile
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -64,6 +65,8 @@ class Probed:
         }
         if self.error:
             out["error"] = self.error
+        if self.stopped:
+            out["stopped"] = True
         return out
 
 
@@ -129,8 +132,10 @@ def probe_peers(
             by_addr[sockaddr[:2]] = p.rank
         _run(who, sock, targets, by_addr, started + timeout, abort)
     waited = time.monotonic() - started
+    stopped = abort()
     for t in targets.values():
-        out.append(t.result or Probed(t.peer.rank, t.peer.address, t.peer.port, False, waited, t.error or "no answer"))
+        why = "stopped before it answered: this agent is stopping" if stopped else (t.error or "no answer")
+        out.append(t.result or Probed(t.peer.rank, t.peer.address, t.peer.port, False, waited, why, stopped))
     return sorted(out, key=lambda r: r.rank)
 
 

@@ -191,7 +191,7 @@ class Agent:
         preflight = PreflightRuntime(
             ctx,
             hostname=self.ident.hostname,
-            scheduler_node=self.ident.scheduler_job.node if self.ident.scheduler_job else None,
+            scheduler_node=_slurm_node(self.ident),
             probe=self._probe_peers,
             probe_off=self._probe_off,
         )
@@ -549,3 +549,9 @@ class Agent:
 
 def _bells(peers: list[Peer]) -> list[PeerBell]:
     return [PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers]
+
+
+def _slurm_node(ident: Identity) -> str | None:
+    """Slurm's name for this node (what `--exclude` takes), when a Slurm job runs us."""
+    job = ident.scheduler_job
+    return job.node if job is not None and job.scheduler == "slurm" else None

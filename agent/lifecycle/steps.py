@@ -97,7 +97,8 @@ PLACED_STEPS: tuple[Step, ...] = (
         Phase.PREFLIGHT,
         Nodes.ALL,
         "preflight",
-        "GPUs (NVML), /dev/shm, socket interfaces and peers' answers, disk, limits; `preflight-RANK.json`",
+        "GPUs (NVML), /dev/shm, socket interfaces and peers' answers, disk, limits; `preflight-RANK.json`; "
+        "then waits until every node's passed",
     ),
     Step(Phase.PLACEMENT, Nodes.ALL, "write_placement", "`placement-RANK.json` (judge devices kept out of Ray's)"),
     Step(Phase.JUDGES_START, Nodes.ALL, "start_judges", "this node's managed judges, each in its own session"),

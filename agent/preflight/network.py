@@ -148,7 +148,7 @@ def check_network(
     problems, variables = check_variables(env, address, ifs)
     home = ifs.carrying(address)
     probes = probe() if probe is not None else []
-    unanswered = [p for p in probes if not p.answered and p.port is not None]
+    unanswered = [p for p in probes if not p.answered and p.port is not None and not p.stopped]
     for p in unanswered:
         problems.append(
             f"rank {p.rank}'s address {p.address} (doorbell port {p.port}) does not answer from {address}: {p.error}; "

@@ -108,7 +108,29 @@ class PreflightRuntime:
                 checks=tuple(str(r.check) for r in report.failed),
                 log=names.agent_log(ctx.rank),
             )
+        self._wait_for_peers(len(topo.peers))
         return report.detail()
+
+    def _wait_for_peers(self, count: int) -> None:
+        """No node goes on to start Ray or a judge before every node's preflight passed: an unfit
+        node fails the run while nothing but the agents runs anywhere. A peer whose check failed
+        writes its failure record (and rings): that ends this wait."""
+        ctx = self.ctx
+        passed = {ctx.rank}
+
+        def all_passed() -> bool:
+            listing = set(ctx.run.listdir())
+            for rank in range(count):
+                name = names.preflight(rank)
+                if rank not in passed and name in listing and (ctx.run.read_json(name) or {}).get("passed") is True:
+                    passed.add(rank)
+            return len(passed) == count
+
+        ctx.wait_startup(
+            "every node's preflight",
+            all_passed,
+            lambda left: f"{len(passed)}/{count} nodes passed preflight; {left:.0f} s left",
+        )
 
     def placement_gpus(self) -> list[dict[str, Any]]:
         """Each planned GPU's NVML index and UUID, for the placement record ([] without NVML)."""

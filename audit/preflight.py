@@ -117,7 +117,7 @@ def check_gpu_residue(ctx: AuditContext) -> list[Finding]:
             pids = [as_dict(p) for p in as_list(g.get("pids"))]
             who = (
                 ", ".join(
-                    f"{p.get('pid')}" + (f" `{str(p.get('cmdline'))[:80]}`" if p.get("cmdline") else "")
+                    f"{p.get('pid')}" + (f" `{str(p.get('cmdline'))[:160]}`" if p.get("cmdline") else "")
                     for p in pids[:6]
                 )
                 or "no process visible"

@@ -289,3 +289,30 @@ def test_gym_launch_preflight_prints_the_table_and_exits_by_the_checks(spec: Pat
     assert "NCCL_SOCKET_IFNAME='ib-does-not-exist' (this environment) names no interface here" in done.stdout
     done = subprocess.run([*launch, "--set", 'launch.preflight.disk="never"'], capture_output=True, text=True)
     assert done.returncode == 2 and 'launch.preflight.disk: must be "fail" or "warn" or "off"' in done.stderr
+
+
+def test_sizes_and_modes_of_the_spec() -> None:
+    from launch.spec.keys import Size, parse_size
+
+    assert (
+        parse_size("20GiB") == 20 << 30
+        and parse_size("512 MiB") == 512 << 20
+        and parse_size("1.5TB") == 1_500_000_000_000
+    )
+    assert parse_size(4096) == 4096 and parse_size("20 parsecs") is None and parse_size(-1) is None
+    assert Size(unlimited=True).check("unlimited") is None and Size().check("unlimited") is not None
+    from launch.spec.config import RunConfig
+    from launch.spec.load import load_spec
+
+    defaults = RunConfig.from_spec(
+        load_spec(str(Path(__file__).parents[1] / "examples" / "demo.toml"), [])
+    ).launch.preflight
+    assert [defaults.mode(c) for c in ("gpus", "shm", "network", "disk", "limits")] == [
+        "fail",
+        "warn",
+        "fail",
+        "fail",
+        "warn",
+    ]
+    assert (defaults.min_free_gpu_memory, defaults.clean_shm, defaults.gpu_release_timeout) == (0.95, False, 30.0)
+    assert defaults.min_locked_memory_bytes is None  # unlimited

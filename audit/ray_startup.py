@@ -3,12 +3,13 @@ and the settings the head recorded for a cluster of its size (ray-head.json)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
 from audit.context import AuditContext
 from audit.views import as_dict
-from schemas import Phase, names
+from schemas import Phase, names, timefmt
 
 SHOWN = 16  # rows the text report lists in node order; a larger cluster shows its slowest
 
@@ -21,6 +22,8 @@ def startup_table(ctx: AuditContext) -> dict[str, Any] | None:
         if span is None:
             continue
         seconds = (span.ended_at - span.started_at) if span.ended_at is not None else None
+        if seconds is not None and not math.isfinite(seconds):
+            seconds = None  # a corrupt record's times: no duration
         node = ctx.node_of_rank.get(rank)
         rows.append(
             {
@@ -49,8 +52,8 @@ def describe(table: dict[str, Any]) -> list[str]:
     timed = sorted((r for r in rows if r["seconds"] is not None), key=lambda r: r["seconds"])
     head = f"Ray startup ({len(rows)} node(s)"
     if timed:
-        head += f"; median {statistics.median(r['seconds'] for r in timed):.1f} s, slowest rank {timed[-1]['rank']}"
-        head += f" {timed[-1]['seconds']:.1f} s"
+        median = timefmt.seconds(statistics.median(r["seconds"] for r in timed))
+        head += f"; median {median} s, slowest rank {timed[-1]['rank']} {timefmt.seconds(timed[-1]['seconds'])} s"
     lines = [head + "):"]
     if table["large_cluster"]:
         settings = ", ".join(f"{k}={v}" for k, v in sorted(table["settings"].items()))
@@ -59,7 +62,7 @@ def describe(table: dict[str, Any]) -> list[str]:
     if len(rows) > SHOWN:
         lines.append(f"  the 10 slowest of {len(rows)} (gym-audit --json lists every node):")
     for r in shown:
-        took = f"{r['seconds']:.1f} s" if r["seconds"] is not None else "did not finish"
+        took = f"{timefmt.seconds(r['seconds'])} s" if r["seconds"] is not None else "did not finish"
         role = " (head)" if r["head"] else ""
         detail = f" — {r['detail']}" if r["detail"] else ""
         lines.append(f"  rank {r['rank']} node {r['node_index']}{role}: {took}, {r['outcome']}{detail}")

@@ -250,6 +250,8 @@ def render(result: AuditResult) -> str:
         parts.append(f"<p>{_cause_html(fc)}</p>")
         if fc.reported_by is not None:
             parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
+        if result.unfit:
+            parts.append(f'<p id="unfit">Unfit node(s): <code>{_e(str(result.unfit.get("exclude")))}</code></p>')
         if fc.binding is not None:
             judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
             parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')

@@ -80,6 +80,9 @@ def test_one_unfit_node_ends_the_run_before_ray_starts_and_is_named_for_exclusio
         text, rank=1, kinds=("preflight",), words=("network", "NCCL_SOCKET_IFNAME", "resubmit with sbatch --exclude=")
     )
     assert problem is None, problem + "\n" + text
+    html = tmp_path / "report.html"
+    subprocess.run([sys.executable, "-m", "audit.cli", str(run_dir), "--html", str(html)], capture_output=True)
+    assert '<p id="unfit">Unfit node(s): <code>resubmit with sbatch --exclude=' in html.read_text()
     status = subprocess.run(
         [sys.executable, "-m", "launch.cli", "status", str(run_dir)], capture_output=True, text=True
     )

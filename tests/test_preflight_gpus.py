@@ -161,3 +161,12 @@ def test_memory_not_released_after_teardown_names_the_pids(nvml: Path, holder: H
     assert residue(baseline, 10.0, module=fake) == []
     assert time.monotonic() - t0 < 8.0
     killer.wait()
+
+
+def test_without_cuda_visible_devices_the_gpus_are_nvmls(nvml: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU discovery asks NVML before parsing nvidia-smi's text (agent/coord/identity.py)."""
+    from agent.coord.identity import visible_devices
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert visible_devices({}) == ("0", "1", "2", "3")
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")

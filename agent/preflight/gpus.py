@@ -114,6 +114,19 @@ def open_nvml(module: Any = None) -> tuple[Nvml | None, str]:
     return Nvml(module), ""
 
 
+def nvml_device_count(module: Any = None) -> int | None:
+    """How many GPUs NVML sees on this node; None without NVML."""
+    nvml, _why = open_nvml(module)
+    if nvml is None:
+        return None
+    try:
+        return int(nvml.lib.nvmlDeviceGetCount())
+    except nvml.lib.NVMLError:
+        return None
+    finally:
+        nvml.close()
+
+
 def _text(v: Any) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).

@@ -35,6 +35,8 @@ from audit.first_cause import analyse, order_key
 from audit.judge_replies import count_replies
 from audit.load import current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
+from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
+from audit.ray_startup import startup_table
 from audit.restarts import attempt_numbers, how_entered, refused_findings
 from audit.safedir import SafeDir, UnusableRunDir
 from audit.scheduler_ending import (
@@ -77,6 +79,8 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_regrade,
     check_driver_stop,
     check_filesystem,
+    check_preflight,
+    check_gpu_residue,
 )
 
 
@@ -300,6 +304,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
                     "the run did not complete and nobody recorded why (" + "; ".join(missing) + ")",
                 )
             )
+        unfit = unfit_nodes(ctx)
         findings += refused_findings(safe, Path(path))
         findings = sorted(set(findings), key=Finding.sort_key)
         verdict: Verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
@@ -322,7 +327,15 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
             filesystem=tuple(m.to_json() for m in mounts(run)),
             doorbell=doorbell_summary(run),
+            unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
+            ray_startup=startup_table(ctx),
         )
+
+
+def _unfit(nodes: list, scheduler: str | None) -> dict[str, Any] | None:
+    if not nodes:
+        return None
+    return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}
 
 
 def _attempts(

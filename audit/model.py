@@ -211,6 +211,9 @@ class AuditResult:
     judge_replies: dict[str, Any] | None = None  # independent reply counts (a spec with bindings only)
     filesystem: tuple[dict[str, Any], ...] = field(default=())  # the output root's mounts (audit/filesystem.py)
     doorbell: dict[str, Any] | None = None  # the doorbells' counts over every rank (audit/doorbell.py)
+    # Nodes whose preflight failed and the line to resubmit without them (audit/preflight.py).
+    unfit: dict[str, Any] | None = None
+    ray_startup: dict[str, Any] | None = None  # each node's Ray join time (audit/ray_startup.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -247,4 +250,6 @@ class AuditResult:
             "judge_replies": self.judge_replies,
             "filesystem": list(self.filesystem),
             "doorbell": self.doorbell,
+            "unfit": self.unfit,
+            "ray_startup": self.ray_startup,
         }

@@ -20,6 +20,7 @@ PHASE_COLORS: dict[str, str] = {  # keyed by Phase, looked up by the recorded ph
     Phase.PLAN_AGREEMENT: "#a0cbe8",
     Phase.DATA_CHECK: "#e15759",
     Phase.DEVICES: "#f28e2b",
+    Phase.PREFLIGHT: "#e8a33d",
     Phase.PLACEMENT: "#ffbe7d",
     Phase.JUDGES_START: "#b07aa1",
     Phase.JUDGE_HEALTH: "#d4a6c8",
@@ -249,6 +250,8 @@ def render(result: AuditResult) -> str:
         parts.append(f"<p>{_cause_html(fc)}</p>")
         if fc.reported_by is not None:
             parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
+        if result.unfit:
+            parts.append(f'<p id="unfit">Unfit node(s): <code>{_e(str(result.unfit.get("exclude")))}</code></p>')
         if fc.binding is not None:
             judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
             parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')

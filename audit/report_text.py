@@ -8,6 +8,7 @@ from typing import Any
 from audit.doorbell import describe as describe_doorbell
 from audit.filesystem import describe as describe_filesystem
 from audit.model import AttemptSummary, AuditResult, Cause, Finding
+from audit.ray_startup import describe as describe_ray_startup
 from audit.restarts import REFUSED
 from audit.sanitize import terminal_safe as _t
 from schemas import names, timefmt
@@ -98,7 +99,7 @@ def _entered(a: AttemptSummary) -> str:
     return f" ({how}, launch {a.token})" if a.token else f" ({how})"
 
 
-def _first_cause_lines(fc: Cause) -> list[str]:
+def _first_cause_lines(fc: Cause, unfit: dict[str, Any] | None = None) -> list[str]:
     """The first cause's block: its headline (rank, kind, phase, time, message), one line of context
     (who reported it, when in its agent's life, the binding), then the log it points at. Compact on
     purpose: the whole of it up to the log's name sits in the report's first six lines."""
@@ -110,6 +111,8 @@ def _first_cause_lines(fc: Cause) -> list[str]:
         context.append(f"{timefmt.seconds(fc.since_start)} s after that agent started")
     if fc.binding is not None:
         context.append(f"binding {fc.binding}" + (f" (judge {fc.judge})" if fc.judge else ""))
+    if unfit:  # the node(s) the preflight found unfit, in the scheduler's words
+        context.append(str(unfit.get("exclude")))
     if context:
         lines.append(_t("  (" + "; ".join(context) + ")"))
     if fc.log:
@@ -129,7 +132,9 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     # A restart the caps refused is why the run stopped now: said before the attempts' causes.
     lines += [_t(f"  restarts stopped ({f.code}): {f.message}") for f in result.findings if f.code == REFUSED]
     if result.first_cause is not None:
-        lines += _first_cause_lines(result.first_cause) + [""]
+        lines += _first_cause_lines(result.first_cause, result.unfit) + [""]
+    elif result.unfit:
+        lines.append(_t(f"  unfit node(s): {result.unfit.get('exclude')}"))
     lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
     plan = result.plan or {}
     if plan:
@@ -147,6 +152,8 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     if result.doorbell is not None:
         lines.append(_t(f"  {describe_doorbell(result.doorbell)}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
+    if result.ray_startup:
+        lines += [_t(x) for x in describe_ray_startup(result.ray_startup)]
     if result.cascade:
         lines += ["", "Cascade (in time order):"]
         lines += [f"  {i}. {_cause_line(c)}" for i, c in enumerate(result.cascade, 1)]

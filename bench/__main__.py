@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import audit_logs, audit_scale, coordination, fstrace, netfs, procstat, projection
+from . import audit_logs, audit_scale, coordination, fstrace, netfs, preflight, procstat, projection
 from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs")
+PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -100,6 +100,10 @@ def part_skew(args: argparse.Namespace, res: dict) -> None:
             f"{r['system']:>9} {r['skew_s']:>+6.0f}s {timeout:>7g}s {r['false_failures']:>15} "
             f"{r['agents_failed']:>14}  {cause[:70]}"
         )
+
+
+def part_preflight(args: argparse.Namespace, res: dict) -> None:
+    preflight.part(res)
 
 
 def part_projection(args: argparse.Namespace, res: dict) -> None:

@@ -85,6 +85,7 @@ class Run:
     tmp: Path | None = None  # the agents' local temp root (short: Ray's socket paths live below it)
     clients: list[NfsClient] = field(default_factory=list)  # hung-filesystem rows: the mounted clients
     client_of: tuple[int, ...] = ()  # rank -> its client
+    holders: list[subprocess.Popen] = field(default_factory=list)  # outside the run (a GPU's foreign holder)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, tempdirs.ROOT_ENV: str(self.tmp), "CUDA_VISIBLE_DEVICES": "0,1", **(extra or {})}
@@ -173,6 +174,10 @@ class Fault:
     # of the trial's out/, rank r on client mounts[r]; the injection stalls and resumes clients.
     mounts: tuple[int, ...] = ()
     coordination: str = ""  # lines for the spec's [launch.coordination] table
+    preflight: str = ""  # lines for the spec's [launch.preflight] table
+    # Called before the agents start: per-rank agent() arguments (merged over SETUP's), e.g. the
+    # fake NVML a rank loads; what it starts goes to run.holders (ended after the trial).
+    prepare: Callable[[Run], dict[str, dict]] | None = None
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -383,7 +388,10 @@ FAULTS: tuple[Fault, ...] = (
     Fault("launcher-sigint", SLEEPY, _launcher_sig(signal.SIGINT), "fail", None, ("signal",), launcher=True),
     Fault("launcher-sighup", SLEEPY, _launcher_sig(signal.SIGHUP), "fail", None, ("signal",), launcher=True),
     Fault("launcher-sigkill", SLEEPY, _launcher_sig(signal.SIGKILL), "fail", None, ("signal",), launcher=True),
-    Fault("disk-full", SLEEPY, _disk_full, "fail", None, ("run_dir",), needs_root=True),
+    # The disk fills mid-run: the preflight's bound is below the 3 MB tmpfs (preflight-full-disk is at start).
+    Fault(
+        "disk-full", SLEEPY, _disk_full, "fail", None, ("run_dir",), needs_root=True, preflight='min_free_disk = "1MiB"'
+    ),
 )
 # Faults whose agents are started with something unusual: (rank -> agent() keyword arguments).
 # Checkpoints when told (GYM_STOP_FILE appears) and exits 0, within its checkpoint grace.
@@ -431,6 +439,59 @@ FAULTS += (
         _doorbell_fuzz,
         "pass",
         check=lambda run_dir: doorbell_fuzz.drop_problems(run_dir, range(REPLICAS)),
+    ),
+)
+
+
+FAKE_NVML = REPO / "tests" / "harness" / "fake_nvml"
+
+
+def _foreign_gpu_holder(run: Run) -> dict[str, dict]:
+    """Rank 1's GPU 0 is held by a process of another job (GPUs cannot exist here: that rank loads
+    the fake NVML module, whose holder is a real process started outside the run)."""
+    from tests.harness.fake_nvml import pynvml as fake
+
+    holder = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    run.holders.append(holder)
+    devices = [fake.gpu(0), fake.gpu(1)]
+    devices[0]["holders"] = [{"pid": holder.pid, "used": 60 << 30}]
+    state = run.root / "nvml.json"
+    fake.write_state(str(state), devices)
+    pythonpath = f"{FAKE_NVML}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    return {"r1": {"env": {fake.STATE_ENV: str(state), "PYTHONPATH": pythonpath}}}
+
+
+FAULTS += (
+    Fault(
+        "preflight-foreign-gpu",
+        SLEEPY,
+        lambda r: r.fault(),
+        "fail",
+        1,
+        ("preflight",),
+        words=("gpus", "another job", "resubmit with sbatch --exclude="),
+        prepare=_foreign_gpu_holder,
+    ),
+    Fault(
+        "preflight-missing-interface",
+        SLEEPY,
+        lambda r: r.fault(),
+        "fail",
+        2,
+        ("preflight",),
+        words=("network", "NCCL_SOCKET_IFNAME", "resubmit with sbatch --exclude="),
+        prepare=lambda _run: {"r2": {"env": {"NCCL_SOCKET_IFNAME": "ib-does-not-exist"}}},
+    ),
+    # A 3 MB output disk at start: below the default min_free_disk (10 GiB) on every node.
+    Fault(
+        "preflight-full-disk",
+        SLEEPY,
+        lambda r: r.fault(),
+        "fail",
+        None,
+        ("preflight",),
+        needs_root=True,
+        words=("disk", "min_free_disk"),
     ),
 )
 
@@ -582,7 +643,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         judges=fault.judges,
     )
     text = text.replace("[launch]\n", f"[launch]\n{fault.launch_keys}\n", 1)
-    spec.write_text(text.replace("[launch.coordination]\n", f"[launch.coordination]\n{fault.coordination}\n", 1))
+    text = text.replace("[launch.coordination]\n", f"[launch.coordination]\n{fault.coordination}\n", 1)
+    spec.write_text(text + (f"\n[launch.preflight]\n{fault.preflight}\n" if fault.preflight else ""))
     run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))
     problems: list[str] = []
     mounted = fault.needs_root and fullfs.mount_tmpfs(root / "out", "3m") is None
@@ -610,7 +672,8 @@ def _trial_body(fault: Fault, run: Run, root: Path, problems: list[str], timeout
             if fault.launcher:
                 run.start_launcher()
             else:
-                run.start_agents(**SETUP.get(fault.name, {}))
+                prepared = fault.prepare(run) if fault.prepare is not None else {}
+                run.start_agents(**{**SETUP.get(fault.name, {}), **prepared})
             try:
                 fault.inject(run)
             except (TimeoutError, OSError, subprocess.SubprocessError) as exc:
@@ -631,6 +694,9 @@ def _trial_body(fault: Fault, run: Run, root: Path, problems: list[str], timeout
         return trial
     finally:
         _kill(run)
+        for holder in run.holders:
+            holder.kill()
+            holder.wait()
         if mounted:
             fullfs.unmount(root / "out")
         if not run.clients:  # else after the clients' unmount (run_trial)

@@ -519,6 +519,33 @@ def _run_regrade(args: argparse.Namespace) -> int:
     return regrade(asked, lambda line: print(line, flush=True))
 
 
+# --- preflight --------------------------------------------------------------
+
+
+def _configure_preflight(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the record a run's preflight-RANK.json holds")
+    parser.add_argument("--address", help="this node's address (default: the hostname's, as gym-agent resolves it)")
+    parser.add_argument("--output-root", metavar="DIR", help="the output root to measure (default: [output] root)")
+
+
+def _run_preflight(args: argparse.Namespace) -> int:
+    """The agent's own checks (agent/preflight/), run by its interpreter in a child: the launcher
+    never imports the agent's runtime."""
+    import subprocess
+
+    load_valid(args)  # every problem of the spec at once, as validate reports them (exit 2)
+    argv = [sys.executable, "-m", "agent.preflight", args.spec]
+    for override in args.overrides:
+        argv += ["--set", override]
+    if args.json:
+        argv.append("--json")
+    for flag, value in (("--address", args.address), ("--output-root", args.output_root)):
+        if value:
+            argv += [flag, value]
+    return subprocess.run(argv, check=False).returncode
+
+
 COMMANDS: list[Command] = [
     Command("validate", "check a run spec; print its fingerprint", _configure_validate, _run_validate),
     Command("plan", "show which GPU does what on which node", _configure_plan, _run_plan),
@@ -571,6 +598,12 @@ COMMANDS: list[Command] = [
         _run_regrade,
     ),
     Command(
+        "preflight",
+        "run a node's preflight checks (GPUs, /dev/shm, network, disk, limits) on this node alone",
+        _configure_preflight,
+        _run_preflight,
+    ),
+    Command(
         "local",
         "run every replica on this machine (127.0.0.2, .3, ...) and stream their phases",
         _configure_local,
@@ -589,7 +622,8 @@ EXIT_CODES = """exit codes:
   0    success (local: every agent exited 0 and the audit passes; status: running or succeeded)
   1    the run failed (local: an agent failed or the audit fails the run; status);
        check-data: a verifier lacks a binding; grade: no valid grade (the judge's reply is
-       truncated, unparseable or out of scale, or the judge is unreachable)
+       truncated, unparseable or out of scale, or the judge is unreachable); preflight: a check
+       whose mode is "fail" found a problem on this node
   2    bad command line, invalid run spec or unusable run directory (the message says what to change);
        local: every agent refused to start (a restart cap of [launch], an attempt still running)
   141  the output pipe was closed (`| head`)"""

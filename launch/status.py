@@ -178,6 +178,7 @@ class Status:
     outcome: str  # running | succeeded | failed | not started
     rows: tuple[RankRow, ...]
     scheduler: SchedulerView | None = None
+    unfit: dict[str, Any] | None = None  # nodes whose preflight failed, and how to resubmit without them
 
     @property
     def not_joined(self) -> tuple[int, ...]:
@@ -195,6 +196,7 @@ class Status:
             "ranks": [r.to_json() for r in self.rows],
             "not_joined": list(self.not_joined),
             "scheduler": self.scheduler.to_json() if self.scheduler is not None else None,
+            "unfit": self.unfit,
         }
 
 
@@ -263,7 +265,33 @@ def read_status(
     started = min(starts) if starts else None
     finished = outcome in ("failed", "succeeded") and ends
     elapsed_run = ((max(ends) if finished else wall) - started) if started is not None else None
-    return Status(str(run.path), replicas, started, elapsed_run, outcome, tuple(rows), scheduler)
+    unfit = unfit_of(run, scheduler.backend if scheduler is not None else None)
+    return Status(str(run.path), replicas, started, elapsed_run, outcome, tuple(rows), scheduler, unfit)
+
+
+def unfit_of(run: RunDir, backend: str | None) -> dict[str, Any] | None:
+    """The nodes whose preflight failed (preflight-RANK.json), with the line to resubmit without
+    them in the scheduler's words, as the audit words it (audit/preflight.py)."""
+    from audit.preflight import exclude_line, unfit_node
+
+    nodes = []
+    schedulers = set()
+    for name in run.listdir():
+        parsed = names.parse(name)
+        if parsed is None or parsed.schema != "preflight" or parsed.rank is None:
+            continue
+        doc = run.read_json(name) or {}
+        node = unfit_node(parsed.rank, doc)
+        if node is not None:
+            nodes.append(node)
+            job = (run.read_json(names.address(parsed.rank)) or {}).get("scheduler_job") or {}
+            if isinstance(job, dict) and isinstance(job.get("scheduler"), str):
+                schedulers.add(job["scheduler"])
+    if not nodes:
+        return None
+    scheduler = backend or (sorted(schedulers)[0] if schedulers else None)
+    nodes.sort(key=lambda n: n.rank)
+    return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}
 
 
 def _age(row: RankRow) -> str:
@@ -283,6 +311,11 @@ def format_status(st: Status, colour: bool = False) -> str:
     ]
     if st.scheduler is not None:
         lines.append(f"scheduler: {st.scheduler.describe()}")
+    if st.unfit is not None:
+        failed = "; ".join(
+            f"rank {n['rank']} ({n['host']}): {', '.join(n['checks']) or '?'}" for n in st.unfit["nodes"][:8]
+        )
+        lines.append(f"preflight failed on {failed}; {st.unfit['exclude']}")
     if st.not_joined and st.rows and len(st.not_joined) < len(st.rows):
         lines.append(f"not joined yet: rank(s) {', '.join(map(str, st.not_joined))} (no address record)")
     lines.append("")

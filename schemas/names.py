@@ -159,6 +159,11 @@ def cleanup(rank: int) -> str:
     return f"cleanup-{rank}.json"
 
 
+def preflight(rank: int) -> str:
+    """What rank's preflight checked on its node, each check with its result and time."""
+    return f"preflight-{rank}.json"
+
+
 def judge_endpoint(name: str, rank: int) -> str:
     return f"judge-{name}-{rank}.json"
 
@@ -239,6 +244,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("phases", re.compile(r"^phases-(\d+)\.json$")),
     Artifact("placement", re.compile(r"^placement-(\d+)\.json$")),
     Artifact("cleanup", re.compile(r"^cleanup-(\d+)\.json$")),
+    Artifact("preflight", re.compile(r"^preflight-(\d+)\.json$")),
     Artifact("judge-canaries", re.compile(r"^judge-canaries\.json$")),
     Artifact("judge-endpoint", re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.json$")),
     Artifact("ray-layout", re.compile(r"^ray-layout\.json$")),

@@ -30,6 +30,7 @@ def failure_fields(
     signal: str | None = None,
     fs_condition: FsCondition | str | None = None,
     since_start: float | None = None,
+    checks: Sequence[str] = (),
 ) -> dict[str, Any]:
     """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
 
@@ -38,7 +39,8 @@ def failure_fields(
     signal N), ``judge`` (the judge concerned), ``binding`` (the verifier binding concerned:
     judge_degraded), ``signal`` and ``sender`` (the signal this
     agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
-    refused our writes), ``since_start`` (seconds since that agent started, on its host's clock)."""
+    refused our writes), ``since_start`` (seconds since that agent started, on its host's clock),
+    ``checks`` (a preflight failure: the checks that failed)."""
     facts: dict[str, Any] = {
         "exit_code": exit_code,
         "child": child,
@@ -48,6 +50,7 @@ def failure_fields(
         "sender": dict(sender) if sender is not None else None,
         "fs_condition": str(fs_condition) if fs_condition is not None else None,
         "since_start": since_start,
+        "checks": list(checks) or None,
     }
     return {
         **{k: v for k, v in facts.items() if v is not None},
@@ -83,12 +86,16 @@ def placement_fields(
     filesystem: Mapping[str, Any] | None = None,
     pool: str | None = None,
     in_ray: bool = True,
+    gpus: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """placement-RANK.json: which local device does what on one node (audit/views.py reads it),
-    and what the output root lives on there (`filesystem_fields`)."""
+    what the output root lives on there (`filesystem_fields`), and, when NVML could tell, each
+    planned GPU's NVML index and UUID (`gpus`, from the preflight)."""
     fs = {"filesystem": dict(filesystem)} if filesystem is not None else {}
+    named = {"gpus": [dict(g) for g in gpus]} if gpus else {}
     return {
         **fs,
+        **named,
         "node_index": node_index,
         "pool": pool,
         "in_ray": in_ray,

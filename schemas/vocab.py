@@ -16,6 +16,7 @@ class Phase(enum.StrEnum):
     PLAN_AGREEMENT = "plan_agreement"  # every replica resolved the same spec fingerprint
     DATA_CHECK = "data_check"  # every judge-graded verifier in [data] has a binding
     DEVICES = "devices"  # this node sees the GPUs the plan gives a replica
+    PREFLIGHT = "preflight"  # GPUs, /dev/shm, network, disk, limits checked (preflight-RANK.json)
     PLACEMENT = "placement"  # placement-RANK.json written (judge devices kept out of Ray's)
     JUDGES_START = "judges_start"  # managed judges started in their own process groups
     RAY_START = "ray_start"  # head on the driver's node, workers on the other nodes of the spanned pools
@@ -101,11 +102,33 @@ class FailureKind(enum.StrEnum):
     PORTS = "ports"  # no free port (block) could be allocated
     AGENT_DIED = "agent_died"  # written by the reaper: the agent was killed
     INTERNAL = "internal"  # an agent bug
+    PREFLIGHT = "preflight"  # a check of this node before Ray and the judges failed (preflight-RANK.json)
     # The scheduler ended the job (named by the audit from the scheduler's own words: audit/scheduler_ending.py).
     TIME_LIMIT = "time_limit"  # the job's walltime ran out
     CANCELLED = "cancelled"  # someone cancelled the job (scancel, beaker job cancel)
     NODE_FAILURE = "node_failure"  # a node of the job failed or was set down
     PREEMPTED = "preempted"  # a higher-priority job took the allocation
+
+
+class PreflightCheck(enum.StrEnum):
+    """The checks of a node's preflight (preflight-RANK.json), in the order they run; each is a key
+    of [launch.preflight] set to "fail", "warn" or "off"."""
+
+    GPUS = "gpus"
+    SHM = "shm"
+    NETWORK = "network"
+    DISK = "disk"
+    LIMITS = "limits"
+
+
+class CheckStatus(enum.StrEnum):
+    """How one preflight check ended."""
+
+    OK = "ok"
+    FAILED = "failed"  # a problem, and the check's mode is "fail": the run fails
+    WARNED = "warned"  # a problem, and the check's mode is "warn"
+    SKIPPED = "skipped"  # nothing to check here (no NVML, no GPU planned on this node)
+    OFF = "off"  # the check's mode is "off"
 
 
 class GradeOutcome(enum.StrEnum):

@@ -33,7 +33,7 @@ def report(run_dir: Path) -> str:
 @pytest.mark.parametrize("fault", ROWS, ids=lambda f: f.name)
 def test_every_failing_row_is_named_under_the_verdict(tmp_path: Path, fault: Fault) -> None:
     rank = 0 if fault.rank is None else fault.rank
-    b = rundirs.ending(tmp_path, rank, fault.kinds[0])
+    b = rundirs.ending(tmp_path, rank, fault.kinds[0], fault.words)
     assert_artifacts_valid(b.path)
     text = report(b.path)
     # The summaries are there: without them the guard could not see the first cause pushed below them.

@@ -390,7 +390,10 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         pytest.skip(why_not)
     try:
         spec = tmp_path / "full.toml"
-        spec.write_text(small_spec(ray=False, replicas=3, driver=SLEEPY))
+        # The disk fills mid-run, not before: the preflight's disk bound is below the 3 MB tmpfs.
+        spec.write_text(
+            small_spec(ray=False, replicas=3, driver=SLEEPY) + '\n[launch.preflight]\nmin_free_disk = "1MiB"\n'
+        )
         u = uid("full")
         run_dir = fs / "cluster" / u
         cmd = [str(BIN / "gym-launch"), "local", str(spec), "--uuid", u, "--output-root", str(fs)]

@@ -43,11 +43,13 @@ from agent.coord.doorbell_msg import (
     Message,
     Notice,
     NoticeType,
+    PeerBell,
     Ring,
     check_peer,
     decode,
     encode,
 )
+from agent.coord.doorbell_probe import Probed, Prober, probe_peers
 from agent.proc.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -55,16 +57,6 @@ log = logging.getLogger(__name__)
 COPIES_AT = (0.0, 0.02, 0.1)  # seconds after the ring: a lost datagram is sent again, briefly
 MAX_PENDING = 16  # authenticated rings held until the peers' incarnations are known
 RECV_BATCH = 256  # datagrams read per wake, so a flood cannot keep the loop from sending
-
-
-@dataclass(frozen=True)
-class PeerBell:
-    """Where a peer listens, from its address record."""
-
-    rank: int
-    address: str
-    port: int | None
-    incarnation: str
 
 
 @dataclass
@@ -403,6 +395,9 @@ class Doorbell(threading.Thread):
             except Dropped as exc:
                 self._drop(exc, sender)
                 continue
+            if isinstance(msg, Notice) and msg.type in (NoticeType.PROBE, NoticeType.ECHO):
+                self._answer(msg, sender)  # whoever asks with the run's secret: before rendezvous too
+                continue
             with self._lock:
                 known, partial = self._targets is not None, self._partial
             if isinstance(msg, Notice) and (partial or not known):
@@ -411,6 +406,31 @@ class Doorbell(threading.Thread):
                 self._hold(msg)
                 continue
             self._accept(msg, sender)
+
+    def _answer(self, msg: Notice, sender: Any) -> None:
+        """A preflight probe (agent/coord/doorbell_probe.py) of this attempt gets an echo, sent back
+        where it came from; an echo here is not ours to read (the prober listens on its own socket)."""
+        if msg.type is not NoticeType.PROBE:
+            return
+        if msg.attempt != self._attempt:
+            self._drop(Dropped(Drop.STALE, f"probe of attempt {msg.attempt}, not {self._attempt}"), sender)
+            return
+        with self._lock:
+            data = encode(self._notice(NoticeType.ECHO, hb_seq=msg.seq), self._secret)
+        try:
+            self._sock.sendto(data, sender)
+            self.counts["probes_answered"] += 1
+        except OSError:
+            self.counts["send_errors"] += 1
+
+    def probe(self, peers: Sequence[PeerBell], address: str, timeout: float, abort: Callable[[], bool]) -> list[Probed]:
+        """Ask every peer's doorbell whether it answers, from `address` (this node's run address),
+        in the caller's thread and on a socket of its own (agent/coord/doorbell_probe.py). Empty
+        when this doorbell is not armed (off: the probe cannot be signed)."""
+        if not self._armed:
+            return []
+        ident = Prober(self._secret, self._run, self._attempt, self._rank, self._incarnation)
+        return probe_peers(ident, [p for p in peers if p.rank != self._rank], address, timeout, abort)
 
     def _hold(self, msg: Message) -> None:
         """Keep an authenticated ring until the peers' incarnations are known (bounded)."""

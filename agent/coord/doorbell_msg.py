@@ -12,7 +12,11 @@ only: hosts' clocks are never compared). Three types:
 - `alive` (Notice): the sender is alive, with its heartbeat sequence and how long its liveness
   loop's call to the shared filesystem has been hanging (0: none) - liveness beside the files;
 - `complete` (Notice): the driver's node wrote complete.json and its ack - a wake-up for the
-  nodes waiting to read them (the files stay the record).
+  nodes waiting to read them (the files stay the record);
+- `probe` / `echo` (Notice): a node's preflight asks whether a peer's address answers (agent/
+  preflight/network.py); the peer's doorbell sends an `echo` carrying the probe's seq (in hb_seq)
+  back to where the probe came from, so a port that is open but firewalled is told from one that
+  answers.
 The tag is checked before the body is parsed: nothing unauthenticated reaches the JSON parser.
 A datagram is at most MAX_DATAGRAM bytes, under the smallest IPv6 MTU (no fragmentation).
 """
@@ -73,9 +77,21 @@ class Ring:
     cause: str
 
 
+@dataclass(frozen=True)
+class PeerBell:
+    """Where a peer listens, from its address record (port None: its doorbell is off)."""
+
+    rank: int
+    address: str
+    port: int | None
+    incarnation: str
+
+
 class NoticeType(enum.StrEnum):
     ALIVE = "alive"
     COMPLETE = "complete"
+    PROBE = "probe"  # preflight: does this peer answer? (no filesystem, no new port)
+    ECHO = "echo"  # the answer to a probe; hb_seq is the probe's seq
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,7 @@ class Notice:
 
 
 Message = Ring | Notice
+NOTICE_TYPES = frozenset(str(t) for t in NoticeType)
 RING_TYPE = "ring"
 
 
@@ -199,7 +216,7 @@ def _shape(doc: Any) -> Message:
 
     sent_at = number("sent_at", -1e12, 1e12)
     kind_of = doc.get("type")
-    if kind_of in (NoticeType.ALIVE, NoticeType.COMPLETE):
+    if kind_of in NOTICE_TYPES:
         return Notice(
             type=NoticeType(kind_of),
             run=text("run", 128),
@@ -212,7 +229,7 @@ def _shape(doc: Any) -> Message:
             fs_busy=number("fs_busy", 0, 1e9),
         )
     if kind_of != RING_TYPE:
-        raise Dropped(Drop.MALFORMED, "type is not ring, alive or complete")
+        raise Dropped(Drop.MALFORMED, "type is not ring, alive, complete, probe or echo")
     kind = text("kind")
     if kind not in _KINDS:
         raise Dropped(Drop.MALFORMED, f"kind {kind!r} is not a failure kind")

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from agent.preflight.gpus import nvml_device_count
 from launch.spec.errors import GymError
 from schemas import JobEnv, order
 
@@ -185,13 +186,17 @@ address_sort_key = order.address_key
 
 def visible_devices(env: Mapping[str, str]) -> tuple[str, ...]:
     """CUDA_VISIBLE_DEVICES when set, else the first SKYPILOT_NUM_GPUS_PER_NODE (SkyPilot gave the task
-    that many of the node's GPUs), else what nvidia-smi lists, else none."""
+    that many of the node's GPUs), else NVML's device count, else what nvidia-smi lists (a driver
+    whose NVML the binding cannot load), else none."""
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         return tuple(d.strip() for d in cvd.split(",") if d.strip())
     sky_gpus = env.get(SKYPILOT_GPUS)
     if sky_gpus is not None:
         return tuple(str(i) for i in range(_int(sky_gpus, SKYPILOT_GPUS)))
+    counted = nvml_device_count()
+    if counted is not None:
+        return tuple(str(i) for i in range(counted))
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return ()

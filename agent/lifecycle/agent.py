@@ -19,12 +19,12 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent.coord import clock
-from agent.coord.doorbell import Doorbell, PeerBell
+from agent.coord.doorbell import Doorbell, PeerBell, Probed
 from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret
 from agent.coord.durable import RecordKeeper, local_dir
 from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
@@ -39,6 +39,7 @@ from agent.lifecycle.phase_log import PhaseLog
 from agent.lifecycle.state import StateMachine
 from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, TEARDOWN, Step, applies
 from agent.lifecycle.topology import Topology
+from agent.preflight.runtime import PreflightRuntime
 from agent.proc import signals
 from agent.proc.cpu_priority import lower_priority
 from agent.proc.procgroup import become_subreaper, escaped_descendants, session_members
@@ -187,7 +188,15 @@ class Agent:
             completed=wake,
         )
         self._liveness = liveness
-        running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
+        preflight = PreflightRuntime(
+            ctx,
+            hostname=self.ident.hostname,
+            scheduler_node=_slurm_node(self.ident),
+            probe=self._probe_peers,
+            probe_off=self._probe_off,
+        )
+        driver = DriverRuntime(ctx, judges, ray, self.ident.count)
+        running = Running(ctx, reaper, liveness, judges, ray, driver, preflight)
         liveness.start()
         self._start_doorbell(liveness, channel)
         try:
@@ -323,6 +332,19 @@ class Agent:
         else:
             bell.ring(self.rank, self.writer.incarnation, str(failure.kind), failure.cause)
 
+    def _probe_off(self) -> str:
+        """Why this agent cannot probe its peers (its doorbell is off), or ""."""
+        if not self.coord.doorbell:
+            return "[launch.coordination] doorbell = false"
+        return "" if self._bell is not None else f"the doorbell is off ({self._bell_note})"
+
+    def _probe_peers(self, peers: Sequence[Peer], timeout: float) -> list[Probed] | None:
+        """The preflight's probe of every peer's address, through the doorbell's signed messages."""
+        bell = self._bell
+        if bell is None:
+            return None
+        return bell.probe(_bells(list(peers)), self.ident.address, timeout, self.signal.is_set)
+
     def _liveness_carries(self) -> bool:
         liveness = self._liveness
         return liveness is not None and liveness.doorbell_carries()
@@ -405,6 +427,7 @@ class Agent:
                 "leftover_pids": leftovers,
                 **self._doorbell_summary(),
                 **self._liveness_summary(running),
+                **running.preflight.residue_fields(),
             },
         )
         self.log.end(detail=f"{len(groups)} process group(s) stopped")
@@ -445,6 +468,7 @@ class Agent:
                 "leftover_pids": leftovers,
                 **self._doorbell_summary(),
                 **self._liveness_summary(running),
+                **running.preflight.residue_fields(),
             },
         )
         self.states.advance(AgentState.FAILED)
@@ -525,3 +549,9 @@ class Agent:
 
 def _bells(peers: list[Peer]) -> list[PeerBell]:
     return [PeerBell(p.rank, p.address, p.doorbell_port, p.incarnation) for p in peers]
+
+
+def _slurm_node(ident: Identity) -> str | None:
+    """Slurm's name for this node (what `--exclude` takes), when a Slurm job runs us."""
+    job = ident.scheduler_job
+    return job.node if job is not None and job.scheduler == "slurm" else None

@@ -16,6 +16,7 @@ from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
 from agent.lifecycle.topology import Topology
+from agent.preflight.runtime import PreflightRuntime
 from agent.ray.runtime import RayRuntime
 from schemas import FailureKind, names
 
@@ -31,6 +32,7 @@ class Running:
     judges: JudgeRuntime
     ray: RayRuntime
     driver: DriverRuntime
+    preflight: PreflightRuntime
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class NodeSteps:
             )
         return f"{len(devices)} GPU(s) visible"
 
+    def preflight(self) -> str:
+        return self.running.preflight.run(self.topo)
+
     def write_placement(self) -> str:
         ctx = self.running.ctx
         topo = self.topo
@@ -69,7 +74,7 @@ class NodeSteps:
         for name, devs in node.judge_devices.items():
             if ray_mask & {vis[i] for i in devs}:
                 raise ctx.fail(FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}")
-        fields = topo.placement_fields(ctx.address, vis, ctx.filesystem)
+        fields = topo.placement_fields(ctx.address, vis, ctx.filesystem, self.running.preflight.placement_gpus())
         ctx.run.write_artifact(names.placement(ctx.rank), ctx.writer, fields)
         return ""
 

@@ -93,6 +93,13 @@ AGREEMENT_STEPS: tuple[Step, ...] = (
 PLACED_STEPS: tuple[Step, ...] = (
     Step(Phase.DATA_CHECK, Nodes.ALL, "check_data", "every judge-graded verifier in `[data]` has a binding"),
     Step(Phase.DEVICES, Nodes.ALL, "check_devices", "this node sees `gpus_per_replica` GPUs"),
+    Step(
+        Phase.PREFLIGHT,
+        Nodes.ALL,
+        "preflight",
+        "GPUs (NVML), /dev/shm, socket interfaces and peers' answers, disk, limits; `preflight-RANK.json`; "
+        "then waits until every node's passed",
+    ),
     Step(Phase.PLACEMENT, Nodes.ALL, "write_placement", "`placement-RANK.json` (judge devices kept out of Ray's)"),
     Step(Phase.JUDGES_START, Nodes.ALL, "start_judges", "this node's managed judges, each in its own session"),
     Step(

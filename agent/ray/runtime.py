@@ -8,6 +8,8 @@ readiness gate, the driver's environment and the teardown read it from here.
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 from collections.abc import Mapping
 
@@ -16,6 +18,7 @@ from agent.lifecycle.context import RunContext
 from agent.lifecycle.topology import Topology
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.proc.waits import poll_until
+from agent.ray import large_cluster
 from agent.ray import logs as ray_logs
 from agent.ray import node as ray_node
 from schemas import DriverEnv, FailureKind, names
@@ -35,6 +38,10 @@ class RayRuntime:
         self.gcs_address = ""  # the head picks it; a worker reads it from ray-head.json
         self.temp_dir = ""  # Ray's local temp dir, once this node starts Ray
         self._extra_env: dict[str, str] = {}
+        self.ray_nodes = len(ctx.plan.ray_nodes)
+        self.large = large_cluster.is_large(self.ray_nodes, ctx.config.ray.large_cluster_nodes)
+        self.settings: dict[str, str] = {}  # the large-cluster RAY_* variables this node started with
+        self._rng = random.Random()
 
     # -- ray_start -------------------------------------------------------------------------------
 
@@ -58,25 +65,49 @@ class RayRuntime:
         ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
         if not topo.is_head:
             ctx.wait_startup("the Ray head's address", self._head_known)
-        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        t0 = clock.mono()
+        attempts = large_cluster.RETRY_ATTEMPTS if self.large else RAY_START_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            if self.large and not topo.is_head:
+                self._join_backoff(attempt)
             ports = ray_node.pick_ports(
-                ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * RAY_START_ATTEMPTS
+                ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * attempts
             )
             if topo.is_head:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
             if self._spawn(topo, ports):
                 break
-            if attempt == RAY_START_ATTEMPTS:
+            if attempt == attempts:
                 raise ctx.fail(
                     FailureKind.CHILD_EXIT,
                     f"ray start exited at once {attempt} times (ports taken?)",
                     log=names.ray_log(ctx.rank),
                 )
         if topo.is_head:
-            ctx.run.write_artifact(names.RAY_HEAD, ctx.writer, {"gcs_address": self.gcs_address})
+            ctx.run.write_artifact(
+                names.RAY_HEAD,
+                ctx.writer,
+                {
+                    "gcs_address": self.gcs_address,
+                    "ray_nodes": max(1, self.ray_nodes),
+                    "large_cluster": self.large,
+                    "settings": self.settings,
+                },
+            )
             if ray.dashboard:
                 ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
-        return ""
+        took = f"up in {clock.mono() - t0:.1f} s" + (f" at start {attempt}" if attempt > 1 else "")
+        return took + (f"; large-cluster settings ({self.ray_nodes} Ray nodes)" if self.large else "")
+
+    def _join_backoff(self, attempt: int) -> None:
+        """A large cluster's worker spreads its start out (the first) and backs off (the others),
+        never past the startup deadline's last seconds; a failure meanwhile ends the wait."""
+        ctx = self.ctx
+        left = ctx.deadline - clock.mono() - RAY_UP_MIN_WAIT_S
+        delay = min(large_cluster.join_delay(attempt, self.ray_nodes, self._rng), max(0.0, left))
+        if delay > 0:
+            ctx.signal.wait(delay)
+            ctx.signal.raise_if_set()
 
     def _head_known(self) -> bool:
         if not self.ctx.listed(names.RAY_HEAD):
@@ -117,6 +148,9 @@ class RayRuntime:
             dashboard=ray.dashboard and topo.is_head,
         )
         env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir)
+        if self.large:
+            wanted = large_cluster.settings(topo.is_head)
+            self.settings = large_cluster.apply(env, wanted, {**os.environ, **ctx.config.launch.env})
         # Seed 001: the head's host:port is in the job's environment on every Ray node, so a task or
         # actor anywhere in the cluster finds it as GYM_RAY_ADDRESS_<NAME> (the driver gets it too).
         env[DriverEnv.ray_address(ray.name)] = self.gcs_address

@@ -198,9 +198,8 @@ def _run_replicas(
                 out(f"gym-launch:   also: {line}")
     else:
         out(f"gym-launch: run FAILED (agent exit codes {codes})")
-        cause = first_cause_line(run.path)
-        if cause:
-            out(f"gym-launch: first cause: {cause}")
+        for line in failure_lines(run.path):
+            out(f"gym-launch: {line}")
     out(f"gym-launch: run directory: {run.path}")
     out(f"gym-launch: inspect it with: gym-audit {run.path}   (logs: gym-audit logs {run.path})")
     return 0 if ok else 1
@@ -268,19 +267,25 @@ def audit_errors(run_dir: Path) -> list[str]:
 SUMMARY_CHARS = 1000  # the audit message names the accepted evidence: keep it whole
 
 
-def first_cause_line(run_dir: Path) -> str | None:
-    """The audit's first cause in one line (the run's, not one replica's view of it)."""
+def failure_lines(run_dir: Path) -> list[str]:
+    """The audit's first cause in one line (the run's, not one replica's view of it), and the
+    nodes a preflight found unfit, as the line to resubmit without them."""
     from audit.api import audit_run
     from audit.safedir import UnusableRunDir
 
     try:
-        fc = audit_run(run_dir).first_cause
+        result = audit_run(run_dir)
     except (UnusableRunDir, OSError):
-        return None
-    if fc is None:
-        return None
-    log = f" (log {fc.log})" if fc.log else ""
-    return f"rank {fc.rank} {fc.kind} in {fc.phase or '?'}: {fc.cause}{log}"
+        return []
+    fc = result.first_cause
+    lines = []
+    if fc is not None:
+        log = f" (log {fc.log})" if fc.log else ""
+        lines.append(f"first cause: rank {fc.rank} {fc.kind} in {fc.phase or '?'}: {fc.cause}{log}")
+    if result.unfit:
+        hosts = ", ".join(f"rank {n['rank']} on {n['host']}" for n in result.unfit["nodes"][:8])
+        lines.append(f"unfit node(s): {hosts}; {result.unfit['exclude']}")
+    return lines
 
 
 @dataclass(frozen=True)

@@ -444,3 +444,68 @@ class Regex(Text):
 
     def constraint(self) -> str:
         return "Python regular expression"
+
+
+SIZE_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+UNLIMITED = "unlimited"
+
+
+def parse_size(v: Any) -> int | None:
+    """Bytes of a size as a spec spells it: an integer (bytes) or a string such as "20GiB",
+    "512 MiB", "1.5TB" (KiB/MiB/GiB/TiB are powers of 1024, kB/MB/GB/TB of 1000); None when it is
+    not one. "unlimited" is not a size (the caller decides whether it may stand for one)."""
+    if is_int(v):
+        return v if v >= 0 else None
+    if not isinstance(v, str):
+        return None
+    m = SIZE_RE.fullmatch(v)
+    if m is None or m.group(2).lower() not in SIZE_UNITS:
+        return None
+    return int(float(m.group(1)) * SIZE_UNITS[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class Size(KeyType):
+    """A number of bytes: an integer, or a string with a unit ("20GiB", "512MiB", "1.5TB");
+    with ``unlimited``, the word "unlimited" too (a resource limit)."""
+
+    maximum: int = 1 << 60
+    unlimited: bool = False
+    doc = "size"
+
+    def check(self, v: Any) -> str | None:
+        if self.unlimited and v == UNLIMITED:
+            return None
+        n = parse_size(v)
+        if n is None:
+            more = ' or "unlimited"' if self.unlimited else ""
+            return f'must be a size such as "20GiB", "512MiB" or a number of bytes{more}, not {describe(v)}'
+        if n > self.maximum:
+            return f"must be at most {self.maximum} bytes, not {n}"
+        return None
+
+    def schema(self) -> dict[str, Any]:
+        text: dict[str, Any] = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[A-Za-z]*\s*$"}
+        options: list[dict[str, Any]] = [{"type": "integer", "minimum": 0, "maximum": self.maximum}, text]
+        if self.unlimited:
+            options.append({"const": UNLIMITED})
+        return {"anyOf": options}
+
+    def constraint(self) -> str:
+        return "bytes, or KiB/MiB/GiB/TiB, kB/MB/GB/TB" + (', or "unlimited"' if self.unlimited else "")

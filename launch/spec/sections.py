@@ -246,6 +246,94 @@ class SkyPilotConfig:
     )
 
 
+PREFLIGHT_RULE = "gym-agent (node preflight, issue 36)"
+CHECK_MODES = ("fail", "warn", "off")
+
+
+def check_mode(default: str, doc: str) -> Any:
+    """A [launch.preflight] check's mode: "fail", "warn" or "off"."""
+    return key(keys.Choice(CHECK_MODES), default, doc=doc, rule=PREFLIGHT_RULE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreflightConfig:
+    """What each node checks after plan agreement, before Ray and the judges start (agent/preflight/).
+    Each check is "fail" (a problem fails the run, kind preflight), "warn" (recorded and audited as a
+    warning) or "off"."""
+
+    gpus: str = check_mode(
+        "fail",
+        "through NVML: the planned GPUs exist, carry no process of another job, have min_free_gpu_memory "
+        "free and no uncorrectable ECC error or pending page retirement; without NVML: skipped, never failed",
+    )
+    shm: str = check_mode(
+        "warn",
+        "/dev/shm has min_free_shm free; earlier jobs' segments (NCCL, torch, vLLM, SGLang) are reported",
+    )
+    network: str = check_mode(
+        "fail",
+        "NCCL_/GLOO_/TP_SOCKET_IFNAME name an interface here, the one this node's address is on; every "
+        "peer's address answers a probe (on its doorbell port)",
+    )
+    disk: str = check_mode(
+        "fail",
+        "the output root and the checkpoint directory have min_free_disk free",
+    )
+    limits: str = check_mode(
+        "warn",
+        "open files (soft limit) at least min_open_files; locked memory at least min_locked_memory on a node "
+        "with RDMA devices",
+    )
+    min_free_gpu_memory: float = key(
+        keys.Number(0, 1), 0.95, doc="fraction of each planned GPU's memory that must be free", rule=PREFLIGHT_RULE
+    )
+    min_free_shm: str | int = key(keys.Size(), "1GiB", doc="free space /dev/shm must have", rule=PREFLIGHT_RULE)
+    min_free_disk: str | int = key(
+        keys.Size(),
+        "10GiB",
+        doc="free space the output root and the checkpoint directory must have",
+        rule=PREFLIGHT_RULE,
+    )
+    clean_shm: bool = key(
+        keys.Bool(),
+        False,
+        doc="remove the leftover /dev/shm segments found (only this user's, only those older than this job)",
+        rule=PREFLIGHT_RULE,
+    )
+    gpu_release_timeout: float = key(
+        keys.Seconds(0.1, 3600),
+        30.0,
+        doc="at teardown, how long each planned GPU's used memory may take to fall back to what the preflight "
+        "saw; past it cleanup-RANK.json names the processes still holding it (NVML only)",
+        rule=PREFLIGHT_RULE,
+    )
+    min_open_files: int = key(
+        keys.Int(0, 1 << 30), 65536, doc="the open-files soft limit (ulimit -n) a node must give", rule=PREFLIGHT_RULE
+    )
+    min_locked_memory: str | int = key(
+        keys.Size(unlimited=True),
+        "unlimited",
+        doc="the locked-memory soft limit (ulimit -l) a node with RDMA devices must give (RDMA pins its buffers)",
+        rule=PREFLIGHT_RULE,
+    )
+
+    @property
+    def min_free_shm_bytes(self) -> int:
+        return keys.parse_size(self.min_free_shm) or 0
+
+    @property
+    def min_free_disk_bytes(self) -> int:
+        return keys.parse_size(self.min_free_disk) or 0
+
+    @property
+    def min_locked_memory_bytes(self) -> int | None:
+        """None: unlimited."""
+        return None if self.min_locked_memory == keys.UNLIMITED else keys.parse_size(self.min_locked_memory)
+
+    def mode(self, check: str) -> str:
+        return str(getattr(self, check))
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchConfig:
     gpus_per_replica: int = key(
@@ -294,6 +382,10 @@ class LaunchConfig:
         "that failed the same way)",
     )
     coordination: Coordination = section(Coordination, doc="timeouts of the agents' coordination")
+    preflight: PreflightConfig = section(
+        PreflightConfig,
+        doc="what every node checks before Ray and the judges start (GPUs, /dev/shm, network, disk, limits)",
+    )
     beaker: BeakerConfig = section(BeakerConfig, doc="Beaker replica group settings")
     slurm: SlurmConfig = section(SlurmConfig, doc="Slurm job settings")
     skypilot: SkyPilotConfig = section(
@@ -807,4 +899,12 @@ class RayConfig:
         16 * 1024 * 1024,
         doc="bytes of Ray's own session logs (raylet, GCS, workers) each node copies into "
         "ray-session-RANK/ at teardown, newest bytes of each file first; 0 keeps none",
+    )
+    large_cluster_nodes: int = key(
+        keys.Int(1, MAX_NODES),
+        64,
+        doc="a Ray cluster of more nodes than this gets the GCS and raylet settings large clusters need "
+        "(longer registration and connection timeouts, a slower health check; agent/ray/large_cluster.py) and "
+        "its workers join with a jittered backoff; ray-head.json records the settings used",
+        rule="gym-agent (Ray at scale, issue 36)",
     )

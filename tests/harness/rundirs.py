@@ -11,7 +11,7 @@ kind)` for any kind the fault matrix ends with, with every summary the audit's t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
 from schemas import RunDir, Writer, WriterKind, names, records
 from schemas.order import node_owners
+from schemas.vocab import PreflightCheck
 from tests.harness.steps import lifecycle_phases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -464,9 +465,11 @@ def peer_silent(root: Path) -> RunBuilder:
     return b
 
 
-def ending(root: Path, rank: int, kind: str) -> RunBuilder:
+def ending(root: Path, rank: int, kind: str, words: Sequence[str] = ()) -> RunBuilder:
     """`rank` ends the run with a failure of `kind` during the driver (kind "silent": it vanishes
-    and its watchers time it out), its peers react, and every summary line has its records."""
+    and its watchers time it out), its peers react, and every summary line has its records. A
+    `preflight` failure carries `words` in its cause and leaves the node's failed preflight record
+    (the check: the first word that names one)."""
     b = RunBuilder(root).with_summaries()
     b.startup()
     t = b.phase_start(rank, "driver") + 10.0
@@ -479,13 +482,43 @@ def ending(root: Path, rank: int, kind: str) -> RunBuilder:
     log = names.agent_log(rank)
     b.log(log, f"rank {rank} agent started\nRUNNING driver started pid 4242\n{kind}: the fault matrix's ending\n")
     writer = "reaper" if kind == "agent_died" else "agent"
-    b.failure(rank, kind, f"{kind} of rank {rank}, as the fault matrix ends it", "driver", t, log=log, writer=writer)
+    cause = f"{kind} of rank {rank}, as the fault matrix ends it"
+    if kind == "preflight":
+        check = next((w for w in words if w in {str(c) for c in PreflightCheck}), "network")
+        cause = f"node {rank} failed preflight: {check}: " + "; ".join(w for w in words if w != check)
+        b.write(names.preflight(rank), rank, _failed_preflight(rank, check, cause))
+    b.failure(rank, kind, cause, "driver", t, log=log, writer=writer)
     b.phases(rank, "driver", state="FAILED", last="failed", detail=kind)
     b.cleanup(rank, "failure", kind=writer)
     for r in b.ranks:
         if r != rank:
             b.react(r, rank, t + 0.5 + 0.1 * r, to_kind=kind)
     return b
+
+
+def _failed_preflight(rank: int, check: str, problem: str) -> dict[str, Any]:
+    """preflight-RANK.json of a node whose `check` failed (agent/preflight/run.py's shape)."""
+    checks = [
+        {
+            "check": str(c),
+            "mode": "fail",
+            "status": "failed" if str(c) == check else "ok",
+            "seconds": 0.01,
+            "summary": str(c),
+            "problems": [problem] if str(c) == check else [],
+            "facts": {},
+        }
+        for c in PreflightCheck
+    ]
+    return {
+        "node_index": rank,
+        "address": f"10.0.0.{rank + 1}",
+        "hostname": f"gpu-node-{rank}",
+        "scheduler_node": f"gpu-node-{rank}",
+        "passed": False,
+        "seconds": 0.05,
+        "checks": checks,
+    }
 
 
 SCENARIOS: dict[str, Callable[[Path], RunBuilder]] = {

@@ -1,0 +1,143 @@
+"""What the nodes' preflights found (preflight-RANK.json) and what the teardowns left on the GPUs
+(cleanup-RANK.json's `gpu_residue`), and the node list to resubmit without, in the scheduler's
+words: Slurm's `--exclude=HOST,...` (its node names), hostnames for Beaker and SkyPilot.
+
+Pure over parsed documents, so `gym-launch status` words the exclude line exactly as the audit does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from audit.context import AuditContext
+from audit.model import Finding
+from audit.views import as_dict, as_int, as_list, as_str, rank_of
+from schemas import names
+
+MAX_NAMED = 64  # hosts named on one exclude line before "..." (the JSON has them all)
+
+
+@dataclass(frozen=True)
+class UnfitNode:
+    """A node whose preflight failed: who, where, and which checks."""
+
+    rank: int
+    node_index: int | None
+    host: str  # the scheduler's name for it (Slurm), else its hostname
+    checks: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "node_index": self.node_index, "host": self.host, "checks": list(self.checks)}
+
+
+def unfit_node(rank: int, doc: Mapping[str, Any]) -> UnfitNode | None:
+    """The node of one preflight record, when a check whose mode is "fail" failed there."""
+    if doc.get("passed") is not False:
+        return None
+    failed = tuple(
+        str(c.get("check")) for c in (as_dict(x) for x in as_list(doc.get("checks"))) if c.get("status") == "failed"
+    )
+    host = as_str(doc.get("scheduler_node")) or as_str(doc.get("hostname")) or as_str(doc.get("address")) or "?"
+    return UnfitNode(rank, as_int(doc.get("node_index")), host, failed)
+
+
+def exclude_line(scheduler: str | None, nodes: Iterable[UnfitNode]) -> str:
+    """How to resubmit without the unfit nodes, in the scheduler's words."""
+    hosts = sorted({n.host for n in nodes})
+    shown = ",".join(hosts[:MAX_NAMED]) + (f",... ({len(hosts)} in all)" if len(hosts) > MAX_NAMED else "")
+    if scheduler in ("beaker", "skypilot"):
+        return f"resubmit avoiding host(s) {shown} ({scheduler}: hostnames)"
+    return f"resubmit with sbatch --exclude={shown}"
+
+
+def unfit_nodes(ctx: AuditContext) -> list[UnfitNode]:
+    out = []
+    for art in ctx.run.by_schema("preflight"):
+        rank = rank_of(art)
+        node = unfit_node(rank, art.doc or {}) if rank is not None else None
+        if node is not None:
+            out.append(node)
+    return sorted(out, key=lambda n: n.rank)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:16])) + (f" (+{len(ranks) - 16} more)" if len(ranks) > 16 else "")
+
+
+def check_preflight(ctx: AuditContext) -> list[Finding]:
+    """`preflight.failed` for each unfit node [error]; `preflight.warned` per check that warned
+    [warning], with the ranks it warned on and the first of them's words."""
+    out: list[Finding] = []
+    warned: dict[str, list[tuple[int, str]]] = {}
+    for art in sorted(ctx.run.by_schema("preflight"), key=lambda a: rank_of(a) or 0):
+        rank, doc = rank_of(art), art.doc or {}
+        if rank is None:
+            continue
+        for c in (as_dict(x) for x in as_list(doc.get("checks"))):
+            problems = [str(p) for p in as_list(c.get("problems"))]
+            if c.get("status") == "failed":
+                where = f"node {doc.get('node_index')} ({doc.get('hostname')}, {doc.get('address')})"
+                out.append(
+                    Finding(
+                        "error",
+                        "preflight.failed",
+                        f"{where}: {c.get('check')}: {'; '.join(problems)[:1500]}",
+                        art.relpath,
+                        rank,
+                    )
+                )
+            elif c.get("status") == "warned" and problems:
+                warned.setdefault(str(c.get("check")), []).append((rank, problems[0]))
+    for check, seen in sorted(warned.items()):
+        ranks = [r for r, _ in seen]
+        out.append(
+            Finding(
+                "warning",
+                "preflight.warned",
+                f"{check} warned on rank(s) {_ranks(ranks)}: {seen[0][1][:1000]}",
+                names.preflight(ranks[0]),
+                ranks[0],
+            )
+        )
+    return out
+
+
+def check_gpu_residue(ctx: AuditContext) -> list[Finding]:
+    """`gpu.residue` [error]: a planned GPU still held memory after the teardown's wait; the next
+    job on that node inherits it."""
+    out: list[Finding] = []
+    hosts = {r: a.hostname for r, a in ctx.addresses.items()}
+    for art in ctx.run.by_schema("cleanup"):
+        rank = rank_of(art)
+        if rank is None:
+            continue
+        for g in (as_dict(x) for x in as_list((art.doc or {}).get("gpu_residue"))):
+            pids = [as_dict(p) for p in as_list(g.get("pids"))]
+            who = (
+                ", ".join(
+                    f"{p.get('pid')}" + (f" `{str(p.get('cmdline'))[:160]}`" if p.get("cmdline") else "")
+                    for p in pids[:6]
+                )
+                or "no process visible"
+            )
+            node = ctx.node_of_rank.get(rank)
+            used, before = as_int(g.get("used_bytes")), as_int(g.get("preflight_used_bytes"))
+            out.append(
+                Finding(
+                    "error",
+                    "gpu.residue",
+                    f"node {node} ({hosts.get(rank) or '?'}): GPU {g.get('index')} ({g.get('uuid')}) still used "
+                    f"{_mib(used)} (preflight saw {_mib(before)}) {g.get('waited_s')} s after teardown, pids: {who}; "
+                    "the next job on this node inherits them: stop them, or exclude the node",
+                    art.relpath,
+                    rank,
+                    "$.gpu_residue",
+                )
+            )
+    return out
+
+
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 20):.0f} MiB"

@@ -548,13 +548,14 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "render",
-        "print (or write with -o) the job a scheduler takes: a Slurm batch script or a Beaker experiment spec",
+        "print (or write with -o) the job a scheduler takes: a Slurm batch script, a Beaker experiment spec or "
+        "a SkyPilot task",
         _configure_render,
         _run_render,
     ),
     Command(
         "submit",
-        "render the job, write it into the run directory and submit it (sbatch, or Beaker's API)",
+        "render the job, write it into the run directory and submit it (Slurm's sbatch, Beaker's API or SkyPilot's)",
         _configure_submit,
         _run_submit,
     ),
@@ -588,9 +589,10 @@ COMMANDS: list[Command] = [
 EXIT_CODES = """exit codes:
   0    success (local: every agent exited 0 and the audit passes; status: running or succeeded)
   1    the run failed (local: an agent failed or the audit fails the run; status);
-       check-data: a verifier lacks a binding; grade: no valid grade (the judge's reply is
-       truncated, unparseable or out of scale, or the judge is unreachable)
+       grade: no valid grade (the judge's reply is truncated, unparseable or out of scale, or the
+       judge is unreachable)
   2    bad command line, invalid run spec or unusable run directory (the message says what to change);
+       check-data: a judge-graded verifier lacks a binding, or a data file is missing or malformed;
        local: every agent refused to start (a restart cap of [launch], an attempt still running)
   141  the output pipe was closed (`| head`)"""
 

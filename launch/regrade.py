@@ -547,6 +547,7 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
                     ("gpus_per_node", p.gpus_per_node),
                     ("partition", p.partition),
                     ("qos", p.qos),
+                    ("tasks_per_node", _saved_tasks(config, p.name)),
                 )
                 if v is not None
             }
@@ -554,6 +555,12 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
         },
         "ray": {"enabled": False},
     }
+
+
+def _saved_tasks(config: RunConfig, pool: str) -> int | None:
+    """A kept pool's saved tasks per node (seed 003: its saved shape), None when it has the default."""
+    saved = config.pools.get(pool)
+    return saved.tasks_per_node if saved is not None and saved.tasks_per_node != 1 else None
 
 
 def source_record(run_dir: str, uuid: str, config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:

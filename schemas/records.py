@@ -83,12 +83,15 @@ def placement_fields(
     filesystem: Mapping[str, Any] | None = None,
     pool: str | None = None,
     in_ray: bool = True,
+    ray_address_exported: str | None = None,
 ) -> dict[str, Any]:
     """placement-RANK.json: which local device does what on one node (audit/views.py reads it),
     and what the output root lives on there (`filesystem_fields`)."""
     fs = {"filesystem": dict(filesystem)} if filesystem is not None else {}
+    exported = {"ray_address_exported": ray_address_exported} if ray_address_exported is not None else {}
     return {
         **fs,
+        **exported,
         "node_index": node_index,
         "pool": pool,
         "in_ray": in_ray,

@@ -453,15 +453,25 @@ def test_a_template_rubric_keeps_its_file_as_the_run_resolved_it(tmp_path: Path)
 
 
 def test_served_job_spec_keeps_only_the_judges_pool_in_its_saved_shape(tmp_path: Path) -> None:
-    source = from_text(tmp_path, POOLED, "launch.slurm.qos='gpu-q'", "pools.judge.partition='gpu'")
+    source = from_text(
+        tmp_path, POOLED, "launch.slurm.qos='gpu-q'", "pools.judge.partition='gpu'", "pools.judge.tasks_per_node=4"
+    )
     p = profile(source, "02:00:00")
     job = RunConfig.from_spec(resolved_from_dict(rg.judge_job_spec(source, p, "grade")))
     plan = make_plan(job)
     assert [pl.name for pl in job.pool_list] == ["judge"] and sorted(job.judges) == ["general"]
+    assert job.pools["judge"].tasks_per_node == 4  # the saved shape: nodes, tasks, GPUs, partition
     assert (plan.replicas, plan.gpus_per_replica, plan.driver_node) == (1, 8, 0)
     assert dict(plan.nodes[0].judges) == {"general": 1} and plan.nodes[0].ray_gpus == 0
     directives = directive_lines(_render(job))
-    for d in ("--gpus-per-node=8", "--partition=gpu", "--qos=gpu-q", "--time=02:00:00", "--nodes=1"):
+    for d in (
+        "--gpus-per-node=8",
+        "--partition=gpu",
+        "--qos=gpu-q",
+        "--time=02:00:00",
+        "--nodes=1",
+        "--ntasks-per-node=4",
+    ):
         assert d in directives, directives
 
 

@@ -43,7 +43,11 @@ class Topology:
         return self.peers[index].rank
 
     def placement_fields(
-        self, address: str, visible_devices: Sequence[str], filesystem: Mapping[str, Any] | None = None
+        self,
+        address: str,
+        visible_devices: Sequence[str],
+        filesystem: Mapping[str, Any] | None = None,
+        ray_address_exported: str | None = None,
     ) -> dict[str, Any]:
         """placement-RANK.json of this node (schemas.records.placement_fields)."""
         node = self.node
@@ -62,4 +66,5 @@ class Topology:
             filesystem=filesystem,
             pool=node.pool,
             in_ray=self.in_ray,
+            ray_address_exported=ray_address_exported,
         )

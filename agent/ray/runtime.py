@@ -8,6 +8,7 @@ readiness gate, the driver's environment and the teardown read it from here.
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from agent.coord import clock
@@ -22,6 +23,12 @@ from schemas import DriverEnv, FailureKind, names
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
 RAY_UP_POLL_S = 0.2
+
+
+def exported_ray_address(name: str) -> str | None:
+    """The Ray head's host:port the job exported to every node (GYM_RAY_ADDRESS_<NAME>, seed 001: the
+    rendered Slurm job does), or None where the head picks its own port (local, Beaker, SkyPilot)."""
+    return os.environ.get(DriverEnv.ray_address(name)) or None
 
 
 class RayRuntime:
@@ -50,14 +57,26 @@ class RayRuntime:
                     f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
                     "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
                 )
+        exported = exported_ray_address(ray.name)
+        fixed = self._fixed_head_port(exported) if topo.is_head and exported else None
         self.temp_dir = ray_node.short_temp_dir()
         ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
         if not topo.is_head:
             ctx.wait_startup("the Ray head's address", self._head_known)
+            if exported and exported != self.gcs_address:
+                raise ctx.fail(
+                    FailureKind.PLACEMENT,
+                    f"the Ray head bound {self.gcs_address} (ray-head.json), but the job exported "
+                    f"{DriverEnv.ray_address(ray.name)}={exported}: the job's steps would reach another address",
+                )
         for attempt in range(1, RAY_START_ATTEMPTS + 1):
-            ports = ray_node.pick_ports(
-                ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * RAY_START_ATTEMPTS
-            )
+            if fixed is not None:
+                # The job fixed the head's block before the head started; there is no other to try.
+                ports = ray_node.hold_fixed_block(fixed, f"{DriverEnv.ray_address(ray.name)}={exported}")
+            else:
+                ports = ray_node.pick_ports(
+                    ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * RAY_START_ATTEMPTS
+                )
             if topo.is_head:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
             if self._spawn(topo, ports):
@@ -73,6 +92,20 @@ class RayRuntime:
             if ray.dashboard:
                 ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
         return ""
+
+    def _fixed_head_port(self, exported: str) -> int:
+        """The port of the head's host:port the job exported (seed 001), which must name this node:
+        the head then binds exactly that address."""
+        ctx = self.ctx
+        var = DriverEnv.ray_address(ctx.config.ray.name)
+        host, _, port = exported.rpartition(":")
+        if not port.isdigit() or host != ctx.address:
+            raise ctx.fail(
+                FailureKind.PLACEMENT,
+                f"the job exported {var}={exported}, but the Ray head runs on this node (rank {ctx.rank}, the "
+                f"driver's), whose address is {ctx.address}: the job script must name the driver's node and a port",
+            )
+        return int(port)
 
     def _head_known(self) -> bool:
         if not self.ctx.listed(names.RAY_HEAD):

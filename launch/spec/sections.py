@@ -781,6 +781,9 @@ class DataConfig:
     )
 
 
+MAX_TASKS_PER_NODE = 1024
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoolConfig:
     name: str
@@ -806,6 +809,14 @@ class PoolConfig:
         doc="Slurm QOS of the pool's partition (a judge-only job queued there takes it: gym-launch regrade)",
         rule=SEED_POOLS,
     )
+    tasks_per_node: int = key(
+        keys.Int(1, MAX_TASKS_PER_NODE),
+        1,
+        doc="Slurm tasks per node of the pool's allocation (--ntasks-per-node of its job component): the task "
+        "slots the driver's own srun steps may use (srun --overlap); the agents still run one per node. Pools "
+        "that differ in it are separate components of one heterogeneous job",
+        rule=SEED_POOLS,
+    )
 
     @property
     def cpu_only(self) -> bool:
@@ -821,7 +832,8 @@ class RayConfig:
         keys.Text(MAX_NAME, names.RAY_NAME.pattern, names.RAY_NAME_RULE),
         "cluster",
         doc="the Ray service's name: its head's host:port is GYM_RAY_ADDRESS_<NAME> (in the environment of the "
-        "driver and of every Ray node), and each pool's agents run in a Slurm step named <name>_<pool>_workers",
+        "driver and of every Ray node; a Slurm job exports it to every node), and each pool's agents run in a "
+        "Slurm step named <name>_<pool>_workers",
         rule=SEED_POOLS,
     )
     num_cpus: int | None = key(keys.Int(0, 65536), None, doc="CPUs each Ray node advertises (absent: Ray's count)")

@@ -227,6 +227,8 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
     if why_not is not None:
         if finished:
             out.append(Finding("info", "driver.training_not_required", f"no evidence of training required: {why_not}"))
+            if ctx.plan.evaluation:  # judged by its exit and by what its judges answered
+                out += _judge_replies_shown(ctx)
         return out
     if doc is None:
         if finished:
@@ -319,17 +321,22 @@ def _declared_evidence(ctx: AuditContext) -> list[Finding]:
                     first_file,
                 )
             )
-    if ctx.plan.bindings and not ctx.replies.independent:
-        why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
-        out.append(
-            Finding(
-                "error",
-                "driver.no_judge_replies",
-                "the spec binds judges, but no judge reply to the driver shows in the judges' own request logs "
-                f"(judge-NAME-RANK.log, less the canaries) or in grades-RANK.jsonl{why}",
-            )
+    return out + _judge_replies_shown(ctx)
+
+
+def _judge_replies_shown(ctx: AuditContext) -> list[Finding]:
+    """A spec that binds judges needs a judge reply to the driver, counted independently of its claim."""
+    if not ctx.plan.bindings or ctx.replies.independent:
+        return []
+    why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
+    return [
+        Finding(
+            "error",
+            "driver.no_judge_replies",
+            "the spec binds judges, but no judge reply to the driver shows in the judges' own request logs "
+            f"(judge-NAME-RANK.log, less the canaries) or in grades-RANK.jsonl{why}",
         )
-    return out
+    ]
 
 
 def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:

@@ -507,7 +507,7 @@ def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
     [
         (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or 0: a CPU pool"),
         (("trainer.nodes=1",), "trainer.nodes", "every pool is a CPU pool"),
-        (("inference.gpus=1",), "inference.gpus", "judge-only job has no rollout"),
+        (("inference.gpus=1",), "inference.gpus", "needs GPUs, but every pool is a CPU pool"),
         (
             ("judges.general={mode='managed',backend='reference',model='m'}",),
             "judges.general.mode",

@@ -235,6 +235,19 @@ def test_a_run_that_trains_nothing_passes_and_says_so(tmp_path: Path) -> None:
     assert result.training is not None and result.training["required"] is False
 
 
+def test_an_evaluation_run_is_judged_by_its_exit_and_its_judges_replies(tmp_path: Path) -> None:
+    # No trainer, rollout engines and a bound judge: no evidence of training, but a judge reply.
+    b = build(tmp_path / "replied", "trainer.nodes=0")
+    judge_log(b, 4)
+    result = audit_run(b.path)
+    assert result.verdict == "pass", errors(result)
+    (info,) = [f for f in result.findings if f.code == "driver.training_not_required"]
+    assert "an evaluation run" in info.message
+    silent = build(tmp_path / "silent", "trainer.nodes=0")
+    judge_log(silent, 0)  # the judge answered its health checks and the canaries, never the driver
+    assert set(errors(audit_run(silent.path))) == {"driver.no_judge_replies"}
+
+
 def test_judge_replies_are_required_with_evidence(tmp_path: Path) -> None:
     b = build(tmp_path, MILES)
     miles_contract(b, 2)

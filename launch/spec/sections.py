@@ -310,8 +310,9 @@ class TrainerConfig:
     nodes: int = key(
         keys.Int(0, MAX_NODES),
         1,
-        doc="trainer nodes; 0 = no trainer: a judge-only job (gym-launch regrade) whose nodes are its [pools] "
-        "and which has no rollout (inference.gpus = 0)",
+        doc="trainer nodes; 0 = no trainer, which trains nothing: an evaluation run (rollout engines and judges "
+        "for a benchmark driver, inference.gpus > 0; the driver goes to the last rollout node) or a judge-only "
+        "job (gym-launch regrade: no rollout, its nodes are its [pools])",
         rule=SEED_PLACEMENT,
     )
     gpus_per_node: int = key(keys.Int(1, MAX_NODE_GPUS), doc="trainer GPUs on each trainer node", rule=SEED_PLACEMENT)

@@ -361,7 +361,7 @@ def _run_status(args: argparse.Namespace) -> int:
     clock = watch_clock(run.path, args.interval) if args.watch else None
     try:
         while True:
-            st = read_status(run, hb, replicas, scheduler_view(run) if not args.no_scheduler else None)
+            st = read_status(run, hb, replicas, scheduler_view(run, replicas) if not args.no_scheduler else None)
             if args.json:
                 print(json.dumps(st.to_json(), sort_keys=True), flush=True)
             else:

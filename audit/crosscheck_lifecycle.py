@@ -211,6 +211,8 @@ def training_summary(ctx: AuditContext) -> dict[str, Any]:
         if doc is not None
         else (ev.refreshes if ev.declared and ev.refresh_checkable else None),
         "evidence": {"declared": ev.declared, "sources": [r.to_json() for r in ev.sources]},
+        # "none": the spec says the trainer has no separate policy refresh; "required": one must show.
+        "refresh": "none" if _refresh_none(ctx) else "required",
     }
 
 
@@ -225,6 +227,8 @@ def check_driver(ctx: AuditContext) -> list[Finding]:
     if why_not is not None:
         if finished:
             out.append(Finding("info", "driver.training_not_required", f"no evidence of training required: {why_not}"))
+            if ctx.plan.evaluation:  # judged by its exit and by what its judges answered
+                out += _judge_replies_shown(ctx)
         return out
     if doc is None:
         if finished:
@@ -253,6 +257,19 @@ def _evidence_findings(ctx: AuditContext) -> list[Finding]:
     return out
 
 
+def _refresh_none(ctx: AuditContext) -> bool:
+    """The spec says the trainer has no separate policy refresh (`[driver.evidence] refresh = "none"`)."""
+    return ctx.plan.evidence is not None and ctx.plan.evidence.refresh_none
+
+
+_REFRESH_NONE = Finding(
+    "info",
+    "driver.refresh_none",
+    '[driver.evidence] refresh = "none": the spec says the trainer has no separate policy refresh (a colocated '
+    "single-node run), so none is required; steps and losses are",
+)
+
+
 def _declared_evidence(ctx: AuditContext) -> list[Finding]:
     ev = ctx.training
     f = names.DRIVER_RESULT
@@ -279,36 +296,47 @@ def _declared_evidence(ctx: AuditContext) -> list[Finding]:
                 first_file,
             )
         )
-    elif ev.refresh_checkable and ev.refreshes < 1:  # (without a step there is nothing to refresh)
-        out.append(
-            Finding(
-                "error",
-                "driver.no_policy_refresh",
-                f"the declared evidence shows {ev.steps} optimizer step(s) but no policy refresh: rollouts "
-                "never saw new weights",
-                first_file,
+    else:  # (without a step there is nothing to refresh, and no loss to check)
+        if _refresh_none(ctx):
+            out.append(_REFRESH_NONE)
+        elif ev.refreshes < 1:
+            shown = "" if ev.refresh_checkable else " (no declared source can show one)"
+            out.append(
+                Finding(
+                    "error",
+                    "driver.no_policy_refresh",
+                    f"the declared evidence shows {ev.steps} optimizer step(s) but no policy refresh{shown}: "
+                    "rollouts never saw new weights",
+                    first_file,
+                )
             )
-        )
-    elif not ev.refresh_checkable:
-        out.append(
-            Finding(
-                "info",
-                "driver.refresh_unchecked",
-                "the declared evidence cannot show a policy refresh (declare refresh_field or log_refresh_pattern "
-                "in [driver.evidence]); not checked",
+        if not any(s.losses for s in ev.sources):
+            out.append(
+                Finding(
+                    "error",
+                    "driver.no_losses",
+                    f"the declared evidence shows {ev.steps} optimizer step(s) but no loss value, so nothing shows "
+                    "the losses finite (seed 000): the trainer must write its loss where [driver.evidence] looks "
+                    "(loss_field, a `loss` group in log_step_pattern, or the MILES records' local_policy_objective)",
+                    first_file,
+                )
             )
+    return out + _judge_replies_shown(ctx)
+
+
+def _judge_replies_shown(ctx: AuditContext) -> list[Finding]:
+    """A spec that binds judges needs a judge reply to the driver, counted independently of its claim."""
+    if not ctx.plan.bindings or ctx.replies.independent:
+        return []
+    why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
+    return [
+        Finding(
+            "error",
+            "driver.no_judge_replies",
+            "the spec binds judges, but no judge reply to the driver shows in the judges' own request logs "
+            f"(judge-NAME-RANK.log, less the canaries) or in grades-RANK.jsonl{why}",
         )
-    if ctx.plan.bindings and not ctx.replies.independent:
-        why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
-        out.append(
-            Finding(
-                "error",
-                "driver.no_judge_replies",
-                "the spec binds judges, but no judge reply to the driver shows in the judges' own request logs "
-                f"(judge-NAME-RANK.log, less the canaries) or in grades-RANK.jsonl{why}",
-            )
-        )
-    return out
+    ]
 
 
 def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
@@ -331,7 +359,9 @@ def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
         where = f"losses at steps {bad[:5]}" if bad else "final_loss"
         out.append(Finding("error", "driver.nonfinite_loss", f"{where} not finite", f, json_path="$.losses"))
     refreshes = doc.get("policy_refreshes")
-    if not ((n := as_int(refreshes)) is not None and n >= 1):
+    if _refresh_none(ctx):
+        out.append(_REFRESH_NONE)
+    elif not ((n := as_int(refreshes)) is not None and n >= 1):
         out.append(
             Finding(
                 "error",

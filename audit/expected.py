@@ -51,6 +51,8 @@ class PlanView:
     ray_enabled: bool = True  # `[ray] enabled = false`: no Ray, so no ray-layout.json is expected
     # Why no evidence of training is expected (`[driver] trains = false`, no trainer), or None.
     no_training: str | None = None
+    # An evaluation run (no trainer, rollout engines): judged by its exit and its judges' replies.
+    evaluation: bool = False
     evidence: EvidenceConfig | None = None  # `[driver.evidence]`, when the spec resolved
 
     @property
@@ -100,9 +102,15 @@ def _no_training(config: RunConfig) -> str | None:
     """A run trains unless its spec says it does not, or it has no trainer at all."""
     if not config.driver.trains:
         return "the spec says the driver trains nothing ([driver] trains = false)"
+    if config.trainer.nodes == 0 and config.inference.gpus > 0:
+        return "an evaluation run: rollout engines and judges, no trainer (trainer.nodes = 0)"
     if config.trainer.nodes == 0:
         return "the spec has no trainer (trainer.nodes = 0)"
     return None
+
+
+def _evaluation(config: RunConfig) -> bool:
+    return config.trainer.nodes == 0 and config.inference.gpus > 0
 
 
 def _node_from_launch(node: LaunchNodePlan) -> NodePlan:
@@ -150,6 +158,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         ray_nodes=plan.ray_nodes,
         ray_enabled=config.ray.enabled,
         no_training=_no_training(config),
+        evaluation=_evaluation(config),
         evidence=config.driver.evidence,
     )
     return view, []
@@ -189,6 +198,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         fingerprint=None,
         ray_enabled=config.ray.enabled if config else True,
         no_training=_no_training(config) if config else None,
+        evaluation=_evaluation(config) if config else False,
         evidence=config.driver.evidence if config else None,
     )
 

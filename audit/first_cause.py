@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from audit.logs import log_excerpt
-from audit.model import Cause
+from audit.model import Cause, Sender
 from audit.ray_evidence import ray_evidence
 from audit.safedir import SafeDir
 from audit.views import FailureRec, PhasesRec
@@ -113,6 +113,19 @@ def _from_record(rec: FailureRec) -> Cause:
         exit_code=rec.exit_code,
         judge=rec.judge,
         binding=rec.binding,
+        child=rec.child,
+        signal=rec.signal,
+        sender=Sender(rec.sender_pid, rec.sender_uid, rec.sender)
+        if rec.sender is not None or rec.sender_pid is not None
+        else None,
+        fs_condition=rec.fs_condition,
+        peers=rec.peers,
+        monotonic_time=rec.monotonic_time,
+        incarnation=rec.incarnation,
+        attempt=rec.attempt,
+        reacting_to_incarnation=rec.reacting_to_incarnation,
+        reacting_to_kind=rec.reacting_to_kind,
+        checks=rec.checks,
     )
 
 

@@ -49,6 +49,18 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Sender:
+    """Who sent the signal of a signal failure, as the record says (the kernel's si_pid)."""
+
+    pid: int | None
+    uid: int | None
+    name: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "uid": self.uid, "name": self.name}
+
+
+@dataclass(frozen=True)
 class Cause:
     """A failure as the audit understands it (from a failure record, or inferred for a silent rank)."""
 
@@ -69,6 +81,19 @@ class Cause:
     judge: str | None = None  # the record's: the judge concerned
     binding: str | None = None  # the record's: the verifier binding concerned (judge_degraded)
     scheduler: str | None = None  # set when the scheduler ended the job (audit/scheduler_ending.py)
+    # The rest of the record's structured fields (schemas/failure.schema.json), so a script reading
+    # the audit's JSON need not open the record again; None/() when the cause has no record.
+    child: str | None = None
+    signal: str | None = None
+    sender: Sender | None = None
+    fs_condition: str | None = None
+    peers: tuple[int, ...] = ()
+    monotonic_time: float | None = None
+    incarnation: str | None = None
+    attempt: int | None = None
+    reacting_to_incarnation: str | None = None
+    reacting_to_kind: str | None = None
+    checks: tuple[str, ...] = ()  # preflight: the checks that failed on that node
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +113,18 @@ class Cause:
             "judge": self.judge,
             "binding": self.binding,
             "scheduler": self.scheduler,
+            "exit_code": self.exit_code,
+            "child": self.child,
+            "signal": self.signal,
+            "sender": self.sender.to_json() if self.sender is not None else None,
+            "fs_condition": self.fs_condition,
+            "peers": list(self.peers),
+            "monotonic_time": self.monotonic_time,
+            "incarnation": self.incarnation,
+            "attempt": self.attempt,
+            "reacting_to_incarnation": self.reacting_to_incarnation,
+            "reacting_to_kind": self.reacting_to_kind,
+            "checks": list(self.checks),
         }
 
 

@@ -18,7 +18,11 @@ fields are only ever added. Keys, in order:
                   means the rank died without a record (reported_by names who noticed), kinds
                   time_limit, cancelled, node_failure, preempted that the scheduler ended the job
                   (cause: the scheduler's own words; rank: the failed node's, else the batch host's),
-                  kind "phase_failed" means it was inferred from a phase timeline
+                  kind "phase_failed" means it was inferred from a phase timeline; and every other
+                  structured field of the failure record it comes from (schemas/failure.schema.json),
+                  null or [] when absent or when there is no record: exit_code, child, signal,
+                  sender {pid, uid, name}, fs_condition, peers, monotonic_time, incarnation,
+                  attempt, reacting_to_incarnation, reacting_to_kind
     cascade       the other failures, in wall-time order, same shape as first_cause (excerpt [])
     other_root_causes  independent root causes that lost to first_cause on time
     ranks         {expected: [..], present: [..], details: [{rank, address, hostname, node_index,

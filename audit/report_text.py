@@ -56,7 +56,9 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
     )
     steps = t.get("optimizer_steps")
     line = f"  training evidence: {source}" + (f", {steps} optimizer step(s)" if steps is not None else "")
-    if t.get("policy_refreshes") is not None:
+    if t.get("refresh") == "none":
+        line += ', no separate policy refresh (refresh = "none")'
+    elif t.get("policy_refreshes") is not None:
         line += f", {t.get('policy_refreshes')} policy refresh(es)"
     out = [line]
     for src in (t.get("evidence") or {}).get("sources", []):

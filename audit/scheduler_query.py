@@ -17,17 +17,17 @@ and never fails the audit: an unreachable scheduler is a note.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from audit import scheduler_clients as clients
 from audit.model import Cause
 from audit.scheduler_ending import SchedulerEnding
 from audit.views import AddressRec
 from schemas import FailureKind
 
-ASK_TIMEOUT_S = 10.0  # per scheduler: the audit must stay fast when the scheduler is not reachable
+ASK_TIMEOUT_S = clients.ASK_TIMEOUT_S  # per scheduler: the audit must stay fast when it is not reachable
 # Slurm node states that mean the node is gone or taken out of service.
 _NODE_GONE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN")
 _SLURM_JOB_STATES = {
@@ -50,6 +50,9 @@ BEAKER_CODES = {
     "CANCELATION_CODE_NODE_UNHEALTHY": FailureKind.NODE_FAILURE,
     "CANCELATION_CODE_HEALTHCHECK_FAILED": FailureKind.NODE_FAILURE,
 }
+# SkyPilot's job statuses (ManagedJobStatus / JobStatus values) that are an ending of SkyPilot's.
+SKYPILOT_CANCELLED = ("CANCELLED", "CANCELLING")
+SKYPILOT_RECOVERING = "RECOVERING"  # a managed job whose cluster was preempted or failed
 # Kinds of a rank that stopped without saying why itself: its node is worth asking about.
 _SILENT = ("silent", FailureKind.AGENT_DIED, FailureKind.PEER_SILENT)
 
@@ -134,45 +137,24 @@ def _asked(kind: FailureKind, job: str, node: str | None, words: str, command: s
     return SchedulerEnding(kind, job, node or "", "", f"{command}: {words}", None, 0, node=node)
 
 
-def _beaker_jobs(client: Any, job_ids: list[str]) -> list[tuple[str, Any]]:
-    out = []
-    for job_id in job_ids:
-        try:
-            out.append((job_id, client.job.get(job_id)))
-        except Exception:  # noqa: BLE001 - beaker-py raises its own, gRPC's and requests' errors
-            continue
-    return out
-
-
 def ask_beaker(addresses: Mapping[int, AddressRec]) -> Answer:
     refs = [(rank, a.job) for rank, a in sorted(addresses.items()) if a.job and a.job.scheduler == "beaker"]
     if not refs:
         return Answer(None)
-    try:
-        from beaker import Beaker
-        from beaker import beaker_pb2 as pb2
-    except ImportError:
-        return Answer(None, "Beaker was not asked: beaker-py is not installed (pip install 'gym-agent[beaker]')")
-    try:
-        client = Beaker.from_env(check_for_upgrades=False)
-    except Exception:  # noqa: BLE001 - no configuration, a broken one
-        return Answer(None, "Beaker was not asked: no Beaker configuration here")
-    found: list[tuple[str, Any]] = []
-    worker = threading.Thread(target=lambda: found.extend(_beaker_jobs(client, [r.job for _, r in refs])), daemon=True)
-    worker.start()
-    worker.join(ASK_TIMEOUT_S)
-    if worker.is_alive() or not found:
+    client = clients.beaker_client()
+    if client.value is None:
+        return Answer(None, f"Beaker was not asked: {client.why_not}")
+    asked = clients.beaker_jobs(client.value, [r.job for _, r in refs])
+    if not asked.value:
         return Answer(None, "Beaker was asked about the replicas' jobs and did not answer")
     by_job = {ref.job: ref for _, ref in refs}
-    for job_id, job in list(found):
-        status = getattr(job, "status", None)
-        code = pb2.CancelationCode.Name(int(getattr(status, "canceled_code", 0) or 0))
-        kind = BEAKER_CODES.get(code)
-        if kind is None:
+    for job_id, job in asked.value:
+        code = clients.beaker_cancelation(job)
+        kind = BEAKER_CODES.get(code or "")
+        if code is None or kind is None:
             continue
-        label = code.removeprefix("CANCELATION_CODE_").lower().replace("_", " ")
-        words = f"job {job_id} canceled: {label}"
-        why = str(getattr(status, "canceled_for", "") or "")
+        words = f"job {job_id} canceled: {beaker_code_label(code)}"
+        why = str(getattr(getattr(job, "status", None), "canceled_for", "") or "")
         if why:
             words += f" ({why})"
         node = by_job[job_id].node if job_id in by_job else None
@@ -180,10 +162,49 @@ def ask_beaker(addresses: Mapping[int, AddressRec]) -> Answer:
     return Answer(None, "Beaker says the replicas' jobs were not canceled by Beaker")
 
 
+def beaker_code_label(code: str) -> str:
+    """CANCELATION_CODE_SYSTEM_PREEMPTION -> system preemption."""
+    return code.removeprefix("CANCELATION_CODE_").lower().replace("_", " ")
+
+
+def skypilot_ending(record: Any) -> FailureKind | None:
+    """The ending a SkyPilot job record names, as the audit reads it: cancelled by its user, or
+    being recovered after its cluster was preempted (or lost: then a node failure)."""
+    status = clients.skypilot_status_name(record)
+    if status in SKYPILOT_CANCELLED:
+        return FailureKind.CANCELLED
+    if status == SKYPILOT_RECOVERING:
+        words = " ".join(str(clients.field(record, k) or "") for k in ("failure_reason", "details")).lower()
+        return FailureKind.PREEMPTED if "preempt" in words else FailureKind.NODE_FAILURE
+    return None
+
+
+def ask_skypilot(job_id: str | None) -> Answer:
+    """SkyPilot's record of the run's job (submission.json names it): managed job N or CLUSTER/N."""
+    if not job_id:
+        return Answer(None)
+    sky = clients.skypilot_ready()
+    if sky.value is None:
+        return Answer(None, f"SkyPilot was not asked ({clients.skypilot_would_ask(job_id)}): {sky.why_not}")
+    found = clients.skypilot_job(sky.value, job_id)
+    if found.value is None:
+        return Answer(None, f"SkyPilot was asked about job {job_id}: {found.why_not}")
+    record = found.value
+    status = clients.skypilot_status_name(record) or "an unknown state"
+    kind = skypilot_ending(record)
+    if kind is None:
+        return Answer(None, f"SkyPilot says job {job_id} is {status}")
+    words = f"job {job_id} {status}"
+    reason = clients.field(record, "failure_reason") or clients.field(record, "details")
+    if reason:
+        words += f" ({reason})"
+    return Answer(_asked(kind, job_id, None, words, "SkyPilot job queue"))
+
+
 def scheduler_of(backend: str | None, addresses: Mapping[int, AddressRec]) -> str | None:
     """The scheduler the run was submitted to, or, without a submission record, the one the
     agents say they ran under."""
-    if backend in ("slurm", "beaker"):
+    if backend in ("slurm", "beaker", "skypilot"):
         return backend
     found = sorted({a.job.scheduler for a in addresses.values() if a.job})
     return found[0] if found else None
@@ -203,4 +224,6 @@ def ask(
         return ask_slurm(job_id, silent_ranks(causes), addresses)
     if scheduler == "beaker":
         return ask_beaker(addresses)
+    if scheduler == "skypilot":
+        return ask_skypilot(job_id)
     return Answer(None)

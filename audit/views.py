@@ -153,6 +153,11 @@ class FailureRec:
     fs_condition: str | None = None  # schemas.vocab.FsCondition
     sender: str | None = None  # a signal's sender, by name (slurmstepd: the scheduler acted)
     reacting_to_kind: str | None = None  # the kind of the failure a reaction names
+    sender_pid: int | None = None  # the rest of the record's `sender` (the kernel's si_pid, its uid)
+    sender_uid: int | None = None
+    monotonic_time: float | None = None
+    attempt: int | None = None
+    checks: tuple[str, ...] = ()  # preflight: the checks that failed on that node
 
 
 def _visible(v: Any) -> tuple[str, ...]:
@@ -272,6 +277,11 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             signal=as_str(d.get("signal")),
             fs_condition=as_str(d.get("fs_condition")),
             sender=as_str(sender.get("name")) if isinstance(sender := d.get("sender"), dict) else None,
+            sender_pid=as_int(sender.get("pid")) if isinstance(sender, dict) else None,
+            sender_uid=as_int(sender.get("uid")) if isinstance(sender, dict) else None,
+            monotonic_time=as_num(d.get("monotonic_time")),
+            attempt=as_int(d.get("attempt")),
+            checks=tuple(str(c) for c in as_list(d.get("checks")) if isinstance(c, str)),
         )
     return out
 

@@ -361,7 +361,7 @@ def _run_status(args: argparse.Namespace) -> int:
     clock = watch_clock(run.path, args.interval) if args.watch else None
     try:
         while True:
-            st = read_status(run, hb, replicas, scheduler_view(run) if not args.no_scheduler else None)
+            st = read_status(run, hb, replicas, scheduler_view(run, replicas) if not args.no_scheduler else None)
             if args.json:
                 print(json.dumps(st.to_json(), sort_keys=True), flush=True)
             else:
@@ -575,13 +575,14 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "render",
-        "print (or write with -o) the job a scheduler takes: a Slurm batch script or a Beaker experiment spec",
+        "print (or write with -o) the job a scheduler takes: a Slurm batch script, a Beaker experiment spec or "
+        "a SkyPilot task",
         _configure_render,
         _run_render,
     ),
     Command(
         "submit",
-        "render the job, write it into the run directory and submit it (sbatch, or Beaker's API)",
+        "render the job, write it into the run directory and submit it (Slurm's sbatch, Beaker's API or SkyPilot's)",
         _configure_submit,
         _run_submit,
     ),
@@ -621,10 +622,10 @@ COMMANDS: list[Command] = [
 EXIT_CODES = """exit codes:
   0    success (local: every agent exited 0 and the audit passes; status: running or succeeded)
   1    the run failed (local: an agent failed or the audit fails the run; status);
-       check-data: a verifier lacks a binding; grade: no valid grade (the judge's reply is
-       truncated, unparseable or out of scale, or the judge is unreachable); preflight: a check
-       whose mode is "fail" found a problem on this node
+       grade: no valid grade (the judge's reply is truncated, unparseable or out of scale, or the
+       judge is unreachable); preflight: a check whose mode is "fail" found a problem on this node
   2    bad command line, invalid run spec or unusable run directory (the message says what to change);
+       check-data: a judge-graded verifier lacks a binding, or a data file is missing or malformed;
        local: every agent refused to start (a restart cap of [launch], an attempt still running)
   141  the output pipe was closed (`| head`)"""
 

@@ -14,13 +14,16 @@ Two kinds of profile:
   to its GPU allocation, and a GPU QOS can refuse a job without GPUs. A run that is CPU-only
   already (no trainer, rollout or managed judge; every pool a CPU pool) keeps its own compute: its
   saved pools, partition and QOS (the flags are recorded as not used).
-- **served-judge**: every bound managed judge is pinned (``node_pool``) to a pool of its own (the
-  planner reserves such a pool: it holds no trainer or rollout). The job keeps exactly those pools
+- **served-judge**: every bound managed judge is pinned (``node_pool``) to a pool of its own (one
+  holding no trainer or rollout GPUs; judges may share it). The job keeps exactly those pools
   in their saved shape and partition, no trainer, no rollout, no policy pool; it is a GPU job and
   keeps the run's job-level QOS. ``--judge-partition/--judge-qos`` name a CPU placement and are
-  recorded as not used. A bound managed judge on the policy's nodes (no ``node_pool``) is refused.
+  recorded as not used. A bound managed judge on the policy's nodes (no ``node_pool``, or a pool
+  that also holds trainer or rollout GPUs) is refused.
 
-Walltime: the run's ``[launch.slurm] time`` (else 04:00:00) bounded by the partition's MaxTime.
+Walltime (seed 003): the run's segment walltime ``[launch.slurm] time`` bounded by the partition's
+MaxTime; MaxTime itself when the run records no segment walltime; 04:00:00 only when neither is known.
+The profile says which (``walltime_source``).
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class Profile:
     qos_source: str
     walltime: str
     walltime_bounds: tuple[str, ...]  # what set or bounded the walltime, in order
+    walltime_source: str  # WALLTIME_SEGMENT, WALLTIME_MAX_TIME or WALLTIME_DEFAULT
     pools: tuple[PoolShape, ...]
     services: tuple[str, ...]  # managed judges the job starts
     external: tuple[str, ...]  # external judges it reaches over HTTP
@@ -114,6 +118,7 @@ class Profile:
             "qos_source": self.qos_source,
             "walltime": self.walltime,
             "walltime_bounds": list(self.walltime_bounds),
+            "walltime_source": self.walltime_source,
             "pools": [p.to_json() for p in self.pools],
             "services": list(self.services),
             "external_judges": list(self.external),
@@ -195,25 +200,41 @@ def slurm_time(seconds: int) -> str:
     return f"{days}-{hms}" if days else hms
 
 
-def bound_walltime(segment: str | None, max_time: str | None, partition: str | None) -> tuple[str, tuple[str, ...]]:
-    """The run's segment walltime (else the default), bounded by the partition's MaxTime."""
+WALLTIME_SEGMENT = "segment"  # the run's launch.slurm.time (bounded by MaxTime when one is known)
+WALLTIME_MAX_TIME = "max_time"  # the partition's MaxTime: the run records no segment walltime
+WALLTIME_DEFAULT = "default"  # neither is known
+
+
+def bound_walltime(
+    segment: str | None, max_time: str | None, partition: str | None
+) -> tuple[str, tuple[str, ...], str]:
+    """The judge job's walltime, what set or bounded it, and its source (``WALLTIME_*``): the run's
+    segment walltime bounded by the partition's MaxTime; MaxTime alone when the run records no segment
+    walltime; the default only when neither is known (an UNLIMITED MaxTime bounds nothing)."""
     where = f"partition {partition}" if partition else CLUSTER_DEFAULT
-    if segment is not None:
-        start, why = slurm_seconds(segment), f"the run's launch.slurm.time {segment}"
-    else:
-        start, why = (
-            slurm_seconds(DEFAULT_WALLTIME),
-            f"the default {DEFAULT_WALLTIME} (the run sets no launch.slurm.time)",
-        )
-    assert start is not None  # launch.slurm.time is a duration, never UNLIMITED (its key pattern)
     limit = slurm_seconds(max_time) if max_time is not None else None
+    if segment is None:
+        if limit is not None:
+            return (
+                slurm_time(limit),
+                (f"MaxTime {max_time} of {where}: the run sets no launch.slurm.time",),
+                WALLTIME_MAX_TIME,
+            )
+        unknown = f"MaxTime of {where} unknown" if max_time is None else f"MaxTime of {where} is {max_time}"
+        return (
+            DEFAULT_WALLTIME,
+            (f"the default {DEFAULT_WALLTIME}: the run sets no launch.slurm.time and {unknown}",),
+            WALLTIME_DEFAULT,
+        )
+    start, why = slurm_seconds(segment), f"the run's launch.slurm.time {segment}"
+    assert start is not None  # launch.slurm.time is a duration, never UNLIMITED (its key pattern)
     if max_time is None:
-        return slurm_time(start), (why, f"MaxTime of {where} unknown: not bounded")
+        return slurm_time(start), (why, f"MaxTime of {where} unknown: not bounded"), WALLTIME_SEGMENT
     if limit is None:
-        return slurm_time(start), (why, f"MaxTime of {where} is {max_time}: not bounded")
+        return slurm_time(start), (why, f"MaxTime of {where} is {max_time}: not bounded"), WALLTIME_SEGMENT
     if limit < start:
-        return slurm_time(limit), (why, f"bounded by MaxTime {max_time} of {where}")
-    return slurm_time(start), (why, f"within MaxTime {max_time} of {where}")
+        return slurm_time(limit), (why, f"bounded by MaxTime {max_time} of {where}"), WALLTIME_SEGMENT
+    return slurm_time(start), (why, f"within MaxTime {max_time} of {where}"), WALLTIME_SEGMENT
 
 
 # --- profiles -----------------------------------------------------------------------------------
@@ -224,7 +245,18 @@ def served_judges(config: RunConfig) -> tuple[model.JudgeConfig, ...]:
     return config.gpu_judges
 
 
-def _refuse_unpinned(config: RunConfig) -> None:
+def _policy_parts(config: RunConfig, pool: str) -> list[str]:
+    """What of the policy (trainer, rollout) the plan puts on ``pool``'s nodes."""
+    parts = []
+    if config.trainer.nodes and config.trainer.node_pool == pool:
+        parts.append(f"the trainer (trainer.node_pool = {pool!r})")
+    if config.inference.gpus and config.inference.node_pool == pool:
+        parts.append(f"the rollout engines (inference.node_pool = {pool!r})")
+    return parts
+
+
+def _refuse_policy_nodes(config: RunConfig) -> None:
+    """A served judge must have a pool of its own: one the policy's trainer and rollout do not share."""
     for judge in served_judges(config):
         pool = config.pools.get(judge.node_pool) if judge.node_pool else None
         if pool is None:
@@ -233,6 +265,15 @@ def _refuse_unpinned(config: RunConfig) -> None:
                 "a judge-only job does not start the policy's allocation; pin the judge to a node pool of its "
                 f"own (a [pools.NAME] holding no trainer or rollout, named in judges.{judge.name}.node_pool) "
                 "to re-grade it"
+            )
+        shared = _policy_parts(config, pool.name)
+        if shared:
+            raise RegradeRefused(
+                f"judge {judge.name} runs on the policy's own nodes: its pool {pool.name} also holds "
+                f"{' and '.join(shared)}, so a judge-only job would start the policy's allocation "
+                f"({pool.nodes} x {pool.gpus_per_node} GPUs for a {judge.gpus}-GPU judge); give the judge a node "
+                f"pool of its own (a [pools.NAME] holding no trainer or rollout, named in "
+                f"judges.{judge.name}.node_pool) to re-grade it"
             )
 
 
@@ -248,7 +289,7 @@ def kind_of(config: RunConfig) -> str:
     """cpu or served-judge; raises RegradeRefused for a judge on the policy's nodes."""
     if not served_judges(config):
         return CPU
-    _refuse_unpinned(config)
+    _refuse_policy_nodes(config)
     return SERVED_JUDGE
 
 
@@ -343,7 +384,7 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
     """The profile of a judge-only job of ``config``; ``max_time`` is the MaxTime of the partition
     ``target_partition`` names (None: unknown). Raises RegradeRefused."""
     kind, partition, source = target_partition(config, placement)
-    walltime, bounds = bound_walltime(config.launch.slurm.time, max_time, partition)
+    walltime, bounds, walltime_source = bound_walltime(config.launch.slurm.time, max_time, partition)
     external = tuple(j.name for j in config.bound_judges if not j.managed)
     unused: list[str] = []
     if config.launch.hostnames:
@@ -393,7 +434,20 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
     if dangling:
         unused.append(f"driver.env {', '.join(dangling)}: they read the node list of a pool the job does not have")
     unused.append("trainer, rollout and the policy model: a judge-only job grades saved answers")
-    return Profile(kind, partition, source, qos, qos_source, walltime, bounds, pools, services, external, tuple(unused))
+    return Profile(
+        kind,
+        partition,
+        source,
+        qos,
+        qos_source,
+        walltime,
+        bounds,
+        walltime_source,
+        pools,
+        services,
+        external,
+        tuple(unused),
+    )
 
 
 def dangling_driver_env(config: RunConfig, kept_pools: set[str]) -> tuple[str, ...]:
@@ -493,6 +547,7 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
                     ("gpus_per_node", p.gpus_per_node),
                     ("partition", p.partition),
                     ("qos", p.qos),
+                    ("tasks_per_node", _saved_tasks(config, p.name)),
                 )
                 if v is not None
             }
@@ -500,6 +555,12 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
         },
         "ray": {"enabled": False},
     }
+
+
+def _saved_tasks(config: RunConfig, pool: str) -> int | None:
+    """A kept pool's saved tasks per node (seed 003: its saved shape), None when it has the default."""
+    saved = config.pools.get(pool)
+    return saved.tasks_per_node if saved is not None and saved.tasks_per_node != 1 else None
 
 
 def source_record(run_dir: str, uuid: str, config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:

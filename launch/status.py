@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launch.scheduler_view import SchedulerView
+from launch.scheduler_view import scheduler_view as ask_scheduler
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, names
 
@@ -29,8 +31,6 @@ TERMINAL = ("SUCCEEDED", "FAILED")
 # terminal), and not logs.
 REDRAWN_BY = ("phases", "address", "failure", "cleanup")
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
-# Slurm job states in which the job may still run its agents (the rest are endings).
-LIVE_JOB_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"})
 
 
 def resolve_run_dir(run: str, output_root: str | None) -> Path:
@@ -103,70 +103,10 @@ class RankRow:
         }
 
 
-@dataclass(frozen=True)
-class SchedulerView:
-    """The scheduler's side of a submitted run (submission.json names the job): what the job is
-    doing as the scheduler says, asked at each look. `error` when it could not be asked."""
-
-    backend: str
-    job_id: str
-    state: str | None = None  # Slurm JobState: PENDING, RUNNING, COMPLETING, COMPLETED, TIMEOUT, ...
-    reason: str | None = None  # why it pends (Resources, Priority, BeginTime, ...) or ended
-    nodes: str | None = None  # the nodes it got (Slurm's NodeList)
-    restarts: int | None = None
-    error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "job_id": self.job_id,
-            "state": self.state,
-            "reason": self.reason,
-            "nodes": self.nodes,
-            "restarts": self.restarts,
-            "error": self.error,
-        }
-
-    @property
-    def ended(self) -> bool:
-        return self.state is not None and self.state not in LIVE_JOB_STATES
-
-    def describe(self) -> str:
-        head = f"{self.backend} job {self.job_id}"
-        if self.error:
-            return f"{head}: state unknown ({self.error})"
-        text = f"{head} {self.state or '?'}"
-        if self.reason and self.reason != "None":
-            text += f" ({self.reason})"
-        if self.nodes and self.nodes != "(null)":
-            text += f" on {self.nodes}"
-        if self.restarts:
-            text += f"; requeued {self.restarts} time(s)"
-        return text
-
-
-def scheduler_view(run: RunDir) -> SchedulerView | None:
-    """Ask the scheduler about the run's job; None for a run that was not submitted (local)."""
-    sub = run.read_json(names.SUBMISSION)
-    if not sub or not isinstance(sub.get("job_id"), str):
-        return None
-    backend, job = str(sub.get("backend")), str(sub["job_id"])
-    if backend != "slurm":
-        return SchedulerView(backend, job, error=f"gym-launch status does not ask {backend} yet")
-    from launch.backends.slurm import job_record
-
-    rec = job_record(job)
-    if isinstance(rec, str):
-        return SchedulerView(backend, job, error=rec)
-    restarts = rec.get("Restarts")
-    return SchedulerView(
-        backend,
-        job,
-        state=rec.get("JobState"),
-        reason=rec.get("Reason"),
-        nodes=rec.get("NodeList") or None,
-        restarts=int(restarts) if restarts and restarts.isdigit() else None,
-    )
+def scheduler_view(run: RunDir, replicas: int | None = None) -> SchedulerView | None:
+    """Ask the scheduler about the run's job (launch/scheduler_view.py); None for a run that was not
+    submitted (local)."""
+    return ask_scheduler(run.read_json(names.SUBMISSION), replicas)
 
 
 @dataclass(frozen=True)

@@ -87,15 +87,18 @@ def placement_fields(
     pool: str | None = None,
     in_ray: bool = True,
     gpus: Sequence[Mapping[str, Any]] | None = None,
+    ray_address_exported: str | None = None,
 ) -> dict[str, Any]:
     """placement-RANK.json: which local device does what on one node (audit/views.py reads it),
     what the output root lives on there (`filesystem_fields`), and, when NVML could tell, each
     planned GPU's NVML index and UUID (`gpus`, from the preflight)."""
     fs = {"filesystem": dict(filesystem)} if filesystem is not None else {}
     named = {"gpus": [dict(g) for g in gpus]} if gpus else {}
+    exported = {"ray_address_exported": ray_address_exported} if ray_address_exported is not None else {}
     return {
         **fs,
         **named,
+        **exported,
         "node_index": node_index,
         "pool": pool,
         "in_ray": in_ray,

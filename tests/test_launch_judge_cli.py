@@ -65,6 +65,27 @@ def test_check_data_names_the_missing_binding(tmp_path: Path) -> None:
     out = run("check-data", str(tmp_path / "s.toml"))
     assert out.returncode == 2
     assert '[judging.bindings."general-quality_ref"]' in out.stdout + out.stderr
+    # Its --help says the code it exits with.
+    assert "check-data: a judge-graded verifier lacks a binding" in _exit_code_text(run("check-data", "--help"), 2)
+    assert "check-data" not in _exit_code_text(run("check-data", "--help"), 1)
+
+
+def _exit_code_text(helped: subprocess.CompletedProcess[str], code: int) -> str:
+    """What the `exit codes:` list of a --help says of ``code`` (its line and the indented ones after it)."""
+    lines = helped.stdout.split("exit codes:\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [str(code)])
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:4].strip()), len(lines))
+    return " ".join(" ".join(line.split()) for line in lines[start:end])
+
+
+def test_render_and_submit_help_name_every_scheduler_backend() -> None:
+    from launch.backends import BACKENDS
+
+    for command in ("render", "submit"):
+        helped = run(command, "--help").stdout
+        for b in BACKENDS:
+            if b.schedules:
+                assert b.title in helped.split("positional arguments")[0], (command, b.title)
 
 
 def test_check_data_resolves_paths_from_the_spec_files_folder(tmp_path: Path) -> None:

@@ -224,6 +224,46 @@ def test_driver_placement(spec: dict[str, Any], placement: str, node: int) -> No
     assert (p.driver_node, p.driver_placement) == (node, placement)
 
 
+# --- an evaluation run: rollout engines and judges, no trainer ----------------------
+
+
+@pytest.mark.parametrize(
+    ("rollout", "judges", "pools", "want"),
+    [
+        # Fits one node: only the requested GPUs are allocated, the driver on that node.
+        (2, {"general": 1}, None, [(0, 2, {"general": 1}, 0)]),
+        # Rollout nodes, then the judge on the last rollout node's spare GPUs; the driver there.
+        (12, {"general": 1}, None, [(0, 8, {}, 0), (0, 4, {"general": 1}, 3)]),
+        # Pools: the judge pinned to its own; the rollout fills the general pool.
+        (
+            16,
+            {"general": 1},
+            {"policy": {"nodes": 2, "gpus_per_node": 8}, "judge": {"nodes": 1, "gpus_per_node": 8}},
+            [(0, 8, {}, 0), (0, 8, {}, 0), (0, 0, {"general": 1}, 7)],
+        ),
+    ],
+)
+def test_an_evaluation_run_plans_with_its_driver_on_the_last_rollout_node(
+    rollout: int, judges: dict[str, int], pools: dict[str, Any] | None, want: list[Any]
+) -> None:
+    spec = make_spec(4, rollout, judges, trainer_nodes=0, pools=pools, pinned={"general": "judge"} if pools else None)
+    assert validate(spec) == []
+    p = plan_of(spec)
+    assert layout(p) == want
+    rollout_nodes = [n.index for n in p.nodes if n.rollout_gpus]
+    # The spec says "trainer", but there is no trainer rank 0: the driver goes where "inference" puts it.
+    assert (p.driver_node, p.driver_placement) == (rollout_nodes[-1], "inference")
+    assert p.ray_head == p.driver_node and set(rollout_nodes) <= set(p.ray_nodes)
+
+
+def test_an_evaluation_run_cannot_colocate_and_a_judge_only_job_still_needs_pools() -> None:
+    found = rejection(make_spec(4, 2, trainer_nodes=0, mode="colocated"))
+    assert (
+        'a run without a trainer (trainer.nodes = 0) has none: use "disaggregated"' in found["inference.placement_mode"]
+    )
+    assert "judge-only job" in rejection(make_spec(4, 0, {"general": 1}, trainer_nodes=0))["trainer.nodes"]
+
+
 # --- rejections --------------------------------------------------------------------
 
 

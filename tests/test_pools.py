@@ -432,6 +432,8 @@ def test_beaker_refuses_partitions_and_a_cpu_pool_beside_gpu_pools_naming_the_ke
     assert "needs a Slurm heterogeneous job (--backend slurm)" in r.stderr
     r = beaker_render(tmp_path / "run.toml", "pools.judge.gpus_per_node=4")
     assert r.returncode == 2 and "pools.judge.gpus_per_node: is 4 but launch.gpus_per_replica is 8" in r.stderr
+    r = beaker_render(tmp_path / "run.toml", "pools.judge.tasks_per_node=2")
+    assert r.returncode == 2 and "pools.judge.tasks_per_node: is 2: Slurm task slots" in r.stderr
 
 
 # --- a real local run: a CPU pool's agent runs coordination only ------------------------------------------

@@ -12,6 +12,7 @@ from agent.proc import tempdirs
 from agent.proc.ports import free, port_bases
 from agent.ray import node as ray_node
 from agent.ray.node import PORT_BLOCK, RayPorts, pick_ports
+from schemas import names
 
 EPHEMERAL = (32768, 60999)
 
@@ -113,3 +114,43 @@ def test_an_ephemeral_range_covering_every_block_still_yields_disjoint_blocks() 
     assert port_bases(everything) == []
     a, b = pick_ports("run-e", 0, 2, everything), pick_ports("run-e", 1, 2, everything)
     assert not set(_span(a)) & set(_span(b))
+
+
+# --- the head's block a Slurm job fixes (seed 001: its host:port is exported to the job) -------------
+
+
+def test_the_jobs_head_block_is_the_one_the_heads_own_choice_tries_first() -> None:
+    from schemas import port_grid
+
+    for uuid, rank in (("run-a", 0), ("run-b", 2), ("e2e-x-1a2b3c", 5)):
+        fixed = port_grid.head_block(uuid, rank)
+        assert port_grid.on_grid(fixed) and (fixed + PORT_BLOCK <= EPHEMERAL[0] or fixed > EPHEMERAL[1])
+        assert pick_ports(uuid, rank, 9, EPHEMERAL).gcs == fixed  # a free host: what the head picks anyway
+
+
+def test_a_fixed_block_is_held_exactly_or_refused_naming_its_port() -> None:
+    base = next(b for b in port_bases(EPHEMERAL) if all(free(p) for p in range(b, b + PORT_BLOCK)))
+    assert ray_node.hold_fixed_block(base, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X").gcs == base
+    with socket.socket() as holder:
+        holder.bind(("", base + 2))  # another process took the block's object-manager port
+        with pytest.raises(ray_node.PortsError) as err:
+            ray_node.hold_fixed_block(base, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X")
+    assert f"port(s) {base + 2} taken" in str(err.value) and "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X" in str(err.value)
+    with pytest.raises(ray_node.PortsError, match="does not start a block"):
+        ray_node.hold_fixed_block(base + 1, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X")
+
+
+def test_a_head_whose_exported_address_names_another_node_fails_before_starting_ray(tmp_path: Path) -> None:
+    """A real one-replica run (gym-launch local, rank 0 on 127.0.0.2) whose job exported another host as
+    the Ray head's: the head's agent refuses to start Ray on an address the job's steps would not reach."""
+    from tests.harness import assert_artifacts_valid, failures, launch_local, uid
+    from tests.harness.specs import small_spec
+
+    exported = "127.0.0.99:19400"
+    run = launch_local(tmp_path, small_spec(replicas=1), uid("rayaddr"), env={"GYM_RAY_ADDRESS_CLUSTER": exported})
+    assert run.wait(90) == 1, run.text[-3000:]
+    assert_artifacts_valid(run.run_dir)
+    (record,) = failures(run.run_dir).values()
+    assert (record["kind"], record["phase"]) == ("placement", "ray_start"), record
+    assert f"GYM_RAY_ADDRESS_CLUSTER={exported}" in record["cause"] and "127.0.0.2" in record["cause"]
+    assert not (run.run_dir / names.ray_log(0)).exists()  # Ray never started

@@ -153,6 +153,55 @@ def test_a_pooled_run_with_an_unpinned_judge_is_refused(tmp_path: Path) -> None:
         profile(config)
 
 
+# Seed 003: "A service that runs on the policy's own nodes has no served-judge profile: the judge job
+# does not start the policy's allocation." A pool of the judge's that the trainer or rollout share is
+# the policy's nodes, however it is named.
+SHARED_POOL = (
+    "trainer.node_pool='policy'",
+    "inference.node_pool='policy'",
+    "judges.general.node_pool='policy'",
+    "judges.general.gpus=2",
+    "pools.policy.nodes=3",
+)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "holds"),
+    [
+        (SHARED_POOL, "the trainer (trainer.node_pool = 'policy') and the rollout engines"),
+        (SHARED_POOL[1:] + ("pools.judge.nodes=2",), "the rollout engines (inference.node_pool = 'policy')"),
+    ],
+)
+def test_a_judge_on_a_pool_the_policy_shares_is_refused_naming_the_pool_and_the_fix(
+    tmp_path: Path, overrides: tuple[str, ...], holds: str
+) -> None:
+    config = from_text(tmp_path, POOLED, *overrides)
+    make_plan(config)  # the run itself is valid: only its re-grading is refused
+    with pytest.raises(rg.RegradeRefused) as err:
+        profile(config, "02:00:00")
+    msg = str(err.value)
+    assert f"its pool policy also holds {holds}" in msg
+    assert "3 x 8 GPUs for a 2-GPU judge" in msg and "judges.general.node_pool" in msg
+    assert "node pool of its own" in msg
+
+
+def test_two_judges_on_one_pool_of_their_own_get_one_served_judge_profile(tmp_path: Path) -> None:
+    config = from_text(
+        tmp_path, POOLED, "judges.spare.node_pool='judge'", "judging.bindings.w={judge='spare',rubric='q'}"
+    )
+    p = profile(config, "02:00:00")
+    assert p.kind == rg.SERVED_JUDGE and p.services == ("general", "spare")
+    assert [(x.name, x.nodes, x.gpus_per_node) for x in p.pools] == [("judge", 1, 8)]
+
+
+def test_a_judge_alone_on_its_pool_beside_pinned_policy_pools_is_served(tmp_path: Path) -> None:
+    config = from_text(tmp_path, POOLED, "trainer.node_pool='policy'", "inference.node_pool='policy'")
+    p = profile(config, "02:00:00")
+    assert p.kind == rg.SERVED_JUDGE and p.services == ("general",)
+    assert [x.name for x in p.pools] == ["judge"]
+    assert any("pools policy" in u for u in p.unused)
+
+
 def test_served_judges_on_two_partitions_are_refused(tmp_path: Path) -> None:
     text = POOLED.replace(
         "[pools.judge]", "[pools.judge2]\nnodes = 1\ngpus_per_node = 8\npartition = 'b'\n[pools.judge]"
@@ -303,20 +352,34 @@ def test_slurm_times(text: str, seconds: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("segment", "max_time", "want", "bound"),
+    ("segment", "max_time", "want", "bound", "source"),
     [
-        ("03:00:00", "01:00:00", "01:00:00", "bounded by MaxTime 01:00:00 of partition p"),
-        ("00:30:00", "01:00:00", "00:30:00", "within MaxTime 01:00:00 of partition p"),
-        (None, "02:00:00", "02:00:00", "bounded by MaxTime 02:00:00"),
-        (None, None, "04:00:00", "MaxTime of partition p unknown"),
-        ("1-00:00:00", "UNLIMITED", "1-00:00:00", "is UNLIMITED: not bounded"),
+        ("03:00:00", "01:00:00", "01:00:00", "bounded by MaxTime 01:00:00 of partition p", rg.WALLTIME_SEGMENT),
+        ("00:30:00", "01:00:00", "00:30:00", "within MaxTime 01:00:00 of partition p", rg.WALLTIME_SEGMENT),
+        ("00:30:00", None, "00:30:00", "MaxTime of partition p unknown: not bounded", rg.WALLTIME_SEGMENT),
+        ("1-00:00:00", "UNLIMITED", "1-00:00:00", "is UNLIMITED: not bounded", rg.WALLTIME_SEGMENT),
+        # Seed 003: a known MaxTime is the bound to use when the run records no segment walltime,
+        # longer than the default or shorter.
+        (None, "1-00:00:00", "1-00:00:00", "MaxTime 1-00:00:00 of partition p", rg.WALLTIME_MAX_TIME),
+        (None, "02:00:00", "02:00:00", "MaxTime 02:00:00 of partition p", rg.WALLTIME_MAX_TIME),
+        # The default only when neither is known (an UNLIMITED MaxTime bounds nothing).
+        (None, None, "04:00:00", "MaxTime of partition p unknown", rg.WALLTIME_DEFAULT),
+        (None, "UNLIMITED", "04:00:00", "MaxTime of partition p is UNLIMITED", rg.WALLTIME_DEFAULT),
     ],
 )
-def test_walltime_bounds(segment: str | None, max_time: str | None, want: str, bound: str) -> None:
-    got, bounds = rg.bound_walltime(segment, max_time, "p")
-    assert got == want
-    assert bound in bounds[1]
-    assert ("default 04:00:00" in bounds[0]) == (segment is None)
+def test_walltime_rule(segment: str | None, max_time: str | None, want: str, bound: str, source: str) -> None:
+    got, bounds, got_source = rg.bound_walltime(segment, max_time, "p")
+    assert (got, got_source) == (want, source)
+    assert bound in bounds[-1]
+    assert ("default 04:00:00" in bounds[0]) == (source == rg.WALLTIME_DEFAULT)
+
+
+def test_the_profile_says_where_its_walltime_came_from(tmp_path: Path) -> None:
+    no_segment = profile(demo_external(), "1-00:00:00", judge_partition="cpu")
+    assert (no_segment.walltime, no_segment.walltime_source) == ("1-00:00:00", rg.WALLTIME_MAX_TIME)
+    assert "walltime: 1-00:00:00 (MaxTime 1-00:00:00 of partition cpu" in no_segment.text()
+    neither = profile(demo_external(), None, judge_partition="cpu")
+    assert (neither.walltime, neither.to_json()["walltime_source"]) == ("04:00:00", rg.WALLTIME_DEFAULT)
 
 
 def test_the_profile_report_is_valid_json_naming_every_part(tmp_path: Path) -> None:
@@ -331,6 +394,7 @@ def test_the_profile_report_is_valid_json_naming_every_part(tmp_path: Path) -> N
         "qos_source",
         "walltime",
         "walltime_bounds",
+        "walltime_source",
         "pools",
         "services",
         "external_judges",
@@ -389,15 +453,25 @@ def test_a_template_rubric_keeps_its_file_as_the_run_resolved_it(tmp_path: Path)
 
 
 def test_served_job_spec_keeps_only_the_judges_pool_in_its_saved_shape(tmp_path: Path) -> None:
-    source = from_text(tmp_path, POOLED, "launch.slurm.qos='gpu-q'", "pools.judge.partition='gpu'")
+    source = from_text(
+        tmp_path, POOLED, "launch.slurm.qos='gpu-q'", "pools.judge.partition='gpu'", "pools.judge.tasks_per_node=4"
+    )
     p = profile(source, "02:00:00")
     job = RunConfig.from_spec(resolved_from_dict(rg.judge_job_spec(source, p, "grade")))
     plan = make_plan(job)
     assert [pl.name for pl in job.pool_list] == ["judge"] and sorted(job.judges) == ["general"]
+    assert job.pools["judge"].tasks_per_node == 4  # the saved shape: nodes, tasks, GPUs, partition
     assert (plan.replicas, plan.gpus_per_replica, plan.driver_node) == (1, 8, 0)
     assert dict(plan.nodes[0].judges) == {"general": 1} and plan.nodes[0].ray_gpus == 0
     directives = directive_lines(_render(job))
-    for d in ("--gpus-per-node=8", "--partition=gpu", "--qos=gpu-q", "--time=02:00:00", "--nodes=1"):
+    for d in (
+        "--gpus-per-node=8",
+        "--partition=gpu",
+        "--qos=gpu-q",
+        "--time=02:00:00",
+        "--nodes=1",
+        "--ntasks-per-node=4",
+    ):
         assert d in directives, directives
 
 
@@ -433,7 +507,7 @@ def test_source_record_validates_against_its_schema(tmp_path: Path) -> None:
     [
         (("pools.readers.gpus_per_node=3",), "pools.readers.gpus_per_node", "or 0: a CPU pool"),
         (("trainer.nodes=1",), "trainer.nodes", "every pool is a CPU pool"),
-        (("inference.gpus=1",), "inference.gpus", "judge-only job has no rollout"),
+        (("inference.gpus=1",), "inference.gpus", "needs GPUs, but every pool is a CPU pool"),
         (
             ("judges.general={mode='managed',backend='reference',model='m'}",),
             "judges.general.mode",
@@ -487,7 +561,8 @@ def test_cli_dry_run_json_prints_the_profile(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert (doc["kind"], doc["partition"], doc["qos"]) == ("cpu", "cpu", "cq")
-    assert doc["walltime"] == "00:45:00"  # the default 04:00:00 bounded by the stand-in's MaxTime of cpu
+    # The run sets no launch.slurm.time: the stand-in's MaxTime of cpu is the walltime (seed 003).
+    assert (doc["walltime"], doc["walltime_source"]) == ("00:45:00", rg.WALLTIME_MAX_TIME)
     assert not (run.parent / "cluster").exists() and len(list(run.parent.iterdir())) == 1  # nothing created
 
 

@@ -20,7 +20,7 @@ from launch.backends.slurm import WARNING_MARGIN_S, directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from schemas import JobEnv, names
+from schemas import DriverEnv, JobEnv, names, port_grid
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo.toml"
@@ -210,13 +210,17 @@ def test_each_task_runs_its_node_in_address_order_with_pool_steps(tmp_path: Path
     agent.write_text(
         "#!/bin/bash\n"
         f'echo "$* nodes=${JobEnv.NODES} policy=${JobEnv.pool_nodes("policy")} '
-        f'judge=${JobEnv.pool_nodes("judge")} driver=${JobEnv.DRIVER_RANK}@${JobEnv.DRIVER_HOST}"\n'
+        f"judge=${JobEnv.pool_nodes('judge')} driver=${JobEnv.DRIVER_RANK}@${JobEnv.DRIVER_HOST} "
+        f'ray=${DriverEnv.RAY_ADDRESS_CLUSTER}"\n'
     )
     agent.chmod(0o755)
     text = render(request(pooled(tmp_path), f'launch.slurm.agent="{agent}"')).text
     lines = run_script(text, tmp_path, env)
     assert len(lines) == 3, lines
-    common = "nodes=n2,n3,n1 policy=n2,n3 judge=n1 driver=1@n3"
+    # Seed 001: the Ray head's host:port in every step: the driver's node (n3, rank 1) by its address, and
+    # the port fixed for the job: the block the head's own choice tries first (the run's uuid, rank 1).
+    ray = f"10.0.0.10:{port_grid.head_block('u-1', 1)}"
+    common = f"nodes=n2,n3,n1 policy=n2,n3 judge=n1 driver=1@n3 ray={ray}"
     want = {
         ("cluster_policy_workers", "n2", "0"),
         ("cluster_policy_workers", "n3", "1"),
@@ -276,6 +280,33 @@ def test_pool_partitions_become_the_job_partition_or_a_heterogeneous_job(tmp_pat
     lines = render(request(tmp_path / "p.toml")).text.splitlines()
     cut = lines.index("#SBATCH hetjob")
     assert "#SBATCH --partition=other" in lines[:cut] and "#SBATCH --partition=batch" in lines[cut:]
+
+
+def test_the_ray_address_is_exported_only_when_the_run_has_ray(tmp_path: Path) -> None:
+    text = render(request(DEMO)).text
+    assert f'export {DriverEnv.RAY_ADDRESS_CLUSTER}="${{gym_ray_host:?' in text
+    renamed = render(request(DEMO, 'ray.name="trainer-ray"')).text
+    assert f"export {DriverEnv.ray_address('trainer-ray')}=" in renamed
+    assert "GYM_RAY_ADDRESS_" not in render(request(DEMO, "ray.enabled=false")).text
+
+
+def test_tasks_per_node_is_rendered_per_component(tmp_path: Path) -> None:
+    # One shape: the job's --ntasks-per-node is the pools'.
+    spec = pooled(tmp_path).read_text().replace("gpus_per_node = 8\n", "gpus_per_node = 8\ntasks_per_node = 4\n")
+    (tmp_path / "p.toml").write_text(spec)
+    text = render(request(tmp_path / "p.toml")).text
+    assert "#SBATCH hetjob" not in text and "--ntasks-per-node=4" in directive_lines(text)
+    # Pools that differ in it alone are two components of one heterogeneous job, in declaration order;
+    # each pool's agent step still runs one task per node.
+    (tmp_path / "p.toml").write_text(
+        pooled(tmp_path).read_text().replace("[pools.judge]", "[pools.judge]\ntasks_per_node = 2")
+    )
+    lines = render(request(tmp_path / "p.toml")).text.splitlines()
+    cut = lines.index("#SBATCH hetjob")
+    assert "#SBATCH --ntasks-per-node=1" in lines[:cut] and "#SBATCH --ntasks-per-node=2" in lines[cut:]
+    steps = [line for line in lines if line.startswith("srun ")]
+    assert len(steps) == 2 and all("--ntasks-per-node=1 " in line for line in steps), steps
+    assert "--het-group=1" in steps[1] and "cluster_judge_workers" in steps[1]
 
 
 def test_resume_is_exported_to_every_node() -> None:

@@ -119,6 +119,58 @@ def test_without_a_beaker_configuration_it_says_so(tmp_path: Path, monkeypatch: 
     assert any("no Beaker configuration" in n for n in result.notes), result.notes
 
 
+# -- SkyPilot: its job queue through its Python API (tests/harness/skypilot_api.py) ----------------
+
+
+def _skypilot_run(root: Path, job_id: str) -> RunBuilder:
+    b = RunBuilder(root)
+    b.startup()
+    jobs = {r: {"scheduler": "skypilot", "job": "sky-2026-17", "node": f"rank-{r}"} for r in b.ranks}
+    _with_jobs(b, jobs, "skypilot", job_id)
+    _all_signalled(b, None)
+    return b
+
+
+@pytest.mark.parametrize(
+    ("job_id", "record", "kind", "words"),
+    [
+        ("17", ("managed", "CANCELLED", ""), "cancelled", "skypilot ended job 17: "),
+        ("17", ("managed", "RECOVERING", "the spot VM was preempted"), "preempted", "the spot VM was preempted"),
+        ("17", ("managed", "RECOVERING", "the VM stopped answering"), "node_failure", "RECOVERING"),
+        ("gym-demo/3", ("cluster", "CANCELLED", ""), "cancelled", "job gym-demo/3 CANCELLED"),
+    ],
+)
+def test_skypilots_job_record_names_the_ending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job_id: str, record: tuple[str, str, str], kind: str, words: str
+) -> None:
+    pytest.importorskip("sky")
+    from tests.harness.skypilot_api import answer_queues, cluster_job, managed_job
+
+    where, status, reason = record
+    managed = [managed_job(17, status, failure_reason=reason or None)] if where == "managed" else []
+    clusters = {"gym-demo": [cluster_job(3, status)]} if where == "cluster" else {}
+    asked: list[Any] = []
+    answer_queues(monkeypatch, managed, clusters, asked)
+    run = _skypilot_run(tmp_path, job_id).path
+    assert_artifacts_valid(run)
+    fc = audit_run(run).first_cause
+    assert fc is not None and (fc.kind, fc.scheduler) == (kind, "skypilot"), fc
+    assert words in fc.cause and asked, fc.cause
+    assert audit_run(run, ask_scheduler=False).first_cause.kind == "signal"  # --offline: the files only
+
+
+def test_a_running_skypilot_job_is_no_ending_and_the_audit_says_what_it_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sky")
+    from tests.harness.skypilot_api import answer_queues, managed_job
+
+    answer_queues(monkeypatch, [managed_job(17, "RUNNING")], {}, [])
+    result = audit_run(_skypilot_run(tmp_path, "17").path)
+    assert result.first_cause is not None and result.first_cause.kind == "signal"
+    assert "SkyPilot says job 17 is RUNNING" in result.notes, result.notes
+
+
 # -- Slurm: the real local cluster ----------------------------------------------------------------
 
 

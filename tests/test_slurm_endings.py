@@ -107,8 +107,12 @@ def test_a_node_set_down_is_named(slurm_cluster: slurm.Cluster, tmp_path: Path) 
 
 # Waits for the stop file (or the scheduler's own SIGTERM, which slurmstepd sends to every process
 # of the step, the driver too), checkpoints and exits; the next attempt finds the checkpoint.
+# The resuming driver's line once its SIGTERM handler is installed: a signal before it (a loaded
+# machine takes seconds to start Python) would end the driver before it could checkpoint.
+DRIVER_READY = "ready to checkpoint"
 RESUMING_DRIVER = """
 import json, os, signal, sys, time
+READY = {ready!r}
 sys.path.insert(0, {repo!r})
 from agent import driver_api
 ckpt = os.path.join(os.environ["GYM_CHECKPOINT_DIR"], "ckpt.json")
@@ -118,6 +122,7 @@ if os.path.exists(ckpt):
     sys.exit(0)
 told = []
 signal.signal(signal.SIGTERM, lambda *_: told.append("SIGTERM"))
+print(READY, flush=True)
 stop = os.environ["GYM_STOP_FILE"]
 while not os.path.exists(stop) and not told:
     time.sleep(0.2)
@@ -173,7 +178,7 @@ def _sleeping_spec(tmp_path: Path, name: str) -> Path:
 def _resuming_spec(tmp_path: Path, name: str) -> Path:
     """Two nodes, the resuming driver with a checkpoint grace, one restart allowed."""
     driver = tmp_path / "resuming_driver.py"
-    driver.write_text(RESUMING_DRIVER.format(repo=str(REPO)))
+    driver.write_text(RESUMING_DRIVER.format(repo=str(REPO), ready=DRIVER_READY))
     return _plain_spec(tmp_path, name, str(driver), nodes=2, extra="max_retries = 1")
 
 
@@ -185,6 +190,7 @@ def test_a_walltime_warning_checkpoints_and_the_requeued_job_resumes(
     job = submit(c, spec_path, root, uuid)
     run_dir = root / "cluster" / uuid
     wait_phase(run_dir, 0, "driver", 180)
+    _driver_ready(run_dir, 120)
     # What Slurm sends at --signal=B:USR1@SECONDS, sent now: to the batch shell only.
     c.run(["scancel", "--batch", "--signal=USR1", str(job)])
     _requeued(c, job)
@@ -203,6 +209,16 @@ def test_a_walltime_warning_checkpoints_and_the_requeued_job_resumes(
     assert [a["first_cause"]["kind"] if a["first_cause"] else None for a in doc["attempts"]] == ["time_limit", None]
     assert_nothing_left(run_dir)
     wait_nodes_clean(c, list(NODES))
+
+
+def _driver_ready(run_dir: Path, timeout: float) -> None:
+    log = run_dir / names.driver_log(0)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and DRIVER_READY in log.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the driver did not install its SIGTERM handler within {timeout:.0f} s")
 
 
 def _ctld_log(c: slurm.Cluster, job: int) -> str:
@@ -234,6 +250,7 @@ def test_a_preemption_is_named_and_the_requeued_job_resumes(slurm_cluster: slurm
     job = submit(c, _resuming_spec(tmp_path, "preempt"), root, uuid)
     run_dir = root / "cluster" / uuid
     wait_phase(run_dir, 0, "driver", 180)
+    _driver_ready(run_dir, 120)  # the promise is a checkpoint at the scheduler's SIGTERM, once it can take one
     urgent_script = tmp_path / "urgent.sh"
     urgent_script.write_text("#!/bin/sh\nsleep 2\n")
     urgent = c.sbatch(urgent_script, "-p", "urgent", "-N3", "--exclusive", "-o", "/dev/null")

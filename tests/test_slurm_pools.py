@@ -4,7 +4,9 @@ heterogeneous job (n1..n3 of partition gpu, c1 of partition cpu), the demo drive
 Seed 001's example in our spelling: the trainer and rollout pinned to the policy's two nodes, the
 reference judge pinned to its own node, a CPU pool whose agent runs coordination only. The driver's
 probe records what it sees: its environment, Ray's live nodes, and GYM_RAY_ADDRESS_CLUSTER as a Ray
-task on every Ray node reads it.
+task on every Ray node reads it; every agent's placement record, what its step saw of the address the
+job script exported (seed 001). The judge's and the readers' pools take 2 tasks per node: one job
+component per shape (issue 35).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
 from test_slurm_rendered import JOB_TIMEOUT_S, spec, submit
 
-from schemas import DriverEnv, JobEnv, names
+from schemas import DriverEnv, JobEnv, names, port_grid
 from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid
 from tests.harness.specs import PINNED_POOLS
 
@@ -55,7 +57,14 @@ with open(os.environ["PROBE_OUT"], "w") as f:
     json.dump(facts, f)
 """
 
-BODY = PINNED_POOLS + "[ray]\nnum_cpus = 1\nobject_store_memory = 100000000\n"
+# The judge's and the readers' pools take 2 tasks per node: the judge's pool becomes a component of its
+# own beside the policy's on partition gpu (the shapes differ in tasks alone), the readers' is on cpu.
+BODY = (
+    PINNED_POOLS.replace("[pools.judge]", "[pools.judge]\ntasks_per_node = 2").replace(
+        "[pools.readers]", "[pools.readers]\ntasks_per_node = 2"
+    )
+    + "[ray]\nnum_cpus = 1\nobject_store_memory = 100000000\n"
+)
 
 
 def components(c: slurm.Cluster, job: int) -> list[dict[str, str]]:
@@ -80,7 +89,9 @@ def test_a_gpu_pool_and_a_cpu_pool_on_another_partition_run_as_one_heterogeneous
     job = submit(c, sp, root, uuid)
     run_dir = root / "cluster" / uuid
     parts = components(c, job)
-    assert [(p.get("HetJobOffset"), p.get("Partition")) for p in parts] == [("0", "gpu"), ("1", "cpu")], parts
+    # One component per shape, each with its pools' tasks per node (pools.NAME.tasks_per_node).
+    shapes = [(p.get("HetJobOffset"), p.get("Partition"), p.get("NtasksPerN:B:S:C", "").split(":")[0]) for p in parts]
+    assert shapes == [("0", "gpu", "1"), ("1", "gpu", "2"), ("2", "cpu", "2")], parts
     # The worker steps are named <ray name>_<pool>_workers; the CPU pool's is its own name (no Ray).
     # A component's steps are listed under its own job id (the CPU component's is JOB+1).
     ids = ",".join(p["JobId"] for p in parts)
@@ -95,6 +106,7 @@ def test_a_gpu_pool_and_a_cpu_pool_on_another_partition_run_as_one_heterogeneous
     parts = components(c, job)
     out = (run_dir / names.slurm_output(str(job))).read_text(errors="replace")
     assert all(p["JobState"] == "COMPLETED" for p in parts) and parts[0]["ExitCode"] == "0:0", (parts, out[-4000:])
+    assert len(parts) == 3, parts
     print(f"heterogeneous job: submit to COMPLETED in {time.monotonic() - t0:.1f}s")
     assert_artifacts_valid(run_dir)
     assert not failures(run_dir)
@@ -122,6 +134,10 @@ def test_a_gpu_pool_and_a_cpu_pool_on_another_partition_run_as_one_heterogeneous
     facts = json.loads((tmp_path / "probe.json").read_text())
     head = read(run_dir, names.RAY_HEAD)["gcs_address"]
     assert facts["host"] == "n1" and head.startswith("127.0.10.1:")
+    # Seed 001: the job exported the head's host:port before the head started (the driver's node, the
+    # port fixed for the job), every step saw it, the CPU pool's too, and the head bound exactly that.
+    assert head == f"127.0.10.1:{port_grid.head_block(uuid, 0)}"
+    assert [p.get("ray_address_exported") for p in placement] == [head] * 4
     assert facts["ray_nodes"] == ["127.0.10.1", "127.0.10.2", "127.0.10.3"], facts  # Ray never spans c1
     # GYM_RAY_ADDRESS_CLUSTER: the driver's, and every Ray node's as a task there reads it.
     assert facts["env"][DriverEnv.ray_address(RAY_NAME)] == head

@@ -176,17 +176,54 @@ def test_a_metrics_jsonl_with_named_fields(tmp_path: Path, lines: list[dict[str,
     assert set(errors(audit_run(b.path))) == codes
 
 
+LOG_STEPS = r'driver.evidence.log_step_pattern="^step \\d+ loss (?P<loss>\\S+)$"'
+
+
 def test_patterns_over_the_drivers_log(tmp_path: Path) -> None:
-    # The builder's driver log says "step 1 loss 2.31" and "step 2 loss 2.05".
-    b = build(tmp_path, r'driver.evidence.log_step_pattern="^step \\d+ loss (?P<loss>\\S+)$"')
+    # The builder's driver log says "step 1 loss 2.31" and "step 2 loss 2.05", and no refresh line.
+    b = build(tmp_path, LOG_STEPS, r'driver.evidence.log_refresh_pattern="^refreshed policy v\\d+$"')
     judge_log(b, 4)
+    assert set(errors(audit_run(b.path))) == {"driver.no_policy_refresh"}
+    log = b.path / names.driver_log(b.driver_rank)
+    log.write_text(log.read_text() + "refreshed policy v1\n")
     result = audit_run(b.path)
     assert result.verdict == "pass", errors(result)
     assert result.training is not None and result.training["optimizer_steps"] == 2
-    assert "driver.refresh_unchecked" in result.codes("info")  # no refresh pattern: said, not guessed
-    log = b.path / names.driver_log(b.driver_rank)
+    assert (result.training["policy_refreshes"], result.training["refresh"]) == (1, "required")
     log.write_text(log.read_text() + "step 3 loss nan\n")
     assert "driver.nonfinite_loss" in errors(audit_run(b.path))
+
+
+def test_a_trainer_without_a_separate_refresh_says_so_and_the_audit_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = build(tmp_path, LOG_STEPS, 'driver.evidence.refresh="none"')
+    judge_log(b, 4)
+    result = audit_run(b.path)
+    assert result.verdict == "pass", errors(result)
+    assert "driver.refresh_none" in result.codes("info")
+    assert result.training is not None and result.training["refresh"] == "none"
+    assert main([str(b.path)]) == 0
+    assert 'no separate policy refresh (refresh = "none")' in capsys.readouterr().out
+    # The choice holds for a driver-result.json too: policy_refreshes 0 is then no error.
+    r = build(tmp_path / "r", 'driver.evidence.refresh="none"', result=True)
+    doc = json.loads((r.path / names.DRIVER_RESULT).read_text())
+    (r.path / names.DRIVER_RESULT).write_text(json.dumps({**doc, "policy_refreshes": 0}))
+    result = audit_run(r.path)
+    assert result.verdict == "pass" and "driver.refresh_none" in result.codes("info"), errors(result)
+
+
+def test_steps_without_any_loss_value_fail(tmp_path: Path) -> None:
+    b = build(
+        tmp_path,
+        'driver.evidence.metrics="checkpoints/metrics.jsonl"',
+        'driver.evidence.loss_field="loss"',
+        'driver.evidence.refresh_field="policy"',
+    )
+    write_jsonl(b.path / "checkpoints" / "metrics.jsonl", [{"step": 1, "policy": 1}, {"step": 2, "policy": 2}])
+    judge_log(b, 4)
+    message = errors(audit_run(b.path))["driver.no_losses"]
+    assert "2 optimizer step(s) but no loss value" in message and "loss_field" in message
 
 
 def test_a_run_that_trains_nothing_passes_and_says_so(tmp_path: Path) -> None:
@@ -196,6 +233,19 @@ def test_a_run_that_trains_nothing_passes_and_says_so(tmp_path: Path) -> None:
     (info,) = [f for f in result.findings if f.code == "driver.training_not_required"]
     assert info.severity == "info" and "[driver] trains = false" in info.message
     assert result.training is not None and result.training["required"] is False
+
+
+def test_an_evaluation_run_is_judged_by_its_exit_and_its_judges_replies(tmp_path: Path) -> None:
+    # No trainer, rollout engines and a bound judge: no evidence of training, but a judge reply.
+    b = build(tmp_path / "replied", "trainer.nodes=0")
+    judge_log(b, 4)
+    result = audit_run(b.path)
+    assert result.verdict == "pass", errors(result)
+    (info,) = [f for f in result.findings if f.code == "driver.training_not_required"]
+    assert "an evaluation run" in info.message
+    silent = build(tmp_path / "silent", "trainer.nodes=0")
+    judge_log(silent, 0)  # the judge answered its health checks and the canaries, never the driver
+    assert set(errors(audit_run(silent.path))) == {"driver.no_judge_replies"}
 
 
 def test_judge_replies_are_required_with_evidence(tmp_path: Path) -> None:
@@ -237,12 +287,33 @@ def _config(*overrides: str) -> RunConfig:
         ('driver.evidence.loss_field="loss"', "driver.evidence.loss_field", "set metrics"),
         ('driver.evidence.preset="megatron"', "driver.evidence.preset", '"miles"'),
         ('driver.evidence.log_refresh_pattern="refresh"', "driver.evidence.log_refresh_pattern", "declare the steps"),
+        # Seed 000: declared evidence proves a refresh and finite losses, or says why not.
+        ('driver.evidence.metrics="m.jsonl"', "driver.evidence.metrics", "proves no policy refresh"),
+        ('driver.evidence.metrics="m.jsonl"', "driver.evidence.metrics", 'or say refresh = "none"'),
+        ('driver.evidence.metrics="m.jsonl"', "driver.evidence.metrics", "declare loss_field"),
+        (r'driver.evidence.log_step_pattern="^step \\d+"', "driver.evidence.log_step_pattern", "(?P<loss>"),
+        ('driver.evidence.refresh="always"', "driver.evidence.refresh", '"none"'),
     ],
 )
 def test_bad_evidence_keys_are_refused_naming_the_key(override: str, key: str, says: str) -> None:
     with pytest.raises(SpecError) as exc:
         _config(override)
     assert key in str(exc.value) and says in str(exc.value), str(exc.value)
+
+
+def test_refresh_none_beside_a_declared_refresh_is_refused() -> None:
+    with pytest.raises(SpecError) as exc:
+        _config(
+            'driver.evidence.metrics="m.jsonl"',
+            'driver.evidence.loss_field="loss"',
+            'driver.evidence.refresh_field="policy"',
+            'driver.evidence.refresh="none"',
+        )
+    assert "driver.evidence.refresh" in str(exc.value) and "keep one of them" in str(exc.value)
+    ok = _config(
+        'driver.evidence.metrics="m.jsonl"', 'driver.evidence.loss_field="loss"', 'driver.evidence.refresh="none"'
+    )
+    assert ok.driver.evidence.refresh_none
 
 
 def test_a_miles_run_file_defaults_to_the_miles_preset() -> None:
@@ -252,7 +323,16 @@ def test_a_miles_run_file_defaults_to_the_miles_preset() -> None:
     assert config.driver.trains
     off = RunConfig.from_spec(load_spec(miles_file, ["driver.trains=false"]))
     assert off.driver.evidence.preset is None
-    own = RunConfig.from_spec(load_spec(miles_file, ['driver.evidence.metrics="m.jsonl"']))
+    own = RunConfig.from_spec(
+        load_spec(
+            miles_file,
+            [
+                'driver.evidence.metrics="m.jsonl"',
+                'driver.evidence.loss_field="l"',
+                'driver.evidence.refresh_field="v"',
+            ],
+        )
+    )
     assert own.driver.evidence.preset is None and own.driver.evidence.metrics == "m.jsonl"
     moved = RunConfig.from_spec(load_spec(miles_file, ['driver.evidence.save_dir="checkpoints/save"']))
     assert (moved.driver.evidence.preset, moved.driver.evidence.save_dir) == ("miles", "checkpoints/save")

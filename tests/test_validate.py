@@ -184,7 +184,13 @@ def _drop(*path: str) -> Callable[[dict[str, Any]], None]:
         (_set("launch", "slurm", "time", value="4 hours"), "launch.slurm.time", "Slurm time"),
         (_drop("trainer"), "trainer", "is required"),
         (_drop("trainer", "gpus_per_node"), "trainer.gpus_per_node", "is required; add it to [trainer]"),
-        (_set("trainer", "nodes", value=0), "trainer.nodes", "no [pools.NAME] states the job's nodes"),
+        # No trainer and no rollout: a judge-only job, whose pools state its nodes (with rollout engines it
+        # is an evaluation run, placed as rollout is: tests/test_plan.py).
+        (
+            lambda d: (_set("trainer", "nodes", value=0)(d), _set("inference", "gpus", value=0)(d)),
+            "trainer.nodes",
+            "no [pools.NAME] states the job's nodes",
+        ),
         (_drop("inference"), "inference", "is required"),
         (_set("inference", "gpus", value=-1), "inference.gpus", "non-negative integer"),
         (_set("inference", "placement_mode", value="mixed"), "inference.placement_mode", '"disaggregated"'),

@@ -17,7 +17,7 @@ from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
 from agent.lifecycle.topology import Topology
 from agent.preflight.runtime import PreflightRuntime
-from agent.ray.runtime import RayRuntime
+from agent.ray.runtime import RayRuntime, exported_ray_address
 from schemas import FailureKind, names
 
 
@@ -74,7 +74,15 @@ class NodeSteps:
         for name, devs in node.judge_devices.items():
             if ray_mask & {vis[i] for i in devs}:
                 raise ctx.fail(FailureKind.PLACEMENT, f"judge {name}'s devices overlap Ray's on node {node.index}")
-        fields = topo.placement_fields(ctx.address, vis, ctx.filesystem, self.running.preflight.placement_gpus())
+        # What the job exported as the Ray head's address, as this node's step sees it (seed 001).
+        exported = exported_ray_address(ctx.config.ray.name) if ctx.config.ray.enabled else None
+        fields = topo.placement_fields(
+            ctx.address,
+            vis,
+            ctx.filesystem,
+            gpus=self.running.preflight.placement_gpus(),
+            ray_address_exported=exported,
+        )
         ctx.run.write_artifact(names.placement(ctx.rank), ctx.writer, fields)
         return ""
 

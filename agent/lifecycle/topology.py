@@ -48,6 +48,7 @@ class Topology:
         visible_devices: Sequence[str],
         filesystem: Mapping[str, Any] | None = None,
         gpus: Sequence[Mapping[str, Any]] = (),
+        ray_address_exported: str | None = None,
     ) -> dict[str, Any]:
         """placement-RANK.json of this node (schemas.records.placement_fields)."""
         node = self.node
@@ -67,4 +68,5 @@ class Topology:
             pool=node.pool,
             in_ray=self.in_ray,
             gpus=gpus,
+            ray_address_exported=ray_address_exported,
         )

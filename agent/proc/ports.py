@@ -26,18 +26,19 @@ import os
 import socket
 import stat
 import threading
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from agent.proc import tempdirs
+from schemas import port_grid
 
 if TYPE_CHECKING:
     from filelock import FileLock
 
-# The grid every reservation is a block of (Ray's blocks and the judges' ports alike).
-PORT_FLOOR, PORT_BLOCK, PORT_CEILING = 10000, 50, 65500
-DEFAULT_EPHEMERAL = (32768, 60999)
+# The grid every reservation is a block of (Ray's blocks and the judges' ports alike); a rendered job
+# fixes its Ray head's block on the same grid (schemas/port_grid.py).
+PORT_FLOOR, PORT_BLOCK, PORT_CEILING = port_grid.PORT_FLOOR, port_grid.PORT_BLOCK, port_grid.PORT_CEILING
+DEFAULT_EPHEMERAL = port_grid.DEFAULT_EPHEMERAL
 DIR_PREFIX = "gym-ports-"
 
 _held: dict[str, tuple[int, FileLock]] = {}  # purpose -> (block base, its held lock)
@@ -62,8 +63,7 @@ def port_bases(ephemeral: tuple[int, int]) -> list[int]:
     """Block starts outside the kernel's ephemeral range: any outgoing connection (a child's own
     clients, a health probe) may be given an ephemeral port, so a port inside it can be taken
     between our check and the child's bind."""
-    low, high = ephemeral
-    return [b for b in range(PORT_FLOOR, PORT_CEILING - PORT_BLOCK, PORT_BLOCK) if b + PORT_BLOCK <= low or b > high]
+    return port_grid.port_bases(ephemeral)
 
 
 def walk(key: str, slot: int, stride: int, ephemeral: tuple[int, int] | None = None) -> Iterator[int]:
@@ -71,9 +71,9 @@ def walk(key: str, slot: int, stride: int, ephemeral: tuple[int, int] | None = N
     starting at the one `key` hashes to, offset by `slot` and stepping by `stride`: choosers of
     one key that differ in slot (ranks, attempts) start on different blocks."""
     bases = port_bases(ephemeral or ephemeral_range()) or port_bases((0, 0))
-    start = zlib.crc32(key.encode()) % len(bases)
+    first = bases.index(port_grid.first_block(key, slot, bases))
     step = stride if 0 < stride < len(bases) else 1
-    return (bases[(start + slot + k * step) % len(bases)] for k in range(len(bases)))
+    return (bases[(first + k * step) % len(bases)] for k in range(len(bases)))
 
 
 def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool | None:

@@ -23,6 +23,7 @@ from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
 from agent.proc.waits import Progress, poll_until
 from agent.ray.probe import PROGRESS_MARK
+from schemas import port_grid
 
 WORKER_PORT_SPAN = 40
 
@@ -66,9 +67,30 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
     this node's Ray for it. A new pick by this process releases the block of its last one."""
     # If the ephemeral range covers every block, use them all: the retry on an early exit remains.
     order = ports.walk(run_key, slot, slots, ephemeral)
-    base = ports.hold_block("ray", order, lambda b: all(ports.free(p) for p in range(b, b + 8 + WORKER_PORT_SPAN)))
+    base = ports.hold_block("ray", order, _block_free)
     if base is None:
         raise PortsError("no free block of ports for Ray outside the ephemeral port range")
+    return _ports_at(base)
+
+
+def _block_free(base: int) -> bool:
+    return all(ports.free(p) for p in range(base, base + 8 + WORKER_PORT_SPAN))
+
+
+def hold_fixed_block(base: int, why: str) -> RayPorts:
+    """The port block the job fixed for this node's Ray (the head's, exported to the job as its
+    host:port, seed 001), held as pick_ports holds a chosen one. There is no other block to try: its
+    address is already in every node's environment. ``why`` names where the block came from."""
+    if not port_grid.on_grid(base):
+        raise PortsError(f"{why}: port {base} does not start a block of the agents' port grid")
+    if ports.hold_block("ray", [base], _block_free) is None:
+        taken = [p for p in range(base, base + 8 + WORKER_PORT_SPAN) if not ports.free(p)]
+        held = f"port(s) {', '.join(map(str, taken[:5]))} taken" if taken else "held by another agent on this host"
+        raise PortsError(f"{why}: its port block {base}-{base + PORT_BLOCK - 1} is {held} on this node")
+    return _ports_at(base)
+
+
+def _ports_at(base: int) -> RayPorts:
     return RayPorts(
         gcs=base,
         node_manager=base + 1,

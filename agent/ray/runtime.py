@@ -28,6 +28,12 @@ RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even 
 RAY_UP_POLL_S = 0.2
 
 
+def exported_ray_address(name: str) -> str | None:
+    """The Ray head's host:port the job exported to every node (GYM_RAY_ADDRESS_<NAME>, seed 001: the
+    rendered Slurm job does), or None where the head picks its own port (local, Beaker, SkyPilot)."""
+    return os.environ.get(DriverEnv.ray_address(name)) or None
+
+
 class RayRuntime:
     """The Ray steps of one agent."""
 
@@ -61,18 +67,30 @@ class RayRuntime:
                     f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
                     "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
                 )
+        exported = exported_ray_address(ray.name)
+        fixed = self._fixed_head_port(exported) if topo.is_head and exported else None
         self.temp_dir = ray_node.short_temp_dir()
         ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
         if not topo.is_head:
             ctx.wait_startup("the Ray head's address", self._head_known)
+            if exported and exported != self.gcs_address:
+                raise ctx.fail(
+                    FailureKind.PLACEMENT,
+                    f"the Ray head bound {self.gcs_address} (ray-head.json), but the job exported "
+                    f"{DriverEnv.ray_address(ray.name)}={exported}: the job's steps would reach another address",
+                )
         t0 = clock.mono()
         attempts = large_cluster.RETRY_ATTEMPTS if self.large else RAY_START_ATTEMPTS
         for attempt in range(1, attempts + 1):
             if self.large and not topo.is_head:
                 self._join_backoff(attempt)
-            ports = ray_node.pick_ports(
-                ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * attempts
-            )
+            if fixed is not None:
+                # The job fixed the head's block before the head started; there is no other to try.
+                ports = ray_node.hold_fixed_block(fixed, f"{DriverEnv.ray_address(ray.name)}={exported}")
+            else:
+                ports = ray_node.pick_ports(
+                    ctx.run.path.name, ctx.rank + (attempt - 1) * self.replicas, self.replicas * attempts
+                )
             if topo.is_head:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
             if self._spawn(topo, ports):
@@ -108,6 +126,20 @@ class RayRuntime:
         if delay > 0:
             ctx.signal.wait(delay)
             ctx.signal.raise_if_set()
+
+    def _fixed_head_port(self, exported: str) -> int:
+        """The port of the head's host:port the job exported (seed 001), which must name this node:
+        the head then binds exactly that address."""
+        ctx = self.ctx
+        var = DriverEnv.ray_address(ctx.config.ray.name)
+        host, _, port = exported.rpartition(":")
+        if not port.isdigit() or host != ctx.address:
+            raise ctx.fail(
+                FailureKind.PLACEMENT,
+                f"the job exported {var}={exported}, but the Ray head runs on this node (rank {ctx.rank}, the "
+                f"driver's), whose address is {ctx.address}: the job script must name the driver's node and a port",
+            )
+        return int(port)
 
     def _head_known(self) -> bool:
         if not self.ctx.listed(names.RAY_HEAD):

@@ -160,6 +160,14 @@ def _pool_problems(config: RunConfig) -> list[Problem]:
                         "remove it, or submit with --backend slurm",
                     )
                 )
+        if pool.tasks_per_node != 1:
+            out.append(
+                Problem(
+                    f"pools.{pool.name}.tasks_per_node",
+                    f"is {pool.tasks_per_node}: Slurm task slots; a Beaker replica runs one task (set it to 1, or "
+                    "submit with --backend slurm)",
+                )
+            )
         if not pool.cpu_only and pool.gpus_per_node != config.gpus_per_replica:
             out.append(
                 Problem(

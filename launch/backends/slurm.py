@@ -2,7 +2,8 @@
 resolved model and its plan, and its submission (``sbatch --parsable``) beside it; also the one
 other question the launcher asks Slurm (a partition's MaxTime, for ``gym-launch regrade``).
 
-One allocation of ``plan.replicas`` nodes, one task per node, ``gpus_per_replica`` GPUs per node;
+One allocation of ``plan.replicas`` nodes, one agent task per node (a pool's ``tasks_per_node`` gives
+its component more task slots for the driver's own steps), ``gpus_per_replica`` GPUs per node;
 every ``srun`` step runs with ``--kill-on-bad-exit=1`` (an srun option: sbatch refuses it); the
 job's output goes into the run directory. Every node runs
 ``gym-agent --uuid U --config SPEC --rank R --replicas N``.
@@ -19,8 +20,8 @@ named ``<ray name>_<pool>_workers`` when its nodes join Ray (seed 001), else aft
 task ends its own step (``--kill-on-bad-exit``); the other steps' agents see its failure record
 and stop within one poll interval, so the job ends either way.
 
-Pools that differ in shape (partition, GPUs per node: a CPU pool has 0) are one heterogeneous
-job: one component per distinct shape in declaration order, separated by ``#SBATCH hetjob``,
+Pools that differ in shape (partition, GPUs per node: a CPU pool has 0, tasks per node) are one
+heterogeneous job: one component per distinct shape in declaration order, separated by ``#SBATCH hetjob``,
 job-wide options on the first. ``SLURM_JOB_NODELIST`` is then the first component's only, so the
 script reads every component's (``SLURM_JOB_NODELIST_HET_GROUP_N``), orders them all as above,
 and refuses (exit 2, naming the node) an order in which a pool's range is not hosts of its own
@@ -46,7 +47,7 @@ from launch.backends.base import Rendered, RenderRequest, Submission, SubmitErro
 from launch.spec.config import PoolConfig, RunConfig, SlurmConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.plan import Plan
-from schemas import JobEnv, RunDir, names
+from schemas import DriverEnv, JobEnv, RunDir, names, port_grid
 from schemas.vocab import ResumeEnv
 
 FILE_SUFFIX = ".sbatch"
@@ -108,21 +109,22 @@ class Component:
     qos: str | None
     pools: tuple[PoolConfig, ...]
     nodes: int
+    tasks: int = 1  # --ntasks-per-node of the component (pools.NAME.tasks_per_node)
 
 
 def components(config: RunConfig, plan: Plan) -> list[Component]:
     slurm = config.launch.slurm
     if not config.pool_list:
         return [Component(0, slurm.partition, plan.gpus_per_replica, slurm.qos, (), plan.replicas)]
-    shapes: dict[tuple[str | None, int], list[PoolConfig]] = {}
+    shapes: dict[tuple[str | None, int, int], list[PoolConfig]] = {}
     # A pool that names no partition is on the job's: launch.slurm.partition, else the first a pool names.
     default = slurm.partition or next((p.partition for p in config.pool_list if p.partition), None)
     for pool in config.pool_list:
-        shapes.setdefault((pool.partition or default, pool.gpus_per_node), []).append(pool)
+        shapes.setdefault((pool.partition or default, pool.gpus_per_node, pool.tasks_per_node), []).append(pool)
     if len(shapes) == 1:
         # One shape: an ordinary job (a pool's partition, when one names it, is the job's).
-        ((partition, gpus), pools) = next(iter(shapes.items()))
-        return [Component(0, partition, gpus, slurm.qos, tuple(pools), plan.replicas)]
+        ((partition, gpus, tasks), pools) = next(iter(shapes.items()))
+        return [Component(0, partition, gpus, slurm.qos, tuple(pools), plan.replicas, tasks)]
     return [
         Component(
             i,
@@ -131,8 +133,9 @@ def components(config: RunConfig, plan: Plan) -> list[Component]:
             next((p.qos for p in pools if p.qos), None) or slurm.qos,
             tuple(pools),
             sum(p.nodes for p in pools),
+            tasks,
         )
-        for i, ((partition, gpus), pools) in enumerate(shapes.items())
+        for i, ((partition, gpus, tasks), pools) in enumerate(shapes.items())
     ]
 
 
@@ -143,7 +146,8 @@ def _component_lines(request: RenderRequest, run_dir: str, c: Component) -> list
     slurm: SlurmConfig = config.launch.slurm
     first = c.index == 0
     lines = [f"--job-name={config.name}"] if first else []
-    lines += [f"--nodes={c.nodes}", "--ntasks-per-node=1"]
+    # The allocation's task slots per node; each pool's agent step still runs one task per node.
+    lines += [f"--nodes={c.nodes}", f"--ntasks-per-node={c.tasks}"]
     if c.gpus:
         # A CPU component (gpus_per_node = 0) asks for no GPUs: a CPU partition has none.
         lines.append(f"--gpus-per-node={c.gpus}")
@@ -363,6 +367,27 @@ def _het_order(config: RunConfig, comps: Sequence[Component]) -> list[str]:
     return lines
 
 
+def _ray_address(request: RenderRequest) -> list[str]:
+    """Seed 001: the Ray head's host:port is exported to the job as GYM_RAY_ADDRESS_<NAME>, so every
+    step on every node (a CPU pool's too), the driver and what it starts see it. The head runs on the
+    driver's node, named from the job's host list; its port is fixed for the job before the head
+    starts: the block of the agents' port grid the head's own choice tries first (from the run's
+    uuid and its rank), which the head's agent then reserves exactly, failing rather than moving."""
+    config, plan = request.config, request.plan
+    if not plan.ray_nodes:
+        return []
+    driver = plan.driver_node
+    var = DriverEnv.ray_address(config.ray.name)
+    port = port_grid.head_block(request.uuid, driver)
+    host = f"${{gym_node[{driver}]}}"
+    return [
+        "# Seed 001: the Ray head's host:port, to every step of the job. The head runs on the driver's node;",
+        f"# port {port} is fixed for the job, the head's agent reserves that block and checks it names the node.",
+        f"gym_ray_host=$(getent ahostsv4 \"{host}\" | awk 'NR == 1 {{ print $1 }}' || true)",
+        f'export {var}="${{gym_ray_host:?gym: {host} has no IPv4 address}}:{port}"',
+    ]
+
+
 def render(request: RenderRequest) -> Rendered:
     config, plan = request.config, request.plan
     problems = _problems(config, plan)
@@ -399,6 +424,7 @@ def render(request: RenderRequest) -> Rendered:
         f"# The driver runs on planned node {driver} ({plan.driver_placement} placement): rank {driver}.",
         f"export {JobEnv.DRIVER_RANK}={driver}",
         f'export {JobEnv.DRIVER_HOST}="${{gym_node[{driver}]}}"',
+        *_ray_address(request),
     ]
     comps = components(config, plan)
     het = len(comps) > 1

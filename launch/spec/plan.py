@@ -21,8 +21,11 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
    not pinned is packed as in 2 over the other GPU pools' nodes. No single-node shrinking: pools
    state the allocation. A CPU pool (``gpus_per_node = 0``) gets no GPU work (its nodes have a
    capacity of 0, its agents run coordination only); a run whose pools are all CPU pools (a
-   judge-only job with external judges, ``trainer.nodes = 0``) has a capacity of 0. With
-   ``trainer.nodes = 0`` the driver runs on node 0.
+   judge-only job with external judges, ``trainer.nodes = 0``) has a capacity of 0.
+
+An evaluation run has no trainer (``trainer.nodes = 0``) but rollout engines (``inference.gpus > 0``)
+and judges: it is packed as in 2 and 3 with no trainer node, and its driver goes to the last rollout
+node (as ``placement = "inference"``). A judge-only job (no rollout either) runs its driver on node 0.
 
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
 (trainer, then rollout), judges the next ones in name order, the tail is unused.
@@ -33,7 +36,8 @@ that does not join Ray are refused, naming the pool.
 
 Driver placement: ``"trainer"`` = the node of trainer rank 0; ``"inference"`` = the last
 inference node, a node holding rollout GPUs and no trainer GPUs (no effect without one: rollout
-engines on a trainer node's spare GPUs do not make it an inference node).
+engines on a trainer node's spare GPUs do not make it an inference node). Without a trainer the
+placement is ``"inference"`` whatever the spec says.
 
 Bounds: the number of nodes a request needs is computed arithmetically before any node is
 built, so an absurd request (10**12 rollout GPUs) is refused at once instead of being packed.
@@ -269,7 +273,15 @@ def _shape_problems(config: RunConfig) -> list[Problem]:
                     'multi-node colocation is not supported; use "disaggregated"',
                 )
             )
-        if r > config.trainer.gpus:
+        if not config.trainer.nodes and r:
+            out.append(
+                Problem(
+                    "inference.placement_mode",
+                    '"colocated" shares the trainer\'s GPUs, and a run without a trainer (trainer.nodes = 0) has '
+                    'none: use "disaggregated"',
+                )
+            )
+        elif r > config.trainer.gpus:
             out.append(
                 Problem(
                     "inference.gpus",
@@ -453,9 +465,15 @@ def placement_problems(config: RunConfig) -> list[Problem]:
     return _build(config)[1]
 
 
+def driver_placement(config: RunConfig) -> str:
+    """The driver's placement: the spec's, except that a run without a trainer (an evaluation run,
+    ``trainer.nodes = 0``) has no trainer rank 0, so its driver goes where ``"inference"`` puts it."""
+    return "inference" if config.trainer.nodes == 0 else config.driver.placement
+
+
 def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
     trainer_node = next((n.index for n in nodes if n.trainer_gpus), 0)
-    if config.driver.placement == "inference":
+    if driver_placement(config) == "inference":
         inference = [n.index for n in nodes if n.rollout_gpus and not n.trainer_gpus]
         if inference:
             return inference[-1]
@@ -516,7 +534,7 @@ def _build(config: RunConfig) -> tuple[Plan | None, list[Problem]]:
             used_gpus=used,
             unused_gpus=allocated - used,
             driver_node=driver,
-            driver_placement=config.driver.placement,
+            driver_placement=driver_placement(config),
             placement_mode=config.inference.placement_mode,
             nodes=nodes,
             ray_nodes=ray_nodes,

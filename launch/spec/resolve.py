@@ -487,12 +487,15 @@ def _pool_shape_rules(
     """CPU pools and judge-only jobs (a CPU pool beside GPU pools is fine: the job is heterogeneous)."""
     cpu_pools = [n for n, p in pools.items() if p.cpu_only]
     no_trainer = trainer is not None and trainer.nodes == 0
-    if no_trainer and not pools:
+    # An evaluation run (no trainer, rollout engines serving the policy) is placed as rollout nodes are;
+    # a judge-only job (no rollout either) has nothing to place, so its pools state its nodes.
+    rollout = inference is not None and inference.gpus > 0
+    if no_trainer and not rollout and not pools:
         c.add(("trainer", "nodes"), "is 0 (a judge-only job) but no [pools.NAME] states the job's nodes; declare one")
-    if no_trainer and inference is not None and inference.gpus != 0:
-        c.add(("inference", "gpus"), "must be 0 when trainer.nodes = 0: a judge-only job has no rollout")
     if not cpu_pools or len(cpu_pools) != len(pools):
         return
+    if rollout:
+        c.add(("inference", "gpus"), "needs GPUs, but every pool is a CPU pool (gpus_per_node = 0): no GPU work")
     if trainer is not None and not no_trainer:
         c.add(("trainer", "nodes"), "must be 0 when every pool is a CPU pool (gpus_per_node = 0): no GPU work")
     if judges is None or judging is None:

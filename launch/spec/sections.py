@@ -21,6 +21,7 @@ Bounds: every count has an upper bound (``MAX_*``) so any input plans in well un
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -401,8 +402,9 @@ class TrainerConfig:
     nodes: int = key(
         keys.Int(0, MAX_NODES),
         1,
-        doc="trainer nodes; 0 = no trainer: a judge-only job (gym-launch regrade) whose nodes are its [pools] "
-        "and which has no rollout (inference.gpus = 0)",
+        doc="trainer nodes; 0 = no trainer, which trains nothing: an evaluation run (rollout engines and judges "
+        "for a benchmark driver, inference.gpus > 0; the driver goes to the last rollout node) or a judge-only "
+        "job (gym-launch regrade: no rollout, its nodes are its [pools])",
         rule=SEED_PLACEMENT,
     )
     gpus_per_node: int = key(keys.Int(1, MAX_NODE_GPUS), doc="trainer GPUs on each trainer node", rule=SEED_PLACEMENT)
@@ -443,6 +445,9 @@ class InferenceConfig:
 
 EVIDENCE_PRESETS = ("miles",)
 SEED_EVIDENCE = "seed 000 (process exit alone is insufficient)"
+# `[driver.evidence] refresh`: "none" says the trainer has no separate policy refresh.
+REFRESH_NONE = "none"
+EVIDENCE_REFRESH = (REFRESH_NONE,)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -480,7 +485,7 @@ class EvidenceConfig:
         keys.Text(MAX_NAME),
         None,
         doc="metrics: the key of the policy version (or refresh count) rollouts use; some line must show >= 1 "
-        "(absent: the policy refresh is not checked)",
+        '(absent: another source must show the refresh, or refresh = "none")',
     )
     log_step_pattern: str | None = key(
         keys.Regex(1024),
@@ -494,11 +499,34 @@ class EvidenceConfig:
         None,
         doc="a regular expression over the driver's log: every matching line is one policy refresh",
     )
+    refresh: str | None = key(
+        keys.Choice(EVIDENCE_REFRESH),
+        None,
+        doc='"none": the trainer has no separate policy refresh (a colocated single-node run updates in place the '
+        "weights its rollouts use), so no evidence can show one; the audit reports this choice. Absent: the "
+        "evidence must prove a refresh (the preset, refresh_field or log_refresh_pattern)",
+        rule=SEED_EVIDENCE,
+    )
 
     @property
     def declared(self) -> bool:
         """Whether any evidence is declared at all (a default table declares none)."""
         return self.preset is not None or self.metrics is not None or self.log_step_pattern is not None
+
+    @property
+    def refresh_none(self) -> bool:
+        return self.refresh == REFRESH_NONE
+
+    def _source_key(self) -> str:
+        return "metrics" if self.metrics is not None else "log_step_pattern"
+
+    def _shows_losses(self) -> bool:
+        if self.preset is not None or (self.metrics is not None and self.loss_field is not None):
+            return True
+        try:
+            return "loss" in re.compile(self.log_step_pattern or "").groupindex
+        except re.error:
+            return True  # an invalid pattern is refused by its own key's rule
 
     def problems(self) -> list[tuple[str, str]]:
         """(key, what to change) for keys that mean nothing without the key they refine."""
@@ -513,6 +541,31 @@ class EvidenceConfig:
                     "shows refreshes, not steps: declare the steps too (preset, metrics or log_step_pattern)",
                 )
             )
+        # Seed 000: a successful run shows finite optimizer steps and a policy refresh; a declared source
+        # that could show neither would let a run pass on its exit alone.
+        proves_refresh = any(v is not None for v in (self.preset, self.refresh_field, self.log_refresh_pattern))
+        if self.refresh_none and (self.refresh_field is not None or self.log_refresh_pattern is not None):
+            out.append(
+                (
+                    "refresh",
+                    '"none" says the trainer has no separate policy refresh, yet refresh_field or '
+                    "log_refresh_pattern declares one: keep one of them",
+                )
+            )
+        lacking = []
+        if self.declared and not proves_refresh and not self.refresh_none:
+            lacking.append(
+                "proves no policy refresh (seed 000: a successful run shows one): declare refresh_field (metrics) "
+                'or log_refresh_pattern, or say refresh = "none" when the trainer really has no separate refresh '
+                "(a colocated single-node run)"
+            )
+        if self.declared and not self._shows_losses():
+            lacking.append(
+                "shows no loss, so nothing proves the losses finite (seed 000): declare loss_field (metrics) or a "
+                "named group (?P<loss>...) in log_step_pattern"
+            )
+        if lacking:
+            out.append((self._source_key(), "; and it ".join(lacking)))
         return out
 
 
@@ -821,6 +874,9 @@ class DataConfig:
     )
 
 
+MAX_TASKS_PER_NODE = 1024
+
+
 @dataclass(frozen=True, kw_only=True)
 class PoolConfig:
     name: str
@@ -846,6 +902,14 @@ class PoolConfig:
         doc="Slurm QOS of the pool's partition (a judge-only job queued there takes it: gym-launch regrade)",
         rule=SEED_POOLS,
     )
+    tasks_per_node: int = key(
+        keys.Int(1, MAX_TASKS_PER_NODE),
+        1,
+        doc="Slurm tasks per node of the pool's allocation (--ntasks-per-node of its job component): the task "
+        "slots the driver's own srun steps may use (srun --overlap); the agents still run one per node. Pools "
+        "that differ in it are separate components of one heterogeneous job",
+        rule=SEED_POOLS,
+    )
 
     @property
     def cpu_only(self) -> bool:
@@ -861,7 +925,8 @@ class RayConfig:
         keys.Text(MAX_NAME, names.RAY_NAME.pattern, names.RAY_NAME_RULE),
         "cluster",
         doc="the Ray service's name: its head's host:port is GYM_RAY_ADDRESS_<NAME> (in the environment of the "
-        "driver and of every Ray node), and each pool's agents run in a Slurm step named <name>_<pool>_workers",
+        "driver and of every Ray node; a Slurm job exports it to every node), and each pool's agents run in a "
+        "Slurm step named <name>_<pool>_workers",
         rule=SEED_POOLS,
     )
     num_cpus: int | None = key(keys.Int(0, 65536), None, doc="CPUs each Ray node advertises (absent: Ray's count)")

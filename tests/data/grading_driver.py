@@ -4,7 +4,8 @@ catches every judge error, as a careless trainer would, then writes driver-resul
 
 DEGRADED=raise lets JudgeDegraded end the driver (exit 1); DEGRADED=linger catches it and then
 sleeps a minute before exiting 0, so only the agent's watch can stop the run in time;
-DEGRADED=strict lets any judge error end it, as seed 000 asks of a trainer."""
+DEGRADED=strict lets any judge error end it, as seed 000 asks of a trainer. RESULT=0 writes no
+driver-result.json: a benchmark driver of an evaluation run, which trains nothing."""
 
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ def main() -> int:
     if degraded and mode == "linger":
         print("degraded; lingering", flush=True)
         time.sleep(60)
-    driver_api.write_result(
-        optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, judge_replies=replies
-    )
+    if os.environ.get("RESULT", "1") != "0":
+        driver_api.write_result(
+            optimizer_steps=1, final_loss=0.5, policy_version=1, policy_refreshes=1, judge_replies=replies
+        )
     print(f"done: {replies} grades, {errors} judge errors", flush=True)
     return 0
 

@@ -67,6 +67,7 @@ class RunBuilder:
         judge_node = self.plan.judge_node("general")
         assert judge_node is not None, "the demo's judge takes a GPU"
         self.judge_rank = self.rank_of_node[judge_node]
+        self.judge_devices = list(self.plan.nodes[judge_node].judge_devices["general"])  # [7] in the demo's plan
         self.run.write_artifact(
             names.SPEC,
             Writer(self.fingerprint, None, "launcher0", WriterKind.LAUNCHER),
@@ -157,7 +158,7 @@ class RunBuilder:
                 "host": self.address[j],
                 "port": 30000,
                 "pid": 2000,
-                "devices": [7],
+                "devices": self.judge_devices,
                 "argv": ["python", "-m", "agent.judges.reference_server"],
                 "ready": True,
                 "ready_after_s": 2.5,
@@ -197,7 +198,7 @@ class RunBuilder:
                         "max_context_length": 8192,
                         "max_concurrent_calls": 8,
                         "rank": j,
-                        "devices": [7],
+                        "devices": self.judge_devices,
                     }
                 },
                 "rubrics": {

@@ -69,6 +69,7 @@ class Cause:
     judge: str | None = None  # the record's: the judge concerned
     binding: str | None = None  # the record's: the verifier binding concerned (judge_degraded)
     scheduler: str | None = None  # set when the scheduler ended the job (audit/scheduler_ending.py)
+    hang: dict[str, Any] | None = None  # the record's: a hang's progress facts (kind hang)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ class Cause:
             "judge": self.judge,
             "binding": self.binding,
             "scheduler": self.scheduler,
+            "hang": self.hang,
         }
 
 

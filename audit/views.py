@@ -153,6 +153,7 @@ class FailureRec:
     fs_condition: str | None = None  # schemas.vocab.FsCondition
     sender: str | None = None  # a signal's sender, by name (slurmstepd: the scheduler acted)
     reacting_to_kind: str | None = None  # the kind of the failure a reaction names
+    hang: dict[str, Any] | None = None  # a hang's progress facts (source, timeout, seconds idle, last step)
 
 
 def _visible(v: Any) -> tuple[str, ...]:
@@ -272,6 +273,7 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             signal=as_str(d.get("signal")),
             fs_condition=as_str(d.get("fs_condition")),
             sender=as_str(sender.get("name")) if isinstance(sender := d.get("sender"), dict) else None,
+            hang=as_dict(d.get("hang")) or None,
         )
     return out
 

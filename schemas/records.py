@@ -30,6 +30,7 @@ def failure_fields(
     signal: str | None = None,
     fs_condition: FsCondition | str | None = None,
     since_start: float | None = None,
+    hang: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
 
@@ -38,7 +39,8 @@ def failure_fields(
     signal N), ``judge`` (the judge concerned), ``binding`` (the verifier binding concerned:
     judge_degraded), ``signal`` and ``sender`` (the signal this
     agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
-    refused our writes), ``since_start`` (seconds since that agent started, on its host's clock)."""
+    refused our writes), ``since_start`` (seconds since that agent started, on its host's clock),
+    ``hang`` (a hang's progress facts: source, timeout, seconds idle, last progress and step)."""
     facts: dict[str, Any] = {
         "exit_code": exit_code,
         "child": child,
@@ -48,6 +50,7 @@ def failure_fields(
         "sender": dict(sender) if sender is not None else None,
         "fs_condition": str(fs_condition) if fs_condition is not None else None,
         "since_start": since_start,
+        "hang": dict(hang) if hang is not None else None,
     }
     return {
         **{k: v for k, v in facts.items() if v is not None},

@@ -33,6 +33,7 @@ class Failure:
     signal: str | None = None  # the signal this agent received, by name
     sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
     fs_condition: FsCondition | None = None  # the run directory refused our writes
+    hang: dict[str, Any] | None = None  # a hang's progress facts (agent/lifecycle/progress_watch.py)
     # A reaction's (peer_failure) view of the failure it reacts to: that record's own cause, which
     # the doorbell rings on to the other peers (not written: `cause` quotes it).
     reacted_cause: str | None = None
@@ -131,6 +132,7 @@ def write_failure_record(
         binding=failure.binding,
         signal=failure.signal,
         fs_condition=failure.fs_condition,
+        hang=failure.hang,
         # The agent's start on the same host's monotonic clock (the reaper is told it).
         since_start=max(0.0, failure.monotonic_time - started_mono) if started_mono is not None else None,
     )

@@ -185,6 +185,7 @@ class Agent:
             phase=self.log.phase_name,
             fs_stall_timeout=self.coord.fs_stall_timeout,
             completed=wake,
+            beacon_timeout=self.coord.beacon_timeout if self.coord.doorbell else 0.0,
         )
         self._liveness = liveness
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))

@@ -1,0 +1,263 @@
+"""What the agent and the driver it started share on the driver's node, outside the run directory.
+
+The progress board: a small file in the agent's node-local temp dir (GYM_PROGRESS_FILE), mapped by
+both. `agent.driver_api.progress(step)` stores into it (no system call, no shared-filesystem write:
+well under the 2 µs a call may cost); the agent's progress watch reads it every poll interval and
+sees progress when a counter changed, on its own clock. The judge client library records there
+too: a grade recorded, and the deadline of the grade in flight (CLOCK_MONOTONIC is the node's, so
+the agent can compare it with its own), so a judge that never answers ends as the judge's, not as
+a hang of the driver.
+
+    offset  0  8 bytes  MAGIC
+    offset  8  u64      progress calls: pid << 32 | calls in that process (any change is progress)
+    offset 16  i64      the last step given to progress(step), -1: none yet
+    offset 24  u64      grades recorded: pid << 32 | grades in that process
+    offset 32  f64      CLOCK_MONOTONIC by which the latest grade in flight returns or raises; 0: none
+
+The stack-dump fallback: where py-spy cannot attach (no ptrace permission, py-spy missing), a
+process that imported agent.driver_api can still dump every thread's traceback: it registered
+faulthandler for STACK_SIGNAL, writing to PID.stacks in GYM_STACK_DUMP_DIR, and left PID.armed
+there (its start time, so a reused pid is never signalled: that signal's default action would
+kill a process that did not arm it).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import mmap
+import os
+import re
+import signal
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+MAGIC = b"GYMPRG1\x00"
+BOARD_SIZE = 64
+CALLS_AT, STEP_AT, GRADES_AT, DEADLINE_AT = 8, 16, 24, 32
+NO_STEP = -1
+U64 = struct.Struct("<Q")
+I64 = struct.Struct("<q")
+F64 = struct.Struct("<d")
+# A real-time signal nothing else of ours uses; faulthandler writes every thread's traceback on it.
+STACK_SIGNAL = signal.SIGRTMIN + 5
+STACKS_SUFFIX = ".stacks"
+ARMED_SUFFIX = ".armed"
+
+
+# -- the progress board ------------------------------------------------------------------------
+
+
+def create_board(path: str) -> None:
+    """The agent: a fresh board (owner-only), before the driver starts."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        data = bytearray(BOARD_SIZE)
+        data[: len(MAGIC)] = MAGIC
+        I64.pack_into(data, STEP_AT, NO_STEP)
+        os.write(fd, bytes(data))
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class BoardReading:
+    calls: int  # changes whenever the driver calls progress()
+    step: int | None
+    grades: int  # changes whenever a grade is recorded
+    grading_until: float  # CLOCK_MONOTONIC; 0: no grade in flight
+
+
+class BoardReader:
+    """The agent's read-only view of the board."""
+
+    def __init__(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self._map = mmap.mmap(fd, BOARD_SIZE, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def read(self) -> BoardReading:
+        m = self._map
+        step = I64.unpack_from(m, STEP_AT)[0]
+        return BoardReading(
+            U64.unpack_from(m, CALLS_AT)[0],
+            None if step == NO_STEP else step,
+            U64.unpack_from(m, GRADES_AT)[0],
+            F64.unpack_from(m, DEADLINE_AT)[0],
+        )
+
+    def close(self) -> None:
+        self._map.close()
+
+
+class BoardWriter:
+    """A driver process's writable view (agent.driver_api, the judge client library)."""
+
+    __slots__ = ("_map", "_base", "_calls", "_grades")
+
+    def __init__(self, path: str) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self._map = mmap.mmap(fd, BOARD_SIZE)
+        finally:
+            os.close(fd)
+        if self._map[: len(MAGIC)] != MAGIC:
+            self._map.close()
+            raise OSError(f"{path} is not a progress board")
+        # Two processes of one driver never store the same value: each counts under its own pid.
+        self._base = (os.getpid() & 0xFFFFFFFF) << 32
+        self._calls = 0
+        self._grades = 0
+
+    def progress(self, step: int | None) -> None:
+        self._calls += 1
+        if step is not None:
+            I64.pack_into(self._map, STEP_AT, step)
+        U64.pack_into(self._map, CALLS_AT, self._base | (self._calls & 0xFFFFFFFF))
+
+    def grade_recorded(self) -> None:
+        self._grades += 1
+        U64.pack_into(self._map, GRADES_AT, self._base | (self._grades & 0xFFFFFFFF))
+
+    def grading_until(self, deadline: float) -> None:
+        """A grade is in flight until `deadline` (CLOCK_MONOTONIC): the latest such deadline wins."""
+        if deadline > F64.unpack_from(self._map, DEADLINE_AT)[0]:
+            F64.pack_into(self._map, DEADLINE_AT, deadline)
+
+
+class _NoBoard:
+    """Outside a run the agent started: progress() does nothing."""
+
+    __slots__ = ()
+
+    def progress(self, step: int | None) -> None:
+        pass
+
+    def grade_recorded(self) -> None:
+        pass
+
+    def grading_until(self, deadline: float) -> None:
+        pass
+
+
+NO_BOARD = _NoBoard()
+
+
+def open_writer(path: str | None) -> BoardWriter | _NoBoard:
+    if not path:
+        return NO_BOARD
+    try:
+        return BoardWriter(path)
+    except (OSError, ValueError):
+        return NO_BOARD  # never the driver's failure: it only loses hang detection by progress()
+
+
+# -- the stack-dump fallback -------------------------------------------------------------------
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+    it names one process for the machine's uptime."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+_armed: list[IO[bytes]] = []  # faulthandler writes to these until the process ends
+
+
+def arm_stack_dump(folder: str) -> bool:
+    """Make this process dump every thread's traceback to FOLDER/PID.stacks on STACK_SIGNAL, and
+    say so in FOLDER/PID.armed. Returns whether it is armed; never raises for a missing folder."""
+    pid = os.getpid()
+    base = os.path.join(folder, str(pid))
+    try:
+        fd = os.open(base + STACKS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    out = os.fdopen(fd, "ab", buffering=0)
+    faulthandler.register(STACK_SIGNAL, file=out, all_threads=True, chain=False)
+    _armed.append(out)
+    main = threading.main_thread().ident
+    marker = {"pid": pid, "start_time": start_time(pid), "main_thread": main}
+    tmp = f"{base}.{os.urandom(4).hex()}.tmp"
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:
+            json.dump(marker, fh)
+        os.replace(tmp, base + ARMED_SUFFIX)
+    except OSError:
+        faulthandler.unregister(STACK_SIGNAL)
+        return False
+    return True
+
+
+def armed(folder: str, pid: int) -> dict[str, Any] | None:
+    """The marker of `pid` when that very process armed the fallback (same start time), else None."""
+    try:
+        with open(os.path.join(folder, f"{pid}{ARMED_SUFFIX}"), encoding="utf-8") as fh:
+            marker = json.loads(fh.read(4096))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or marker.get("start_time") is None:
+        return None
+    return marker if marker.get("start_time") == start_time(pid) else None
+
+
+def dump_via_signal(folder: str, pid: int, timeout: float, settle: float = 0.05) -> str | None:
+    """Signal an armed process and return what it wrote (None: it wrote nothing within `timeout`)."""
+    path = Path(folder) / f"{pid}{STACKS_SUFFIX}"
+    try:
+        before = path.stat().st_size
+        os.kill(pid, STACK_SIGNAL)
+    except OSError:
+        return None
+    end = time.monotonic() + timeout
+    size, stable_since = before, time.monotonic()
+    while time.monotonic() < end:
+        time.sleep(0.01)
+        try:
+            now_size = path.stat().st_size
+        except OSError:
+            return None
+        if now_size != size:
+            size, stable_since = now_size, time.monotonic()
+        elif size > before and time.monotonic() - stable_since >= settle:
+            break
+    if size <= before:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(before)
+        return fh.read(min(size - before, 1 << 20)).decode("utf-8", errors="replace")
+
+
+_THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
+_FRAME_RE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def parse_faulthandler(text: str, main_thread: int | None = None) -> list[dict[str, Any]]:
+    """faulthandler's dump as threads (innermost frame first, as it prints them)."""
+    threads: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        m = _THREAD_RE.match(line)
+        if m:
+            ident = int(m.group(2), 16)
+            name = m.group(3) or ("MainThread" if main_thread is not None and ident == main_thread else None)
+            main = main_thread is not None and ident == main_thread
+            threads.append({"id": ident, "name": name, "active": None, "main": main, "frames": []})
+            continue
+        f = _FRAME_RE.match(line)
+        if f and threads:
+            threads[-1]["frames"].append({"function": f.group(3), "file": f.group(1), "line": int(f.group(2))})
+    return threads

@@ -128,6 +128,14 @@ class StackMethod(enum.StrEnum):
     NONE = "none"  # not taken: the record says why (not Python, no permission, timed out, gone)
 
 
+class StackReason(enum.StrEnum):
+    """Why an agent took its processes' stacks (stacks-RANK.json `reason`)."""
+
+    HANG = "hang"  # the run hangs: before the teardown, on every node
+    WALLTIME = "walltime"  # the scheduler's walltime warning came while the driver made no progress
+    REQUEST = "request"  # gym-launch stacks asked, while the run goes
+
+
 class GradeOutcome(enum.StrEnum):
     """How one grade through the judge client library ended (grades-RANK.jsonl `outcome`)."""
 

@@ -294,6 +294,22 @@ class RunDir:
         self.ops["read"] += 1
         return data
 
+    def size_of(self, relpath: str) -> int | None:
+        """A regular file's size by one lstat, None for anything else (missing, a symlink, a FIFO)."""
+        self.ops["read"] += 1
+        return safe_io.regular_size(self._fd, relpath)
+
+    def read_from(self, relpath: str, offset: int, limit: int) -> bytes:
+        """At most `limit` bytes of a growing file from `offset`: one step of a tail reader.
+        Raises FileNotFoundError, RunDirError (symlink, FIFO) or OSError."""
+        fd = safe_io.open_regular(self._fd, relpath)
+        try:
+            data = os.pread(fd, limit, offset)
+        finally:
+            os.close(fd)
+        self.ops["read"] += 1
+        return data
+
     def read_json(self, relpath: str, *, attempts: int = 3, delay: float = 0.05) -> dict | None:
         """A peer's artifact, or None when it is missing or still unreadable after a few tries.
 

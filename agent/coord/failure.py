@@ -40,6 +40,9 @@ class Failure:
     # Heard on the doorbell (not written): its sender already rang every peer, so this agent
     # does not ring it on (a failure wave of N agents would otherwise send N^2 datagrams).
     heard_on_doorbell: bool = False
+    # Not written: this node stops for the scheduler's walltime warning while the driver is stuck
+    # (its node calls that a hang): its processes' stacks are kept before the teardown too.
+    keep_stacks: bool = False
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 

@@ -185,6 +185,11 @@ class Liveness(threading.Thread):
         # Beacons stopped and the heartbeat file still for this long: a frozen peer (0: files only).
         self.beacon_timeout = beacon_timeout
         self._last_tick: float | None = None  # when tick() last ran: our own pause is not the peers'
+        # The walltime warning's failure, as the agent's wiring sees it (a stuck driver makes it a
+        # hang); more heartbeat fields (the driver's node: how long without progress). No I/O in either
+        # but the one read the walltime hook may do.
+        self.on_walltime: Callable[[Failure], Failure] = lambda failure: failure
+        self.heartbeat_extra: Callable[[], dict] = dict
         # Set when the driver's node sends `complete` (a wake-up for the wait on its ack only).
         self.completed = completed if completed is not None else threading.Event()
 
@@ -346,6 +351,7 @@ class Liveness(threading.Thread):
             "seq": self.seq,
             "phase": str(self.phase()),
             "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
+            **self.heartbeat_extra(),
         }
         try:
             self.fs.call(
@@ -584,15 +590,18 @@ class Liveness(threading.Thread):
             said = self.run_dir.read_bytes(names.WALLTIME_WARNING)[:200].decode(errors="replace").strip()
         except OSError:
             said = ""
-        self.signal.trip(
-            Failure(
-                kind=FailureKind.TIME_LIMIT,
-                cause="the scheduler warned that the job's time limit is near"
-                + (f" ({names.WALLTIME_WARNING}: {said})" if said else "")
-                + "; stopping before it, the driver within its checkpoint grace",
-                phase=str(self.phase()),
-            )
+        failure = Failure(
+            kind=FailureKind.TIME_LIMIT,
+            cause="the scheduler warned that the job's time limit is near"
+            + (f" ({names.WALLTIME_WARNING}: {said})" if said else "")
+            + "; stopping before it, the driver within its checkpoint grace",
+            phase=str(self.phase()),
         )
+        try:
+            failure = self.on_walltime(failure)
+        except Exception as exc:  # noqa: BLE001 - the warning still stops the run
+            log.warning("walltime warning: %s: %s", type(exc).__name__, exc)
+        self.signal.trip(failure)
 
     def _first_cause(self, peer: int, doc: dict) -> tuple[int, dict]:
         """A record that only reacts to another (peer_failure) is followed to the one it names, a

@@ -116,6 +116,8 @@ class RayRuntime:
         # Seed 001: the head's host:port is in the job's environment on every Ray node, so a task or
         # actor anywhere in the cluster finds it as GYM_RAY_ADDRESS_<NAME> (the driver gets it too).
         env[DriverEnv.ray_address(ray.name)] = self.gcs_address
+        if ctx.local_dir is not None:  # a task or actor that imports agent.driver_api arms the fallback dump
+            env[DriverEnv.STACK_DUMP_DIR] = ctx.local_dir
         early: list[int] = []
         log = names.ray_log(ctx.rank)
         group = ctx.supervisor.start(

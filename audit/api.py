@@ -47,6 +47,8 @@ from audit.scheduler_ending import (
     restart_of,
 )
 from audit.schema_check import check_schemas
+from audit.stacks import Summary as StacksSummary
+from audit.stacks import summarise as summarise_stacks
 from audit.training_evidence import read_evidence
 from audit.views import as_dict, as_int, as_str, rank_of
 from launch.spec.load import restore_key_order
@@ -322,7 +324,22 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
             filesystem=tuple(m.to_json() for m in mounts(run)),
             doorbell=doorbell_summary(run),
+            stacks=_stacks(run, expected),
         )
+
+
+def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:
+    """Every rank's stacks-RANK.json (a hang's; gym-launch stacks' answers, named with a request, are
+    not the run's evidence), summarised across ranks."""
+    docs: dict[int, dict[str, Any]] = {}
+    files = []
+    for art in run.by_schema("stacks"):
+        rank = rank_of(art)
+        if rank is None or art.doc is None or art.relpath != names.stacks(rank):
+            continue
+        docs[rank] = art.doc
+        files.append(art.relpath)
+    return summarise_stacks(docs, sorted(files), expected)
 
 
 def _attempts(

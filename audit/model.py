@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from audit.stacks import Summary as StacksSummary
+
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
@@ -213,6 +215,7 @@ class AuditResult:
     judge_replies: dict[str, Any] | None = None  # independent reply counts (a spec with bindings only)
     filesystem: tuple[dict[str, Any], ...] = field(default=())  # the output root's mounts (audit/filesystem.py)
     doorbell: dict[str, Any] | None = None  # the doorbells' counts over every rank (audit/doorbell.py)
+    stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -249,4 +252,5 @@ class AuditResult:
             "judge_replies": self.judge_replies,
             "filesystem": list(self.filesystem),
             "doorbell": self.doorbell,
+            "stacks": self.stacks.to_json() if self.stacks is not None else None,
         }

@@ -97,6 +97,14 @@ def _entered(a: AttemptSummary) -> str:
     return f" ({how}, launch {a.token})" if a.token else f" ({how})"
 
 
+def _stacks_lines(result: AuditResult) -> list[str]:
+    """Inside the first-cause block: the stacks every node kept, grouped, the odd one out first."""
+    if result.stacks is None:
+        return []
+    head, *rest = result.stacks.lines()
+    return [_t(f"  {head}:")] + [_t(f"    {line}") for line in rest]
+
+
 def render(result: AuditResult, *, show_info: bool = True) -> str:
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     lines = [
@@ -130,6 +138,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
             lines.append(f"  {timefmt.seconds(fc.since_start)} s after that agent started")
         if fc.binding is not None:
             lines.append(_t(f"  binding {fc.binding}" + (f" (judge {fc.judge})" if fc.judge else "")))
+        lines += _stacks_lines(result)
         if fc.log:
             lines.append(_t(f"  log {fc.log}:") if fc.excerpt else _t(f"  log {fc.log}: (empty or unreadable)"))
             lines += [_t(f"    | {ln}") for ln in fc.excerpt]

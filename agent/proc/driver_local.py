@@ -12,7 +12,9 @@ a hang of the driver.
     offset  8  u64      progress calls: pid << 32 | calls in that process (any change is progress)
     offset 16  i64      the last step given to progress(step), -1: none yet
     offset 24  u64      grades recorded: pid << 32 | grades in that process
-    offset 32  f64      CLOCK_MONOTONIC by which the latest grade in flight returns or raises; 0: none
+    offset 32  f64      CLOCK_MONOTONIC by which the grades in flight return or raise; 0: none
+                        (one process's grades: a driver grading from several processes at once
+                        may see a hang called while another process's grade is still in flight)
 
 The stack-dump fallback: where py-spy cannot attach (no ptrace permission, py-spy missing), a
 process that imported agent.driver_api can still dump every thread's traceback: it registered
@@ -36,6 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from schemas.vocab import DriverEnv
+
+PROGRESS_FILE_ENV = DriverEnv.PROGRESS_FILE
 MAGIC = b"GYMPRG1\x00"
 BOARD_SIZE = 64
 CALLS_AT, STEP_AT, GRADES_AT, DEADLINE_AT = 8, 16, 24, 32
@@ -99,7 +104,7 @@ class BoardReader:
 class BoardWriter:
     """A driver process's writable view (agent.driver_api, the judge client library)."""
 
-    __slots__ = ("_map", "_base", "_calls", "_grades")
+    __slots__ = ("_map", "_base", "_calls", "_grades", "_lock", "_inflight", "_tokens")
 
     def __init__(self, path: str) -> None:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -114,6 +119,9 @@ class BoardWriter:
         self._base = (os.getpid() & 0xFFFFFFFF) << 32
         self._calls = 0
         self._grades = 0
+        self._lock = threading.Lock()  # grades run in threads of the driver
+        self._inflight: dict[int, float] = {}
+        self._tokens = 0
 
     def progress(self, step: int | None) -> None:
         self._calls += 1
@@ -125,10 +133,22 @@ class BoardWriter:
         self._grades += 1
         U64.pack_into(self._map, GRADES_AT, self._base | (self._grades & 0xFFFFFFFF))
 
-    def grading_until(self, deadline: float) -> None:
-        """A grade is in flight until `deadline` (CLOCK_MONOTONIC): the latest such deadline wins."""
-        if deadline > F64.unpack_from(self._map, DEADLINE_AT)[0]:
-            F64.pack_into(self._map, DEADLINE_AT, deadline)
+    def grading(self, deadline: float) -> int:
+        """A grade starts that returns or raises by `deadline` (CLOCK_MONOTONIC); a token for graded()."""
+        with self._lock:
+            self._tokens += 1
+            self._inflight[self._tokens] = deadline
+            self._store_deadline()
+            return self._tokens
+
+    def graded(self, token: int) -> None:
+        with self._lock:
+            self._inflight.pop(token, None)
+            self._store_deadline()
+
+    def _store_deadline(self) -> None:
+        """The latest deadline of this process's grades in flight; 0 when none is."""
+        F64.pack_into(self._map, DEADLINE_AT, max(self._inflight.values(), default=0.0))
 
 
 class _NoBoard:
@@ -142,7 +162,10 @@ class _NoBoard:
     def grade_recorded(self) -> None:
         pass
 
-    def grading_until(self, deadline: float) -> None:
+    def grading(self, deadline: float) -> int:
+        return 0
+
+    def graded(self, token: int) -> None:
         pass
 
 
@@ -156,6 +179,25 @@ def open_writer(path: str | None) -> BoardWriter | _NoBoard:
         return BoardWriter(path)
     except (OSError, ValueError):
         return NO_BOARD  # never the driver's failure: it only loses hang detection by progress()
+
+
+_board: BoardWriter | _NoBoard | None = None
+
+
+def board() -> BoardWriter | _NoBoard:
+    """This process's board (GYM_PROGRESS_FILE, opened at the first use; nothing outside a run)."""
+    global _board
+    if _board is None:
+        _board = open_writer(os.environ.get(PROGRESS_FILE_ENV))
+    return _board
+
+
+def _forget_board() -> None:
+    global _board
+    _board = None  # a forked child counts under its own pid
+
+
+os.register_at_fork(after_in_child=_forget_board)
 
 
 # -- the stack-dump fallback -------------------------------------------------------------------

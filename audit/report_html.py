@@ -230,7 +230,9 @@ def _stacks_html(result: AuditResult) -> str:
     head, *_ = s.lines()
     rows = []
     for g in s.groups:
-        frames = "<br>".join(f'{_e(fn)} <span class="muted">({_e(f)})</span>' for fn, f in g.members[0].frames[:8])
+        frames = "<br>".join(
+            f'{_e(fn)} <span class="muted">({_e(f)}:{line})</span>' for fn, f, line in g.members[0].frames[:8]
+        )
         pids = ", ".join(f"rank {p.rank} pid {p.pid}" for p in g.members[:12])
         rows.append(
             f'<tr class="{"odd" if g.odd else "group"}"><td class="who">{_e(g.who())}</td>'

@@ -28,12 +28,12 @@ class Proc:
     cmd: str
     method: str
     problem: str | None
-    frames: tuple[tuple[str, str], ...]  # the main thread's (function, file), innermost first
+    frames: tuple[tuple[str, str, int], ...]  # the main thread's (function, file, line), innermost first
     threads: int
 
     @property
     def signature(self) -> tuple[tuple[str, str], ...]:
-        return tuple((fn, _leaf(f)) for fn, f in self.frames[:SIGNATURE_FRAMES])
+        return tuple((fn, _leaf(f)) for fn, f, _line in self.frames[:SIGNATURE_FRAMES])
 
 
 @dataclass(frozen=True)
@@ -121,11 +121,11 @@ def _own(path: str) -> bool:
     return "/lib/python" not in path and "site-packages" not in path and not path.startswith("<frozen")
 
 
-def shown_frames(frames: Sequence[tuple[str, str]]) -> str:
+def shown_frames(frames: Sequence[tuple[str, str, int]]) -> str:
     """The innermost frame of the user's own code and its caller ("load_weights ← run"); the
     innermost frames when none is the user's (an idle Ray worker in Ray's own loop)."""
-    start = next((i for i, (_fn, f) in enumerate(frames) if _own(f)), 0)
-    picked = [fn for fn, _f in frames[start : start + SHOWN_FRAMES]]
+    start = next((i for i, (_fn, f, _line) in enumerate(frames) if _own(f)), 0)
+    picked = [fn for fn, _f, _line in frames[start : start + SHOWN_FRAMES]]
     return " ← ".join(picked) if picked else "(no frames)"
 
 
@@ -154,7 +154,7 @@ def procs_of(rank: int, doc: Mapping[str, Any]) -> list[Proc]:
         threads = [t for t in p.get("threads") or [] if isinstance(t, dict)]
         main = next((t for t in threads if t.get("main")), threads[0] if threads else None)
         frames = tuple(
-            (str(f.get("function")), str(f.get("file")))
+            (str(f.get("function")), str(f.get("file")), f["line"] if isinstance(f.get("line"), int) else 0)
             for f in ((main or {}).get("frames") or [])
             if isinstance(f, dict)
         )

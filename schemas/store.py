@@ -294,6 +294,38 @@ class RunDir:
         self.ops["read"] += 1
         return data
 
+    def unlink(self, relpath: str) -> bool:
+        """Remove one file (never a directory; a symlink itself, not its target). False when it was
+        not there or could not be removed."""
+        try:
+            fd, leaf, close = self._parent_fd(relpath)
+        except (OSError, RunDirError):
+            return False
+        try:
+            os.unlink(leaf, dir_fd=fd)
+            self.ops["write"] += 1
+            return True
+        except OSError:
+            return False
+        finally:
+            if close:
+                os.close(fd)
+
+    def remove_empty_dir(self, relpath: str) -> bool:
+        """Remove a directory of the run only when it is empty (rmdir refuses any other)."""
+        try:
+            fd, leaf, close = self._parent_fd(relpath)
+        except (OSError, RunDirError):
+            return False
+        try:
+            os.rmdir(leaf, dir_fd=fd)
+            return True
+        except OSError:
+            return False
+        finally:
+            if close:
+                os.close(fd)
+
     def size_of(self, relpath: str) -> int | None:
         """A regular file's size by one lstat, None for anything else (missing, a symlink, a FIFO)."""
         self.ops["read"] += 1

@@ -49,6 +49,7 @@ from agent.proc.supervisor import Supervisor, child_env
 from agent.ray import node as ray_node
 from agent.ray.runtime import RayRuntime
 from agent.reaper import ReaperChannel
+from agent.stacks.live import LiveStacks
 from launch.spec.config import RunConfig
 from launch.spec.plan import Plan
 from schemas import (
@@ -121,6 +122,7 @@ class Agent:
         self._bell, self._bell_note = doorbell  # bound by the CLI before the address record
         self._liveness: Liveness | None = None  # exists once the lifecycle runs
         self._stacks: HangStacks | None = None  # a hang's stacks, taken before the teardown
+        self._live: LiveStacks | None = None  # answers gym-launch stacks
 
     def _start_failure_record(self) -> None:
         """Write the failure record the moment the signal trips, from a thread of its own: peers
@@ -154,8 +156,8 @@ class Agent:
             self.signal, self.coord.teardown_grace, channel, self.log.phase_name, spare=(reaper.pid,)
         )
         self.log.on_phase = channel.phase
-        local_dir = tempdirs.make(tempdirs.DRIVER_PREFIX)  # node-local: progress board, fallback stack dumps
-        channel.temp_dir(local_dir)  # removed by the reaper if we are SIGKILLed
+        node_dir = tempdirs.make(tempdirs.DRIVER_PREFIX)  # node-local: progress board, fallback stack dumps
+        channel.temp_dir(node_dir)  # removed by the reaper if we are SIGKILLed
         wake = threading.Event()  # a wait's early end: a peer's `complete` notice, or a failure
         self.signal.on_trip(wake.set)
         ctx = RunContext(
@@ -176,7 +178,7 @@ class Agent:
             wake=wake,
             doorbell_carries=lambda: self._liveness_carries(),
             notify_complete=lambda: self._bell.complete() if self._bell is not None else None,
-            local_dir=local_dir,
+            local_dir=node_dir,
         )
         # First thing when the children are stopped, before any grace: a hang's stacks.
         stacks = self._stacks = HangStacks(ctx)
@@ -200,6 +202,12 @@ class Agent:
         self._liveness = liveness
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
         liveness.heartbeat_extra = running.driver.heartbeat_fields
+        # gym-launch stacks, answered while the run goes (woken by the doorbell, or by its own listing).
+        live = LiveStacks(
+            self.run, self.writer, self.rank, supervisor, self.signal, self.coord.stack_dump_timeout, node_dir
+        )
+        live.start()
+        self._live = live
         liveness.start()
         self._start_doorbell(liveness)
         try:
@@ -313,6 +321,7 @@ class Agent:
             on_notice=liveness.notice_received,
             status=liveness.status,
             beacon_every=self.coord.heartbeat_interval,
+            on_stacks=self._live.ask if self._live is not None else None,
         )
         bell.start()
         log.info("doorbell listening on %s (UDP)", bell.where)
@@ -378,6 +387,8 @@ class Agent:
 
     def stop_everything(self, running: Running) -> list[dict]:
         supervisor = running.ctx.supervisor
+        if self._live is not None:
+            self._live.stop()
         running.judges.stop()
         records_ = supervisor.stop_all()
         supervisor.halt()

@@ -14,6 +14,9 @@ from typing import Any
 SIGNATURE_FRAMES = 3  # innermost frames of the main thread that make two processes' stacks "the same"
 SHOWN_FRAMES = 2  # frames a group is shown by: the innermost own frame and its caller
 MIN_FOR_ODD = 3  # a role needs this many processes with stacks before one can be the odd one out
+# Ray's own daemons (monitor, dashboard, log monitor) differ between head and workers by design:
+# grouped, never the odd one out.
+NOT_COMPARED = frozenset({"ray"})
 ROLE_NAMES = {"driver": "driver", "ray_worker": "Ray worker", "ray": "Ray process", "judge": "judge"}
 PLURALS = {"driver": "drivers", "ray_worker": "Ray workers", "ray": "Ray processes", "judge": "judges"}
 
@@ -170,7 +173,8 @@ def group(procs: Sequence[Proc]) -> tuple[tuple[Group, ...], tuple[Proc, ...]]:
     """(groups, processes without stacks). Within a role of at least MIN_FOR_ODD processes with
     stacks, a group of one is the odd one out when another group of that role has several."""
     with_stacks = [p for p in procs if p.frames]
-    without = tuple(p for p in procs if not p.frames)
+    # Ray's native daemons (raylet, gcs_server) never have Python stacks: not worth a line.
+    without = tuple(p for p in procs if not p.frames and not (p.role in NOT_COMPARED and p.method == "none"))
     by: dict[tuple[str, tuple[tuple[str, str], ...]], list[Proc]] = {}
     for p in with_stacks:
         by.setdefault((p.role, p.signature), []).append(p)
@@ -178,9 +182,23 @@ def group(procs: Sequence[Proc]) -> tuple[tuple[Group, ...], tuple[Proc, ...]]:
     for (role, sig), members in by.items():
         of_role = [g for (r, _s), g in by.items() if r == role]
         total = sum(len(g) for g in of_role)
-        odd = len(members) == 1 and total >= MIN_FOR_ODD and max(len(g) for g in of_role) >= 2
+        odd = (
+            role not in NOT_COMPARED
+            and len(members) == 1
+            and total >= MIN_FOR_ODD
+            and max(len(g) for g in of_role) >= 2
+        )
         groups.append(Group(role, sig, tuple(sorted(members, key=lambda p: (p.rank, p.pid))), odd))
-    groups.sort(key=lambda g: (not g.odd, g.role != "driver", g.role, -len(g.members), g.members[0].rank))
+    groups.sort(
+        key=lambda g: (
+            not g.odd,
+            g.role in NOT_COMPARED,
+            g.role != "driver",
+            g.role,
+            -len(g.members),
+            g.members[0].rank,
+        )
+    )
     return tuple(groups), without
 
 

@@ -202,6 +202,7 @@ class Agent:
         self._liveness = liveness
         running = Running(ctx, reaper, liveness, judges, ray, DriverRuntime(ctx, judges, ray, self.ident.count))
         liveness.heartbeat_extra = running.driver.heartbeat_fields
+        running.driver.before_hang = stacks.take_for  # the stacks first: no node tears down before them
         # gym-launch stacks, answered while the run goes (woken by the doorbell, or by its own listing).
         live = LiveStacks(
             self.run, self.writer, self.rank, supervisor, self.signal, self.coord.stack_dump_timeout, node_dir
@@ -214,7 +215,8 @@ class Agent:
             self.states.advance(AgentState.STARTING)
             on = NodeSteps(running, self._agree(running))  # plan agreement gives the topology
             running.driver.arm_grace(on.topo)
-            liveness.on_walltime = partial(walltime_failure, ctx, on.topo, running.driver)
+            liveness.on_walltime = partial(walltime_failure, ctx, on.topo, running.driver, stacks)
+            stacks.driver_node = on.topo.is_driver_node
             self._run_steps(PLACED_STEPS, on)
             self.states.advance(AgentState.RUNNING)
             self._run_steps(RUN_STEPS, on)

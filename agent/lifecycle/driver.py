@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 
 from agent.coord import clock
@@ -40,6 +41,8 @@ class DriverRuntime:
         self._wrote_complete = False  # this node wrote complete.json (the driver's node)
         self.watch: ProgressWatch | None = None  # the driver's progress (the driver's node, once it runs)
         self._board: str | None = None  # the progress board's node-local path
+        # Called with the hang before it trips (the agent takes every process's stacks then).
+        self.before_hang: Callable[[Failure], None] = lambda _failure: None
 
     # -- environment and command line -------------------------------------------------------------
 
@@ -237,7 +240,8 @@ class DriverRuntime:
         watch.start()
         self.watch = watch
         if self.ctx.config.driver.progress_timeout > 0:
-            ProgressThread(watch, self.ctx.signal, self.ctx.config.coordination.poll_interval, self._done).start()
+            poll = self.ctx.config.coordination.poll_interval
+            ProgressThread(watch, self.ctx.signal, poll, self._done, self.before_hang).start()
 
     def heartbeat_fields(self) -> dict:
         """The driver's node's heartbeat says how long the driver has made no progress (the other

@@ -172,9 +172,17 @@ class ProgressWatch:
 class ProgressThread(threading.Thread):
     """Looks every poll interval; trips the run's failure signal with the hang."""
 
-    def __init__(self, watch: ProgressWatch, signal: FailureSignal, poll: float, done: threading.Event) -> None:
+    def __init__(
+        self,
+        watch: ProgressWatch,
+        signal: FailureSignal,
+        poll: float,
+        done: threading.Event,
+        before_trip: Callable[[Failure], None] = lambda _failure: None,
+    ) -> None:
         super().__init__(name="progress-watch", daemon=True)
         self.watch, self.signal, self.poll, self.done = watch, signal, poll, done
+        self.before_trip = before_trip  # the stacks of every process, before anything stops
 
     def run(self) -> None:
         while not self.done.is_set() and not self.signal.is_set():
@@ -186,6 +194,10 @@ class ProgressThread(threading.Thread):
                 failure = None
             if failure is not None:
                 log.warning("%s", failure.cause)
+                try:
+                    self.before_trip(failure)
+                except Exception as exc:  # noqa: BLE001 - the hang is called all the same
+                    log.warning("stacks before the hang: %s: %s", type(exc).__name__, exc)
                 self.signal.trip(failure)
                 return
             self.done.wait(self.poll)

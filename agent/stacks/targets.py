@@ -16,6 +16,7 @@ MAX_ARGS = 64
 MAX_ARG_CHARS = 512
 REDACTED = "<redacted>"
 RAY_WORKER_TITLE = "ray::"  # Ray names a worker's process after the task or actor it runs
+RAY_NODE_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # Ray's own per-node agents, not workers
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class Target:
 def role_of(group: str, cmdline: Sequence[str]) -> str:
     family = group.split("-", 1)[0]  # the supervisor's group names: driver, ray-head, ray-worker, judge-NAME
     if family == "ray":
-        return "ray_worker" if cmdline and cmdline[0].startswith(RAY_WORKER_TITLE) else "ray"
+        title = cmdline[0] if cmdline else ""
+        return "ray_worker" if title.startswith(RAY_WORKER_TITLE) and title not in RAY_NODE_AGENTS else "ray"
     return family
 
 

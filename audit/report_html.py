@@ -285,10 +285,10 @@ def render(result: AuditResult) -> str:
         if fc.binding is not None:
             judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
             parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')
+        parts.append(_stacks_html(result))
         if fc.log:
             parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
             parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')
-        parts.append(_stacks_html(result))
         if fc.ray_logs:
             parts.append(
                 f"<p>Ray's own logs of rank {fc.rank}: "

@@ -162,7 +162,7 @@ def capture(
         "timeout": timeout,
         "py_spy": {
             "path": path,
-            "version": pyspy.version(path) if path is not None else None,
+            "version": pyspy.version(path, min(2.0, deadline - clock.mono())) if path is not None else None,
             "problem": None if path is not None else pyspy.MISSING,
         },
         "ptrace": {

@@ -33,12 +33,20 @@ def find() -> str | None:
     return beside if os.access(beside, os.X_OK) else None
 
 
-def version(path: str) -> str | None:
-    try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip()[:100] or None
+_versions: dict[str, str | None] = {}
+
+
+def version(path: str, timeout: float = 2.0) -> str | None:
+    """`py-spy --version` (asked once per path, bounded: it must not stretch the capture's bound)."""
+    if path not in _versions:
+        try:
+            done = subprocess.run(
+                [path, "--version"], capture_output=True, text=True, timeout=max(0.1, timeout), check=False
+            )
+            _versions[path] = done.stdout.strip()[:100] or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return _versions[path]
 
 
 @dataclass

@@ -39,7 +39,8 @@ def test_the_process_no_other_of_its_role_shares_frames_with_is_the_odd_one_out(
 
 
 def test_no_odd_one_out_among_two_or_when_every_process_differs() -> None:
-    two = summarise(docs({0: [stack_process(1, "driver", BARRIER)], 1: [stack_process(2, "driver", STUCK)]}), [], [0, 1])
+    pair = {0: [stack_process(1, "driver", BARRIER)], 1: [stack_process(2, "driver", STUCK)]}
+    two = summarise(docs(pair), [], [0, 1])
     assert two is not None and not two.odd
     differ = summarise(
         docs({r: [stack_process(r, "ray_worker", _frames((f"f{r}", TRAIN, r)))] for r in range(4)}), [], range(4)

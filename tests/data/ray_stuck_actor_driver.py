@@ -30,7 +30,9 @@ class Shard:
 
 def main() -> None:
     driver_api.connect_ray()
-    nodes = sorted((n for n in ray.nodes() if n["Alive"]), key=lambda n: tuple(map(int, n["NodeManagerAddress"].split("."))))
+    nodes = sorted(
+        (n for n in ray.nodes() if n["Alive"]), key=lambda n: tuple(map(int, n["NodeManagerAddress"].split(".")))
+    )
     driver_api.progress(0)
     shards = [
         Shard.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote()

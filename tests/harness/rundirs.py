@@ -480,7 +480,9 @@ def stack_process(pid: int, role: str, frames: list[dict[str, Any]], *, title: s
         "name": "python",
         "cmdline": [title],
         "method": "py-spy",
-        "threads": [{"id": pid, "main": True, "name": "MainThread", "active": False, "frames": frames, "frames_cut": 0}],
+        "threads": [
+            {"id": pid, "main": True, "name": "MainThread", "active": False, "frames": frames, "frames_cut": 0}
+        ],
         "threads_cut": 0,
     }
 
@@ -523,8 +525,6 @@ def hang(root: Path, stuck_rank: int | None = None) -> RunBuilder:
             else _frames(("wait", THREADING, 629), ("barrier", TRAIN, 16), ("run", TRAIN, 22))
         )
         procs.append(stack_process(4711 + r, "ray_worker", actor, title="ray::Shard.run"))
-        procs.append(
-            stack_process(5000 + r, "ray_worker", _frames(("main_loop", RAY_WORKER, 900)), title="ray::IDLE")
-        )
+        procs.append(stack_process(5000 + r, "ray_worker", _frames(("main_loop", RAY_WORKER, 900)), title="ray::IDLE"))
         b.write(names.stacks(r), r, stacks_fields(procs))
     return b

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import psutil
 
-from schemas import names
+from schemas import DriverEnv, names
 from tests.harness import launch_local, small_spec, uid
 from tests.harness.orphans import kill_all, run_processes
 
@@ -57,7 +57,7 @@ def progress_cost(calls: int = 1_000_000, repeat: int = 5) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         board = os.path.join(d, "progress")
         driver_local.create_board(board)
-        os.environ["GYM_PROGRESS_FILE"] = board
+        os.environ[DriverEnv.PROGRESS_FILE] = board
         driver_local._board = None
         driver_api._board = None
         try:
@@ -69,7 +69,7 @@ def progress_cost(calls: int = 1_000_000, repeat: int = 5) -> dict[str, Any]:
             seen = reader.read()
             reader.close()
         finally:
-            os.environ.pop("GYM_PROGRESS_FILE", None)
+            os.environ.pop(DriverEnv.PROGRESS_FILE, None)
             driver_local._board = None
             driver_api._board = None
     return {

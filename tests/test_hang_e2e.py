@@ -195,3 +195,29 @@ def test_gym_launch_stacks_on_a_healthy_run_answers_and_changes_nothing(tmp_path
     usage = subprocess.run([str(BIN / "gym-launch"), "stacks", str(tmp_path / "nope")], capture_output=True, text=True)
     assert usage.returncode == 2 and "no such run directory" in usage.stderr, usage.stderr
     assert_nothing_left(run.run_dir)
+
+
+def test_a_walltime_warning_on_a_stuck_run_is_a_hang_with_every_nodes_stacks(tmp_path: Path) -> None:
+    """The scheduler's warning (what the rendered Slurm job's trap writes) comes while the driver
+    has made no progress for progress_timeout, before its first_progress_timeout: the driver's node
+    calls it a hang, the other nodes stop for the warning and keep their stacks; the audit names
+    the hang, not the time limit."""
+    stuck = (
+        'command = ["python", "-c", "import time\\ndef load_checkpoint():\\n    time.sleep(3600)\\nload_checkpoint()"]'
+    )
+    spec = _spec(stuck).replace(f"first_progress_timeout = {TIMEOUT}", "first_progress_timeout = 3600", 1)
+    run = launch_local(tmp_path, spec, uid("hang-walltime"))
+    wait_phase(run.run_dir, 0, "driver", 60)
+    time.sleep(TIMEOUT + 1.5)
+    (run.run_dir / names.WALLTIME_WARNING).write_text("SIGUSR1 at (test)\n")
+    assert run.wait(120) == 1, run.text[-3000:]
+    recs = failures(run.run_dir)
+    assert recs[0]["kind"] == "hang" and recs[0]["hang"]["walltime_warning"] is True, recs[0]
+    assert all(recs[r]["kind"] in ("time_limit", "peer_failure") for r in (1, 2)), recs
+    assert read(run.run_dir, names.stacks(0))["reason"] == "hang"
+    assert "load_checkpoint" in _main_frames(run.run_dir, 0)
+    for r in (1, 2):  # every node kept its stacks before its teardown
+        assert read(run.run_dir, names.stacks(r))["reason"] in ("walltime", "hang")
+    fc = audit_run(run.run_dir).first_cause
+    assert fc is not None and fc.kind == "hang" and fc.rank == 0 and "walltime warning" in fc.cause
+    assert_nothing_left(run.run_dir)

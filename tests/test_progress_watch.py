@@ -16,7 +16,7 @@ from agent.lifecycle.progress_watch import ProgressWatch, Sources
 from agent.proc import driver_local
 from agent.proc.driver_local import BoardReading
 from launch.spec.sections import DriverConfig
-from schemas import FailureKind
+from schemas import DriverEnv, FailureKind
 from tests.test_liveness import FakeClock
 
 TIMEOUT = 10.0
@@ -182,7 +182,7 @@ def test_the_board_between_a_driver_process_and_the_agent(tmp_path: Path) -> Non
         "print(t, flush=True); input()\n"
         "b.graded(t)\n"
     )
-    env = {**os.environ, "GYM_PROGRESS_FILE": board}
+    env = {**os.environ, DriverEnv.PROGRESS_FILE: board}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"1"
@@ -197,7 +197,7 @@ def test_the_board_between_a_driver_process_and_the_agent(tmp_path: Path) -> Non
 
 
 def test_progress_outside_a_run_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GYM_PROGRESS_FILE", raising=False)
+    monkeypatch.delenv(DriverEnv.PROGRESS_FILE, raising=False)
     monkeypatch.setattr(driver_local, "_board", None)
     from agent import driver_api
 

@@ -19,7 +19,7 @@ import pytest
 from agent.stacks import pyspy
 from agent.stacks.capture import capture
 from agent.stacks.targets import describe
-from schemas import violations
+from schemas import DriverEnv, violations
 from schemas.vocab import StackReason
 
 capture_mod = importlib.import_module("agent.stacks.capture")  # the module (the package exports its function)
@@ -46,7 +46,7 @@ def blocked(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
     def start(depth: int = 0, armed: Path | None = None, extra: tuple[str, ...] = ()) -> subprocess.Popen:
         program = tmp_path / f"blocked{len(procs)}.py"  # a file: its text is not in the command line
         program.write_text(BLOCKED.format(imports="from agent import driver_api" if armed else ""))
-        env = {**os.environ, **({"GYM_STACK_DUMP_DIR": str(armed)} if armed else {})}
+        env = {**os.environ, **({DriverEnv.STACK_DUMP_DIR: str(armed)} if armed else {})}
         p = subprocess.Popen([sys.executable, str(program), str(depth), *extra], env=env, stdout=subprocess.PIPE)
         procs.append(p)
         assert p.stdout is not None and p.stdout.readline().strip() == b"ready"

@@ -189,6 +189,7 @@ class Liveness(threading.Thread):
         # hang); more heartbeat fields (the driver's node: how long without progress). No I/O in either
         # but the one read the walltime hook may do.
         self.on_walltime: Callable[[Failure], Failure] = lambda failure: failure
+        self._warned = False  # a peer rang with the walltime warning: this thread handles it as its own
         self.heartbeat_extra: Callable[[], dict] = dict
         # Set when the driver's node sends `complete` (a wake-up for the wait on its ack only).
         self.completed = completed if completed is not None else threading.Event()
@@ -310,6 +311,10 @@ class Liveness(threading.Thread):
         to sleep before the next round. The thread calls it in a loop; a test calls it directly
         on a fake clock."""
         if self.signal.is_set():
+            return self.poll
+        if self._warned:
+            self._warned = False
+            self._walltime_warning()
             return self.poll
         now = self.now()
         self._ride_out_own_pause(now)
@@ -555,7 +560,18 @@ class Liveness(threading.Thread):
 
     def _react(self, peer: int, doc: dict, *, heard: bool = False) -> None:
         """Stop for rank `peer`'s failure record `doc` (its kind, cause and incarnation): read from
-        failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came."""
+        failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came.
+        A peer's time_limit is the scheduler's walltime warning, which concerns this node as much:
+        it stops for the warning itself (on_walltime decides what that is here: a stuck driver makes
+        it a hang), from this thread (a ring arrives on the doorbell's, which does no I/O)."""
+        if doc.get("kind") == FailureKind.TIME_LIMIT:
+            if heard:
+                self._warned = True
+                if self._wakeup is not None:
+                    self._wakeup.set()
+            else:
+                self._walltime_warning()
+            return
         self.signal.trip(
             Failure(
                 kind=FailureKind.PEER_FAILURE,

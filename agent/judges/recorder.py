@@ -225,7 +225,8 @@ class GradeRecorder:
                 line["shortened"] = True
             if self.log is not None:
                 self._write(line)
-                driver_local.board().grade_recorded()  # progress: the agent's watch sees the grade
+                # Progress (the agent's watch sees the grade); an unanswered one names its judge.
+                driver_local.board().grade_recorded(str(outcome), judge)
             trip = None
             if self.alarm is not None:
                 bad = None

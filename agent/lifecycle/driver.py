@@ -118,14 +118,38 @@ class DriverRuntime:
         return " ".join(self.argv()[0])
 
     def exit_failure(self, code: int) -> Failure:
-        """The one place the driver's non-zero exit becomes a failure."""
+        """The one place the driver's non-zero exit becomes a failure. When its last grade went
+        unanswered (a judge that accepts requests and never answers), the judge is named: the
+        ending is the judge's (read from the node-local progress board: no I/O)."""
+        cause = f"the driver exited with code {code}"
+        reading = self._board_reading()
+        judge = None
+        if reading is not None and reading.unanswered is not None:
+            outcome, judge = reading.unanswered
+            cause += (
+                f" after judge {judge} left its last grade unanswered ({outcome}: see its log and "
+                f"{names.grades(self.ctx.rank)})"
+            )
         return Failure(
             kind=FailureKind.DRIVER_EXIT,
-            cause=f"the driver exited with code {code}",
+            cause=cause,
             phase=str(Phase.DRIVER),
             log=names.driver_log(self.ctx.rank),
             exit_code=code,
+            judge=judge or None,
         )
+
+    def _board_reading(self) -> driver_local.BoardReading | None:
+        if self._board is None:
+            return None
+        try:
+            reader = driver_local.BoardReader(self._board)
+        except OSError:
+            return None
+        try:
+            return reader.read()
+        finally:
+            reader.close()
 
     def degraded_failure(self) -> Failure | None:
         """The degraded-judge alarm the driver's judge client library raised (judge_degraded-RANK.json,

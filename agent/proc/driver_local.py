@@ -15,6 +15,10 @@ a hang of the driver.
     offset 32  f64      CLOCK_MONOTONIC by which the grades in flight return or raise; 0: none
                         (one process's grades: a driver grading from several processes at once
                         may see a hang called while another process's grade is still in flight)
+    offset 40  u8       how the last grade ended: 0 answered (or none yet), else the index+1 of its
+                        outcome in UNANSWERED (the judge left it unanswered)
+    offset 48  64 bytes the judge of that unanswered grade, UTF-8, NUL-padded: when the driver then
+                        exits, the agent names the judge (a judge that never answers ends as its own)
 
 The stack-dump fallback: where py-spy cannot attach (no ptrace permission, py-spy missing), a
 process that imported agent.driver_api can still dump every thread's traceback: it registered
@@ -42,8 +46,10 @@ from schemas.vocab import DriverEnv
 
 PROGRESS_FILE_ENV = DriverEnv.PROGRESS_FILE
 MAGIC = b"GYMPRG1\x00"
-BOARD_SIZE = 64
-CALLS_AT, STEP_AT, GRADES_AT, DEADLINE_AT = 8, 16, 24, 32
+BOARD_SIZE = 128
+CALLS_AT, STEP_AT, GRADES_AT, DEADLINE_AT, ENDED_AT, JUDGE_AT = 8, 16, 24, 32, 40, 48
+JUDGE_BYTES = 64
+UNANSWERED = ("unavailable", "refused")  # schemas.vocab.GradeOutcome values a judge left unanswered
 NO_STEP = -1
 U64 = struct.Struct("<Q")
 I64 = struct.Struct("<q")
@@ -75,6 +81,7 @@ class BoardReading:
     step: int | None
     grades: int  # changes whenever a grade is recorded
     grading_until: float  # CLOCK_MONOTONIC; 0: no grade in flight
+    unanswered: tuple[str, str] | None = None  # (outcome, judge) of the last grade, when unanswered
 
 
 class BoardReader:
@@ -95,10 +102,19 @@ class BoardReader:
             None if step == NO_STEP else step,
             U64.unpack_from(m, GRADES_AT)[0],
             F64.unpack_from(m, DEADLINE_AT)[0],
+            _unanswered(m),
         )
 
     def close(self) -> None:
         self._map.close()
+
+
+def _unanswered(m: mmap.mmap) -> tuple[str, str] | None:
+    code = m[ENDED_AT]
+    if not 1 <= code <= len(UNANSWERED):
+        return None
+    judge = bytes(m[JUDGE_AT : JUDGE_AT + JUDGE_BYTES]).rstrip(b"\0").decode("utf-8", errors="replace")
+    return UNANSWERED[code - 1], judge
 
 
 class BoardWriter:
@@ -129,7 +145,14 @@ class BoardWriter:
             I64.pack_into(self._map, STEP_AT, step)
         U64.pack_into(self._map, CALLS_AT, self._base | (self._calls & 0xFFFFFFFF))
 
-    def grade_recorded(self) -> None:
+    def grade_recorded(self, outcome: str = "", judge: str | None = None) -> None:
+        """A grade was recorded (progress); `outcome` unanswered by `judge` is kept for the agent."""
+        if outcome in UNANSWERED:
+            name = (judge or "").encode("utf-8")[:JUDGE_BYTES]
+            self._map[JUDGE_AT : JUDGE_AT + JUDGE_BYTES] = name.ljust(JUDGE_BYTES, b"\0")
+            self._map[ENDED_AT] = UNANSWERED.index(outcome) + 1
+        else:
+            self._map[ENDED_AT] = 0
         self._grades += 1
         U64.pack_into(self._map, GRADES_AT, self._base | (self._grades & 0xFFFFFFFF))
 
@@ -159,7 +182,7 @@ class _NoBoard:
     def progress(self, step: int | None) -> None:
         pass
 
-    def grade_recorded(self) -> None:
+    def grade_recorded(self, outcome: str = "", judge: str | None = None) -> None:
         pass
 
     def grading(self, deadline: float) -> int:

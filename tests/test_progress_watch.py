@@ -204,3 +204,17 @@ def test_progress_outside_a_run_does_nothing(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(driver_api, "_board", None)
     driver_api.progress(3)  # no board, no error
     assert driver_local.board() is driver_local.NO_BOARD
+
+
+def test_the_board_keeps_the_judge_of_an_unanswered_last_grade(tmp_path: Path) -> None:
+    """What the agent names when the driver exits after a judge left its grade unanswered."""
+    board = str(tmp_path / "progress")
+    driver_local.create_board(board)
+    writer, reader = driver_local.BoardWriter(board), driver_local.BoardReader(board)
+    writer.grade_recorded("graded", "general")
+    assert reader.read().unanswered is None
+    writer.grade_recorded("unavailable", "general")
+    assert reader.read().unanswered == ("unavailable", "general")
+    writer.grade_recorded("invalid", "general")  # the judge answered (badly): not unanswered
+    assert reader.read().unanswered is None
+    reader.close()

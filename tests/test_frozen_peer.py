@@ -76,6 +76,28 @@ def test_a_peer_whose_beacons_and_file_both_stop_fails_within_beacon_timeout(tmp
     assert BEACON_TIMEOUT - 1.0 < took <= BEACON_TIMEOUT + POLL + 1e-9, took
 
 
+def test_a_last_heartbeat_written_after_the_last_beacon_does_not_delay_the_detection(tmp_path: Path) -> None:
+    """The frozen node's last act was a heartbeat write newer than its last beacon: the file moved
+    since that beacon, but within one interval of it, not when the observer first read it."""
+    run, live, signal, clock = make(tmp_path)
+    seq = {1: 0, 2: 0}
+    _steady(run, live, clock, 40.0, seq)
+    seq[2] += 1
+    beat(run, 2, seq[2])  # written after its last beacon, then the node stops
+    frozen_at = clock.t
+    while not signal.is_set() and clock.t - frozen_at < 60:
+        if round(clock.t / POLL) % 2 == 0:
+            seq[1] += 1
+            beat(run, 1, seq[1])
+            live.notice_received(alive(1, seq[1]))
+        live.tick(news=False)
+        if not signal.is_set():
+            clock.t += POLL
+    failure = signal.failure
+    assert failure is not None and failure.reacting_to == {"rank": 2, "kind": "peer_silent"}, failure
+    assert clock.t - frozen_at <= BEACON_TIMEOUT + 1.0 + POLL, clock.t - frozen_at
+
+
 def test_either_signal_alone_keeps_a_peer_alive(tmp_path: Path) -> None:
     """Peer 1's beacons stop (a lost network path) but its file moves; peer 2's file stops (its
     filesystem stalls) but its beacons arrive. Five beacon_timeouts later nothing has failed."""

@@ -431,14 +431,20 @@ class Liveness(threading.Thread):
             if self._ride_out_stall():
                 return True  # our own filesystem stalled: no age of this round is the peer's
             now = self.now()
-            view.read_at = now
+            before, view.read_at = view.read_at, now
             seq = doc.get("seq") if doc else None
             if isinstance(seq, int) and seq != view.seq:
                 view.seq = seq
-                # A seq its last beacon already carried was written before that beacon: the file
-                # has been still since then at least (it was read rarely while beacons flowed).
+                # When did the file last change? It was read rarely while beacons flowed. A seq its
+                # last beacon already carried was written before that beacon; a newer one after it,
+                # and after our previous read, but (were the node stopped) within one interval of
+                # that beacon: a live peer that lost its network path writes again, which the next
+                # reads see. The latest such time is taken, so stillness is never overstated.
                 assert view.beacon_at is not None
-                view.changed_at = min(now, view.beacon_at) if seq <= view.beacon_seq else now
+                if seq <= view.beacon_seq:
+                    view.changed_at = min(now, view.beacon_at)
+                else:
+                    view.changed_at = min(now, max(view.beacon_at + self.hb_interval, before or 0.0))
             still = now - max(view.changed_at, view.beacon_at or view.changed_at)
             if still > self.beacon_timeout:
                 self.signal.trip(

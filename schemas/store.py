@@ -14,7 +14,7 @@ import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,28 +297,20 @@ class RunDir:
     def unlink(self, relpath: str) -> bool:
         """Remove one file (never a directory; a symlink itself, not its target). False when it was
         not there or could not be removed."""
-        try:
-            fd, leaf, close = self._parent_fd(relpath)
-        except (OSError, RunDirError):
-            return False
-        try:
-            os.unlink(leaf, dir_fd=fd)
-            self.ops["write"] += 1
-            return True
-        except OSError:
-            return False
-        finally:
-            if close:
-                os.close(fd)
+        return self._remove(relpath, os.unlink)
 
     def remove_empty_dir(self, relpath: str) -> bool:
         """Remove a directory of the run only when it is empty (rmdir refuses any other)."""
+        return self._remove(relpath, os.rmdir)
+
+    def _remove(self, relpath: str, remove: Callable[..., None]) -> bool:
         try:
             fd, leaf, close = self._parent_fd(relpath)
         except (OSError, RunDirError):
             return False
         try:
-            os.rmdir(leaf, dir_fd=fd)
+            remove(leaf, dir_fd=fd)
+            self.ops["write"] += 1
             return True
         except OSError:
             return False

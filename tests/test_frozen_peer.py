@@ -8,8 +8,8 @@ from pathlib import Path
 
 from agent.coord.failure import FailureSignal
 from agent.coord.liveness import Liveness
-from schemas import RunDir, Writer
-from tests.test_liveness import FP, FakeClock, alive, beat
+from schemas import RunDir
+from tests.test_liveness import FakeClock, alive, beat, make_ticked
 
 HB_TIMEOUT = 120.0
 BEACON_TIMEOUT = 5.0
@@ -17,26 +17,29 @@ POLL = 0.5
 
 
 def make(tmp_path: Path, beacon_timeout: float = BEACON_TIMEOUT) -> tuple[RunDir, Liveness, FailureSignal, FakeClock]:
-    run = RunDir.create(tmp_path, "frozen", mode=0o750)
-    signal = FailureSignal()
-    clock = FakeClock()
-    live = Liveness(
-        run,
-        Writer(FP, 0, "me"),
-        0,
-        3,
-        heartbeat_interval=1.0,
-        heartbeat_timeout=HB_TIMEOUT,
-        poll_interval=POLL,
-        signal=signal,
-        phase=lambda: "driver",
-        now=clock,
-        fs_stall_timeout=300.0,
-        beacon_timeout=beacon_timeout,
+    """The liveness loop of rank 0 (watching 1 and 2) on a fake clock, beacons on, already watching;
+    the run directory is returned as a second handle (the peers' writes are not rank 0's ops)."""
+    run, live, signal, clock = make_ticked(
+        tmp_path, HB_TIMEOUT, fs_stall_timeout=300.0, poll=POLL, beacon_timeout=beacon_timeout
     )
     live.set_beacons(True)
     live.start_watching()
     return RunDir.open(run.path), live, signal, clock
+
+
+def _until_tripped(run: RunDir, live: Liveness, clock: FakeClock, seq: dict[int, int], limit: float) -> float:
+    """Peer 1 goes on beating and beaconing, peer 2 does neither; the seconds until the loop tripped
+    (or `limit` passed)."""
+    start = clock.t
+    while not live.signal.is_set() and clock.t - start < limit:
+        if round(clock.t / POLL) % 2 == 0:
+            seq[1] += 1
+            beat(run, 1, seq[1])
+            live.notice_received(alive(1, seq[1]))
+        live.tick(news=False)
+        if not live.signal.is_set():
+            clock.t += POLL
+    return clock.t - start
 
 
 def _steady(run: RunDir, live: Liveness, clock: FakeClock, seconds: float, seq: dict[int, int]) -> None:
@@ -57,22 +60,13 @@ def test_a_peer_whose_beacons_and_file_both_stop_fails_within_beacon_timeout(tmp
     seq = {1: 0, 2: 0}
     _steady(run, live, clock, 40.0, seq)  # 40 s: peers' files are read only every 60 s while beacons arrive
     assert not signal.is_set(), signal.failure
-    frozen_at = clock.t  # peer 2 freezes: no beacon, no heartbeat; peer 1 goes on
-    while not signal.is_set() and clock.t - frozen_at < 60:
-        if round(clock.t / POLL) % 2 == 0:
-            seq[1] += 1
-            beat(run, 1, seq[1])
-            live.notice_received(alive(1, seq[1]))
-        live.tick(news=False)
-        if not signal.is_set():
-            clock.t += POLL
+    took = _until_tripped(run, live, clock, seq, 60)  # peer 2 freezes: no beacon, no heartbeat
     failure = signal.failure
     assert failure is not None and failure.kind == "peer_silent", failure
     assert failure.reacting_to == {"rank": 2, "kind": "peer_silent"} and failure.peers == (2,)
     assert "no beacon and no heartbeat for" in failure.cause and "beacon_timeout 5s" in failure.cause
     # Never before beacon_timeout after its last signal (at most one interval before the freeze),
     # and within one poll interval past it: the file is read every poll while the beacon is late.
-    took = clock.t - frozen_at
     assert BEACON_TIMEOUT - 1.0 < took <= BEACON_TIMEOUT + POLL + 1e-9, took
 
 
@@ -84,18 +78,10 @@ def test_a_last_heartbeat_written_after_the_last_beacon_does_not_delay_the_detec
     _steady(run, live, clock, 40.0, seq)
     seq[2] += 1
     beat(run, 2, seq[2])  # written after its last beacon, then the node stops
-    frozen_at = clock.t
-    while not signal.is_set() and clock.t - frozen_at < 60:
-        if round(clock.t / POLL) % 2 == 0:
-            seq[1] += 1
-            beat(run, 1, seq[1])
-            live.notice_received(alive(1, seq[1]))
-        live.tick(news=False)
-        if not signal.is_set():
-            clock.t += POLL
+    took = _until_tripped(run, live, clock, seq, 60)
     failure = signal.failure
     assert failure is not None and failure.reacting_to == {"rank": 2, "kind": "peer_silent"}, failure
-    assert clock.t - frozen_at <= BEACON_TIMEOUT + 1.0 + POLL, clock.t - frozen_at
+    assert took <= BEACON_TIMEOUT + 1.0 + POLL, took
 
 
 def test_either_signal_alone_keeps_a_peer_alive(tmp_path: Path) -> None:
@@ -121,18 +107,10 @@ def test_files_only_when_beacon_timeout_is_zero(tmp_path: Path) -> None:
     run, live, signal, clock = make(tmp_path, beacon_timeout=0.0)
     seq = {1: 0, 2: 0}
     _steady(run, live, clock, 10.0, seq)
-    frozen_at = clock.t
-    while not signal.is_set() and clock.t - frozen_at < 3 * HB_TIMEOUT:
-        if round(clock.t / POLL) % 2 == 0:
-            seq[1] += 1
-            beat(run, 1, seq[1])
-            live.notice_received(alive(1, seq[1]))
-        live.tick(news=False)
-        if not signal.is_set():
-            clock.t += POLL
+    took = _until_tripped(run, live, clock, seq, 3 * HB_TIMEOUT)
     failure = signal.failure
     assert failure is not None and failure.kind == "peer_silent" and failure.reacting_to["rank"] == 2
-    assert clock.t - frozen_at > HB_TIMEOUT and "heartbeat has not changed" in failure.cause
+    assert took > HB_TIMEOUT and "heartbeat has not changed" in failure.cause
 
 
 def test_a_pause_of_the_observer_itself_is_not_a_frozen_peer(tmp_path: Path) -> None:

@@ -1,6 +1,10 @@
-"""What a training driver started by the agent can use: its Ray, the plan, the judges, its result.
+"""What a training driver started by the agent can use: its Ray, the plan, the judges, its result,
+and `progress(step)`, the cheapest way to tell the agent that it is not hung.
 
 The agent tells the driver everything through its environment (schemas.DriverEnv names it).
+Importing this module in a process the agent started arms a fallback stack dump (faulthandler on
+agent.proc.driver_local.STACK_SIGNAL, into a node-local file): where py-spy cannot attach, the
+agent can still record that process's stacks when the run hangs.
 """
 
 from __future__ import annotations
@@ -11,9 +15,46 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent.proc import driver_local
 from schemas import DriverEnv, RunDir, Writer, WriterKind, names
 
-__all__ = ["connect_ray", "plan", "registry", "run_file", "write_result"]
+__all__ = ["connect_ray", "plan", "progress", "registry", "run_file", "write_result"]
+
+_board: driver_local.BoardWriter | driver_local._NoBoard | None = None  # opened at the first call
+
+
+def progress(step: int | None = None) -> None:
+    """Tell the agent the driver made progress (an optimizer step, a rollout batch), optionally
+    with its step number. Node-local and cheap (a store into a shared page, no system call): call
+    it as often as you like. Without a call for [driver] progress_timeout the run ends as `hang`,
+    with every process's stacks recorded. Outside a run the agent started it does nothing."""
+    board = _board
+    if board is None:
+        board = _open_board()
+    board.progress(step)
+
+
+def _open_board() -> driver_local.BoardWriter | driver_local._NoBoard:
+    global _board
+    _board = driver_local.board()  # the one of this process (the judge client library records there too)
+    return _board
+
+
+def _forget_board() -> None:
+    global _board
+    _board = None  # a forked child counts under its own pid
+
+
+os.register_at_fork(after_in_child=_forget_board)
+
+
+def _arm_stack_dump() -> None:
+    folder = os.environ.get(DriverEnv.STACK_DUMP_DIR)
+    if folder and os.path.isdir(folder):
+        driver_local.arm_stack_dump(folder)
+
+
+_arm_stack_dump()
 
 
 def connect_ray(**kwargs: Any) -> Any:

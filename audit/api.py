@@ -49,6 +49,8 @@ from audit.scheduler_ending import (
     restart_of,
 )
 from audit.schema_check import check_schemas
+from audit.stacks import Summary as StacksSummary
+from audit.stacks import summarise as summarise_stacks
 from audit.training_evidence import read_evidence
 from audit.views import as_dict, as_int, as_str, rank_of
 from launch.spec.load import restore_key_order
@@ -329,6 +331,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             doorbell=doorbell_summary(run),
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
             ray_startup=startup_table(ctx),
+            stacks=_stacks(run, expected),
         )
 
 
@@ -336,6 +339,20 @@ def _unfit(nodes: list, scheduler: str | None) -> dict[str, Any] | None:
     if not nodes:
         return None
     return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}
+
+
+def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:
+    """Every rank's stacks-RANK.json (a hang's; gym-launch stacks' answers, named with a request, are
+    not the run's evidence), summarised across ranks."""
+    docs: dict[int, dict[str, Any]] = {}
+    files = []
+    for art in run.by_schema("stacks"):
+        rank = rank_of(art)
+        if rank is None or art.doc is None or art.relpath != names.stacks(rank):
+            continue
+        docs[rank] = art.doc
+        files.append(art.relpath)
+    return summarise_stacks(docs, sorted(files), expected)
 
 
 def _attempts(

@@ -14,6 +14,8 @@ Rules (the agent's failure records are the evidence):
 - among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
   the agent explains a later signal or timeout better than the other way round). Wall times
   come from different hosts whose clocks may differ, so the order across hosts is best effort;
+- a hang on the driver's node explains the other nodes' time_limit records of the same walltime
+  warning (a run stuck when the warning came is a hang);
 - when no record is a root (reactions in a cycle), the earliest record is the first cause and
   its text says so: the audit never fails to report what it has.
 """
@@ -41,6 +43,7 @@ KIND_PRIORITY: dict[str, int] = {
     FailureKind.CHILD_EXIT: 1,
     FailureKind.JUDGE_DEGRADED: 1,  # explains the driver's exit (it raised) or the agent stopping it
     FailureKind.DRIVER_EXIT: 2,
+    FailureKind.HANG: 2,  # the driver's node called it: no progress for progress_timeout
     FailureKind.JUDGE_HEALTH: 3,
     FailureKind.CANARY: 4,
     FailureKind.JUDGE: 5,
@@ -126,6 +129,7 @@ def _from_record(rec: FailureRec) -> Cause:
         reacting_to_incarnation=rec.reacting_to_incarnation,
         reacting_to_kind=rec.reacting_to_kind,
         checks=rec.checks,
+        hang=rec.hang,
     )
 
 
@@ -199,6 +203,19 @@ def _signals_after_real_failures(roots: list[Cause]) -> list[Cause]:
     return [real[0], *(c for c in roots if c is not real[0])]
 
 
+def _hang_before_time_limit(roots: list[Cause]) -> list[Cause]:
+    """A run stuck when the scheduler's walltime warning came is a hang: the driver's node calls it
+    one (with every node's stacks), the other nodes stop for the warning itself (time_limit) a
+    moment earlier or later. The hang is the first cause, not the time limit it ran into."""
+    hang = next((c for c in roots if c.kind == FailureKind.HANG), None)
+    if hang is None or hang is roots[0]:
+        return roots
+    before = roots[: roots.index(hang)]
+    if not all(c.kind == FailureKind.TIME_LIMIT or signal_like(c) for c in before):
+        return roots
+    return [hang, *(c for c in roots if c is not hang)]
+
+
 def _reacts_to_recorded(rec: FailureRec, failures: Mapping[int, FailureRec]) -> bool:
     """A reaction counts as one only when the record it reacts to is still there: a target whose
     record was overwritten by another incarnation (a duplicate rank) left its cause unrecorded."""
@@ -267,7 +284,7 @@ def analyse(
             earliest = reactions.pop(0)
             roots.append(replace(earliest, cause=earliest.cause + _cycle_note(failures)))
     roots.sort(key=order_key)
-    roots = _signals_after_real_failures(roots)
+    roots = _hang_before_time_limit(_signals_after_real_failures(roots))
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.judge)
     excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()

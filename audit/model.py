@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from audit.stacks import Summary as StacksSummary
+
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 
@@ -94,6 +96,7 @@ class Cause:
     reacting_to_incarnation: str | None = None
     reacting_to_kind: str | None = None
     checks: tuple[str, ...] = ()  # preflight: the checks that failed on that node
+    hang: dict[str, Any] | None = None  # the record's: a hang's progress facts (kind hang)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +128,7 @@ class Cause:
             "reacting_to_incarnation": self.reacting_to_incarnation,
             "reacting_to_kind": self.reacting_to_kind,
             "checks": list(self.checks),
+            "hang": self.hang,
         }
 
 
@@ -251,6 +255,7 @@ class AuditResult:
     # Nodes whose preflight failed and the line to resubmit without them (audit/preflight.py).
     unfit: dict[str, Any] | None = None
     ray_startup: dict[str, Any] | None = None  # each node's Ray join time (audit/ray_startup.py)
+    stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -289,4 +294,5 @@ class AuditResult:
             "doorbell": self.doorbell,
             "unfit": self.unfit,
             "ray_startup": self.ray_startup,
+            "stacks": self.stacks.to_json() if self.stacks is not None else None,
         }

@@ -70,6 +70,9 @@ svg text{font-family:system-ui,sans-serif}
 svg.timeline{width:100%;height:auto;max-width:100%;display:block}
 body{max-width:100%;overflow-wrap:anywhere} .gpus{max-width:100%;overflow-x:auto}
 #first-cause{border-left:6px solid #c62828;padding-left:10px;background:#fff5f5}
+#stacks .frames{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+#stacks tr.odd td{background:#ffebee;font-weight:600}
+#stacks tr.odd td.who::before{content:"odd one out: ";color:#c62828}
 """
 
 
@@ -219,6 +222,36 @@ def _gpu_map(maps: tuple[NodeMap, ...]) -> str:
     return "\n".join(out) + f'<div class="legend">{legend}</div>'
 
 
+def _stacks_html(result: AuditResult) -> str:
+    """The stacks every node kept, grouped across ranks (innermost frames first), the odd one out
+    highlighted; each process's main-thread frames behind a disclosure (no script needed)."""
+    s = result.stacks
+    if s is None:
+        return ""
+    head, *_ = s.lines()
+    rows = []
+    for g in s.groups:
+        frames = "<br>".join(
+            f'{_e(fn)} <span class="muted">({_e(f)}:{line})</span>' for fn, f, line in g.members[0].frames[:8]
+        )
+        pids = ", ".join(f"rank {p.rank} pid {p.pid}" for p in g.members[:12])
+        rows.append(
+            f'<tr class="{"odd" if g.odd else "group"}"><td class="who">{_e(g.who())}</td>'
+            f"<td><b>{_e(g.shown())}</b><details><summary>frames</summary>"
+            f'<div class="frames">{frames}</div></details></td><td class="muted">{_e(pids)}</td></tr>'
+        )
+    without = "".join(f"<li>rank {p.rank} {_e(p.role)} pid {p.pid}: {_e(p.problem or '')}</li>" for p in s.without[:20])
+    notes = "".join(f"<li>{_e(n)}</li>" for n in s.notes)
+    return (
+        f"<p>{_e(head)}:</p>"
+        '<table id="stacks"><tr><th>processes</th><th>where (innermost frames)</th><th>which</th></tr>'
+        + "".join(rows)
+        + "</table>"
+        + (f'<ul id="stacks-without">{without}</ul>' if without else "")
+        + (f'<ul id="stacks-notes">{notes}</ul>' if notes else "")
+    )
+
+
 def _when(result: AuditResult) -> str:
     start, total = run_span(result.ranks)
     began = f'<span id="run-start">{_e(timefmt.iso_ms(start))}</span>' if start is not None else "unknown"
@@ -255,6 +288,7 @@ def render(result: AuditResult) -> str:
         if fc.binding is not None:
             judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
             parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')
+        parts.append(_stacks_html(result))
         if fc.log:
             parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
             parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')

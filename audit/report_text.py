@@ -11,6 +11,7 @@ from audit.model import AttemptSummary, AuditResult, Cause, Finding
 from audit.ray_startup import describe as describe_ray_startup
 from audit.restarts import REFUSED
 from audit.sanitize import terminal_safe as _t
+from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
 
 
@@ -101,11 +102,17 @@ def _entered(a: AttemptSummary) -> str:
     return f" ({how}, launch {a.token})" if a.token else f" ({how})"
 
 
-def _first_cause_lines(fc: Cause, unfit: dict[str, Any] | None = None) -> list[str]:
-    """The first cause's block: its headline (rank, kind, phase, time, message), one line of context
-    (who reported it, when in its agent's life, the binding), then the log it points at. Compact on
-    purpose: the whole of it up to the log's name sits in the report's first six lines."""
+def _first_cause_lines(
+    fc: Cause, unfit: dict[str, Any] | None = None, stacks: StacksSummary | None = None
+) -> list[str]:
+    """The first cause's block: its headline (rank, kind, phase, time, message), a hang's odd one
+    out, one line of context (who reported it, when in its agent's life, the binding, an unfit
+    node's exclude line), then the log it points at. Compact on purpose: all of it up to the log's
+    name sits in the report's first six lines; a hang's stacks, grouped across ranks, follow the log."""
     lines = ["First cause:", "  " + _cause_line(fc)]
+    stack_lines = stacks.lines() if stacks is not None else []
+    odd = [ln for ln in stack_lines if ln.startswith("odd one out: ")]
+    lines += [_t(f"  {ln}") for ln in odd[:1]]  # where the run was stuck, named before anything else
     context = []
     if fc.reported_by is not None:
         context.append(f"no record from rank {fc.rank}; reported by rank {fc.reported_by}")
@@ -122,6 +129,9 @@ def _first_cause_lines(fc: Cause, unfit: dict[str, Any] | None = None) -> list[s
         lines += [_t(f"    | {ln}") for ln in fc.excerpt]
     if fc.ray_logs:
         lines.append(_t(f"  Ray's own logs of rank {fc.rank}: {', '.join(fc.ray_logs)}"))
+    if stack_lines:  # every node's stacks, grouped: the odd ones out first
+        head, *rest = stack_lines
+        lines += [_t(f"  {head}:")] + [_t(f"    {line}") for line in rest]
     return lines
 
 
@@ -134,7 +144,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     # A restart the caps refused is why the run stopped now: said before the attempts' causes.
     lines += [_t(f"  restarts stopped ({f.code}): {f.message}") for f in result.findings if f.code == REFUSED]
     if result.first_cause is not None:
-        lines += _first_cause_lines(result.first_cause, result.unfit) + [""]
+        lines += _first_cause_lines(result.first_cause, result.unfit, result.stacks) + [""]
     elif result.unfit:
         lines.append(_t(f"  unfit node(s): {result.unfit.get('exclude')}"))
     lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")

@@ -28,14 +28,16 @@ import orjson
 from audit.lines import LineReader
 from audit.model import Finding
 from audit.safedir import SafeDir, UnsafeFile
+from launch.spec.evidence_lines import (
+    MILES_CONTRACT_GLOB,
+    MILES_CONTRACT_RE,
+    MILES_LOSS_FIELD,
+    MILES_OPTIMIZER_EVENT,
+    MILES_PUBLICATION,
+    metrics_step,
+    miles_step,
+)
 from launch.spec.sections import EvidenceConfig
-
-# The MILES trainer's own file names (its formats, not this project's run-directory contract).
-MILES_CONTRACT_RE = re.compile(r"^training_contract_rank(\d+)\.jsonl$")
-MILES_CONTRACT_GLOB = "training_contract_rank*.jsonl"
-MILES_PUBLICATION = "publication.jsonl"
-MILES_OPTIMIZER_EVENT = "optimizer"
-MILES_LOSS_FIELD = "local_policy_objective"
 
 CAP_BYTES = 1 << 30  # per evidence file: more than any tiny or long run writes, bounded all the same
 LOG_CAP_BYTES = 8 << 30  # a driver's log may be large; the pattern is searched in its first 8 GiB
@@ -154,10 +156,6 @@ def _objects(safe: SafeDir, relpath: str, found: list[Finding]) -> Iterable[tupl
         found.append(Finding("warning", "evidence.truncated", f"read only its first {CAP_BYTES} bytes", relpath))
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceReading:
     r = _Reading("miles")
     try:
@@ -179,8 +177,8 @@ def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceRead
         for n, doc in _objects(safe, rel, found):
             if doc.get("event") != MILES_OPTIMIZER_EVENT or doc.get("optimizer_skipped") is True:
                 continue
-            step = doc.get("step")
-            if isinstance(step, int) and not isinstance(step, bool) and step >= 1:
+            step = miles_step(doc)
+            if step is not None:
                 steps.add(step)
                 r.steps.add(step)
             if MILES_LOSS_FIELD in doc:
@@ -213,8 +211,8 @@ def read_metrics(safe: SafeDir, cfg: EvidenceConfig, found: list[Finding]) -> So
     lines = 0
     for n, doc in _objects(safe, cfg.metrics, found):
         lines += 1
-        step = doc.get(cfg.step_field)
-        if _number(step):
+        step = metrics_step(doc, cfg.step_field)
+        if step is not None:
             r.steps.add(step)
         if cfg.loss_field is not None and cfg.loss_field in doc:
             r.loss(doc[cfg.loss_field], f"{cfg.metrics}:{n}")

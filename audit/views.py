@@ -158,6 +158,7 @@ class FailureRec:
     monotonic_time: float | None = None
     attempt: int | None = None
     checks: tuple[str, ...] = ()  # preflight: the checks that failed on that node
+    hang: dict[str, Any] | None = None  # a hang's progress facts (source, timeout, seconds idle, last step)
 
 
 def _visible(v: Any) -> tuple[str, ...]:
@@ -282,6 +283,7 @@ def failures(run: LoadedRun) -> dict[int, FailureRec]:
             monotonic_time=as_num(d.get("monotonic_time")),
             attempt=as_int(d.get("attempt")),
             checks=tuple(str(c) for c in as_list(d.get("checks")) if isinstance(c, str)),
+            hang=as_dict(d.get("hang")) or None,
         )
     return out
 

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs preflight] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight hang] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import audit_logs, audit_scale, coordination, fstrace, netfs, preflight, procstat, projection
+from . import audit_logs, audit_scale, coordination, fstrace, hang, netfs, preflight, procstat, projection
 from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight")
+PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -224,6 +224,14 @@ def part_netfs(args: argparse.Namespace, res: dict) -> None:
     print(netfs.table(out))
 
 
+def part_hang(args: argparse.Namespace, res: dict) -> None:
+    print(
+        "\n## Hangs: one progress() call; a hang called past progress_timeout and every node's stacks recorded; "
+        f"a frozen node (agent and reaper SIGSTOPped) at N = {' and '.join(map(str, args.frozen))}"
+    )
+    res["hang"] = hang.run(args.frozen, say=print)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -241,6 +249,7 @@ def main() -> int:
     ap.add_argument("--audit-replicas", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--log-mb", type=int, default=1536)
     ap.add_argument("--netfs-reps", type=int, default=8)
+    ap.add_argument("--frozen", type=int, nargs="*", default=[16, 128], help="agents of the frozen-node runs")
     ap.add_argument("--netfs-ttl", type=float, default=30.0, help="the NFS model's listing and negative-cache s")
     ap.add_argument(
         "--netfs-doorbell",

@@ -46,7 +46,7 @@ from schemas.vocab import ResumeEnv
 from tests.harness import audit_head, doorbell_fuzz, fullfs, fuse_install, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
 from tests.harness.nfs_model import NfsClient, nfs_clients
-from tests.harness.specs import result_driver, small_spec, uid
+from tests.harness.specs import JUDGE_TABLES, judge_tables, result_driver, small_spec, uid
 
 BIN = Path(sys.executable).parent
 SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/coord/clock.py's test hook
@@ -178,6 +178,7 @@ class Fault:
     # Called before the agents start: per-rank agent() arguments (merged over SETUP's), e.g. the
     # fake NVML a rank loads; what it starts goes to run.holders (ended after the trial).
     prepare: Callable[[Run], dict[str, dict]] | None = None
+    judge_timeout: int | None = None  # the managed judge's per-request timeout (default: the harness's)
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -556,6 +557,118 @@ FAULTS += (
     ),
 )
 
+# Hangs (issue 34): the driver's node calls the hang, every node keeps its processes' stacks first.
+HANG_TIMEOUT = 4
+SILENT_HANG = (
+    'command = ["python", "-c", "import time\\nfor i in range(3): print(\'step\', i, flush=True); time.sleep(0.3)'
+    '\\ndef wait_for_peer():\\n    time.sleep(3600)\\nwait_for_peer()"]\n'
+    f"progress_timeout = {HANG_TIMEOUT}\nfirst_progress_timeout = {HANG_TIMEOUT}"
+)
+CHATTER_HANG = (
+    'command = ["python", "-c", "import time\\nfor i in range(1, 4): print(\'step\', i, \'loss\', 0.5, flush=True); '
+    "time.sleep(0.3)\\nwhile True: print('waiting for the rollout queue', flush=True); time.sleep(0.2)\"]\n"
+    f"progress_timeout = {HANG_TIMEOUT}\n"
+    'evidence = { log_step_pattern = "^step (?P<step>\\\\d+) loss (?P<loss>\\\\S+)", refresh = "none" }'
+)
+RAY_STUCK = (
+    f'command = ["python", "{REPO / "tests" / "data" / "ray_stuck_actor_driver.py"}"]\n'
+    "progress_timeout = 6\ntrains = false"
+)
+# Grades through a judge that answers the canaries and two grades, then never again; the client's
+# timeout (3 s, 4 attempts) ends the grade at ~16 s, later than progress_timeout: the grade in
+# flight postpones the hang, and the driver's exit names the judge.
+JUDGE_WEDGED = f"{GRADES}\nprogress_timeout = 8"
+WEDGED_ENV = {"GYM_REFERENCE_JUDGE_FAULTS": "hang-after=14", "GRADES": "5", "DEGRADED": "strict"}
+
+
+def _stacks_name(function: str, ranks: range = range(REPLICAS)) -> Callable[[Path], list[str]]:
+    """Every rank kept stacks-RANK.json, and some process's main thread is in `function`."""
+
+    def check(run_dir: Path) -> list[str]:
+        docs = {r: _try(run_dir, names.stacks(r)) for r in ranks}
+        problems = [f"no {names.stacks(r)}" for r, d in docs.items() if d is None]
+        frames = {
+            f["function"]
+            for d in docs.values()
+            if d
+            for p in d["processes"]
+            for t in p["threads"][:1]
+            for f in t["frames"]
+        }
+        if function not in frames:
+            problems.append(f"no process's stacks show {function}")
+        return problems
+
+    return check
+
+
+def _odd_one_out(words: str) -> Callable[[Path], list[str]]:
+    def check(run_dir: Path) -> list[str]:
+        done = subprocess.run([str(BIN / "gym-audit"), str(run_dir), "--json"], capture_output=True, text=True)
+        try:
+            odd = json.loads(done.stdout)["stacks"]["odd_ones_out"]
+        except (ValueError, KeyError, TypeError):
+            return ["gym-audit --json has no stacks summary"]
+        return [] if any(words in o for o in odd) else [f"the odd one out is not {words!r}: {odd}"]
+
+    return check
+
+
+def _judge_named(run_dir: Path, judge: str) -> list[str]:
+    """The driver's exit names the judge that left its grade unanswered; no hang was called."""
+    rec = _try(run_dir, names.failure(0)) or {}
+    problems = [] if rec.get("judge") == judge and "unanswered" in str(rec.get("cause")) else [f"rank 0: {rec}"]
+    return problems + ([f"a hang was called ({names.stacks(0)})"] if _try(run_dir, names.stacks(0)) else [])
+
+
+def _both(*checks: Callable[[Path], list[str]]) -> Callable[[Path], list[str]]:
+    return lambda run_dir: [p for c in checks for p in c(run_dir)]
+
+
+SETUP["judge-never-answers"] = {f"r{r}": {"env": WEDGED_ENV} for r in range(REPLICAS)}
+FAULTS += (
+    Fault(
+        "hang-silent",
+        SILENT_HANG,
+        lambda r: r.fault(),
+        "fail",
+        0,
+        ("hang",),
+        words=("no progress for",),
+        check=_stacks_name("wait_for_peer"),
+    ),
+    Fault(
+        "hang-chatter-evidence-stalls",
+        CHATTER_HANG,
+        lambda r: r.fault(),
+        "fail",
+        0,
+        ("hang",),
+        words=("[driver.evidence]", "step 3"),
+    ),
+    Fault(
+        "ray-actor-stuck",
+        RAY_STUCK,
+        lambda r: r.fault(),
+        "fail",
+        0,
+        ("hang",),
+        ray=True,
+        check=_both(_stacks_name("load_weights"), _odd_one_out("rank 2, Ray worker")),
+    ),
+    Fault(
+        "judge-never-answers",
+        JUDGE_WEDGED,
+        _wait_then(lambda _r: None),
+        "fail",
+        0,
+        ("driver_exit",),
+        judges=True,
+        judge_timeout=3,
+        check=lambda run_dir: _judge_named(run_dir, "general"),
+    ),
+)
+
 # Restart rows: the driver fails at once (exit 3) each attempt; PROGRESSES first writes a new
 # checkpoint file. The fault is the relaunch the caps must refuse (exit REFUSED, attempts/N/refused.json).
 REFUSED = 2
@@ -601,7 +714,7 @@ FAULTS += tuple(
         "fail",
         None,
         (e.kind,),
-        words=(f"slurm (the scheduler), {e.kind}", *e.words),
+        words=((f"slurm (the scheduler), {e.kind}",) if e.by_scheduler else ()) + e.words,
         slurm=True,
     )
     for name, e in faults_slurm.ENDINGS.items()
@@ -643,6 +756,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         judges=fault.judges,
     )
     text = text.replace("[launch]\n", f"[launch]\n{fault.launch_keys}\n", 1)
+    if fault.judge_timeout is not None:
+        text = text.replace(JUDGE_TABLES, judge_tables(timeout=fault.judge_timeout))
     text = text.replace("[launch.coordination]\n", f"[launch.coordination]\n{fault.coordination}\n", 1)
     spec.write_text(text + (f"\n[launch.preflight]\n{fault.preflight}\n" if fault.preflight else ""))
     run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))

@@ -80,6 +80,10 @@ class Ending:
     words: tuple[str, ...]  # the scheduler's own words the audit's first lines must show
     submit_args: tuple[str, ...]
     inject: Callable[[Cluster, int, Path], float]  # ends the job; returns the fault's time (monotonic)
+    # The job's spec, when not the demo's (tmp dir, row name -> spec file), and whether the audit's
+    # first cause is the scheduler's ending (else a rank's own, e.g. a hang the warning found).
+    spec: Callable[[Path, str], Path] | None = None
+    by_scheduler: bool = True
 
 
 def _at_time_limit(c: Cluster, job: int, _run_dir: Path) -> float:
@@ -108,6 +112,38 @@ def _node_down(c: Cluster, job: int, run_dir: Path) -> float:
     return at
 
 
+STUCK_PROGRESS_TIMEOUT = 10
+
+
+def _stuck_spec(tmp: Path, name: str) -> Path:
+    """Three nodes whose driver never makes progress (it prints nothing, calls nothing) while its
+    first_progress_timeout is an hour: only the walltime warning can find it stuck. No restart is
+    allowed: the job the warning requeues is refused at its start (the agents exit 2)."""
+    driver = tmp / "stuck_driver.py"
+    driver.write_text("import time\n\ndef load_checkpoint():\n    time.sleep(3600)\n\nload_checkpoint()\n")
+    path = _tests("test_slurm_endings")._plain_spec(tmp, name, str(driver), nodes=3, extra="max_retries = 0")
+    text = path.read_text().replace(
+        "checkpoint_grace = 30",
+        f"checkpoint_grace = 5\nprogress_timeout = {STUCK_PROGRESS_TIMEOUT}\nfirst_progress_timeout = 3600\n"
+        "trains = false",
+        1,
+    )
+    path.write_text(text)
+    return path
+
+
+def _warned_while_stuck(c: Cluster, job: int, run_dir: Path) -> float:
+    """What Slurm sends at --signal=B:USR1@SECONDS, sent once the driver made no progress for
+    progress_timeout. The warning's trap requeues the job; its next start (Slurm's two-minute hold
+    skipped, as the tests do) is refused by the restart caps, which ends the job."""
+    wait_phase(run_dir, 0, "driver", DRIVER_PHASE_TIMEOUT)
+    time.sleep(STUCK_PROGRESS_TIMEOUT + 3)
+    at = time.monotonic()
+    c.run(["scancel", "--batch", "--signal=USR1", str(job)])
+    _tests("test_slurm_endings")._requeued(c, job)
+    return at
+
+
 ENDINGS: dict[str, Ending] = {
     "slurm-time-limit": Ending(
         "time_limit",
@@ -122,6 +158,15 @@ ENDINGS: dict[str, Ending] = {
         ("DUE TO NODE FAILURE", f"node {DOWN_NODE}"),
         ("--set", 'launch.slurm.directives=["--no-requeue"]'),
         _node_down,
+    ),
+    # The walltime warning on a stuck run: a hang (not time_limit), every node's stacks kept.
+    "slurm-walltime-stuck": Ending(
+        "hang",
+        ("no progress for", "walltime warning"),
+        (),
+        _warned_while_stuck,
+        spec=_stuck_spec,
+        by_scheduler=False,
     ),
 }
 
@@ -158,7 +203,7 @@ def _run(name: str, base: Path, c: Cluster) -> Outcome:
     uuid, root = uid(name, "fault"), tmp / "out"
     run_dir = root / "cluster" / uuid
     problems: list[str] = []
-    spec = rendered.spec(tmp, name, body=endings.BODY, driver_env=endings.LONG)
+    spec = e.spec(tmp, name) if e.spec else rendered.spec(tmp, name, body=endings.BODY, driver_env=endings.LONG)
     job = rendered.submit(c, spec, root, uuid, *e.submit_args)
     try:
         try:
@@ -180,7 +225,7 @@ def _run(name: str, base: Path, c: Cluster) -> Outcome:
     described = orphans.describe(left)
     orphans.kill_all(left)
     state, code = info.get("JobState", "?"), info.get("ExitCode", "?")
-    if state == "COMPLETED":
+    if state == "COMPLETED" and e.by_scheduler:
         problems.append(f"job {job} COMPLETED: the fault did not end it")
     try:
         assert_artifacts_valid(run_dir)
@@ -208,6 +253,11 @@ def _audit_json(run_dir: Path, job: int, e: Ending) -> list[str]:
         fc = json.loads(cli.stdout)["first_cause"] or {}
     except (ValueError, KeyError, TypeError):
         return [f"gym-audit --json exited {cli.returncode} without a report: {cli.stderr.strip()[-300:]}"]
+    if not e.by_scheduler:
+        said = all(w in str(fc.get("cause")) for w in e.words)
+        if fc.get("kind") != e.kind or not said:
+            return [f"gym-audit --json's first cause is {fc.get('kind')!r} ({fc.get('cause')!r}), expected {e.kind}"]
+        return []
     named = f"slurm ended job {job}" in str(fc.get("cause"))
     if fc.get("kind") != e.kind or fc.get("scheduler") != "slurm" or not named:
         return [f"gym-audit --json's first cause is {fc.get('kind')!r} ({fc.get('cause')!r}), expected {e.kind}"]

@@ -322,6 +322,31 @@ def _run_local(args: argparse.Namespace) -> int:
     )
 
 
+# --- stacks -----------------------------------------------------------------
+
+STACKS_EPILOG = """stacks exit codes:
+  0    stacks from at least one agent (a rank that did not answer is named)
+  1    no agent of the run answered in time (a finished run: said so, nobody is asked)
+  2    bad command line or no such run directory"""
+
+
+def _configure_stacks(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="a run directory OUTPUT/cluster/UUID, or a UUID with --output-root")
+    parser.add_argument("--output-root", help="where a bare UUID's run lives (default $GYM_OUTPUT_ROOT)")
+    parser.add_argument("--rank", type=int, metavar="R", help="ask only this rank's agent")
+    parser.add_argument("--json", action="store_true", help="every answer and the grouped summary as JSON")
+    parser.epilog = STACKS_EPILOG
+
+
+def _run_stacks(args: argparse.Namespace) -> int:
+    from launch.live_stacks import run_stacks
+    from launch.status import resolve_run_dir
+
+    if args.rank is not None and args.rank < 0:
+        raise UsageError("--rank must be a rank (0 or more)")
+    return run_stacks(resolve_run_dir(args.run, args.output_root), args.rank, args.json, lambda s: print(s, flush=True))
+
+
 # --- status -----------------------------------------------------------------
 
 
@@ -585,6 +610,12 @@ COMMANDS: list[Command] = [
         "render the job, write it into the run directory and submit it (Slurm's sbatch, Beaker's API or SkyPilot's)",
         _configure_submit,
         _run_submit,
+    ),
+    Command(
+        "stacks",
+        "the stacks of every process of a running run, from every agent, grouped across ranks (changes nothing)",
+        _configure_stacks,
+        _run_stacks,
     ),
     Command(
         "status",

@@ -191,6 +191,26 @@ def grades_segment(relpath: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
+def stacks(rank: int) -> str:
+    """The stacks of every process rank's agent supervised, taken before a hang's teardown."""
+    return f"stacks-{rank}.json"
+
+
+# gym-launch stacks: a request in a small folder (written by gym-launch; the doorbell wakes the
+# agents to read it, a slow listing finds it without) and each rank's answer, stacks-RANK-REQUEST.json,
+# read by name; gym-launch removes both once it has read the answers.
+STACK_REQUESTS_DIR = "stack-requests"
+STACK_REQUEST_RE = re.compile(r"^[0-9a-f]{8,32}$")
+
+
+def stacks_request(request: str) -> str:
+    return f"{STACK_REQUESTS_DIR}/request-{request}.json"
+
+
+def live_stacks(rank: int, request: str) -> str:
+    return f"stacks-{rank}-{request}.json"
+
+
 def driver_log(rank: int) -> str:
     return f"driver-{rank}.log"
 
@@ -257,6 +277,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("attempt", re.compile(r"^attempts/[1-9][0-9]*/(?:claim|ready|refused)\.json$")),
     Artifact("regrade", re.compile(r"^regrade\.json$")),
     Artifact("judge-degraded", re.compile(r"^judge_degraded-(\d+)\.json$")),
+    # stacks-RANK.json (a hang's), or stacks-RANK-REQUEST.json (an answer to gym-launch stacks)
+    Artifact("stacks", re.compile(r"^stacks-(\d+)(?:-[0-9a-f]{8,32})?\.json$")),
+    Artifact("stacks-request", re.compile(r"^stack-requests/request-[0-9a-f]{8,32}\.json$")),
 )
 # JSON Lines artifacts: one document per line, each against the schema (the audit checks every line).
 JSONL_ARTIFACTS: tuple[Artifact, ...] = (Artifact("grade", GRADES_RE),)

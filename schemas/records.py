@@ -31,6 +31,7 @@ def failure_fields(
     fs_condition: FsCondition | str | None = None,
     since_start: float | None = None,
     checks: Sequence[str] = (),
+    hang: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
 
@@ -40,7 +41,8 @@ def failure_fields(
     judge_degraded), ``signal`` and ``sender`` (the signal this
     agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
     refused our writes), ``since_start`` (seconds since that agent started, on its host's clock),
-    ``checks`` (a preflight failure: the checks that failed)."""
+    ``checks`` (a preflight failure: the checks that failed);
+    ``hang`` (a hang's progress facts: source, timeout, seconds idle, last progress and step)."""
     facts: dict[str, Any] = {
         "exit_code": exit_code,
         "child": child,
@@ -51,6 +53,7 @@ def failure_fields(
         "fs_condition": str(fs_condition) if fs_condition is not None else None,
         "since_start": since_start,
         "checks": list(checks) or None,
+        "hang": dict(hang) if hang is not None else None,
     }
     return {
         **{k: v for k, v in facts.items() if v is not None},

@@ -14,7 +14,7 @@ import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,6 +300,46 @@ class RunDir:
     def read_bytes(self, relpath: str, limit: int = MAX_ARTIFACT_BYTES) -> bytes:
         """Raw content; raises FileNotFoundError, RunDirError (symlink, FIFO, too big) or OSError."""
         data = safe_io.read_capped(self._fd, relpath, limit)
+        self.ops["read"] += 1
+        return data
+
+    def unlink(self, relpath: str) -> bool:
+        """Remove one file (never a directory; a symlink itself, not its target). False when it was
+        not there or could not be removed."""
+        return self._remove(relpath, os.unlink)
+
+    def remove_empty_dir(self, relpath: str) -> bool:
+        """Remove a directory of the run only when it is empty (rmdir refuses any other)."""
+        return self._remove(relpath, os.rmdir)
+
+    def _remove(self, relpath: str, remove: Callable[..., None]) -> bool:
+        try:
+            fd, leaf, close = self._parent_fd(relpath)
+        except (OSError, RunDirError):
+            return False
+        try:
+            remove(leaf, dir_fd=fd)
+            self.ops["write"] += 1
+            return True
+        except OSError:
+            return False
+        finally:
+            if close:
+                os.close(fd)
+
+    def size_of(self, relpath: str) -> int | None:
+        """A regular file's size by one lstat, None for anything else (missing, a symlink, a FIFO)."""
+        self.ops["read"] += 1
+        return safe_io.regular_size(self._fd, relpath)
+
+    def read_from(self, relpath: str, offset: int, limit: int) -> bytes:
+        """At most `limit` bytes of a growing file from `offset`: one step of a tail reader.
+        Raises FileNotFoundError, RunDirError (symlink, FIFO) or OSError."""
+        fd = safe_io.open_regular(self._fd, relpath)
+        try:
+            data = os.pread(fd, limit, offset)
+        finally:
+            os.close(fd)
         self.ops["read"] += 1
         return data
 

@@ -108,6 +108,34 @@ class FailureKind(enum.StrEnum):
     CANCELLED = "cancelled"  # someone cancelled the job (scancel, beaker job cancel)
     NODE_FAILURE = "node_failure"  # a node of the job failed or was set down
     PREEMPTED = "preempted"  # a higher-priority job took the allocation
+    # The driver made no progress for [driver] progress_timeout (first_progress_timeout before its first).
+    HANG = "hang"
+
+
+class ProgressSource(enum.StrEnum):
+    """What the driver's node watched for the driver's progress (a hang's `source`), in order of
+    authority: the first that exists is the one that counts (agent/lifecycle/progress_watch.py)."""
+
+    PROGRESS = "progress"  # agent.driver_api.progress() calls
+    EVIDENCE = "evidence"  # the declared training evidence ([driver.evidence])
+    GRADES = "grades"  # grades recorded in grades-RANK.jsonl
+    OUTPUT = "output"  # new bytes of driver output (only when none of the above exists)
+
+
+class StackMethod(enum.StrEnum):
+    """How a process's stacks were taken (stacks-RANK.json `method`)."""
+
+    PY_SPY = "py-spy"  # py-spy dump (ptrace), without local variables
+    FAULTHANDLER = "faulthandler"  # the signal handler the driver API arms (agent.driver_api imported)
+    NONE = "none"  # not taken: the record says why (not Python, no permission, timed out, gone)
+
+
+class StackReason(enum.StrEnum):
+    """Why an agent took its processes' stacks (stacks-RANK.json `reason`)."""
+
+    HANG = "hang"  # the run hangs: before the teardown, on every node
+    WALLTIME = "walltime"  # the scheduler's walltime warning came while the driver made no progress
+    REQUEST = "request"  # gym-launch stacks asked, while the run goes
 
 
 class PreflightCheck(enum.StrEnum):
@@ -193,6 +221,10 @@ class DriverEnv:
     MILES_REPLICA_RANK = "OI_MILES_REPLICA_RANK"
     MILES_REPLICA_COUNT = "OI_MILES_REPLICA_COUNT"
     RAY_NODE_IP_ADDRESS = "RAY_NODE_IP_ADDRESS"
+    # Node-local (never the shared filesystem): the progress board agent.driver_api.progress() writes,
+    # and the folder where a process that imported agent.driver_api keeps its faulthandler dump file.
+    PROGRESS_FILE = "GYM_PROGRESS_FILE"
+    STACK_DUMP_DIR = "GYM_STACK_DUMP_DIR"
 
 
 class ResumeEnv:

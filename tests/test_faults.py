@@ -11,7 +11,14 @@ from bench import faults
 
 pytestmark = pytest.mark.slow
 # crash-loop: three launches of a driver that fails at once, the third refused (coordination only, seconds).
-SUBSET = ("sigkill-agent-driver", "sigstop-sigcont-agent", "launcher-sigkill", "setsid-grandchild", "crash-loop")
+SUBSET = (
+    "sigkill-agent-driver",
+    "sigstop-sigcont-agent",
+    "launcher-sigkill",
+    "setsid-grandchild",
+    "crash-loop",
+    "hang-silent",
+)
 
 
 @pytest.mark.parametrize("name", SUBSET)

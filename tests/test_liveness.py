@@ -155,7 +155,12 @@ class FakeClock:
 
 
 def make_ticked(
-    tmp_path: Path, timeout: float = 10.0, fs_stall_timeout: float | None = None
+    tmp_path: Path,
+    timeout: float = 10.0,
+    fs_stall_timeout: float | None = None,
+    *,
+    poll: float = 0.5,
+    beacon_timeout: float = 0.0,
 ) -> tuple[RunDir, Liveness, FailureSignal, FakeClock]:
     run = RunDir.create(tmp_path, "ticked", mode=0o750)
     signal = FailureSignal()
@@ -167,11 +172,12 @@ def make_ticked(
         3,
         heartbeat_interval=1.0,
         heartbeat_timeout=timeout,
-        poll_interval=0.5,
+        poll_interval=poll,
         signal=signal,
         phase=lambda: "driver",
         now=clock,
         fs_stall_timeout=fs_stall_timeout,
+        beacon_timeout=beacon_timeout,
     )
     return run, live, signal, clock
 

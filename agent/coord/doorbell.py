@@ -45,6 +45,7 @@ from agent.coord.doorbell_msg import (
     NoticeType,
     PeerBell,
     Ring,
+    StacksAsk,
     check_peer,
     decode,
     encode,
@@ -98,6 +99,7 @@ class Doorbell(threading.Thread):
         self._rank = 0
         self._incarnation = ""
         self._on_ring: Callable[[Ring], None] = lambda _r: None
+        self._on_stacks: Callable[[str], None] = lambda _request: None
         self._stopping: Callable[[], bool] = lambda: False
 
     # -- construction ---------------------------------------------------------------------------
@@ -148,11 +150,13 @@ class Doorbell(threading.Thread):
         status: Callable[[], tuple[int, float]] | None = None,
         beacon_every: float | None = None,
         on_beacon: Callable[[int], None] | None = None,
+        on_stacks: Callable[[str], None] | None = None,
     ) -> None:
-        """What the thread needs before start(): the secret, who we are, and what a valid ring or
-        notice does. With `beacon_every`, an alive beacon carrying `status()` (heartbeat sequence,
-        seconds the filesystem call in progress has hung) goes to the watchers that often, and
-        `on_beacon(seq)` tells this agent's own reaper the same (a local pipe, no filesystem)."""
+        """What the thread needs before start(): the secret, who we are, and what a valid ring,
+        notice or request for stacks (gym-launch stacks: `on_stacks(request)`) does. With
+        `beacon_every`, an alive beacon carrying `status()` (heartbeat sequence, seconds the
+        filesystem call in progress has hung) goes to the watchers that often, and `on_beacon(seq)`
+        tells this agent's own reaper the same (a local pipe, no filesystem)."""
         self._secret, self._run, self._attempt = secret, run, attempt
         self._rank, self._incarnation = rank, incarnation
         self._on_ring, self._stopping = on_ring, stopping
@@ -160,6 +164,8 @@ class Doorbell(threading.Thread):
             self._on_notice = on_notice
         if status is not None:
             self._status = status
+        if on_stacks is not None:
+            self._on_stacks = on_stacks
         self._beacon_every = beacon_every
         self._on_beacon = on_beacon
         self._armed = True
@@ -400,8 +406,8 @@ class Doorbell(threading.Thread):
                 continue
             with self._lock:
                 known, partial = self._targets is not None, self._partial
-            if isinstance(msg, Notice) and (partial or not known):
-                continue  # a beacon or wake-up from before our rendezvous: nothing to keep
+            if isinstance(msg, Notice | StacksAsk) and (partial or not known):
+                continue  # a beacon, wake-up or request from before our rendezvous: nothing to keep
             if not known:
                 self._hold(msg)
                 continue
@@ -453,6 +459,13 @@ class Doorbell(threading.Thread):
             if msg.type is NoticeType.ALIVE:
                 self.counts["beacons_received"] += 1
             self._on_notice(msg)
+            return
+        if isinstance(msg, StacksAsk):
+            if msg.to == self._rank:
+                self.counts["stacks_asked"] += 1
+                self._on_stacks(msg.request)  # a wake-up only: the responder reads the request file
+            else:
+                self._drop(Dropped(Drop.UNKNOWN_RANK, f"a request for rank {msg.to}"), sender)
             return
         ring = msg
         if ring.failed_rank == self._rank:

@@ -17,6 +17,8 @@ only: hosts' clocks are never compared). Three types:
   preflight/network.py); the peer's doorbell sends an `echo` carrying the probe's seq (in hb_seq)
   back to where the probe came from, so a port that is open but firewalled is told from one that
   answers.
+- `stacks` (StacksAsk): from gym-launch stacks, not a peer: rank `to` is asked to answer the request
+  file it names (the envelope and its builder are schemas/doorbell_wire.py's, which gym-launch uses).
 The tag is checked before the body is parsed: nothing unauthenticated reaches the JSON parser.
 A datagram is at most MAX_DATAGRAM bytes, under the smallest IPv6 MTU (no fragmentation).
 """
@@ -24,18 +26,17 @@ A datagram is at most MAX_DATAGRAM bytes, under the smallest IPv6 MTU (no fragme
 from __future__ import annotations
 
 import enum
-import hashlib
 import hmac
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from schemas import names
+from schemas.doorbell_wire import MAGIC, MAX_DATAGRAM, STACKS_TYPE, TAG_BYTES, seal
+from schemas.doorbell_wire import tag as _tag
 from schemas.vocab import FailureKind
 
-MAGIC = b"GYMDB1"
-TAG_BYTES = hashlib.sha256().digest_size
-MAX_DATAGRAM = 1200
 MAX_CAUSE_BYTES = 600
 MAX_TEXT = 64  # run uuid (<= 128 by names.UUID_RE, but ours are short), incarnations
 MAX_RANK = 1 << 20
@@ -110,7 +111,20 @@ class Notice:
     fs_busy: float = 0.0
 
 
-Message = Ring | Notice
+@dataclass(frozen=True)
+class StacksAsk:
+    """gym-launch stacks asks rank `to` (at `to_incarnation`) to answer request `request`."""
+
+    run: str
+    attempt: int
+    to: int
+    to_incarnation: str
+    request: str
+    seq: int
+    sent_at: float
+
+
+Message = Ring | Notice | StacksAsk
 NOTICE_TYPES = frozenset(str(t) for t in NoticeType)
 RING_TYPE = "ring"
 
@@ -121,16 +135,11 @@ def cut(text: str, limit: int = MAX_CAUSE_BYTES) -> str:
     return text if len(raw) <= limit else raw[:limit].decode("utf-8", errors="ignore")
 
 
-def _tag(secret: bytes, signed: bytes) -> bytes:
-    return hmac.new(secret, signed, hashlib.sha256).digest()
-
-
 def _signed(body: dict[str, Any], secret: bytes) -> bytes:
-    signed = MAGIC + orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    return signed + _tag(secret, signed)
+    return seal(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), secret)
 
 
-def encode(msg: Message, secret: bytes) -> bytes:
+def encode(msg: Ring | Notice, secret: bytes) -> bytes:
     """The datagram for `msg`; a ring's cause is cut until the whole fits in MAX_DATAGRAM."""
     if isinstance(msg, Notice):
         return _signed(
@@ -216,6 +225,19 @@ def _shape(doc: Any) -> Message:
 
     sent_at = number("sent_at", -1e12, 1e12)
     kind_of = doc.get("type")
+    if kind_of == STACKS_TYPE:
+        request = text("request", 32)
+        if not names.STACK_REQUEST_RE.match(request):
+            raise Dropped(Drop.MALFORMED, "request is not a request id")
+        return StacksAsk(
+            run=text("run", 128),
+            attempt=integer("attempt", 1, 1 << 20),
+            to=integer("to", 0, MAX_RANK),
+            to_incarnation=text("to_incarnation"),
+            request=request,
+            seq=integer("seq", 0, 1 << 62),
+            sent_at=sent_at,
+        )
     if kind_of in NOTICE_TYPES:
         return Notice(
             type=NoticeType(kind_of),
@@ -229,7 +251,7 @@ def _shape(doc: Any) -> Message:
             fs_busy=number("fs_busy", 0, 1e9),
         )
     if kind_of != RING_TYPE:
-        raise Dropped(Drop.MALFORMED, "type is not ring, alive, complete, probe or echo")
+        raise Dropped(Drop.MALFORMED, "type is not ring, alive, complete, probe, echo or stacks")
     kind = text("kind")
     if kind not in _KINDS:
         raise Dropped(Drop.MALFORMED, f"kind {kind!r} is not a failure kind")
@@ -252,6 +274,13 @@ def check_peer(msg: Message, attempt: int, incarnations: dict[int, str]) -> None
     incarnations their address records name (an old attempt's or incarnation's message is stale)."""
     if msg.attempt != attempt:
         raise Dropped(Drop.STALE, f"attempt {msg.attempt}, not {attempt}")
+    if isinstance(msg, StacksAsk):  # from gym-launch: only its addressee is checked
+        known = incarnations.get(msg.to)
+        if known is None:
+            raise Dropped(Drop.UNKNOWN_RANK, f"rank {msg.to}")
+        if msg.to_incarnation != known:
+            raise Dropped(Drop.STALE, f"rank {msg.to} incarnation {msg.to_incarnation}, not {known}")
+        return
     who = [(msg.sender, msg.incarnation)]
     if isinstance(msg, Ring):
         who.append((msg.failed_rank, msg.failed_incarnation))

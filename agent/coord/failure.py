@@ -34,12 +34,16 @@ class Failure:
     sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
     fs_condition: FsCondition | None = None  # the run directory refused our writes
     checks: tuple[str, ...] = ()  # a preflight failure: the checks that failed (agent/preflight/)
+    hang: dict[str, Any] | None = None  # a hang's progress facts (agent/lifecycle/progress_watch.py)
     # A reaction's (peer_failure) view of the failure it reacts to: that record's own cause, which
     # the doorbell rings on to the other peers (not written: `cause` quotes it).
     reacted_cause: str | None = None
     # Heard on the doorbell (not written): its sender already rang every peer, so this agent
     # does not ring it on (a failure wave of N agents would otherwise send N^2 datagrams).
     heard_on_doorbell: bool = False
+    # Not written: this node stops for the scheduler's walltime warning while the driver is stuck
+    # (its node calls that a hang): its processes' stacks are kept before the teardown too.
+    keep_stacks: bool = False
     wall_time: float = field(default_factory=clock.wall)
     monotonic_time: float = field(default_factory=clock.mono)
 
@@ -133,6 +137,7 @@ def write_failure_record(
         signal=failure.signal,
         fs_condition=failure.fs_condition,
         checks=failure.checks,
+        hang=failure.hang,
         # The agent's start on the same host's monotonic clock (the reaper is told it).
         since_start=max(0.0, failure.monotonic_time - started_mono) if started_mono is not None else None,
     )

@@ -21,6 +21,15 @@ first); past that the run fails as fs_stall, never as a silent rank. While every
 beacons arrive the doorbell is known to work, so the files are only the backstop: failures/ is
 listed once per heartbeat interval instead of every poll interval, and a peer's heartbeat file is
 read every heartbeat_timeout / 2 instead of every interval (files-only runs poll as before).
+
+A frozen node (kernel hang, power loss, a SIGSTOPped agent) stops both signals at once. A watched
+peer whose beacons, once seen, have stopped for beacon_timeout AND whose heartbeat file has not
+changed for as long has failed (peer_silent: "no beacon and no heartbeat for N s"), in seconds
+instead of heartbeat_timeout. Either signal alone keeps it alive (a stalled filesystem still
+beacons, a lost network path still writes files): heartbeat_timeout stays the backstop. While a
+beacon is late the loop wakes every poll interval and reads that peer's file; a beacon's heartbeat
+seq says whether the file moved since it, so a file read rarely while beacons flowed is not taken
+for a live one. A pause of this agent itself (a loaded host) is ridden out, not blamed on peers.
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ class _PeerView:
     beacon_seq: int = 0  # the heartbeat seq that beacon carried
     beacon_fs_busy: float = 0.0  # how long its filesystem call had hung then
     riding: bool = False  # said once per episode: its file is still, its beacons arrive
+    late_said: bool = False  # said once per episode: its beacons stopped, its file is watched closely
 
 
 class FsTimer:
@@ -145,6 +155,7 @@ class Liveness(threading.Thread):
         local_events: bool = True,
         fs_stall_timeout: float | None = None,
         completed: threading.Event | None = None,
+        beacon_timeout: float = 0.0,
     ) -> None:
         super().__init__(name=f"liveness-{rank}", daemon=True)
         self.run_dir = run
@@ -171,6 +182,15 @@ class Liveness(threading.Thread):
         self.fs_stall_timeout = fs_stall_timeout  # None: no stall watch (unit tests on a fake clock)
         self._stall_watch: StallWatch | None = None
         self._beacons = False  # set_beacons(): watched peers send alive beacons
+        # Beacons stopped and the heartbeat file still for this long: a frozen peer (0: files only).
+        self.beacon_timeout = beacon_timeout
+        self._last_tick: float | None = None  # when tick() last ran: our own pause is not the peers'
+        # The walltime warning's failure, as the agent's wiring sees it (a stuck driver makes it a
+        # hang); more heartbeat fields (the driver's node: how long without progress). No I/O in either
+        # but the one read the walltime hook may do.
+        self.on_walltime: Callable[[Failure], Failure] = lambda failure: failure
+        self._warned = False  # a peer rang with the walltime warning: this thread handles it as its own
+        self.heartbeat_extra: Callable[[], dict] = dict
         # Set when the driver's node sends `complete` (a wake-up for the wait on its ack only).
         self.completed = completed if completed is not None else threading.Event()
 
@@ -298,7 +318,12 @@ class Liveness(threading.Thread):
         on a fake clock."""
         if self.signal.is_set():
             return self.poll
+        if self._warned:
+            self._warned = False
+            self._walltime_warning()
+            return self.poll
         now = self.now()
+        self._ride_out_own_pause(now)
         beat = self._next_beat is None or now >= self._next_beat
         if beat:
             self._beat()
@@ -306,11 +331,12 @@ class Liveness(threading.Thread):
             if self._watching.is_set():
                 self._check_peers()
             self._next_beat = now + self.hb_interval
+        late = self._check_frozen()
         carried = self.doorbell_carries()
         if beat or news or not carried:
             self._check_failures()
         to_beat = max(0.0, (self._next_beat or now) - self.now())
-        return to_beat if carried else min(self.poll, to_beat)
+        return to_beat if carried and not late else min(self.poll, to_beat)
 
     def _ride_out_stall(self) -> bool:
         """A call of ours that took longer than a heartbeat interval means the shared filesystem
@@ -336,6 +362,7 @@ class Liveness(threading.Thread):
             "seq": self.seq,
             "phase": str(self.phase()),
             "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
+            **self.heartbeat_extra(),
         }
         try:
             self.fs.call(
@@ -367,6 +394,86 @@ class Liveness(threading.Thread):
                     fs_condition=fs_condition(exc),
                 )
             )
+
+    def _ride_out_own_pause(self, now: float) -> None:
+        """This loop did not run for a while (a loaded host, a stopped process, a suspended VM):
+        beacons sat in the socket meanwhile and files were not read. Age the peers from now: our
+        own pause is not their silence."""
+        last, self._last_tick = self._last_tick, now
+        if last is None or self.beacon_timeout <= 0 or now - last <= max(self.beacon_timeout / 2, 2 * self.hb_interval):
+            return
+        log.warning("the liveness loop did not run for %.1fs; peers are aged from now", now - last)
+        for view in self._watch.values():
+            view.age.changed_at = now
+            if view.beacon_at is not None:
+                view.beacon_at = now
+
+    def _beacon_late(self, view: _PeerView, now: float) -> bool:
+        """Its beacons were seen and have stopped for two intervals: watch its file closely."""
+        return (
+            self.beacon_timeout > 0
+            and self._beacons
+            and view.beacon_at is not None
+            and now - view.beacon_at > min(self.beacon_timeout, 2 * self.hb_interval)
+        )
+
+    def _check_frozen(self) -> bool:
+        """Every round: a watched peer whose beacons stopped has its heartbeat file read (once per
+        poll interval), and fails once neither signal moved for beacon_timeout. True while some
+        watched peer's beacons are late (the loop then wakes every poll interval)."""
+        if not self._watching.is_set():
+            return False
+        late = False
+        for peer, view in self._watch.items():
+            now = self.now()
+            if not self._beacon_late(view, now):
+                view.late_said = False
+                continue
+            late = True
+            if view.read_at is not None and now - view.read_at < self.poll:
+                continue
+            rel = names.heartbeat(peer)
+            read = self.fs.call(f"reading {rel}", partial(self.run_dir.read_json_checked, rel))
+            if self._ride_out_stall():
+                return True  # our own filesystem stalled: no age of this round is the peer's
+            now = self.now()
+            before, view.read_at = view.read_at, now
+            age = view.age
+            if age.observe(read, now) and age.seq is not None:
+                # When did the file last change? It was read rarely while beacons flowed. A seq its
+                # last beacon already carried was written before that beacon; a newer one after it,
+                # and after our previous read, but (were the node stopped) within one interval of
+                # that beacon: a live peer that lost its network path writes again, which the next
+                # reads see. The latest such time is taken, so stillness is never overstated.
+                assert view.beacon_at is not None
+                if age.seq <= view.beacon_seq:
+                    age.changed_at = min(now, view.beacon_at)
+                else:
+                    age.changed_at = min(now, max(view.beacon_at + self.hb_interval, before or 0.0))
+            still = now - max(age.changed_at, view.beacon_at or age.changed_at)
+            if still > self.beacon_timeout:
+                self.signal.trip(
+                    Failure(
+                        kind=FailureKind.PEER_SILENT,
+                        cause=f"rank {peer}: no beacon and no heartbeat for {still:.1f}s (beacon_timeout "
+                        f"{self.beacon_timeout:g}s; its last beacon carried heartbeat seq {view.beacon_seq}, "
+                        f"its file shows seq {age.seq}){age.describe_corrupt()}",
+                        phase=str(self.phase()),
+                        reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
+                        peers=(peer,),
+                    )
+                )
+                return True
+            if not view.late_said:
+                view.late_said = True
+                log.info(
+                    "rank %d's beacons stopped %.1fs ago; its heartbeat file is read every %gs (beacon_timeout %gs)",
+                    peer,
+                    now - (view.beacon_at or now),
+                    self.poll,
+                    self.beacon_timeout,
+                )
+        return late
 
     def _beacon_fresh(self, view: _PeerView, now: float) -> bool:
         return self._beacons and view.beacon_at is not None and now - view.beacon_at <= self.hb_timeout
@@ -470,7 +577,18 @@ class Liveness(threading.Thread):
 
     def _react(self, peer: int, doc: dict, *, heard: bool = False) -> None:
         """Stop for rank `peer`'s failure record `doc` (its kind, cause and incarnation): read from
-        failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came."""
+        failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came.
+        A peer's time_limit is the scheduler's walltime warning, which concerns this node as much:
+        it stops for the warning itself (on_walltime decides what that is here: a stuck driver makes
+        it a hang), from this thread (a ring arrives on the doorbell's, which does no I/O)."""
+        if doc.get("kind") == FailureKind.TIME_LIMIT:
+            if heard:
+                self._warned = True
+                if self._wakeup is not None:
+                    self._wakeup.set()
+            else:
+                self._walltime_warning()
+            return
         self.signal.trip(
             Failure(
                 kind=FailureKind.PEER_FAILURE,
@@ -505,15 +623,18 @@ class Liveness(threading.Thread):
             said = self.run_dir.read_bytes(names.WALLTIME_WARNING)[:200].decode(errors="replace").strip()
         except OSError:
             said = ""
-        self.signal.trip(
-            Failure(
-                kind=FailureKind.TIME_LIMIT,
-                cause="the scheduler warned that the job's time limit is near"
-                + (f" ({names.WALLTIME_WARNING}: {said})" if said else "")
-                + "; stopping before it, the driver within its checkpoint grace",
-                phase=str(self.phase()),
-            )
+        failure = Failure(
+            kind=FailureKind.TIME_LIMIT,
+            cause="the scheduler warned that the job's time limit is near"
+            + (f" ({names.WALLTIME_WARNING}: {said})" if said else "")
+            + "; stopping before it, the driver within its checkpoint grace",
+            phase=str(self.phase()),
         )
+        try:
+            failure = self.on_walltime(failure)
+        except Exception as exc:  # noqa: BLE001 - the warning still stops the run
+            log.warning("walltime warning: %s: %s", type(exc).__name__, exc)
+        self.signal.trip(failure)
 
     def _first_cause(self, peer: int, doc: dict) -> tuple[int, dict]:
         """A record that only reacts to another (peer_failure) is followed to the one it names, a

@@ -30,6 +30,7 @@ from agent.judges.extraction import extract_answer
 from agent.judges.framing import GradingPrompt
 from agent.judges.replies import ReplyFormatError
 from agent.judges.rubrics import Rubric
+from agent.proc import driver_local
 from schemas.vocab import GradeOutcome
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+GRADING_MARGIN_S = 5.0  # beyond a grade's own deadline: the time to record and raise
 REPLY_EXCERPT_CHARS = 300
 
 
@@ -265,6 +267,17 @@ class JudgeClient:
         it; a direct call without one is matched to the registry's binding of this judge and rubric)."""
         if rubric.uses_reference and reference is None:
             raise ValueError(f"rubric {rubric.name!r} ({rubric.source}) needs a reference answer")
+        # Under the agent: a hang is not called while this grade may still end by its own deadline.
+        board = driver_local.board()
+        token = board.grading(time.monotonic() + self.grading_budget())
+        try:
+            return self._recorded_grade(rubric, question, answer, reference, binding)
+        finally:
+            board.graded(token)
+
+    def _recorded_grade(
+        self, rubric: Rubric, question: str, answer: str, reference: str | None, binding: str | None
+    ) -> Grade:
         recorder = self.recorder
         if recorder is None:
             try:
@@ -303,6 +316,14 @@ class JudgeClient:
             diagnostics=grade.verifier_diagnostics,
         )
         return grade
+
+    def grading_budget(self) -> float:
+        """The longest one grade can take before it returns or raises: every attempt of the chat
+        request (and of the tokenize request before it) at the per-request timeout, the backoffs
+        between them, and a margin."""
+        backoffs = sum(min(self.max_backoff_s, self.backoff_s * (2**a)) for a in range(self.max_retries))
+        one = self.timeout * (self.max_retries + 1) + backoffs
+        return one * (2 if self.max_context_length is not None else 1) + GRADING_MARGIN_S
 
     def _named(self, exc: JudgeError, binding: str | None, rubric: Rubric) -> None:
         """Say which binding (else rubric) and judge the failed grade was for: a driver that lets

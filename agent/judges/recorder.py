@@ -40,6 +40,7 @@ from agent.judges.alarm import (
 )
 from agent.judges.grade_log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, GradeLog, bounded
 from agent.judges.rubrics import Rubric
+from agent.proc import driver_local
 from schemas import DriverEnv
 from schemas.timefmt import iso_ms
 from schemas.vocab import GradeOutcome
@@ -224,6 +225,8 @@ class GradeRecorder:
                 line["shortened"] = True
             if self.log is not None:
                 self._write(line)
+                # Progress (the agent's watch sees the grade); an unanswered one names its judge.
+                driver_local.board().grade_recorded(str(outcome), judge)
             trip = None
             if self.alarm is not None:
                 bad = None

@@ -30,7 +30,8 @@ then degrade);
 ``slow S`` sleeps S seconds in every chat completion; ``hang-health-after N`` stops answering
 /health after N seconds (the connection is accepted, no reply is ever sent);
 ``crash-after N`` exits with status 70 after N seconds; ``loading S`` answers /health 503 for
-the first S seconds (a large model loading).
+the first S seconds (a large model loading); ``hang-after N`` accepts the (N+1)-th chat completion
+and every later one and never answers them (a wedged engine whose /health still answers).
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class Faults:
     crash_after_s: float | None = None
     no_tokenize: bool = False  # like an external service that serves no /tokenize
     loading_s: float = 0.0  # /health answers 503 this long after start, like a large model loading
+    hang_after: float | None = None  # chat completions answered before every later one hangs
 
 
 _FAULT_KINDS = {
@@ -192,6 +194,7 @@ _FAULT_KINDS = {
     "slow": True,
     "hang-health-after": True,
     "crash-after": True,
+    "hang-after": True,
 }
 
 
@@ -224,6 +227,7 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         hang_health_after_s=values.get("hang-health-after"),
         crash_after_s=values.get("crash-after"),
         loading_s=float(values.get("loading", 0.0)),
+        hang_after=values.get("hang-after"),
     )
 
 
@@ -418,6 +422,12 @@ class Handler(BaseHTTPRequestHandler):
             return ""
         if config.faults.slow_s > 0:
             time.sleep(config.faults.slow_s)
+        chat = self.server.next_chat()
+        if config.faults.hang_after is not None and chat > config.faults.hang_after:
+            self._status = 0
+            self.server.stopping.wait()  # accepted, never answered: the client's own timeout decides
+            self.close_connection = True
+            return "hang-after fault: not replying"
 
         parsed = parse_messages(messages)
         if parsed is None:
@@ -428,7 +438,7 @@ class Handler(BaseHTTPRequestHandler):
         fmt, (low, high) = _asked_format(messages, config)
         score = round(low + (high - low) * tenths / SCORE_MAX)
         after = config.faults.invalid_after
-        invalid = config.faults.invalid or (after is not None and self.server.next_chat() > after)
+        invalid = config.faults.invalid or (after is not None and chat > after)
         if invalid:
             reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
         elif fmt == "json":

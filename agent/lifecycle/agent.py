@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from agent.coord import clock
@@ -34,19 +36,21 @@ from agent.coord.rendezvous import Peer, agree, gather, node_order
 from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
+from agent.lifecycle.hang_stacks import HangStacks, walltime_failure
 from agent.lifecycle.node_steps import NodeSteps, Running
 from agent.lifecycle.phase_log import PhaseLog
 from agent.lifecycle.state import StateMachine
 from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, TEARDOWN, Step, applies
 from agent.lifecycle.topology import Topology
 from agent.preflight.runtime import PreflightRuntime
-from agent.proc import signals
+from agent.proc import signals, tempdirs
 from agent.proc.cpu_priority import lower_priority
 from agent.proc.procgroup import become_subreaper, escaped_descendants, session_members
 from agent.proc.supervisor import Supervisor, child_env
 from agent.ray import node as ray_node
 from agent.ray.runtime import RayRuntime
 from agent.reaper import ReaperChannel
+from agent.stacks.live import LiveStacks
 from launch.spec.config import RunConfig
 from launch.spec.plan import Plan
 from schemas import (
@@ -118,6 +122,8 @@ class Agent:
         self.signal.on_trip(self._start_failure_record)
         self._bell, self._bell_note = doorbell  # bound by the CLI before the address record
         self._liveness: Liveness | None = None  # exists once the lifecycle runs
+        self._stacks: HangStacks | None = None  # a hang's stacks, taken before the teardown
+        self._live: LiveStacks | None = None  # answers gym-launch stacks
 
     def _start_failure_record(self) -> None:
         """Write the failure record the moment the signal trips, from a thread of its own: peers
@@ -151,6 +157,8 @@ class Agent:
             self.signal, self.coord.teardown_grace, channel, self.log.phase_name, spare=(reaper.pid,)
         )
         self.log.on_phase = channel.phase
+        node_dir = tempdirs.make(tempdirs.DRIVER_PREFIX)  # node-local: progress board, fallback stack dumps
+        channel.temp_dir(node_dir)  # removed by the reaper if we are SIGKILLed
         wake = threading.Event()  # a wait's early end: a peer's `complete` notice, or a failure
         self.signal.on_trip(wake.set)
         ctx = RunContext(
@@ -171,7 +179,11 @@ class Agent:
             wake=wake,
             doorbell_carries=lambda: self._liveness_carries(),
             notify_complete=lambda: self._bell.complete() if self._bell is not None else None,
+            local_dir=node_dir,
         )
+        # First thing when the children are stopped, before any grace: a hang's stacks.
+        stacks = self._stacks = HangStacks(ctx)
+        supervisor.before_stop(stacks.take)
         judges = JudgeRuntime(ctx)
         ray = RayRuntime(ctx, self.ident.count, self._agent_log_fd)
         liveness = Liveness(
@@ -186,6 +198,7 @@ class Agent:
             phase=self.log.phase_name,
             fs_stall_timeout=self.coord.fs_stall_timeout,
             completed=wake,
+            beacon_timeout=self.coord.beacon_timeout if self.coord.doorbell else 0.0,
         )
         self._liveness = liveness
         preflight = PreflightRuntime(
@@ -197,12 +210,22 @@ class Agent:
         )
         driver = DriverRuntime(ctx, judges, ray, self.ident.count)
         running = Running(ctx, reaper, liveness, judges, ray, driver, preflight)
+        liveness.heartbeat_extra = running.driver.heartbeat_fields
+        running.driver.before_hang = stacks.take_for  # the stacks first: no node tears down before them
+        # gym-launch stacks, answered while the run goes (woken by the doorbell, or by its own listing).
+        live = LiveStacks(
+            self.run, self.writer, self.rank, supervisor, self.signal, self.coord.stack_dump_timeout, node_dir
+        )
+        live.start()
+        self._live = live
         liveness.start()
         self._start_doorbell(liveness, channel)
         try:
             self.states.advance(AgentState.STARTING)
             on = NodeSteps(running, self._agree(running))  # plan agreement gives the topology
             running.driver.arm_grace(on.topo)
+            liveness.on_walltime = partial(walltime_failure, ctx, on.topo, running.driver, stacks)
+            stacks.driver_node = on.topo.is_driver_node
             self._run_steps(PLACED_STEPS, on)
             self.states.advance(AgentState.RUNNING)
             self._run_steps(RUN_STEPS, on)
@@ -310,6 +333,7 @@ class Agent:
             status=liveness.status,
             beacon_every=self.coord.heartbeat_interval,
             on_beacon=reaper.alive,  # the reaper rides out a still heartbeat file as the watchers do
+            on_stacks=self._live.ask if self._live is not None else None,
         )
         bell.start()
         log.info("doorbell listening on %s (UDP)", bell.where)
@@ -394,6 +418,8 @@ class Agent:
 
     def stop_everything(self, running: Running) -> list[dict]:
         supervisor = running.ctx.supervisor
+        if self._live is not None:
+            self._live.stop()
         running.judges.stop()
         records_ = supervisor.stop_all()
         supervisor.halt()
@@ -402,6 +428,8 @@ class Agent:
         # A heartbeat write in flight finishes (the process ends without finalization).
         running.liveness.join(LIVENESS_JOIN_S)
         running.ray.keep_session_logs()
+        if running.ctx.local_dir is not None:
+            shutil.rmtree(running.ctx.local_dir, ignore_errors=True)
         return [r.to_json() for r in records_]
 
     def _leftovers(self, running: Running, groups: list[dict]) -> list[int]:
@@ -458,6 +486,8 @@ class Agent:
         self.out(f"FAILED in {failure.phase or self.log.phase_name()}: {failure.kind}: {failure.cause}")
         groups = self.stop_everything(running)
         writer.join(FAILURE_WRITE_BUDGET_S)
+        if self._stacks is not None:
+            self._stacks.write(keeper)  # taken before the first child was stopped
         leftovers = self._leftovers(running, groups)
         keeper.write(
             names.cleanup(self.rank),

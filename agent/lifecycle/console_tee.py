@@ -24,8 +24,16 @@ CONSOLE_BACKLOG = 10_000
 class ConsoleTee:
     """Owns a pipe: `write_fd` is the child's stdout/stderr; `close_child_end()` after starting it."""
 
-    def __init__(self, log_fd: int, prefix: str, console_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        log_fd: int,
+        prefix: str,
+        console_fd: int | None = None,
+        on_line: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.read_fd, self.write_fd = os.pipe()
+        self.bytes = 0  # bytes the child wrote so far (the progress watch's last resort)
+        self._on_line = on_line  # every complete line, in this thread (the progress watch's log pattern)
         os.set_inheritable(self.write_fd, True)
         self.log_fd = log_fd
         self.prefix = prefix.encode()
@@ -92,11 +100,17 @@ class ConsoleTee:
             if not chunk:
                 break
             _write_all(self.log_fd, chunk)
+            self.bytes += len(chunk)
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 self._emit(line)
                 self.lines += 1
+                if self._on_line is not None:
+                    try:
+                        self._on_line(line)
+                    except Exception:  # noqa: BLE001 - a watcher's bug must never stop the driver's output
+                        self._on_line = None
             if len(pending) > MAX_CONSOLE_LINE:
                 self._emit(pending)
                 pending = b""

@@ -40,6 +40,8 @@ class RunContext:
     # Peers' doorbell beacons arrive: the files are only the backstop, polled once per heartbeat.
     doorbell_carries: Callable[[], bool] = lambda: False
     notify_complete: Callable[[], None] = lambda: None  # the driver's node: tell peers its ack is there
+    # Node-local (agent/proc/driver_local.py): the driver's progress board, processes' fallback stack dumps.
+    local_dir: str | None = None
 
     def progress(self, describe: Callable[[float], str]) -> Progress:
         """Progress lines for a long wait, at the spec's calm rate (coordination.progress_interval)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 
 from agent.coord import clock
@@ -17,7 +18,10 @@ from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.console_tee import ConsoleTee
 from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver_stop import DriverStop, await_driver_node
+from agent.lifecycle.evidence_tail import EvidenceTail
+from agent.lifecycle.progress_watch import ProgressThread, ProgressWatch, Sources, board_reader, evidence_source
 from agent.lifecycle.topology import Topology
+from agent.proc import driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
 from schemas import DriverEnv, FailureKind, Phase, RunOutcome, names
@@ -35,6 +39,10 @@ class DriverRuntime:
         self._done = threading.Event()
         self._seconds = 0.0
         self._wrote_complete = False  # this node wrote complete.json (the driver's node)
+        self.watch: ProgressWatch | None = None  # the driver's progress (the driver's node, once it runs)
+        self._board: str | None = None  # the progress board's node-local path
+        # Called with the hang before it trips (the agent takes every process's stacks then).
+        self.before_hang: Callable[[Failure], None] = lambda _failure: None
 
     # -- environment and command line -------------------------------------------------------------
 
@@ -62,6 +70,8 @@ class DriverRuntime:
             DriverEnv.CHECKPOINT_DIR: str(run.path / names.CHECKPOINTS_DIR),
             DriverEnv.PLAN: json.dumps(plan_json, sort_keys=True),
             DriverEnv.DRIVER_RESULT: str(run.path / names.DRIVER_RESULT),
+            **({DriverEnv.PROGRESS_FILE: self._board} if self._board else {}),
+            **({DriverEnv.STACK_DUMP_DIR: ctx.local_dir} if ctx.local_dir else {}),
             **({DriverEnv.STOP_FILE: str(run.path / names.DRIVER_STOP)} if self._grace() else {}),
             **self._run_file_env(),
             **self.judges.driver_env(),
@@ -120,14 +130,38 @@ class DriverRuntime:
         return " ".join(self.argv()[0])
 
     def exit_failure(self, code: int) -> Failure:
-        """The one place the driver's non-zero exit becomes a failure."""
+        """The one place the driver's non-zero exit becomes a failure. When its last grade went
+        unanswered (a judge that accepts requests and never answers), the judge is named: the
+        ending is the judge's (read from the node-local progress board: no I/O)."""
+        cause = f"the driver exited with code {code}"
+        reading = self._board_reading()
+        judge = None
+        if reading is not None and reading.unanswered is not None:
+            outcome, judge = reading.unanswered
+            cause += (
+                f" after judge {judge} left its last grade unanswered ({outcome}: see its log and "
+                f"{names.grades(self.ctx.rank)})"
+            )
         return Failure(
             kind=FailureKind.DRIVER_EXIT,
-            cause=f"the driver exited with code {code}",
+            cause=cause,
             phase=str(Phase.DRIVER),
             log=names.driver_log(self.ctx.rank),
             exit_code=code,
+            judge=judge or None,
         )
+
+    def _board_reading(self) -> driver_local.BoardReading | None:
+        if self._board is None:
+            return None
+        try:
+            reader = driver_local.BoardReader(self._board)
+        except OSError:
+            return None
+        try:
+            return reader.read()
+        finally:
+            reader.close()
 
     def degraded_failure(self) -> Failure | None:
         """The degraded-judge alarm the driver's judge client library raised (judge_degraded-RANK.json,
@@ -194,9 +228,17 @@ class DriverRuntime:
             self._done.set()
             ctx.wake.set()  # the wait below may sleep a heartbeat interval
 
+        evidence = EvidenceTail(ctx.run, ctx.config.driver.evidence) if ctx.config.driver.evidence.declared else None
+        if ctx.local_dir is not None:
+            self._board = os.path.join(ctx.local_dir, "progress")
+            driver_local.create_board(self._board)
         # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
-        # with a rank prefix.
-        tee = ConsoleTee(ctx.run.open_log(names.driver_log(ctx.rank)), f"[rank {ctx.rank} driver] ")
+        # with a rank prefix (and the evidence's log pattern sees it).
+        tee = ConsoleTee(
+            ctx.run.open_log(names.driver_log(ctx.rank)),
+            f"[rank {ctx.rank} driver] ",
+            on_line=evidence.log_line if evidence is not None else None,
+        )
         self.tee = tee
         try:
             group = ctx.supervisor.start(
@@ -209,6 +251,7 @@ class DriverRuntime:
             )
         finally:
             tee.close_child_end()
+        self._watch_progress(evidence, tee)
         grace = self._grace()
         if grace:
             stop = DriverStop(ctx.run, ctx.writer, ctx.signal, grace, ctx.out)
@@ -223,6 +266,32 @@ class DriverRuntime:
 
     def _grace(self) -> float | None:
         return self.ctx.config.driver.checkpoint_grace
+
+    # -- progress --------------------------------------------------------------------------------
+
+    def _watch_progress(self, evidence: EvidenceTail | None, tee: ConsoleTee) -> None:
+        """From the driver's start: its progress is watched; none for the bound is a hang."""
+        sources = Sources(board=board_reader(self._board), evidence=evidence_source(evidence), output=lambda: tee.bytes)
+        watch = ProgressWatch(self.ctx.config.driver, sources, self.ctx.rank)
+        watch.start()
+        self.watch = watch
+        if self.ctx.config.driver.progress_timeout > 0:
+            poll = self.ctx.config.coordination.poll_interval
+            ProgressThread(watch, self.ctx.signal, poll, self._done, self.before_hang).start()
+
+    def heartbeat_fields(self) -> dict:
+        """The driver's node's heartbeat says how long the driver has made no progress (the other
+        nodes read it when the scheduler's walltime warning comes)."""
+        watch = self.watch
+        return {"progress": watch.status()} if watch is not None and not self._done.is_set() else {}
+
+    def stuck_at_walltime(self) -> Failure | None:
+        """The driver's node, on the walltime warning: a stuck driver makes it a hang."""
+        watch = self.watch
+        if watch is None or self._done.is_set():
+            return None
+        watch.look()
+        return watch.stuck_at_walltime()
 
     def drain(self, timeout: float) -> None:
         """Let the driver's last console lines (a traceback) through before the agent's own."""

@@ -55,7 +55,7 @@ class Supervisor:
         self._stopped: list[StopRecord] | None = None
         self._stop_lock = threading.Lock()
         self._halt = threading.Event()
-        self._before_stop: Callable[[], None] | None = None
+        self._before_stop: list[Callable[[], None]] = []
         self._wake = Wakeup()
         signal.on_trip(self._wake.set)
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
@@ -164,21 +164,27 @@ class Supervisor:
             self._exited(group, policy, code)
 
     def before_stop(self, hook: Callable[[], None]) -> None:
-        """Run `hook` once, first thing in stop_all, while every child still runs: the driver's
-        checkpoint grace (agent/lifecycle/driver.py). Concurrent stop_all callers wait for it."""
-        self._before_stop = hook
+        """Run `hook` once, first thing in stop_all, while every child still runs, after the hooks
+        added before it: a hang's stacks (agent/stacks/), then the driver's checkpoint grace
+        (agent/lifecycle/driver.py). Concurrent stop_all callers wait for them."""
+        self._before_stop.append(hook)
+
+    def groups(self) -> list[tuple[str, int]]:
+        """(name, session) of every group started, oldest first."""
+        with self._lock:
+            return [(g.name, g.session) for g, _ in self._groups]
 
     def stop_all(self) -> list[StopRecord]:
         """Stop every group, newest first. Idempotent; concurrent callers wait for the first."""
         with self._stop_lock:
             if self._stopped is not None:
                 return self._stopped
-            hook, self._before_stop = self._before_stop, None
-            if hook is not None:
+            hooks, self._before_stop = self._before_stop, []
+            for hook in hooks:
                 try:
                     hook()
-                except Exception:  # noqa: BLE001 - a failed grace must never keep the children alive
-                    log.exception("the stop hook failed; stopping every child now")
+                except Exception:  # noqa: BLE001 - a failed hook must never keep the children alive
+                    log.exception("a stop hook failed; going on with the stop")
             with self._lock:
                 groups = [g for g, _ in reversed(self._groups)]
             # Stop in parallel: Ray's graceful stop takes seconds, and judges need not wait for it.

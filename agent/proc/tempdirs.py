@@ -14,7 +14,9 @@ from pathlib import Path
 ROOT_ENV = "GYM_AGENT_TMP"
 RAY_PREFIX = "gr-"
 JUDGE_PREFIX = "gj-"
-PREFIXES = (RAY_PREFIX, JUDGE_PREFIX)
+# The node's driver-local dir: the progress board and the processes' fallback stack dumps.
+DRIVER_PREFIX = "gd-"
+PREFIXES = (RAY_PREFIX, JUDGE_PREFIX, DRIVER_PREFIX)
 
 
 def root() -> str:

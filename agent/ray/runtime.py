@@ -191,6 +191,8 @@ class RayRuntime:
         env[DriverEnv.MILES_REPLICA_RANK] = str(ctx.rank)
         env[DriverEnv.MILES_REPLICA_COUNT] = str(self.replicas)
         env.update(self._extra_env)
+        if ctx.local_dir is not None:  # a task or actor that imports agent.driver_api arms the fallback dump
+            env[DriverEnv.STACK_DUMP_DIR] = ctx.local_dir
         early: list[int] = []
         log = names.ray_log(ctx.rank)
         group = ctx.supervisor.start(

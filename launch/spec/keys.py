@@ -102,6 +102,26 @@ class Seconds(KeyType):
 
 
 @dataclass(frozen=True)
+class SecondsOrOff(Seconds):
+    """A duration in seconds within [minimum, maximum], or 0 to turn the watch it bounds off."""
+
+    doc = "seconds (0 = off)"
+
+    def check(self, v: Any) -> str | None:
+        if is_number(v) and v == 0:
+            return None
+        if not is_number(v) or v < 0:
+            return f"must be 0 (off) or a positive number of seconds, not {describe(v)}"
+        return super().check(v)
+
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [{"const": 0}, super().schema()]}
+
+    def constraint(self) -> str:
+        return f"0 (off), or {super().constraint()}"
+
+
+@dataclass(frozen=True)
 class Number(KeyType):
     minimum: float
     maximum: float

@@ -53,6 +53,7 @@ SEED_POOLS = "seed 001 (node pools and Ray)"
 SEED_DRIVER = "seed 004 (driver placement)"
 SAFETY = "gym-agent (safety)"
 GRADES_RULE = "gym-agent (grades log and judge alarm)"
+HANG_RULE = "gym-agent (hang detection)"
 
 # --- sections ---------------------------------------------------------------------------------
 
@@ -109,6 +110,21 @@ class Coordination:
         True,
         doc="each agent listens on a UDP port of its address and rings its peers with a failure, so they stop "
         "without waiting for the shared filesystem to show the record (false: files only)",
+    )
+    beacon_timeout: float = key(
+        keys.SecondsOrOff(1, 86400),
+        30.0,
+        doc="a watched peer whose doorbell beacons have stopped and whose heartbeat file has not changed for this "
+        "long has failed (peer_silent): a frozen node is known in seconds; either signal alone keeps it alive, "
+        "and heartbeat_timeout stays the backstop (0: files only)",
+        rule=HANG_RULE,
+    )
+    stack_dump_timeout: float = key(
+        keys.Seconds(1, 600),
+        30.0,
+        doc="on a hang (and for gym-launch stacks) each agent records the stacks of every process it supervises "
+        "(py-spy) within this many seconds in all, before its teardown",
+        rule=HANG_RULE,
     )
 
 
@@ -593,6 +609,21 @@ class DriverConfig:
         None,
         doc="on a peer failure, a signal or the scheduler's walltime warning, the driver is asked to checkpoint "
         "(GYM_STOP_FILE appears) and given this long to exit before the teardown; absent: immediate teardown",
+    )
+    progress_timeout: float = key(
+        keys.SecondsOrOff(1, 7 * 86400),
+        1800.0,
+        doc="the driver's node ends the run as `hang` when the driver made no progress for this long after its "
+        "first: agent.driver_api.progress() calls, else [driver.evidence], else grades in grades-RANK.jsonl, "
+        "else (only when none of those exists) new driver output (0: hang detection off)",
+        rule=HANG_RULE,
+    )
+    first_progress_timeout: float = key(
+        keys.SecondsOrOff(1, 7 * 86400),
+        3600.0,
+        doc="the same, from the driver's start until its first progress (loading weights, compiling); 0: no "
+        "bound on the first progress (progress_timeout = 0 turns both off)",
+        rule=HANG_RULE,
     )
     trains: bool = key(
         keys.Bool(),

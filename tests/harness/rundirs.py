@@ -4,8 +4,8 @@ examples/demo.toml: 3 replicas x 8 GPUs, 4 trainer + 19 rollout GPUs, one refere
 twice. Addresses are chosen so that numeric and string order differ (10.0.0.9 < 10.0.0.10 <
 10.0.0.100): rank 1 owns node 0 (trainer, Ray head, driver), rank 0 node 1, rank 2 node 2 (judge).
 
-Scenarios: success, killed_replica, driver_failure, judge_failure, peer_silent; `ending(root, rank,
-kind)` for any kind the fault matrix ends with, with every summary the audit's text prints.
+Scenarios: success, killed_replica, driver_failure, judge_failure, peer_silent, hang; `ending(root,
+rank, kind)` for any kind the fault matrix ends with, with every summary the audit's text prints.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from agent.lifecycle.topology import Topology
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from schemas import RunDir, Writer, WriterKind, names, records
+from schemas import RunDir, Writer, WriterKind, names, records, timefmt
 from schemas.order import node_owners
 from schemas.vocab import PreflightCheck
 from tests.harness.steps import lifecycle_phases
@@ -468,9 +468,9 @@ def peer_silent(root: Path) -> RunBuilder:
 
 def ending(root: Path, rank: int, kind: str, words: Sequence[str] = ()) -> RunBuilder:
     """`rank` ends the run with a failure of `kind` during the driver (kind "silent": it vanishes
-    and its watchers time it out), its peers react, and every summary line has its records. A
-    `preflight` failure carries `words` in its cause and leaves the node's failed preflight record
-    (the check: the first word that names one)."""
+    and its watchers time it out), its peers react, and every summary line has its records. The
+    cause carries `words` (what the real cause says); a `preflight` failure also leaves the node's
+    failed preflight record (the check: the first word that names one)."""
     b = RunBuilder(root).with_summaries()
     b.startup()
     t = b.phase_start(rank, "driver") + 10.0
@@ -483,7 +483,8 @@ def ending(root: Path, rank: int, kind: str, words: Sequence[str] = ()) -> RunBu
     log = names.agent_log(rank)
     b.log(log, f"rank {rank} agent started\nRUNNING driver started pid 4242\n{kind}: the fault matrix's ending\n")
     writer = "reaper" if kind == "agent_died" else "agent"
-    cause = f"{kind} of rank {rank}, as the fault matrix ends it"
+    # The row's words are what the real cause says of it (a hang's "no progress for", its step).
+    cause = f"{kind} of rank {rank}, as the fault matrix ends it" + "".join(f"; {w}" for w in words)
     if kind == "preflight":
         check = next((w for w in words if w in {str(c) for c in PreflightCheck}), "network")
         cause = f"node {rank} failed preflight: {check}: " + "; ".join(w for w in words if w != check)
@@ -529,3 +530,89 @@ SCENARIOS: dict[str, Callable[[Path], RunBuilder]] = {
     "judge_failure": judge_failure,
     "peer_silent": peer_silent,
 }
+
+
+def _frames(*frames: tuple[str, str, int]) -> list[dict[str, Any]]:
+    return [{"function": fn, "file": f, "line": line} for fn, f, line in frames]
+
+
+RAY_WORKER = "/opt/venv/lib/python3.11/site-packages/ray/_private/worker.py"
+THREADING = "/usr/lib/python3.11/threading.py"
+TRAIN = "/work/train.py"
+
+
+def stacks_fields(processes: list[dict[str, Any]], *, reason: str = "hang", **over: Any) -> dict[str, Any]:
+    """stacks-RANK.json's fields as agent/stacks/capture.py builds them, around `processes`."""
+    return {
+        "reason": reason,
+        "request": None,
+        "trigger": {"kind": "hang", "cause": "the driver made no progress"},
+        "started_at": T0 + 100.0,
+        "seconds": 0.4,
+        "timeout": 30.0,
+        "py_spy": {"path": "/opt/venv/bin/py-spy", "version": "py-spy 0.4.3", "problem": None},
+        "ptrace": {"permitted": True, "problem": None, "grant": None},
+        "fallback_dumps": 0,
+        "processes": processes,
+        "processes_not_shown": 0,
+        "truncated": False,
+        **over,
+    }
+
+
+def stack_process(pid: int, role: str, frames: list[dict[str, Any]], *, title: str = "python") -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "role": role,
+        "group": {"driver": "driver", "judge": "judge-general"}.get(role, "ray-worker"),
+        "name": "python",
+        "cmdline": [title],
+        "method": "py-spy",
+        "threads": [
+            {"id": pid, "main": True, "name": "MainThread", "active": False, "frames": frames, "frames_cut": 0}
+        ],
+        "threads_cut": 0,
+    }
+
+
+def hang(root: Path, stuck_rank: int | None = None) -> RunBuilder:
+    """The driver hangs in ray.get: its Ray actor on `stuck_rank` (default: the judge's node) is
+    stuck loading weights while the others wait in a barrier. The driver's node calls the hang;
+    every node kept its processes' stacks."""
+    b = RunBuilder(root)
+    b.startup()
+    d = b.driver_rank
+    stuck = b.judge_rank if stuck_rank is None else stuck_rank
+    t = b.phase_start(d, "driver") + 25.0
+    b.log(names.driver_log(d), "step 1 loss 2.31\nstep 2 loss 2.05\nstep 3 loss 1.98\n")
+    hang_facts = {
+        "source": "progress",
+        "timeout_key": "progress_timeout",
+        "timeout": 600.0,
+        "idle_seconds": 600.4,
+        "last_progress_at": t - 600.4,
+        "last_step": 3,
+        "progress_count": 3,
+    }
+    cause = (
+        "the driver made no progress for 600.4s (progress_timeout 600s; watched: progress() calls); last progress "
+        f"at {timefmt.iso_ms(t - 600.4)}, step 3"
+    )
+    _fails_in_driver(b, d, "hang", cause, t, log=names.driver_log(d), detail=cause, react_after=0.2, hang=hang_facts)
+    for r in b.ranks:
+        procs = []
+        if r == d:
+            procs.append(
+                stack_process(
+                    4000, "driver", _frames(("get", RAY_WORKER, 2858), ("train", TRAIN, 51), ("<module>", TRAIN, 70))
+                )
+            )
+        actor = (
+            _frames(("load_weights", TRAIN, 12), ("run", TRAIN, 20), ("main_loop", RAY_WORKER, 900))
+            if r == stuck
+            else _frames(("wait", THREADING, 629), ("barrier", TRAIN, 16), ("run", TRAIN, 22))
+        )
+        procs.append(stack_process(4711 + r, "ray_worker", actor, title="ray::Shard.run"))
+        procs.append(stack_process(5000 + r, "ray_worker", _frames(("main_loop", RAY_WORKER, 900)), title="ray::IDLE"))
+        b.write(names.stacks(r), r, stacks_fields(procs))
+    return b

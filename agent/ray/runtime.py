@@ -244,6 +244,13 @@ class RayRuntime:
             )
         except (RuntimeError, ValueError) as exc:
             ctx.signal.raise_if_set()
+            if clock.mono() >= ctx.deadline:  # the one startup deadline cut the probe short, not Ray
+                raise ctx.fail(
+                    FailureKind.STARTUP_TIMEOUT,
+                    f"Ray's live nodes not read within startup_timeout {ctx.config.coordination.startup_timeout:g}s "
+                    f"(counted from agent start; the probe: {exc})",
+                    log=names.ray_log(ctx.rank),
+                ) from None
             raise ctx.fail(
                 FailureKind.LAYOUT, f"could not read Ray's live nodes: {exc}", log=names.ray_log(ctx.rank)
             ) from None

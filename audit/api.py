@@ -13,7 +13,13 @@ from typing import Any
 from audit import scheduler_query
 from audit.context import AuditContext, build_context
 from audit.crosscheck_grace import check_driver_stop
-from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_judge_replies, check_registry
+from audit.crosscheck_judges import (
+    check_canaries,
+    check_gateways,
+    check_judge_endpoints,
+    check_judge_replies,
+    check_registry,
+)
 from audit.crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
 from audit.crosscheck_lifecycle import (
     check_cleanup,
@@ -63,6 +69,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_ray_layout,
     check_registry,
     check_judge_endpoints,
+    check_gateways,
     check_canaries,
     check_judge_replies,
     check_phases,

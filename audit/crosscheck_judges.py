@@ -147,7 +147,10 @@ def check_judge_endpoints(ctx: AuditContext) -> list[Finding]:
                     )
                 )
         reg = as_dict(registry.get(art.judge))
-        endpoint, reg_endpoint = as_str(art.doc.get("endpoint")), as_str(reg.get("endpoint"))
+        # The registry's endpoint is the judge's gateway; the judge itself is its upstream (a registry
+        # written before gateways has only the endpoint).
+        endpoint = as_str(art.doc.get("endpoint"))
+        reg_endpoint = as_str(reg.get("upstream")) if "upstream" in reg else as_str(reg.get("endpoint"))
         if endpoint and reg_endpoint and endpoint != reg_endpoint:
             out.append(
                 Finding(
@@ -327,3 +330,38 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
             )
         ]
     return []
+
+
+def check_gateways(ctx: AuditContext) -> list[Finding]:
+    """Every bound judge has its gateway record, and the registry hands out that gateway."""
+    out: list[Finding] = []
+    registry = ctx.run.doc(names.REGISTRY)
+    judges = as_dict(as_dict(registry).get("judges"))
+    records = {art.judge: art for art in ctx.run.by_schema("gateway") if art.judge is not None and art.doc}
+    for judge in sorted({b.judge for b in ctx.plan.bindings}):
+        art = records.get(judge)
+        if art is None:
+            if ctx.succeeded and registry is not None and "upstream" in as_dict(judges.get(judge)):
+                out.append(
+                    Finding(
+                        "error",
+                        "gateway.missing",
+                        f"judge {judge!r} has no gateway record although the registry hands out a gateway",
+                        names.gateway_record(judge),
+                    )
+                )
+            continue
+        assert art.doc is not None
+        gateway, reg_endpoint = as_str(art.doc.get("endpoint")), as_str(as_dict(judges.get(judge)).get("endpoint"))
+        if gateway and reg_endpoint and gateway != reg_endpoint:
+            out.append(
+                Finding(
+                    "error",
+                    "gateway.bypassed",
+                    f"the registry gives judge {judge!r} as {reg_endpoint}, not its gateway {gateway}: "
+                    "its requests are neither bounded nor recorded",
+                    names.REGISTRY,
+                    json_path=f"$.judges.{judge}.endpoint",
+                )
+            )
+    return out

@@ -82,6 +82,11 @@ def _reply_lines(r: dict[str, Any] | None) -> list[str]:
             if server is not None
             else "no access lines in its log",
         ]
+        if j.get("gateway_replied") is not None:
+            lost = j.get("gateway_lost_to_rotation")
+            parts.insert(
+                0, f"gateway {j.get('gateway_replied')} replied" + (f" (+{lost} lost to rotation)" if lost else "")
+            )
         if j.get("grades_replied") is not None:
             lost = j.get("grades_lost_to_rotation")
             parts.append(f"grades {j.get('grades_replied')} replied" + (f" (+{lost} lost to rotation)" if lost else ""))

@@ -12,7 +12,7 @@ import pytest
 
 from audit.first_cause import KIND_PRIORITY
 from schemas import AgentState, DriverEnv, FailureKind, Phase, PhaseOutcome, RunOutcome, WriterKind, names, order
-from schemas.vocab import FsCondition, GradeOutcome
+from schemas.vocab import FsCondition, GatewayOutcome, GradeOutcome
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -126,6 +126,7 @@ def _schema(name: str) -> dict:
         (WriterKind, "common", ("$defs", "header", "properties", "writer", "enum")),
         (FsCondition, "failure", ("properties", "fs_condition", "enum")),
         (GradeOutcome, "grade", ("properties", "outcome", "enum")),
+        (GatewayOutcome, "judge-gateway", ("properties", "outcome", "enum")),
     ],
 )
 def test_vocabularies_equal_the_schema_enums(enum: type, schema: str, path: tuple[str, ...]) -> None:

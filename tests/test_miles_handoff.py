@@ -88,12 +88,20 @@ def test_a_miles_style_client_in_a_ray_actor_grades_through_a_managed_judge(tmp_
     assert env["OI_MILES_REPLICA_RANK"] == str(addresses[actor]) and env["OI_MILES_REPLICA_COUNT"] == "3"
     registry = json.loads(env["OI_MILES_JUDGE_REGISTRY"])
     assert registry == json.loads(report["driver_env_registry"])
-    assert registry["judges"]["general"]["endpoint"] == openai_base(
-        read(d, names.REGISTRY)["judges"]["general"]["endpoint"]
-    )
+    # Every endpoint handed out is the judge's gateway (on the judge's node, rank 2).
+    gateway = read(d, names.gateway_record("general"))
+    assert gateway["rank"] == 2 and gateway["upstream"] == read(d, names.judge_endpoint("general", 2))["endpoint"]
+    assert read(d, names.REGISTRY)["judges"]["general"]["endpoint"] == gateway["endpoint"]
+    assert registry["judges"]["general"]["endpoint"] == openai_base(gateway["endpoint"])
     graded = {g["verifier"]: g for g in report["grades"]}
     assert set(graded) == {"general-quality", "general-quality_ref"}
     assert all(g["prompt_tokens"] > 0 for g in graded.values())  # a managed judge's /tokenize was asked
+    # The gateway passed the actor's requests on byte for byte, and the canaries marked as such.
+    lines = [json.loads(x) for x in (d / names.gateway_log("general")).read_text().splitlines()]
+    chats = [x for x in lines if x["generation"]]
+    ours = [x for x in chats if not x["canary"]]
+    assert sorted(x["request_sha256"] for x in ours) == sorted(g["request_sha256"] for g in report["grades"])
+    assert len(chats) - len(ours) == 12  # 2 bindings x 3 repetitions x good and bad
     assert_nothing_left(d)
     result = audit(d, verdict="pass")
-    assert result.judge_replies is not None and result.judge_replies["independent"] >= 2
+    assert result.judge_replies is not None and result.judge_replies["judges"]["general"]["gateway_replied"] == 2

@@ -160,6 +160,7 @@ class JudgeClient:
         sleep: Callable[[float], None] = time.sleep,
         name: str | None = None,
         recorder: GradeRecorder | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
@@ -182,6 +183,7 @@ class JudgeClient:
             timeout=httpx.Timeout(self.timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             transport=transport,
+            headers=dict(headers or {}),
         )
 
     # -- lifecycle --

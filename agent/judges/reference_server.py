@@ -48,11 +48,10 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 from agent.judges.framing import GradingPrompt, instructions_text, message_text, parse_messages
-from schemas import safe_io
+from agent.judges.port_file import write_port_file
 from schemas.timefmt import iso_ms
 
 CRASH_EXIT_CODE = 70
@@ -274,6 +273,9 @@ class JudgeHTTPServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so clients' connection pools are exercised
+    # Headers and body are two writes: without TCP_NODELAY the body waits for the peer's delayed ACK
+    # (40 ms) on a kept-alive connection, as no real server (uvicorn sets it) makes anyone wait.
+    disable_nagle_algorithm = True
     server: JudgeHTTPServer
     _status = 0
 
@@ -461,25 +463,6 @@ class Handler(BaseHTTPRequestHandler):
             },
         )
         return f"score={score if not invalid else 'none'} finish={finish_reason}"
-
-
-# ---- port file -------------------------------------------------------------------------------
-
-
-def write_port_file(path: str | os.PathLike[str], host: str, port: int) -> None:
-    """Temp file + fsync + rename in the same directory: readers see nothing or the whole record."""
-    payload = json.dumps({"host": host, "port": port, "pid": os.getpid()}).encode("utf-8")
-    safe_io.write_atomic_path(path, payload)
-
-
-def read_port_file(path: str | os.PathLike[str]) -> int | None:
-    """The published port, or None while the file is absent or incomplete (callers poll)."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    port = record.get("port") if isinstance(record, dict) else None
-    return port if isinstance(port, int) and port > 0 else None
 
 
 # ---- CLI -------------------------------------------------------------------------------------

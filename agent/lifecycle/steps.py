@@ -94,7 +94,13 @@ PLACED_STEPS: tuple[Step, ...] = (
     Step(Phase.DATA_CHECK, Nodes.ALL, "check_data", "every judge-graded verifier in `[data]` has a binding"),
     Step(Phase.DEVICES, Nodes.ALL, "check_devices", "this node sees `gpus_per_replica` GPUs"),
     Step(Phase.PLACEMENT, Nodes.ALL, "write_placement", "`placement-RANK.json` (judge devices kept out of Ray's)"),
-    Step(Phase.JUDGES_START, Nodes.ALL, "start_judges", "this node's managed judges, each in its own session"),
+    Step(
+        Phase.JUDGES_START,
+        Nodes.ALL,
+        "start_judges",
+        "this node's managed judges, each in its own session, and their gateways (the driver's node: the "
+        "external judges' too); `gateway-NAME.json`",
+    ),
     Step(
         Phase.RAY_START,
         Nodes.RAY,

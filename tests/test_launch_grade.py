@@ -152,7 +152,8 @@ def test_a_stand_in_external_judge_reply_that_is_no_grade_exits_1(
 ) -> None:
     with recording_judge(reply=reply, finish_reason=finish) as judge:
         spec = write(tmp_path, spec_text(judge.base_url, model=judge.model))
-        done = grade(spec, "--binding", "general-mine", "--answer", "Paris.", "--reference", "Paris", "--json")
+        once = ("--set", "rubrics.mine.invalid_reply_attempts=1")  # else asked again 1 s, 2 s later
+        done = grade(spec, *once, "--binding", "general-mine", "--answer", "Paris.", "--reference", "Paris", "--json")
         assert len(judge.requests) == 1
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)

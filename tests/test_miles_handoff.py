@@ -36,7 +36,8 @@ def _config(text: str) -> RunConfig:
 
 
 def test_the_registry_has_the_trainers_shape_and_only_bound_judges() -> None:
-    spec = judge_spec() + ('\n[judges.spare]\nmode = "external"\nmodel = "m"\nendpoint = "http://10.0.0.9:8000/v1"\n')
+    spare = '\n[judges.spare]\nmode = "external"\nmodel = "m"\nendpoint = "http://10.0.0.9:8000/v1"\n'
+    spec = judge_spec().replace('profile = "general-quality"\n', 'profile = "open-instruct/general-quality"\n') + spare
     config = _config(spec)
     reg = judge_registry(config, {"general": "http://127.0.0.3:4000"})
     assert reg["schema_version"] == 1
@@ -50,7 +51,8 @@ def test_the_registry_has_the_trainers_shape_and_only_bound_judges() -> None:
         "max_response_tokens": 256,
         "temperature": 1.0,
     }
-    assert reg["rubrics"]["general-quality-ref"]["profile"] == "open-instruct/general-quality_ref"
+    # This project's own profile keeps its name: the trainer refuses it by name, never grades other words.
+    assert reg["rubrics"]["general-quality-ref"]["profile"] == "general-quality-ref"
     assert reg["bindings"] == {
         "general-quality": {"judge": "general", "rubric": "general-quality"},
         "general-quality_ref": {"judge": "general", "rubric": "general-quality-ref"},

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+INVALID_REPLY_BACKOFF_S = 1.0  # before the 2nd grading request of an invalid reply; doubles after
 REPLY_EXCERPT_CHARS = 300
 
 
@@ -320,7 +321,6 @@ class JudgeClient:
         )
         messages = rubric.messages(prompt)
         started = time.monotonic()
-        retries = 0
         prompt_tokens: int | None = None
         # What is known before the judge answers: a failure's diagnostics carry it too (which
         # sample overflowed, which request the judge refused).
@@ -334,8 +334,10 @@ class JudgeClient:
             "reply_format": rubric.reply_format.value,
             "score_scale": [rubric.score_scale.low, rubric.score_scale.high],
         }
+        retries = 0
         try:
             if self.max_context_length is not None:
+                # An overflow is never retried: the same request cannot fit the next time either.
                 prompt_tokens, retries = self.count_tokens(messages)
                 needed = prompt_tokens + rubric.max_output_tokens
                 if needed > self.max_context_length:
@@ -347,13 +349,40 @@ class JudgeClient:
                         reserved=rubric.max_output_tokens,
                         limit=self.max_context_length,
                     )
-            body = {
-                "model": self.model,
-                "messages": messages,
-                "max_tokens": rubric.max_output_tokens,
-                "temperature": rubric.temperature,
-                "stream": False,
-            }
+        except JudgeError as exc:
+            exc.diagnostics = {**request_facts, "latency_s": round(time.monotonic() - started, 6), **exc.diagnostics}
+            raise
+        request_facts["prompt_tokens"] = prompt_tokens
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": rubric.max_output_tokens,
+            "temperature": rubric.temperature,
+            "stream": False,
+        }
+        # An invalid or cut-off reply is asked again (invalid_reply_attempts, 1 s then 2 s apart, as
+        # the MILES trainer's client does) before it counts: a sampled judge may answer well next time.
+        failed: list[dict[str, Any]] = []
+        for attempt in range(1, rubric.invalid_reply_attempts + 1):
+            try:
+                grade = self._reply(rubric, body, request_facts, started, retries)
+            except InvalidGrade as exc:
+                exc.diagnostics["failed_attempts"] = failed + [_failed_attempt(attempt, exc)]
+                if attempt == rubric.invalid_reply_attempts:
+                    raise
+                failed.append(_failed_attempt(attempt, exc))
+                retries = int(exc.diagnostics.get("retries") or retries)
+                self._sleep(INVALID_REPLY_BACKOFF_S * 2 ** (attempt - 1))
+                continue
+            grade.verifier_diagnostics["failed_attempts"] = failed
+            return grade
+        raise AssertionError("unreachable: invalid_reply_attempts >= 1")
+
+    def _reply(
+        self, rubric: Rubric, body: dict[str, Any], request_facts: dict[str, Any], started: float, retries: int
+    ) -> Grade:
+        """One chat completion and its reply read as ``rubric`` says."""
+        try:
             response, chat_retries = self._request("POST", "/v1/chat/completions", body)
             retries += chat_retries
             latency = time.monotonic() - started
@@ -369,7 +398,6 @@ class JudgeClient:
             "model": {"requested": self.model, "served": payload.get("model"), "endpoint": self.endpoint},
             "retries": retries,
             "latency_s": round(latency, 6),
-            "prompt_tokens": prompt_tokens,
             "usage": payload.get("usage"),
         }
         choices = payload.get("choices")
@@ -428,6 +456,17 @@ class JudgeClient:
         answer, the reference label used and the exact messages sent)."""
         grade = self.grade_sample(rubric, sample, answer, reference=reference, binding=binding)
         return grade, with_diagnostics(sample, grade)
+
+
+def _failed_attempt(attempt: int, exc: JudgeError) -> dict[str, Any]:
+    """One invalid reply that was asked again, as a grade's diagnostics keep it."""
+    raw = exc.diagnostics.get("raw_reply")
+    return {
+        "attempt": attempt,
+        "error": f"{type(exc).__name__}: {str(exc)[:REPLY_EXCERPT_CHARS]}",
+        "raw_reply": raw[:REPLY_EXCERPT_CHARS] if isinstance(raw, str) else None,
+        "finish_reason": exc.diagnostics.get("finish_reason"),
+    }
 
 
 def with_diagnostics(sample: Mapping[str, Any], grade: Grade) -> dict[str, Any]:

@@ -6,7 +6,8 @@ request and response shapes. It is not a language model: it grades deterministic
 
 Grading. The user message carries the sections of :mod:`agent.judges.framing` (a template rubric's
 message too, when the template uses those sections: the reply format and scale are then read from
-the template's own words). Both sides are
+the template's own words; one that asks for ``Final Decision: Yes|No`` gets one, yes from a score of
+5 of 10). Both sides are
 reduced to content words (lower-case alphanumeric runs minus a short stop-word list); the score
 is round(10 * F1) of the candidate's content words against the reference answer's, or against
 the question's when the request has no reference (relevance only). The reply follows the
@@ -30,7 +31,8 @@ then degrade);
 ``slow S`` sleeps S seconds in every chat completion; ``hang-health-after N`` stops answering
 /health after N seconds (the connection is accepted, no reply is ever sent);
 ``crash-after N`` exits with status 70 after N seconds; ``loading S`` answers /health 503 for
-the first S seconds (a large model loading).
+the first S seconds (a large model loading); ``agree-after S`` gives every answer the top score
+from S seconds after start on (a judge that drifted: valid replies, no judgement).
 """
 
 from __future__ import annotations
@@ -163,7 +165,8 @@ def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -
     system = instructions_text(messages)  # a template rubric has no system message
     asked = _ASKED_SCALE.search(system)
     scale = config.score_scale or ((int(asked.group(1)), int(asked.group(2))) if asked else (0, SCORE_MAX))
-    fmt = config.reply_format or ("json" if '{"REASONING"' in system else "score_line")
+    wanted = "decision" if "final decision" in system.lower() else "json" if '"REASONING"' in system else "score_line"
+    fmt = config.reply_format or wanted
     return fmt, scale
 
 
@@ -180,6 +183,7 @@ class Faults:
     crash_after_s: float | None = None
     no_tokenize: bool = False  # like an external service that serves no /tokenize
     loading_s: float = 0.0  # /health answers 503 this long after start, like a large model loading
+    agree_after_s: float | None = None  # from this long after start on, every answer gets the top score
 
 
 _FAULT_KINDS = {
@@ -191,6 +195,7 @@ _FAULT_KINDS = {
     "slow": True,
     "hang-health-after": True,
     "crash-after": True,
+    "agree-after": True,
 }
 
 
@@ -223,6 +228,7 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         hang_health_after_s=values.get("hang-health-after"),
         crash_after_s=values.get("crash-after"),
         loading_s=float(values.get("loading", 0.0)),
+        agree_after_s=values.get("agree-after"),
     )
 
 
@@ -427,6 +433,9 @@ class Handler(BaseHTTPRequestHandler):
         else:
             verdict = grade(parsed)
         tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
+        agree = config.faults.agree_after_s
+        if agree is not None and self.server.uptime() >= agree:
+            tenths = SCORE_MAX  # a judge that drifted into agreeing with everything
         fmt, (low, high) = _asked_format(messages, config)
         score = round(low + (high - low) * tenths / SCORE_MAX)
         after = config.faults.invalid_after
@@ -435,6 +444,8 @@ class Handler(BaseHTTPRequestHandler):
             reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
         elif fmt == "json":
             reply = "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```"
+        elif fmt == "decision":
+            reply = f"{verdict.reasoning}\nFinal Decision: {'Yes' if tenths * 2 >= SCORE_MAX else 'No'}"
         else:
             reply = f"Reasoning: {verdict.reasoning}\nSCORE: {score}"
         finish_reason = "stop"

@@ -160,9 +160,14 @@ def count_access_log(safe: SafeDir, relpath: str, found: list[Finding]) -> int |
 
 
 def canary_replies(canaries: Mapping[str, Any] | None) -> dict[str, int]:
-    """judge -> canary samples the judge answered (a reply excerpt was recorded)."""
+    """judge -> canary samples the judge answered (a reply excerpt was recorded), before training
+    and in the rounds during it."""
     out: dict[str, int] = defaultdict(int)
-    for item in as_list(as_dict(canaries).get("bindings")):
+    doc = as_dict(canaries)
+    items = as_list(doc.get("bindings")) + [
+        b for r in as_list(doc.get("rounds")) for b in as_list(as_dict(r).get("bindings"))
+    ]
+    for item in items:
         item = as_dict(item)
         judge = as_str(item.get("judge"))
         if judge is None:

@@ -32,7 +32,8 @@ then degrade);
 /health after N seconds (the connection is accepted, no reply is ever sent);
 ``crash-after N`` exits with status 70 after N seconds; ``loading S`` answers /health 503 for
 the first S seconds (a large model loading); ``agree-after S`` gives every answer the top score
-from S seconds after start on (a judge that drifted: valid replies, no judgement).
+from S seconds after start on (a judge that drifted: valid replies, no judgement), ``agree-when
+PATH`` once the file PATH exists.
 """
 
 from __future__ import annotations
@@ -184,6 +185,12 @@ class Faults:
     no_tokenize: bool = False  # like an external service that serves no /tokenize
     loading_s: float = 0.0  # /health answers 503 this long after start, like a large model loading
     agree_after_s: float | None = None  # from this long after start on, every answer gets the top score
+    agree_when: str | None = None  # ... once this file exists
+
+    def agreeing(self, uptime: float) -> bool:
+        if self.agree_after_s is not None and uptime >= self.agree_after_s:
+            return True
+        return self.agree_when is not None and os.path.exists(self.agree_when)
 
 
 _FAULT_KINDS = {
@@ -196,6 +203,7 @@ _FAULT_KINDS = {
     "hang-health-after": True,
     "crash-after": True,
     "agree-after": True,
+    "agree-when": "path",
 }
 
 
@@ -210,9 +218,11 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         if kind not in _FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r} (known: {', '.join(_FAULT_KINDS)})")
         needs_value = _FAULT_KINDS[kind]
-        if needs_value != (len(parts) == 2) or len(parts) > 2:
+        if bool(needs_value) != (len(parts) == 2) or len(parts) > 2:
             raise ValueError(f"fault {kind!r} takes {'one value' if needs_value else 'no value'}")
-        if needs_value:
+        if needs_value == "path":
+            values[kind] = parts[1]
+        elif needs_value:
             number = float(parts[1])
             if number < 0:
                 raise ValueError(f"fault {kind!r} needs a value >= 0")
@@ -229,6 +239,7 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         crash_after_s=values.get("crash-after"),
         loading_s=float(values.get("loading", 0.0)),
         agree_after_s=values.get("agree-after"),
+        agree_when=values.get("agree-when"),
     )
 
 
@@ -433,8 +444,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             verdict = grade(parsed)
         tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
-        agree = config.faults.agree_after_s
-        if agree is not None and self.server.uptime() >= agree:
+        if config.faults.agreeing(self.server.uptime()):
             tenths = SCORE_MAX  # a judge that drifted into agreeing with everything
         fmt, (low, high) = _asked_format(messages, config)
         score = round(low + (high - low) * tenths / SCORE_MAX)

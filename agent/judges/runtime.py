@@ -33,8 +33,10 @@ from launch.spec.data_check import DataError, check_data
 from launch.spec.miles_handoff import judge_registry_json, openai_base
 from launch.spec.sglang_argv import judge_command
 from schemas import DriverEnv, FailureKind, names
+from schemas.safe_io import RunDirError
 
 if TYPE_CHECKING:
+    from agent.judges.canary_watch import CanaryRound, CanaryWatch
     from agent.judges.engine_health import EngineHealthRegistry, EngineStatus
 
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
@@ -72,6 +74,8 @@ class JudgeRuntime:
         self.registry: dict[str, Any] | None = None
         self.miles_registry: str | None = None  # OI_MILES_JUDGE_REGISTRY, once the endpoints are known
         self.gateways = LocalGateways(ctx)
+        self.watch: CanaryWatch | None = None
+        self._canaries: dict[str, Any] | None = None  # judge-canaries.json's body, rounds added as they come
         self._gateway_endpoints: dict[str, str] = {}
         self._epochs: dict[str, int] = {}
         self._tmp: str | None = None
@@ -315,6 +319,7 @@ class JudgeRuntime:
 
     def stop(self) -> None:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
+        self.stop_canary_watch()
         if self.health is not None:
             self.health.stop(timeout=5)
             self.health = None
@@ -450,7 +455,8 @@ class JudgeRuntime:
         finally:
             for c in clients.values():
                 c.close()
-        ctx.run.write_artifact(names.CANARIES, ctx.writer, report.to_json())
+        self._canaries = report.to_json()
+        ctx.run.write_artifact(names.CANARIES, ctx.writer, self._canaries)
         if not report.passed:
             failed = report.failures()
             logs = [self._judge_log(topo, b.judge) for b in failed]
@@ -462,6 +468,56 @@ class JudgeRuntime:
                 judge=next(iter(judges)) if len(judges) == 1 else None,
             )
         return report.summary()
+
+    # -- canaries during the run (the driver's node) -----------------------------------------------
+
+    def start_canary_watch(self) -> None:
+        """Canary rounds every [judges.NAME] canary_interval while the driver runs (agent/judges/canary_watch.py)."""
+        cfg = self.ctx.config
+        if self.registry is None or not cfg.bindings or not any(j.canary_interval for j in cfg.bound_judges):
+            return
+        from agent.judges.canary_watch import CanaryWatch
+        from agent.judges.gateway import CANARY_HEADER
+
+        self.watch = CanaryWatch(
+            self.registry,
+            {j.name: j.canary_interval for j in cfg.bound_judges},
+            repetitions=CANARY_REPETITIONS,
+            on_round=self._record_round,
+            on_failure=self._degraded,
+            headers={CANARY_HEADER: "1"},
+        )
+        self.watch.start()
+
+    def stop_canary_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
+
+    def _record_round(self, result: CanaryRound) -> None:
+        from agent.judges.canary_watch import MAX_ROUNDS
+
+        doc: dict[str, Any] = self._canaries if self._canaries is not None else {"passed": True, "bindings": []}
+        rounds: list[Any] = list(doc.get("rounds") or [])
+        doc["rounds"] = [*rounds, result.to_json()][-MAX_ROUNDS:]
+        try:
+            self.ctx.run.write_artifact(names.CANARIES, self.ctx.writer, doc)
+        except (OSError, RunDirError) as exc:
+            self.ctx.out(f"canaries: cannot record the round of judge {result.judge}: {exc}")
+
+    def _degraded(self, result: CanaryRound) -> None:
+        from agent.judges.canary_watch import describe_failure
+
+        failed = [b for b in result.bindings if not b.passed]
+        self.ctx.signal.trip(
+            Failure(
+                kind=FailureKind.JUDGE_DEGRADED,
+                cause=describe_failure(result),
+                phase=self.ctx.phase(),
+                judge=result.judge,
+                binding=failed[0].verifier if failed else None,
+            )
+        )
 
     def _judge_log(self, topo: Topology, judge: str) -> str | None:
         index = self.ctx.plan.judge_node(judge)

@@ -194,6 +194,7 @@ class DriverRuntime:
             self._done.set()
             ctx.wake.set()  # the wait below may sleep a heartbeat interval
 
+        self.judges.start_canary_watch()  # judges that drift during the run fail it (canary_interval)
         # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
         # with a rank prefix.
         tee = ConsoleTee(ctx.run.open_log(names.driver_log(ctx.rank)), f"[rank {ctx.rank} driver] ")
@@ -217,6 +218,7 @@ class DriverRuntime:
         # The alarm file is read once per heartbeat interval while the doorbell carries.
         ctx.wait_unbounded(lambda: self._done.is_set() or self._trip_if_degraded(), files=True)
         self._trip_if_degraded()  # written just before a clean exit, between two polls
+        self.judges.stop_canary_watch()
         ctx.signal.raise_if_set()
         self._seconds = clock.mono() - t0
         return "exit 0"

@@ -141,7 +141,7 @@ RUN_STEPS: tuple[Step, ...] = (
         Phase.DRIVER,
         Nodes.ALL,
         "drive",
-        "driver node: runs the driver; others: wait for the driver node's ack",
+        "driver node: runs the driver, canary rounds every `canary_interval`; others: wait for the driver node's ack",
         detail="driver_detail",
     ),
     Step(Phase.COMPLETE, Nodes.ALL, "complete", "driver node: writes `complete.json`; others: read it"),

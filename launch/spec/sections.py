@@ -52,6 +52,7 @@ SEED_POOLS = "seed 001 (node pools and Ray)"
 SEED_DRIVER = "seed 004 (driver placement)"
 SAFETY = "gym-agent (safety)"
 GRADES_RULE = "gym-agent (grades log and judge alarm)"
+CANARY_RULE = "gym-agent (canaries during the run)"
 
 # --- sections ---------------------------------------------------------------------------------
 
@@ -539,6 +540,14 @@ class JudgeConfig:
         600,
         doc="seconds per HTTP request (not a total budget across retries)",
         rule=SEED_JUDGES,
+    )
+    canary_interval: int = key(
+        keys.Int(0, 30 * 86400),
+        1800,
+        doc="seconds between canaries during the run: known-good and known-bad graded again through every "
+        "binding of this judge (through its gateway, marked as canaries); known-bad at or above known-good, or "
+        "no valid grade, fails the run as judge_degraded. 0: only the canaries before training",
+        rule=CANARY_RULE,
     )
     # None = key absent (eager); kept distinct from False, as in the fingerprint.
     cuda_graphs: bool | None = key(

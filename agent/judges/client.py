@@ -19,13 +19,15 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from agent.judges.batch import BatchRunner
 from agent.judges.extraction import extract_answer
 from agent.judges.framing import GradingPrompt
 from agent.judges.replies import ReplyFormatError
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ContextOverflow",
     "Grade",
+    "GradeItem",
     "InvalidGrade",
     "JudgeClient",
     "JudgeDegraded",
@@ -118,6 +121,24 @@ class JudgeDegraded(JudgeError):
 
 
 @dataclass(frozen=True)
+class GradeItem:
+    """One answer to grade in :meth:`JudgeClient.grade_many`: the question, the policy's answer and,
+    for rubrics that use one, the reference answer."""
+
+    question: str
+    answer: str
+    reference: str | None = None
+
+    @classmethod
+    def of(cls, item: GradeItem | tuple[str, str] | tuple[str, str, str | None]) -> GradeItem:
+        if isinstance(item, GradeItem):
+            return item
+        if isinstance(item, tuple) and len(item) in (2, 3):
+            return cls(*item)
+        raise TypeError(f"a grade item is GradeItem(question, answer, reference) or such a tuple, not {item!r}")
+
+
+@dataclass(frozen=True)
 class Grade:
     """A reward (the rubric's score divided by its scale's maximum: agent/judges/replies.py) and how it was obtained."""
 
@@ -177,6 +198,9 @@ class JudgeClient:
         self._sleep = sleep
         self.name = name  # the judge's name in the spec (grades-RANK.jsonl `judge`)
         self.recorder = recorder
+        # grade_many: as many grades in flight as the pool has connections (the judge's max_concurrent_calls).
+        self.max_in_flight = max_connections
+        self._batch = BatchRunner(max_connections, f"grade-{name or 'judge'}")
         # Grading traffic has its own pool, sized to the judge's concurrency; health probes use
         # a different client (engine_health), so a saturated grading pool never starves them.
         self._http = httpx.Client(
@@ -190,6 +214,7 @@ class JudgeClient:
     # -- lifecycle --
 
     def close(self) -> None:
+        self._batch.close()
         self._http.close()
 
     def __enter__(self) -> JudgeClient:
@@ -440,6 +465,71 @@ class JudgeClient:
         if reference is None and rubric.uses_reference:
             reference = reference_from_sample(sample)
         return self.grade(rubric, question, answer, reference, binding=binding)
+
+    # -- many at once (agent/judges/batch.py) --
+
+    def grade_many(
+        self,
+        rubric: Rubric,
+        items: Iterable[GradeItem | tuple[str, str] | tuple[str, str, str | None]],
+        *,
+        binding: str | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Grade | JudgeError]:
+        """:meth:`grade` for every item — ``GradeItem(question, answer, reference)`` or a tuple —
+        up to the judge's ``max_concurrent_calls`` at once; results in order, each recorded as one
+        grade. Raises the first JudgeError (in order) once the grades in flight ended, or with
+        ``return_exceptions`` returns it in its place."""
+        work = [GradeItem.of(x) for x in items]
+        return self._batch.map(
+            lambda it: self.grade(rubric, it.question, it.answer, it.reference, binding=binding),
+            work,
+            errors=JudgeError,
+            return_exceptions=return_exceptions,
+        )  # type: ignore[return-value]
+
+    async def agrade_many(
+        self,
+        rubric: Rubric,
+        items: Iterable[GradeItem | tuple[str, str] | tuple[str, str, str | None]],
+        *,
+        binding: str | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Grade | JudgeError]:
+        """:meth:`grade_many` for an async driver: awaited, the event loop runs on."""
+        work = [GradeItem.of(x) for x in items]
+        return await asyncio.to_thread(
+            self.grade_many, rubric, work, binding=binding, return_exceptions=return_exceptions
+        )
+
+    def graded_samples(
+        self,
+        rubric: Rubric,
+        samples: Sequence[Mapping[str, Any]],
+        answers: Sequence[str],
+        *,
+        binding: str | None = None,
+    ) -> list[tuple[Grade, dict[str, Any]]]:
+        """:meth:`graded_sample` for every (sample, answer), up to ``max_concurrent_calls`` at once, in
+        order: each grade and a copy of its sample carrying ``metadata.verifier_diagnostics``."""
+        if len(samples) != len(answers):
+            raise ValueError(f"{len(samples)} samples but {len(answers)} answers")
+        return self._batch.map(
+            lambda pair: self.graded_sample(rubric, pair[0], pair[1], binding=binding),
+            list(zip(samples, answers, strict=True)),
+            errors=JudgeError,
+        )  # type: ignore[return-value]
+
+    async def agraded_samples(
+        self,
+        rubric: Rubric,
+        samples: Sequence[Mapping[str, Any]],
+        answers: Sequence[str],
+        *,
+        binding: str | None = None,
+    ) -> list[tuple[Grade, dict[str, Any]]]:
+        """:meth:`graded_samples`, awaited."""
+        return await asyncio.to_thread(self.graded_samples, rubric, samples, answers, binding=binding)
 
     def graded_sample(
         self,

@@ -38,6 +38,7 @@ from audit.doorbell import summary as doorbell_summary
 from audit.expected import expected_plan
 from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
+from audit.gateway_stats import gateway_summary
 from audit.judge_replies import count_replies
 from audit.load import current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
@@ -329,6 +330,9 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
             filesystem=tuple(m.to_json() for m in mounts(run)),
             doorbell=doorbell_summary(run),
+            judge_gateways=gateway_summary(line for _, line in run.jsonl_lines("judge-gateway"))
+            if ctx.plan.bindings
+            else None,
         )
 
 

@@ -273,7 +273,11 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
 def _reply_detail(ctx: AuditContext) -> str:
     parts = []
     for name, j in sorted(ctx.replies.judges.items()):
-        if j.server_answered is not None:
+        if j.gateway_replied is not None:
+            lost = f", {j.gateway_lost} line(s) lost to rotation" if j.gateway_lost else ""
+            n = j.gateway_replied
+            parts.append(f"{name}: {n} repl{'y' if n == 1 else 'ies'} in its gateway's log, canaries excluded{lost}")
+        elif j.server_answered is not None:
             parts.append(
                 f"{name}: {j.server_answered} chat completion(s) answered 200 in {', '.join(j.logs)}, "
                 f"less {j.canary_replies} canary repl{'y' if j.canary_replies == 1 else 'ies'}"
@@ -323,8 +327,8 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
                 "info",
                 "judge_replies.unchecked",
                 f"the driver's claim of {r.claimed} judge replies is not bounded: judges "
-                f"{', '.join(r.uncounted) or '(some)'} are not countable (no access lines in their logs, "
-                "no grades-RANK.jsonl)",
+                f"{', '.join(r.uncounted) or '(some)'} are not countable (no gateway log, no access lines in their "
+                "logs, no grades-RANK.jsonl)",
                 f,
                 json_path="$.judge_replies",
             )

@@ -211,6 +211,7 @@ class AuditResult:
     judge_replies: dict[str, Any] | None = None  # independent reply counts (a spec with bindings only)
     filesystem: tuple[dict[str, Any], ...] = field(default=())  # the output root's mounts (audit/filesystem.py)
     doorbell: dict[str, Any] | None = None  # the doorbells' counts over every rank (audit/doorbell.py)
+    judge_gateways: dict[str, Any] | None = None  # per judge, from its gateway's log (audit/gateway_stats.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -247,4 +248,5 @@ class AuditResult:
             "judge_replies": self.judge_replies,
             "filesystem": list(self.filesystem),
             "doorbell": self.doorbell,
+            "judge_gateways": self.judge_gateways,
         }

@@ -94,6 +94,24 @@ def _reply_lines(r: dict[str, Any] | None) -> list[str]:
     return [_t(x) for x in out]
 
 
+def _gateway_lines(gateways: dict[str, Any] | None) -> list[str]:
+    """Per judge, what its gateway served: requests, replies, errors by kind, latency and queue wait."""
+    out = []
+    for name, g in sorted((gateways or {}).items()):
+
+        def ms(d: Any) -> str:
+            d = d or {}
+            return ", ".join(f"{k} {d[k]:g} ms" for k in ("p50", "p90", "p99") if d.get(k) is not None) or "none"
+
+        errors = ", ".join(f"{k} {v}" for k, v in (g.get("errors") or {}).items()) or "none"
+        out.append(
+            f"  judge {name} (gateway): {g.get('requests')} request(s), {g.get('replies')} "
+            f"{'reply' if g.get('replies') == 1 else 'replies'} (+{g.get('canary')} canary); errors: {errors}"
+        )
+        out.append(f"    latency {ms(g.get('latency_ms'))}; queue wait {ms(g.get('queue_ms'))}")
+    return [_t(x) for x in out]
+
+
 def _entered(a: AttemptSummary) -> str:
     """How the attempt began, from its claim: a scheduler's restart of the same launch, or --resume."""
     if a.attempt == 1 or a.mode is None:
@@ -126,6 +144,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     if result.doorbell is not None:
         lines.append(_t(f"  {describe_doorbell(result.doorbell)}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
+    lines += _gateway_lines(result.judge_gateways)
     fc = result.first_cause
     if fc is not None:
         lines += ["", "First cause:", "  " + _cause_line(fc)]

@@ -289,7 +289,7 @@ class Gateway:
                 c.reused = True
                 return c
             c.close()
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(upstream.host, upstream.port), self.timeout)
+        reader, writer = await asyncio.open_connection(upstream.host, upstream.port)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -304,26 +304,16 @@ class Gateway:
         else:
             c.close()
 
-    async def _next(self, c: _Conn, deadline: float) -> object:
-        """The judge's next h11 event (an Event, or PAUSED), reading within ``deadline``."""
+    async def _next(self, c: _Conn) -> object:
+        """The judge's next h11 event (an Event, or PAUSED). Bounded by the caller's deadline (one
+        timer per request, not one per read)."""
         while True:
             event = c.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise UpstreamError(f"no answer within the judge's timeout {self.timeout:g} s", GatewayOutcome.TIMEOUT)
-            try:
-                data = await asyncio.wait_for(c.reader.read(READ_CHUNK), left)
-            except TimeoutError:
-                raise UpstreamError(
-                    f"no answer within the judge's timeout {self.timeout:g} s", GatewayOutcome.TIMEOUT
-                ) from None
-            c.h11.receive_data(data)
+            c.h11.receive_data(await c.reader.read(READ_CHUNK))
 
-    async def _send_upstream(
-        self, upstream: Upstream, request: h11.Request, body: bytes, deadline: float
-    ) -> tuple[_Conn, h11.Response]:
+    async def _send_upstream(self, upstream: Upstream, request: h11.Request, body: bytes) -> tuple[_Conn, h11.Response]:
         """Send the request; the connection and the reply's head. A kept-alive connection the judge
         closed meanwhile (nothing of a reply read) is retried once on a new one."""
         headers = [(k, v) for k, v in request.headers if k not in HOP_HEADERS]
@@ -338,7 +328,7 @@ class Gateway:
                 c.writer.write(c.h11.send(out) + c.h11.send(h11.Data(data=body)) + c.h11.send(h11.EndOfMessage()))
                 await c.writer.drain()
                 while True:
-                    event = await self._next(c, deadline)
+                    event = await self._next(c)
                     if isinstance(event, h11.Response):
                         return c, event
                     if not isinstance(event, h11.InformationalResponse):
@@ -353,6 +343,9 @@ class Gateway:
                 if c.reused and attempt == 1:
                     continue
                 raise UpstreamError(f"the judge's connection failed: {exc or type(exc).__name__}") from None
+            except asyncio.CancelledError:
+                c.close()  # the judge's timeout: closing the connection stops its work on the request
+                raise
         raise AssertionError("unreachable")
 
     async def _forward(
@@ -365,15 +358,22 @@ class Gateway:
         line: RequestLine,
     ) -> None:
         sent0 = time.monotonic()
-        deadline = sent0 + self.timeout
+        timeout = f"no answer within the judge's timeout {self.timeout:g} s"
         try:
-            c, head = await self._send_upstream(upstream, request, body, deadline)
+            async with asyncio.timeout(self.timeout):
+                c, head = await self._send_upstream(upstream, request, body)
+        except TimeoutError:
+            error: UpstreamError | None = UpstreamError(timeout, GatewayOutcome.TIMEOUT)
         except UpstreamError as exc:
-            status = 504 if exc.outcome is GatewayOutcome.TIMEOUT else 502
-            line.outcome, line.error = exc.outcome, str(exc)
+            error = exc
+        else:
+            error = None
+        if error is not None:
+            status = 504 if error.outcome is GatewayOutcome.TIMEOUT else 502
+            line.outcome, line.error = error.outcome, str(error)
             with contextlib.suppress(ConnectionError, h11.LocalProtocolError):
                 line.bytes_out = await self._send_json(
-                    conn, writer, status, {"object": "error", "message": f"gateway: judge {self.judge}: {exc}"}
+                    conn, writer, status, {"object": "error", "message": f"gateway: judge {self.judge}: {error}"}
                 )
                 line.status = status
             return
@@ -387,33 +387,32 @@ class Gateway:
             headers.append((b"content-length", length))
         line.status = head.status_code
         caller_ok = True
+        # A whole reply goes to the caller in one write (one syscall); an event stream chunk by chunk.
+        pending = conn.send(h11.Response(status_code=head.status_code, headers=headers, reason=head.reason))
         try:
-            writer.write(conn.send(h11.Response(status_code=head.status_code, headers=headers, reason=head.reason)))
-            while True:
-                event = await self._next(c, deadline)
-                if isinstance(event, h11.Data):
-                    tap.feed(event.data)
-                    line.bytes_out += len(event.data)
-                    if caller_ok:
-                        try:
-                            writer.write(conn.send(h11.Data(data=event.data)))
-                            await writer.drain()
-                        except (ConnectionError, h11.LocalProtocolError):
-                            caller_ok = False
-                            break  # the caller is gone: stop the judge's work on it too
-                elif isinstance(event, h11.EndOfMessage):
-                    if caller_ok:
-                        try:
-                            writer.write(conn.send(h11.EndOfMessage()))
-                            await writer.drain()
-                        except (ConnectionError, h11.LocalProtocolError):
-                            caller_ok = False
-                    break
-                else:
-                    raise UpstreamError("the judge closed the connection in the middle of its reply")
-        except UpstreamError as exc:
+            async with asyncio.timeout_at(sent0 + self.timeout):
+                while True:
+                    event = await self._next(c)
+                    if isinstance(event, h11.Data):
+                        tap.feed(event.data)
+                        line.bytes_out += len(event.data)
+                        if caller_ok:
+                            pending += conn.send(h11.Data(data=event.data))
+                            if tap.stream:
+                                caller_ok = await self._flush(writer, pending)
+                                pending = b""
+                                if not caller_ok:
+                                    break  # the caller is gone: stop the judge's work on it too
+                    elif isinstance(event, h11.EndOfMessage):
+                        if caller_ok:
+                            caller_ok = await self._flush(writer, pending + conn.send(h11.EndOfMessage()))
+                        break
+                    else:
+                        raise UpstreamError("the judge closed the connection in the middle of its reply")
+        except (UpstreamError, TimeoutError) as exc:
             c.close()
-            line.outcome, line.error = exc.outcome, str(exc)
+            cut = exc if isinstance(exc, UpstreamError) else UpstreamError(timeout, GatewayOutcome.TIMEOUT)
+            line.outcome, line.error = cut.outcome, str(cut)
             tap.finish()
             self._tokens(line, tap)
             raise ConnectionError("the reply was cut off") from None  # the caller's connection ends too
@@ -429,6 +428,16 @@ class Gateway:
             raise ConnectionError("the caller is gone")
         self._release(c)
         line.outcome = GatewayOutcome.REPLIED if 200 <= head.status_code < 300 else GatewayOutcome.HTTP_ERROR
+
+    @staticmethod
+    async def _flush(writer: asyncio.StreamWriter, data: bytes) -> bool:
+        """Write to the caller; False when it is gone."""
+        try:
+            writer.write(data)
+            await writer.drain()
+        except (ConnectionError, h11.LocalProtocolError):
+            return False
+        return True
 
     @staticmethod
     def _tokens(line: RequestLine, tap: ReplyTap) -> None:

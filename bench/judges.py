@@ -34,6 +34,7 @@ from typing import Any
 import h11
 
 from agent.judges.port_file import read_port_file
+from schemas import names
 
 HOST = "127.0.0.1"
 BODY = json.dumps(
@@ -150,7 +151,7 @@ def gateway_vs_direct(latency: float, callers: int = 64, seconds: float = 10.0) 
             direct = load(judge, callers, seconds)
             with _process(_gateway(judge, callers, tmp, "gw"), tmp, "gateway") as gw:
                 through = load(gw, callers, seconds)
-            logged = sum(1 for _ in (tmp / "gw" / "judge-gateway-bench.jsonl").open())
+            logged = sum(1 for _ in (tmp / "gw" / names.gateway_log("bench")).open())
     return {
         "latency_s": latency,
         "callers": callers,

@@ -13,7 +13,13 @@ from typing import Any
 from audit import scheduler_query
 from audit.context import AuditContext, build_context
 from audit.crosscheck_grace import check_driver_stop
-from audit.crosscheck_judges import check_canaries, check_judge_endpoints, check_judge_replies, check_registry
+from audit.crosscheck_judges import (
+    check_canaries,
+    check_gateways,
+    check_judge_endpoints,
+    check_judge_replies,
+    check_registry,
+)
 from audit.crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
 from audit.crosscheck_lifecycle import (
     check_cleanup,
@@ -32,6 +38,7 @@ from audit.doorbell import summary as doorbell_summary
 from audit.expected import expected_plan
 from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
+from audit.gateway_stats import gateway_summary
 from audit.judge_replies import count_replies
 from audit.load import current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
@@ -67,6 +74,7 @@ CHECKS: tuple[Callable[[AuditContext], list[Finding]], ...] = (
     check_ray_layout,
     check_registry,
     check_judge_endpoints,
+    check_gateways,
     check_canaries,
     check_judge_replies,
     check_phases,
@@ -332,6 +340,9 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
             ray_startup=startup_table(ctx),
             stacks=_stacks(run, expected),
+            judge_gateways=gateway_summary(line for _, line in run.jsonl_lines("judge-gateway"))
+            if ctx.plan.bindings
+            else None,
         )
 
 

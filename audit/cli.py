@@ -101,7 +101,8 @@ def _audit_parser() -> argparse.ArgumentParser:
 def _logs_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gym-audit logs",
-        description="Stream a run's logs (driver-RANK.log, judge-NAME-RANK.log, agent, ray, ray-session-RANK/*), "
+        description="Stream a run's logs (driver-RANK.log, judge-NAME-RANK.log, gateway-NAME-RANK.log, agent, ray, "
+        "ray-session-RANK/*), "
         "optionally filtered by rank, judge, a regular expression and time. Output lines are FILE:LINE:TEXT "
         "(context lines FILE-LINE-TEXT).",
         epilog=LOGS_EXIT,
@@ -111,7 +112,7 @@ def _logs_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN")
     p.add_argument("--output-root", help=f"where a bare UUID's run lives (default ${OUTPUT_ROOT_ENV})")
     p.add_argument("--rank", type=int, help="only logs of this rank")
-    p.add_argument("--judge", metavar="NAME", help="only judge-NAME-*.log")
+    p.add_argument("--judge", metavar="NAME", help="only judge NAME's logs (judge-NAME-*.log, gateway-NAME-*.log)")
     p.add_argument("--grep", metavar="PATTERN", help="Python regular expression, matched per line")
     p.add_argument("-i", "--ignore-case", action="store_true")
     p.add_argument("-A", "--after", type=int, default=0, metavar="N", help="N lines of context after a match")

@@ -147,7 +147,10 @@ def check_judge_endpoints(ctx: AuditContext) -> list[Finding]:
                     )
                 )
         reg = as_dict(registry.get(art.judge))
-        endpoint, reg_endpoint = as_str(art.doc.get("endpoint")), as_str(reg.get("endpoint"))
+        # The registry's endpoint is the judge's gateway; the judge itself is its upstream (a registry
+        # written before gateways has only the endpoint).
+        endpoint = as_str(art.doc.get("endpoint"))
+        reg_endpoint = as_str(reg.get("upstream")) if "upstream" in reg else as_str(reg.get("endpoint"))
         if endpoint and reg_endpoint and endpoint != reg_endpoint:
             out.append(
                 Finding(
@@ -270,7 +273,11 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
 def _reply_detail(ctx: AuditContext) -> str:
     parts = []
     for name, j in sorted(ctx.replies.judges.items()):
-        if j.server_answered is not None:
+        if j.gateway_replied is not None:
+            lost = f", {j.gateway_lost} line(s) lost to rotation" if j.gateway_lost else ""
+            n = j.gateway_replied
+            parts.append(f"{name}: {n} repl{'y' if n == 1 else 'ies'} in its gateway's log, canaries excluded{lost}")
+        elif j.server_answered is not None:
             parts.append(
                 f"{name}: {j.server_answered} chat completion(s) answered 200 in {', '.join(j.logs)}, "
                 f"less {j.canary_replies} canary repl{'y' if j.canary_replies == 1 else 'ies'}"
@@ -320,10 +327,45 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
                 "info",
                 "judge_replies.unchecked",
                 f"the driver's claim of {r.claimed} judge replies is not bounded: judges "
-                f"{', '.join(r.uncounted) or '(some)'} are not countable (no access lines in their logs, "
-                "no grades-RANK.jsonl)",
+                f"{', '.join(r.uncounted) or '(some)'} are not countable (no gateway log, no access lines in their "
+                "logs, no grades-RANK.jsonl)",
                 f,
                 json_path="$.judge_replies",
             )
         ]
     return []
+
+
+def check_gateways(ctx: AuditContext) -> list[Finding]:
+    """Every bound judge has its gateway record, and the registry hands out that gateway."""
+    out: list[Finding] = []
+    registry = ctx.run.doc(names.REGISTRY)
+    judges = as_dict(as_dict(registry).get("judges"))
+    records = {art.judge: art for art in ctx.run.by_schema("gateway") if art.judge is not None and art.doc}
+    for judge in sorted({b.judge for b in ctx.plan.bindings}):
+        art = records.get(judge)
+        if art is None:
+            if ctx.succeeded and registry is not None and "upstream" in as_dict(judges.get(judge)):
+                out.append(
+                    Finding(
+                        "error",
+                        "gateway.missing",
+                        f"judge {judge!r} has no gateway record although the registry hands out a gateway",
+                        names.gateway_record(judge),
+                    )
+                )
+            continue
+        assert art.doc is not None
+        gateway, reg_endpoint = as_str(art.doc.get("endpoint")), as_str(as_dict(judges.get(judge)).get("endpoint"))
+        if gateway and reg_endpoint and gateway != reg_endpoint:
+            out.append(
+                Finding(
+                    "error",
+                    "gateway.bypassed",
+                    f"the registry gives judge {judge!r} as {reg_endpoint}, not its gateway {gateway}: "
+                    "its requests are neither bounded nor recorded",
+                    names.REGISTRY,
+                    json_path=f"$.judges.{judge}.endpoint",
+                )
+            )
+    return out

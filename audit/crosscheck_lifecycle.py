@@ -9,7 +9,7 @@ from typing import Any
 
 from audit.context import AuditContext
 from audit.model import Finding, Severity
-from audit.training_evidence import ACCEPTED
+from audit.training_evidence import ACCEPTED, TrainingEvidence, thin
 from audit.views import as_dict, as_int, as_list, as_str, rank_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 from schemas.vocab import FsCondition
@@ -213,7 +213,23 @@ def training_summary(ctx: AuditContext) -> dict[str, Any]:
         "evidence": {"declared": ev.declared, "sources": [r.to_json() for r in ev.sources]},
         # "none": the spec says the trainer has no separate policy refresh; "required": one must show.
         "refresh": "none" if _refresh_none(ctx) else "required",
+        "series": _training_series(doc, ev),
     }
+
+
+def _training_series(doc: dict[str, Any] | None, ev: TrainingEvidence) -> dict[str, Any] | None:
+    """Loss per step and the refreshes, for the HTML report's chart: driver-result.json's `losses`
+    (one per step), else the declared source that showed the most steps with a loss."""
+    if doc is not None:
+        losses = [x for x in as_list(doc.get("losses")) if _finite(x)]
+        if losses:
+            points = thin([(float(i), float(x)) for i, x in enumerate(losses, 1)])
+            return {"source": names.DRIVER_RESULT, "points": [list(p) for p in points], "refresh_at": []}
+        return None
+    best = max(ev.sources, key=lambda r: len(r.series), default=None)
+    if best is None or not (best.series or best.refresh_at):
+        return None
+    return {"source": best.source, "points": [list(p) for p in best.series], "refresh_at": list(best.refresh_at)}
 
 
 def check_driver(ctx: AuditContext) -> list[Finding]:

@@ -8,7 +8,11 @@
 - grades-RANK.jsonl and its rotated segments grades-RANK.N.jsonl (every grade the judge client
   makes, canaries excluded): lines with ``replied: true``, any judge, external ones included;
   `seq` (1, 2, ... per writing process, never reset by rotation) tells how many lines rotation
-  dropped, which may have been replies too.
+  dropped, which may have been replies too;
+- the judge's gateway (judge-gateway-NAME.jsonl and its segments): every request any client sent,
+  so generating requests the judge answered 2xx, less those the canary client marked. Where a
+  gateway log exists it is the count: it sees every client (a MILES trainer, plain HTTP) and every
+  judge, external ones included.
 
 Everything is read through SafeDir and bounded (audit/lines.py).
 """
@@ -48,6 +52,9 @@ class JudgeReplies:
     grades_replied: int | None = None  # grades lines with replied = true
     grades_lines: int = 0
     grades_lost: int = 0  # lines rotation dropped (by seq), replies or not
+    gateway_replied: int | None = None  # generating requests answered 2xx, canaries excluded
+    gateway_lines: int = 0
+    gateway_lost: int = 0  # lines rotation dropped (by seq)
 
     @property
     def server_driver_replies(self) -> int | None:
@@ -58,13 +65,17 @@ class JudgeReplies:
 
     @property
     def independent(self) -> int | None:
-        """The best independent count: the server's own, else the grades files'."""
+        """The best independent count: the gateway's, else the server's own, else the grades files'."""
+        if self.gateway_replied is not None:
+            return self.gateway_replied
         server = self.server_driver_replies
         return server if server is not None else self.grades_replied
 
     @property
     def upper_bound(self) -> int | None:
         """At most this many replies reached the driver; None when nothing bounds it."""
+        if self.gateway_replied is not None:
+            return self.gateway_replied + self.gateway_lost
         server = self.server_driver_replies
         if server is not None:
             return server
@@ -80,6 +91,9 @@ class JudgeReplies:
             "grades_replied": self.grades_replied,
             "grades_lines": self.grades_lines,
             "grades_lost_to_rotation": self.grades_lost,
+            "gateway_replied": self.gateway_replied,
+            "gateway_lines": self.gateway_lines,
+            "gateway_lost_to_rotation": self.gateway_lost,
             "independent": self.independent,
         }
 
@@ -146,9 +160,14 @@ def count_access_log(safe: SafeDir, relpath: str, found: list[Finding]) -> int |
 
 
 def canary_replies(canaries: Mapping[str, Any] | None) -> dict[str, int]:
-    """judge -> canary samples the judge answered (a reply excerpt was recorded)."""
+    """judge -> canary samples the judge answered (a reply excerpt was recorded), before training
+    and in the rounds during it."""
     out: dict[str, int] = defaultdict(int)
-    for item in as_list(as_dict(canaries).get("bindings")):
+    doc = as_dict(canaries)
+    items = as_list(doc.get("bindings")) + [
+        b for r in as_list(doc.get("rounds")) for b in as_list(as_dict(r).get("bindings"))
+    ]
+    for item in items:
         item = as_dict(item)
         judge = as_str(item.get("judge"))
         if judge is None:
@@ -198,6 +217,30 @@ def count_grades(lines: Iterable[tuple[str, Mapping[str, Any]]]) -> tuple[_Grade
     return g, tuple(files)
 
 
+@dataclass
+class _Gateway:
+    replied: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    lines: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    lost: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def count_gateway(lines: Iterable[Mapping[str, Any]]) -> _Gateway:
+    """Per judge: generating requests answered 2xx that no canary sent; lines lost to rotation."""
+    g = _Gateway()
+    seqs: dict[tuple[str, Any], set[int]] = defaultdict(set)
+    for doc in lines:
+        judge = as_str(doc.get("judge")) or "?"
+        g.lines[judge] += 1
+        if doc.get("generation") is True and doc.get("canary") is not True and doc.get("outcome") == "replied":
+            g.replied[judge] += 1
+        seq = doc.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= 1 << 40:
+            seqs[(judge, doc.get("writer"))].add(seq)
+    for (judge, _), seen in seqs.items():
+        g.lost[judge] += _seq_losses(seen)
+    return g
+
+
 def count_replies(
     safe: SafeDir,
     run: LoadedRun,
@@ -213,6 +256,7 @@ def count_replies(
         if parsed is not None and parsed.log == "judge" and parsed.judge:
             logs_of[parsed.judge].append(rel)
     grades, read = count_grades((art.relpath, line) for art, line in run.jsonl_lines("grade"))
+    gateway = count_gateway(line for _, line in run.jsonl_lines("judge-gateway"))
     judges: dict[str, JudgeReplies] = {}
     for judge in sorted(set(bound_judges)):
         answered: int | None = None
@@ -230,5 +274,8 @@ def count_replies(
             grades.replied.get(judge, 0) if seen else None,
             grades.lines.get(judge, 0),
             grades.lost.get(judge, 0),
+            gateway.replied.get(judge, 0) if judge in gateway.lines else None,
+            gateway.lines.get(judge, 0),
+            gateway.lost.get(judge, 0),
         )
     return ReplyCounts(judges, read, claimed, tuple(found))

@@ -33,7 +33,7 @@ ERROR_LINE = re.compile(
     r"(?i)(error|exception|fatal|critical|killed|failed|failure|panic|out of memory|oom|segmentation fault|"
     r"traceback|exit code|exited with|signal)"
 )
-_KIND_ORDER = {"driver": 0, "judge": 1, "agent": 2, "ray": 3, "ray-session": 4}
+_KIND_ORDER = {"driver": 0, "judge": 1, "gateway": 2, "agent": 3, "ray": 4, "ray-session": 5}
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def list_logs(safe: SafeDir, rank: int | None = None, judge: str | None = None) 
         if judge is not None and log.judge != judge:
             continue
         out.append(log)
-    return sorted(out, key=lambda g: (_KIND_ORDER[g.kind], g.rank, g.judge or "", g.relpath))
+    return sorted(out, key=lambda g: (_KIND_ORDER.get(g.kind, len(_KIND_ORDER)), g.rank, g.judge or "", g.relpath))
 
 
 # -- excerpts -----------------------------------------------------------------------------------

@@ -256,6 +256,7 @@ class AuditResult:
     unfit: dict[str, Any] | None = None
     ray_startup: dict[str, Any] | None = None  # each node's Ray join time (audit/ray_startup.py)
     stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
+    judge_gateways: dict[str, Any] | None = None  # per judge, from its gateway's log (audit/gateway_stats.py)
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -295,4 +296,5 @@ class AuditResult:
             "unfit": self.unfit,
             "ray_startup": self.ray_startup,
             "stacks": self.stacks.to_json() if self.stacks is not None else None,
+            "judge_gateways": self.judge_gateways,
         }

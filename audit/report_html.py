@@ -1,5 +1,6 @@
 """`gym-audit --html FILE`: one self-contained page (inline CSS and SVG, no scripts, no network)
-with the verdict, the first cause, a per-replica timeline of phases and a GPU map per node.
+with the verdict, the first cause, a per-replica timeline of phases, a GPU map per node, each judge's
+requests and latency (from its gateway) and the training evidence (loss per step, refreshes).
 
 Everything from the run directory is untrusted and goes through html.escape."""
 
@@ -11,6 +12,7 @@ import math
 from audit.doorbell import describe as describe_doorbell
 from audit.filesystem import describe as describe_filesystem
 from audit.model import AuditResult, Cause, NodeMap, RankSummary
+from audit.report_charts import bar_chart, line_chart
 from audit.report_text import cause_headline
 from audit.sanitize import clean_text
 from schemas import Phase, timefmt
@@ -59,6 +61,7 @@ tr.error td.sev{color:#c62828;font-weight:700} tr.warning td.sev{color:#e65100} 
 .node{display:flex;align-items:center;gap:8px}
 .node-label{width:220px;font-size:12px}
 .gpus{display:grid;grid-auto-flow:column;grid-auto-columns:78px;gap:4px}
+.judge-charts{display:flex;flex-wrap:wrap;gap:12px;margin:8px 0} svg.chart{background:#fafafa;border:1px solid #eee}
 .gpu{height:46px;border-radius:4px;color:#fff;font-size:11px;display:flex;flex-direction:column;
      align-items:center;justify-content:center;text-align:center;overflow:hidden;
      border:1px solid rgba(0,0,0,.2)}
@@ -259,6 +262,95 @@ def _when(result: AuditResult) -> str:
     return f"Started {began}; total duration {took}."
 
 
+def _ms(d: object) -> str:
+    spread = d if isinstance(d, dict) else {}
+    shown = [f"{k} {spread[k]:g}" for k in ("p50", "p90", "p99") if isinstance(spread.get(k), int | float)]
+    return (", ".join(shown) + " ms") if shown else "none"
+
+
+def _judges_html(result: AuditResult) -> list[str]:
+    """Per judge, from its gateway's log: a table of what it served, requests per minute and the
+    median latency over the run."""
+    gateways = result.judge_gateways or {}
+    if not gateways:
+        return []
+    parts = ['<h2>Judges</h2><section id="judges">']
+    parts.append(
+        '<table id="judge-stats"><tr><th>judge</th><th>requests</th><th>replies</th><th>canary</th>'
+        "<th>errors</th><th>latency</th><th>queue wait</th></tr>"
+    )
+    for name, g in sorted(gateways.items()):
+        errors = ", ".join(f"{k} {v}" for k, v in (g.get("errors") or {}).items()) or "none"
+        parts.append(
+            f'<tr data-judge="{_e(name)}"><td><code>{_e(name)}</code></td><td>{_e(g.get("requests"))}</td>'
+            f"<td>{_e(g.get('replies'))}</td><td>{_e(g.get('canary'))}</td><td>{_e(errors)}</td>"
+            f"<td>{_e(_ms(g.get('latency_ms')))}</td><td>{_e(_ms(g.get('queue_ms')))}</td></tr>"
+        )
+    parts.append("</table>")
+    for name, g in sorted(gateways.items()):
+        series = g.get("series") or {}
+        bucket = series.get("bucket_s") or 60
+        per = "minute" if bucket == 60 else f"{bucket:g} s"
+        since = f" since {series.get('start')}" if series.get("start") else ""
+        requests = [float(x) for x in series.get("requests") or []]
+        latency = [(float(i), y) for i, y in enumerate(series.get("latency_p50_ms") or [])]
+        parts.append(f'<div class="judge-charts" data-judge="{_e(name)}">')
+        parts.append(
+            bar_chart(
+                requests,
+                title=f"judge {name}: requests per {per}",
+                chart_id=f"judge-{name}-requests",
+                x_label=f"{per}s{since}",
+                y_label="requests",
+            )
+        )
+        parts.append(
+            line_chart(
+                latency,
+                title=f"judge {name}: median latency per {per} (ms)",
+                chart_id=f"judge-{name}-latency",
+                x_label=f"{per}s{since}",
+                y_label="ms",
+            )
+        )
+        parts.append("</div>")
+    parts.append("</section>")
+    return parts
+
+
+def _training_html(result: AuditResult) -> list[str]:
+    """The evidence of training the audit read: steps, loss per step, policy refreshes."""
+    t = result.training
+    if not t:
+        return []
+    parts = ['<h2>Training</h2><section id="training">']
+    steps, refreshes = t.get("optimizer_steps"), t.get("policy_refreshes")
+    source = t.get("source")
+    parts.append(
+        f'<p id="training-summary">Evidence: <b>{_e(source)}</b> — {_e("unknown" if steps is None else steps)} '
+        f"optimizer step(s), {_e('unknown' if refreshes is None else refreshes)} policy refresh(es).</p>"
+    )
+    series = t.get("series")
+    if series:
+        points = [(float(x), float(y)) for x, y in series.get("points") or []]
+        marks = [float(x) for x in series.get("refresh_at") or []]
+        parts.append(
+            line_chart(
+                points,
+                title=f"loss per optimizer step ({series.get('source')})",
+                chart_id="training-loss",
+                x_label="step",
+                y_label="loss",
+                marks=marks,
+                mark_label="policy refresh",
+            )
+        )
+    else:
+        parts.append('<p class="muted">No loss per step was recorded where the audit reads it.</p>')
+    parts.append("</section>")
+    return parts
+
+
 def render(result: AuditResult) -> str:
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
     parts = [
@@ -309,6 +401,7 @@ def render(result: AuditResult) -> str:
     parts.append('</section><h2>GPU map</h2><section id="gpu-map">')
     parts.append(_gpu_map(result.gpu_maps))
     parts.append("</section>")
+    parts += _judges_html(result) + _training_html(result)
     parts.append("<h2>Findings</h2>")
     if not result.findings:
         parts.append('<p id="no-findings">No findings.</p>')

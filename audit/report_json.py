@@ -44,6 +44,10 @@ fields are only ever added. Keys, in order:
     doorbell      {ranks, rings, sent, send_errors, received, accepted, ignored_stopping, beacons_sent,
                   beacons_received, dropped: {reason: n}}: the doorbells' counts summed over the
                   ranks' cleanup records; null when no rank had one
+    judge_gateways {judge: {requests, generation, replies, canary, errors: {kind: n},
+                  latency_ms: {p50, p90, p99, max}, queue_ms: {p50, p90, p99, max},
+                  series: {start, bucket_s, requests: [n], latency_p50_ms: [ms]}}}: each judge's gateway
+                  log (every client's requests); null without bindings
 
 Unusable input (exit 2) prints {"format", "run_dir", "verdict": "unusable", "reason"}.
 Times are Unix wall-clock seconds of the host that wrote them.

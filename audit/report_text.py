@@ -87,10 +87,33 @@ def _reply_lines(r: dict[str, Any] | None) -> list[str]:
             if server is not None
             else "no access lines in its log",
         ]
+        if j.get("gateway_replied") is not None:
+            lost = j.get("gateway_lost_to_rotation")
+            parts.insert(
+                0, f"gateway {j.get('gateway_replied')} replied" + (f" (+{lost} lost to rotation)" if lost else "")
+            )
         if j.get("grades_replied") is not None:
             lost = j.get("grades_lost_to_rotation")
             parts.append(f"grades {j.get('grades_replied')} replied" + (f" (+{lost} lost to rotation)" if lost else ""))
         out.append(f"    {name}: " + "; ".join(parts))
+    return [_t(x) for x in out]
+
+
+def _gateway_lines(gateways: dict[str, Any] | None) -> list[str]:
+    """Per judge, what its gateway served: requests, replies, errors by kind, latency and queue wait."""
+    out = []
+    for name, g in sorted((gateways or {}).items()):
+
+        def ms(d: Any) -> str:
+            d = d or {}
+            return ", ".join(f"{k} {d[k]:g} ms" for k in ("p50", "p90", "p99") if d.get(k) is not None) or "none"
+
+        errors = ", ".join(f"{k} {v}" for k, v in (g.get("errors") or {}).items()) or "none"
+        out.append(
+            f"  judge {name} (gateway): {g.get('requests')} request(s), {g.get('replies')} "
+            f"{'reply' if g.get('replies') == 1 else 'replies'} (+{g.get('canary')} canary); errors: {errors}"
+        )
+        out.append(f"    latency {ms(g.get('latency_ms'))}; queue wait {ms(g.get('queue_ms'))}")
     return [_t(x) for x in out]
 
 
@@ -164,6 +187,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     if result.doorbell is not None:
         lines.append(_t(f"  {describe_doorbell(result.doorbell)}"))
     lines += _training_lines(result.training) + _reply_lines(result.judge_replies)
+    lines += _gateway_lines(result.judge_gateways)
     if result.ray_startup:
         lines += [_t(x) for x in describe_ray_startup(result.ray_startup)]
     if result.cascade:

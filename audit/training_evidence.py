@@ -34,11 +34,15 @@ from launch.spec.evidence_lines import (
     MILES_LOSS_FIELD,
     MILES_OPTIMIZER_EVENT,
     MILES_PUBLICATION,
+    is_number,
     metrics_step,
     miles_step,
 )
 from launch.spec.sections import EvidenceConfig
 
+MAX_SERIES = 500  # (step, loss) points a source keeps for the report's chart
+MAX_REFRESH_MARKS = 500
+MAX_STEPS_KEPT = 1 << 20  # steps whose losses are kept before thinning (memory stays bounded)
 CAP_BYTES = 1 << 30  # per evidence file: more than any tiny or long run writes, bounded all the same
 LOG_CAP_BYTES = 8 << 30  # a driver's log may be large; the pattern is searched in its first 8 GiB
 MAX_RANK_FILES = 4096
@@ -56,6 +60,10 @@ class SourceReading:
     nonfinite: tuple[str, ...] = ()  # where a loss was not a finite number ("FILE:LINE")
     missing: str = ""  # what was looked for and not found, for the finding's message
     gaps: tuple[str, ...] = ()  # e.g. "rank 1 lacks steps [3]"
+    # (step, loss) in step order (a step's losses over ranks averaged), and the steps where the
+    # policy was refreshed: the HTML report's chart (audit/report_charts.py), at most MAX_SERIES.
+    series: tuple[tuple[float, float], ...] = ()
+    refresh_at: tuple[float, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,12 +112,16 @@ class _Reading:
     refresh_values: set[Any] = field(default_factory=set)
     losses: int = 0
     nonfinite: list[str] = field(default_factory=list)
+    by_step: dict[float, list[float]] = field(default_factory=dict)  # finite losses per step
+    refresh_steps: set[float] = field(default_factory=set)
 
-    def loss(self, value: Any, where: str) -> None:
+    def loss(self, value: Any, where: str, step: Any = None) -> None:
         self.losses += 1
         finite = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         if not finite and len(self.nonfinite) < 20:
             self.nonfinite.append(where)
+        if finite and is_number(step) and (step in self.by_step or len(self.by_step) < MAX_STEPS_KEPT):
+            self.by_step.setdefault(float(step), []).append(float(value))
 
     def frozen(self, refreshable: bool, missing: str = "", gaps: Iterable[str] = ()) -> SourceReading:
         return SourceReading(
@@ -121,6 +133,8 @@ class _Reading:
             tuple(self.nonfinite),
             missing,
             tuple(gaps),
+            thin([(step, sum(v) / len(v)) for step, v in sorted(self.by_step.items())]),
+            tuple(x for x, _ in thin([(x, 0.0) for x in sorted(self.refresh_steps)], MAX_REFRESH_MARKS)),
         )
 
 
@@ -156,6 +170,14 @@ def _objects(safe: SafeDir, relpath: str, found: list[Finding]) -> Iterable[tupl
         found.append(Finding("warning", "evidence.truncated", f"read only its first {CAP_BYTES} bytes", relpath))
 
 
+def thin(points: list[tuple[float, float]], at_most: int = MAX_SERIES) -> tuple[tuple[float, float], ...]:
+    """At most ``at_most`` of ``points``, evenly spaced, the first and the last kept."""
+    if len(points) <= at_most:
+        return tuple(points)
+    last = len(points) - 1
+    return tuple(points[round(i * last / (at_most - 1))] for i in range(at_most))
+
+
 def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceReading:
     r = _Reading("miles")
     try:
@@ -182,10 +204,11 @@ def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceRead
                 steps.add(step)
                 r.steps.add(step)
             if MILES_LOSS_FIELD in doc:
-                r.loss(doc[MILES_LOSS_FIELD], f"{rel}:{n}")
+                r.loss(doc[MILES_LOSS_FIELD], f"{rel}:{n}", step)
             published = doc.get("published_step")
             if isinstance(published, int) and not isinstance(published, bool) and published >= 1:
                 r.refresh_values.add(published)
+                r.refresh_steps.add(published)
     pub = f"{save_dir}/{MILES_PUBLICATION}"
     for _n, doc in _objects(safe, pub, found):
         version = doc.get("version")
@@ -215,11 +238,13 @@ def read_metrics(safe: SafeDir, cfg: EvidenceConfig, found: list[Finding]) -> So
         if step is not None:
             r.steps.add(step)
         if cfg.loss_field is not None and cfg.loss_field in doc:
-            r.loss(doc[cfg.loss_field], f"{cfg.metrics}:{n}")
+            r.loss(doc[cfg.loss_field], f"{cfg.metrics}:{n}", step)
         if cfg.refresh_field is not None:
             value = doc.get(cfg.refresh_field)
             if value is True or (isinstance(value, int | float) and not isinstance(value, bool) and value >= 1):
                 r.refresh_values.add(value)
+                if isinstance(step, int | float) and is_number(step):
+                    r.refresh_steps.add(float(step))
     missing = ""
     if not r.steps:
         missing = f"no line of {cfg.metrics} with a number in {cfg.step_field!r}" + ("" if lines else " (no lines)")
@@ -249,7 +274,7 @@ def read_log(safe: SafeDir, log: str | None, cfg: EvidenceConfig, found: list[Fi
                             value: Any = float(loss)
                         except ValueError:
                             value = loss
-                        r.loss(value, f"{log}: {m.group(0)[:80]!r}")
+                        r.loss(value, f"{log}: {m.group(0)[:80]!r}", seen)
             if refresh_re is not None:
                 refreshes += sum(1 for _ in refresh_re.finditer(text))
     except FileNotFoundError:

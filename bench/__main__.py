@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs preflight hang] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import audit_logs, audit_scale, coordination, fstrace, hang, netfs, preflight, procstat, projection
+from . import audit_logs, audit_scale, coordination, fstrace, hang, judges, netfs, preflight, procstat, projection
 from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang")
+PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang", "judges")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -232,6 +232,15 @@ def part_hang(args: argparse.Namespace, res: dict) -> None:
     res["hang"] = hang.run(args.frozen, say=print)
 
 
+def part_judges(args: argparse.Namespace, res: dict) -> None:
+    print(
+        "\n## Judges: the gateway beside direct calls to a stand-in judge of fixed latency (1 and 64 callers, "
+        f"{args.judge_window:g} s each), and grade_many against max_concurrent_calls / latency"
+    )
+    res["judges"] = out = judges.run(args.judge_latency, args.judge_window)
+    print(judges.table(out))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -258,6 +267,8 @@ def main() -> int:
         default=["false", "true"],
         help="[launch.coordination] doorbell values to measure (files only while the key does not exist)",
     )
+    ap.add_argument("--judge-latency", type=float, nargs="+", default=[0.2, 1.0], help="stand-in judge latency, s")
+    ap.add_argument("--judge-window", type=float, default=10.0, help="seconds of load per gateway measurement")
     args = ap.parse_args()
     m = procstat.machine()
     print(f"machine: {procstat.describe(m)}")

@@ -53,16 +53,18 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_valid(args: argparse.Namespace) -> tuple[ResolvedSpec, RunConfig, Plan]:
-    """Load, validate and plan the spec named by ``args``; raises SpecError with every problem."""
-    from launch.rubric_files import template_problems
+def load_valid(args: argparse.Namespace, *, grades_here: bool = False) -> tuple[ResolvedSpec, RunConfig, Plan]:
+    """Load, validate and plan the spec named by ``args``; raises SpecError with every problem.
+    ``grades_here``: this machine grades with the spec's rubrics (validate, local, grade), so an
+    open-instruct profile's template must be readable here; a render or submit does not need it."""
+    from launch.rubric_files import open_instruct_problems, template_problems
 
     resolved = load_spec(args.spec, args.overrides)
     config, problems = validated(resolved)
     if problems or config is None:
         raise SpecError(problems)
     # Rubric template files: read, pinned to their template_sha256, only known fields.
-    problems = template_problems(config)
+    problems = template_problems(config) + (open_instruct_problems(config) if grades_here else [])
     if problems:
         raise SpecError(problems)
     return resolved, config, plan(config)
@@ -76,7 +78,7 @@ def _configure_validate(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    resolved, _, _ = load_valid(args)
+    resolved, _, _ = load_valid(args, grades_here=True)
     print(resolved.fingerprint)
     return EXIT_OK
 
@@ -279,7 +281,7 @@ def _configure_grade(parser: argparse.ArgumentParser) -> None:
 def _run_grade(args: argparse.Namespace) -> int:
     from launch.grade_job import GradeArgs, grade
 
-    _, config, _ = load_valid(args)
+    _, config, _ = load_valid(args, grades_here=True)
     asked = GradeArgs(
         binding=args.binding,
         question=args.question,
@@ -310,7 +312,7 @@ def _configure_local(parser: argparse.ArgumentParser) -> None:
 def _run_local(args: argparse.Namespace) -> int:
     from launch.backends.local import run_local
 
-    _, config, p = load_valid(args)  # every problem reported before any process starts
+    _, config, p = load_valid(args, grades_here=True)  # every problem reported before any process starts
     return run_local(
         config,
         p,

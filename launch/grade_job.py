@@ -5,7 +5,8 @@ It uses the judge client library drivers use (``agent.judges.client``, ``agent.j
 ``agent.judges.extraction``), never the agent's runtime: the same rubric text and digest, the same
 answer extraction, the same request and the same reply parsing. An external judge is reached at
 its endpoint; a managed one runs only inside a run, so its endpoint is read from that run's
-``judge-NAME-RANK.json`` record (``--run``), or given as ``--endpoint``.
+``judge-NAME-RANK.json`` record (``--run``; through the judge's gateway, ``gateway-NAME.json``, where
+the run has one), or given as ``--endpoint``.
 
 Exit codes: 0 with a grade; 1 when the judge's reply is not a valid grade (``truncated``,
 ``empty``, ``unparseable``, ``out_of_scale``) or the judge could not be used (``unavailable``,
@@ -33,7 +34,7 @@ from agent.judges.extraction import Extracted, extract_answer
 from agent.judges.rubrics import Rubric, RubricError, rubric_from_spec
 from launch.spec.config import JudgeConfig, RunConfig
 from launch.spec.errors import UsageError
-from schemas import RunDir, RunDirError
+from schemas import RunDir, RunDirError, names
 
 EXIT_OK = 0
 EXIT_NOT_GRADED = 1
@@ -127,6 +128,8 @@ def managed_endpoint(run: str, output_root: str | None, judge: JudgeConfig) -> t
             doc = run_dir.read_json(entry)
             if doc is not None and doc.get("ready") and isinstance(doc.get("endpoint"), str):
                 records.append((entry, doc))
+        # The run's clients reach the judge through its gateway (bounded, recorded): so does this grade.
+        gateway = run_dir.read_json(names.gateway_record(judge.name))
     finally:
         run_dir.close()
     if not records:
@@ -140,6 +143,8 @@ def managed_endpoint(run: str, output_root: str | None, judge: JudgeConfig) -> t
             f"--run {path}: {entry} serves model {doc.get('model')!r}, the spec's judges.{judge.name}.model is "
             f"{judge.model!r}: that run is not of this spec's judge"
         )
+    if gateway is not None and isinstance(gateway.get("endpoint"), str):
+        return str(gateway["endpoint"]), str(Path(path) / names.gateway_record(judge.name))
     return str(doc["endpoint"]), str(Path(path) / entry)
 
 

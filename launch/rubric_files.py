@@ -8,7 +8,8 @@ here, not in ``launch.spec`` (the pure model), because the template rules are th
 
 from __future__ import annotations
 
-from agent.judges.rubrics import MAX_TEMPLATE_BYTES, TemplateError, load_template
+from agent.judges.rubrics import MAX_TEMPLATE_BYTES, RubricError, TemplateError, load_template, rubric_from_spec
+from launch.spec import names
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
@@ -41,4 +42,20 @@ def template_problems(config: RunConfig) -> list[Problem]:
                 f"{MAX_TEMPLATE_BYTES}: registry.json carries them to the driver in one environment variable",
             )
         )
+    return problems
+
+
+def open_instruct_problems(config: RunConfig) -> list[Problem]:
+    """Every bound rubric naming an open-instruct profile whose template cannot be read from the
+    installed open_instruct package here (missing, or not its pinned text): install the package or
+    give the text as template_file (agent/judges/open_instruct.py)."""
+    problems: list[Problem] = []
+    bound = {b.rubric for b in config.bindings}
+    for name, rubric in sorted(config.rubrics.items()):
+        if name not in bound or rubric.profile not in names.OPEN_INSTRUCT_PROFILES:
+            continue
+        try:
+            rubric_from_spec(name, rubric.table(config.spec.base_dir))
+        except RubricError as exc:
+            problems.append(Problem(format_key(("rubrics", name, "profile")), str(exc).split(": ", 1)[-1]))
     return problems

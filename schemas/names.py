@@ -211,6 +211,33 @@ def live_stacks(rank: int, request: str) -> str:
     return f"stacks-{rank}-{request}.json"
 
 
+# The judge gateway (agent/judges/gateway.py): one per bound judge, beside a managed judge or on the
+# driver's node for an external one. Its address record, its request log (every request, one JSON
+# line each; capped and rotated like grades-RANK.jsonl) and its own process log. Judge names hold
+# no '.', so a segment number never reads as part of a name.
+GATEWAY_LOG_RE = re.compile(r"^judge-gateway-([a-z][a-z0-9_-]*?)(?:\.([1-9][0-9]{0,3}))?\.jsonl$")
+
+
+def gateway_record(judge: str) -> str:
+    """Where judge's gateway listens (written by its host's agent before any client is told)."""
+    return f"gateway-{judge}.json"
+
+
+def gateway_log(judge: str, segment: int = 0) -> str:
+    """judge-gateway-NAME.jsonl (segment 0), or its rotated segment judge-gateway-NAME.N.jsonl."""
+    return f"judge-gateway-{judge}.jsonl" if segment == 0 else f"judge-gateway-{judge}.{segment}.jsonl"
+
+
+def gateway_log_segment(relpath: str) -> tuple[str, int] | None:
+    """(judge, segment) of a gateway request log name, or None when it is not one."""
+    m = GATEWAY_LOG_RE.match(relpath)
+    return (m.group(1), int(m.group(2) or 0)) if m else None
+
+
+def gateway_process_log(judge: str, rank: int) -> str:
+    return f"gateway-{judge}-{rank}.log"
+
+
 def driver_log(rank: int) -> str:
     return f"driver-{rank}.log"
 
@@ -280,9 +307,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
     # stacks-RANK.json (a hang's), or stacks-RANK-REQUEST.json (an answer to gym-launch stacks)
     Artifact("stacks", re.compile(r"^stacks-(\d+)(?:-[0-9a-f]{8,32})?\.json$")),
     Artifact("stacks-request", re.compile(r"^stack-requests/request-[0-9a-f]{8,32}\.json$")),
+    Artifact("gateway", re.compile(r"^gateway-([a-z][a-z0-9_-]*)\.json$")),
 )
 # JSON Lines artifacts: one document per line, each against the schema (the audit checks every line).
-JSONL_ARTIFACTS: tuple[Artifact, ...] = (Artifact("grade", GRADES_RE),)
+JSONL_ARTIFACTS: tuple[Artifact, ...] = (Artifact("grade", GRADES_RE), Artifact("judge-gateway", GATEWAY_LOG_RE))
 # (pattern, schema name) for every JSON artifact, as the audit has always read the table.
 ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple((a.pattern, a.schema) for a in ARTIFACTS)
 # Files of the run directory that are neither artifacts nor logs (the audit knows them).
@@ -300,6 +328,7 @@ LOG_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "judge"),
     (re.compile(r"^agent-(\d+)\.log$"), "agent"),
     (re.compile(r"^ray-(\d+)\.log$"), "ray"),
+    (re.compile(r"^gateway-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "gateway"),
     (re.compile(r"^ray-session-(\d+)/[A-Za-z0-9][A-Za-z0-9_.-]*$"), "ray-session"),
 )
 LOG_PATTERNS: tuple[re.Pattern[str], ...] = tuple(p for p, _ in LOG_KINDS)
@@ -394,6 +423,9 @@ def parse(relpath: str) -> Parsed | None:
         segment = grades_segment(relpath)
         if segment is not None:
             return Parsed("grade", segment[0], None, lines=True)
+        gateway = gateway_log_segment(relpath)
+        if gateway is not None:
+            return Parsed("judge-gateway", None, gateway[0], lines=True)
     for pattern, schema in _ARTIFACTS_BY_HEAD.get(head, ()):
         m = pattern.match(relpath)
         if m:
@@ -410,6 +442,8 @@ def _rank_judge(m: re.Match[str]) -> tuple[int | None, str | None]:
     groups = m.groups()
     if len(groups) == 2:
         return int(groups[1]), groups[0]
+    if groups and not groups[0].isdigit():  # gateway-NAME.json: a judge, no rank
+        return None, groups[0]
     return (int(groups[0]), None) if groups else (None, None)
 
 

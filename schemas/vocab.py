@@ -180,6 +180,18 @@ class GradeOutcome(enum.StrEnum):
         return self in (GradeOutcome.INVALID, GradeOutcome.TRUNCATED)
 
 
+class GatewayOutcome(enum.StrEnum):
+    """How one request through a judge's gateway ended (judge-gateway-NAME.jsonl `outcome`)."""
+
+    REPLIED = "replied"  # the judge answered 2xx and the caller got all of it
+    HTTP_ERROR = "http_error"  # the judge answered with an error status (passed on as it was)
+    UNAVAILABLE = "unavailable"  # no whole answer: the judge refused or dropped the connection
+    TIMEOUT = "timeout"  # the judge did not answer within its timeout (the caller got 504)
+    NOT_READY = "not_ready"  # the judge is not healthy yet: the gateway answered 503 itself
+    CLIENT_GONE = "client_gone"  # the caller left before its reply was delivered
+    BAD_REQUEST = "bad_request"  # the caller's request could not be read (or was too large)
+
+
 class FsCondition(enum.StrEnum):
     """Why the run directory refused a record (failure-RANK.json `fs_condition`)."""
 
@@ -198,6 +210,11 @@ class DriverEnv:
     def ray_address(service: str) -> str:
         """GYM_RAY_ADDRESS_<SERVICE>: the head's host:port of the Ray service named ``service``."""
         return f"GYM_RAY_ADDRESS_{service.upper().replace('-', '_')}"
+
+    @staticmethod
+    def judge_url(judge: str) -> str:
+        """GYM_JUDGE_URL_<NAME>: judge's OpenAI base URL (``.../v1``), its gateway's."""
+        return f"GYM_JUDGE_URL_{judge.upper().replace('-', '_')}"
 
     RUN_DIR = "GYM_RUN_DIR"
     RANK = "GYM_RANK"

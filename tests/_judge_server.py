@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.judges.reference_server import read_port_file
+from agent.judges.port_file import read_port_file
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 20.0
@@ -50,29 +50,18 @@ class RunningServer:
         return self.proc.returncode
 
 
-def start_server(
+def start_module(
     tmp_dir: Path,
-    *extra: str,
-    model: str = "judge-model",
-    name: str = "judge",
+    module: str,
+    *args: str,
+    name: str,
+    model: str = "",
     env: dict[str, str] | None = None,
 ) -> RunningServer:
+    """``python -m MODULE ARGS --port-file F`` in its own session; returns once F names its port."""
     port_file = tmp_dir / f"{name}.port.json"
     log_path = tmp_dir / f"{name}.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "agent.judges.reference_server",
-        "--host",
-        HOST,
-        "--port",
-        "0",
-        "--port-file",
-        str(port_file),
-        "--model",
-        model,
-        *extra,
-    ]
+    argv = [sys.executable, "-m", module, *args, "--port-file", str(port_file)]
     child_env = {k: v for k, v in os.environ.items() if k != "GYM_REFERENCE_JUDGE_FAULTS"}
     child_env.update(env or {})
     with log_path.open("wb") as log:
@@ -88,7 +77,18 @@ def start_server(
             break
         time.sleep(0.05)
     server.stop()
-    raise RuntimeError(f"reference server did not publish its port: {log_path.read_text(errors='replace')}")
+    raise RuntimeError(f"{module} did not publish its port: {log_path.read_text(errors='replace')}")
+
+
+def start_server(
+    tmp_dir: Path,
+    *extra: str,
+    model: str = "judge-model",
+    name: str = "judge",
+    env: dict[str, str] | None = None,
+) -> RunningServer:
+    args = ("--host", HOST, "--port", "0", "--model", model, *extra)
+    return start_module(tmp_dir, "agent.judges.reference_server", *args, name=name, model=model, env=env)
 
 
 def server_factory(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:

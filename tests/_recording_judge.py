@@ -24,6 +24,8 @@ class Recorded:
     finish_reason: str = "stop"
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
+    # (reply, finish_reason) answered in turn before `reply` (a judge that answers badly, then well)
+    script: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -57,6 +59,7 @@ def _handler(state: Recorded) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"message": f"no route POST {self.path}"})
                 return
             state.requests.append(body)
+            reply, finish = state.script.pop(0) if state.script else (state.reply, state.finish_reason)
             self._send(
                 200,
                 {
@@ -65,8 +68,8 @@ def _handler(state: Recorded) -> type[BaseHTTPRequestHandler]:
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": state.reply},
-                            "finish_reason": state.finish_reason,
+                            "message": {"role": "assistant", "content": reply},
+                            "finish_reason": finish,
                         }
                     ],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},

@@ -3,6 +3,7 @@ after rendering, a screenshot is produced, and the page fetches nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -147,3 +148,83 @@ def test_timeline_fits_the_page_width(reports: dict[str, Path], tmp_path: Path, 
 
 def test_role_colours_differ_from_phase_colours() -> None:
     assert not set(ROLE_COLORS.values()) & set(PHASE_COLORS.values())
+
+
+def _with_gateway_log(root: Path) -> Path:
+    """The success run plus its judge's gateway log: 24 training replies over three minutes (their
+    latency rising), 4 canaries and a timeout, as the gateway writes them."""
+    import orjson
+
+    from schemas import names
+    from schemas.timefmt import iso_ms
+    from tests.harness.rundirs import T0
+
+    run = success(root)
+    lines = []
+    for i in range(30):
+        canary, timeout = i < 4, i == 29
+        lines.append(
+            {
+                "schema": "judge-gateway",
+                "schema_version": 1,
+                "seq": i + 1,
+                "writer": "0123456789ab",
+                "at": iso_ms(T0 + 20 + i * 6),
+                "judge": "general",
+                "rank": run.judge_rank,
+                "attempt": 1,
+                "fingerprint": run.fingerprint,
+                "caller": "10.0.0.9:40000",
+                "method": "POST",
+                "path": "/v1/chat/completions",
+                "generation": True,
+                "canary": canary,
+                "stream": False,
+                "status": 504 if timeout else 200,
+                "outcome": "timeout" if timeout else "replied",
+                "latency_ms": 100.0 + 10 * i,
+                "queue_ms": float(i % 5),
+                "first_byte_ms": None if timeout else 90.0,
+                "prompt_tokens": None if timeout else 120,
+                "completion_tokens": None if timeout else 30,
+                "finish_reason": None if timeout else "stop",
+                "request_sha256": "0" * 64,
+                "bytes_in": 500,
+                "bytes_out": 300,
+                "error": "no answer within the judge's timeout 60 s" if timeout else None,
+            }
+        )
+    (run.path / names.gateway_log("general")).write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    return run.path
+
+
+def test_judge_and_training_charts_render_in_chromium(tmp_path: Path) -> None:
+    result = audit_run(_with_gateway_log(tmp_path / "gw"))
+    assert result.verdict == "pass", [f.code for f in result.errors]
+    g = result.judge_gateways["general"]  # type: ignore[index]
+    assert (g["requests"], g["replies"], g["canary"], g["errors"]) == (30, 25, 4, {"timeout": 1})
+    assert g["latency_ms"]["p50"] == 240.0 and g["latency_ms"]["p99"] == 380.0
+    # The same account in the text and JSON reports.
+    from audit import report_json, report_text
+
+    text = report_text.render(result)
+    assert "judge general (gateway): 30 request(s), 25 replies (+4 canary); errors: timeout 1" in text
+    assert "latency p50 240 ms, p90 360 ms, p99 380 ms; queue wait p50 2 ms" in text
+    assert json.loads(report_json.render(result))["judge_gateways"]["general"]["queue_ms"]["max"] == 4.0
+    page = tmp_path / "report.html"
+    page.write_text(render(result), encoding="utf-8")
+    proc = chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert 'id="judges"' in dom and 'id="judge-stats"' in dom and "timeout 1" in dom
+    bars = re.findall(r'<rect class="bar" data-value="(\d+)"', dom)
+    assert sum(map(int, bars)) == 30 and len(bars) == 3  # requests per minute, three minutes
+    latency = dom.split('id="judge-general-latency"', 1)[1].split("</svg>", 1)[0]
+    assert latency.count('class="point"') == 3
+    loss = dom.split('id="training-loss"', 1)[1].split("</svg>", 1)[0]
+    assert loss.count('class="point"') == 3  # driver-result.json's three losses
+    assert 'id="training-summary"' in dom and "3 optimizer step(s)" in dom
+    shot = tmp_path / "charts.png"
+    proc = chromium(tmp_path, "--window-size=1280,2600", f"--screenshot={shot}", page.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

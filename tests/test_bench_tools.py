@@ -120,3 +120,12 @@ def test_netfs_bench_statistics_and_doorbell_overrides(monkeypatch: pytest.Monke
     assert netfs.coordination_sets(True) == (["--set", "launch.coordination.doorbell=true"], "doorbell")
     assert netfs.coordination_sets(False) == (["--set", "launch.coordination.doorbell=false"], "files only")
     assert netfs_bench.choices(["false", "true"]) == [False, True]
+
+
+def test_the_judge_bench_measures_both_paths_and_the_gateway_logs_every_request() -> None:
+    from bench import judges
+
+    row = judges.gateway_vs_direct(0.02, 4, 1.0)
+    assert row["direct"]["requests"] > 0 and row["gateway"]["requests"] > 0
+    assert row["gateway_lines"] >= row["gateway"]["requests"]  # the warm-up's lines too
+    assert 0 < row["throughput_ratio"] < 2

@@ -12,7 +12,7 @@ import pytest
 
 from audit.first_cause import KIND_PRIORITY
 from schemas import AgentState, DriverEnv, FailureKind, Phase, PhaseOutcome, RunOutcome, WriterKind, names, order
-from schemas.vocab import FsCondition, GradeOutcome, ProgressSource
+from schemas.vocab import FsCondition, GatewayOutcome, GradeOutcome, ProgressSource
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -127,6 +127,7 @@ def _schema(name: str) -> dict:
         (FsCondition, "failure", ("properties", "fs_condition", "enum")),
         (GradeOutcome, "grade", ("properties", "outcome", "enum")),
         (ProgressSource, "failure", ("properties", "hang", "properties", "source", "enum")),
+        (GatewayOutcome, "judge-gateway", ("properties", "outcome", "enum")),
     ],
 )
 def test_vocabularies_equal_the_schema_enums(enum: type, schema: str, path: tuple[str, ...]) -> None:

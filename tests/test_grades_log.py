@@ -304,7 +304,8 @@ def _registry(server: RunningServer, **judging: Any) -> dict[str, Any]:
                 "max_concurrent_calls": 4,
             }
         },
-        "rubrics": {"quality": QUALITY.to_json()},
+        # One request per grade: the alarm counts grades (a reply asked again is one grade).
+        "rubrics": {"quality": {**QUALITY.to_json(), "invalid_reply_attempts": 1}},
         "bindings": {"general-quality": {"judge": "general", "rubric": "quality"}},
         "judging": {
             "grades_max_bytes": 1 << 20,

@@ -39,13 +39,13 @@ def test_json_replies(reply: str, raw: float, reasoning: str) -> None:
     ("reply", "message"),
     [
         ('{"REASONING": "no score here"}', "no JSON object with a 'SCORE' key"),
-        ("SCORE: 7", "no JSON object"),  # a score line is not the JSON format
+        ("SCORE: 7\nSCORE: 8", "ambiguous"),  # open-instruct's lone-line form takes exactly one
         ('{"SCORE": true}', "not a number"),
         ('{"SCORE": "seven"}', "not a number"),
         ('{"SCORE": null}', "not a number"),
         ('{"SCORE": 11}', "outside 0..10"),
         ('{"SCORE": -1}', "outside 0..10"),
-        ('{"REASONING": "cut off", "SCORE": 7', "no JSON object"),  # truncated mid-object
+        ('{"REASONING": "cut off"', "no JSON object"),  # truncated mid-object, before any score
     ],
 )
 def test_invalid_json_replies(reply: str, message: str) -> None:

@@ -50,7 +50,9 @@ def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
     assert names.judge_endpoint("general", 2) in seen
     registry = read(d, names.REGISTRY)
     assert set(registry["bindings"]) == {"general-quality", "general-quality_ref"}
-    assert registry["judges"]["general"]["endpoint"] == read(d, names.judge_endpoint("general", 2))["endpoint"]
+    # Clients get the judge's gateway; the judge itself is behind it.
+    assert registry["judges"]["general"]["upstream"] == read(d, names.judge_endpoint("general", 2))["endpoint"]
+    assert registry["judges"]["general"]["endpoint"] == read(d, names.gateway_record("general"))["endpoint"]
     canaries = read(d, names.CANARIES)
     assert canaries["passed"] and len(canaries["bindings"]) == 2
     for b in canaries["bindings"]:

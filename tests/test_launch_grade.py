@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _judge_server import RunningServer, dead_port
+from _judge_server import RunningServer, dead_port, start_module
 from _recording_judge import recording_judge
 
 from schemas import RunDir, Writer, names
@@ -152,7 +152,8 @@ def test_a_stand_in_external_judge_reply_that_is_no_grade_exits_1(
 ) -> None:
     with recording_judge(reply=reply, finish_reason=finish) as judge:
         spec = write(tmp_path, spec_text(judge.base_url, model=judge.model))
-        done = grade(spec, "--binding", "general-mine", "--answer", "Paris.", "--reference", "Paris", "--json")
+        once = ("--set", "rubrics.mine.invalid_reply_attempts=1")  # else asked again 1 s, 2 s later
+        done = grade(spec, *once, "--binding", "general-mine", "--answer", "Paris.", "--reference", "Paris", "--json")
         assert len(judge.requests) == 1
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)
@@ -248,6 +249,26 @@ def test_a_managed_judge_is_reached_through_the_runs_endpoint_record(tmp_path: P
         str(tmp_path / "out"),
     )
     assert by_uuid.returncode == 0, by_uuid.stderr
+    # A run with gateways: the grade goes through the judge's gateway, as every client of the run does.
+    gw = start_module(
+        tmp_path,
+        "agent.judges.gateway",
+        *("--judge", "general", "--host", "127.0.0.1", "--upstream", server.base_url),
+        *("--max-concurrent-calls", "2", "--timeout", "30", "--run-dir", str(tmp_path)),
+        name="gateway",
+    )
+    try:
+        with RunDir.open(run_dir) as again:
+            record = {"judge": "general", "mode": "managed", "endpoint": gw.base_url, "host": "127.0.0.1"}
+            record |= {"port": gw.port, "pid": gw.proc.pid, "upstream": server.base_url, "max_concurrent_calls": 2}
+            record |= {"requests_log": names.gateway_log("general"), "log": names.gateway_process_log("general", 2)}
+            again.write_artifact(names.gateway_record("general"), Writer("0" * 64, 2, "test", WriterKind.AGENT), record)
+        through = grade(spec, "--binding", "general-quality", "--answer", "Paris.", "--run", str(run_dir))
+    finally:
+        gw.stop()
+    assert through.returncode == 0, through.stderr
+    assert f"from {run_dir / names.gateway_record('general')}" in through.stdout
+    assert '"path":"/v1/chat/completions"' in (tmp_path / names.gateway_log("general")).read_text()
     empty = RunDir.create(tmp_path / "out", "run-2", mode=0o750)
     empty.close()
     none = grade(spec, "--binding", "general-quality", "--answer", "A", "--run", str(tmp_path / "out/cluster/run-2"))

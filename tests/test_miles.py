@@ -19,7 +19,15 @@ from launch.spec.errors import SpecError
 from launch.spec.load import load_spec, resolved_from_dict
 from launch.spec.plan import plan
 from launch.spec.validate import validate
-from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, kill_tree_by_session, launch_local, uid
+from tests.harness import (
+    assert_artifacts_valid,
+    assert_nothing_left,
+    audit,
+    kill_tree_by_session,
+    launch_local,
+    open_instruct_stand_in,
+    uid,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MILES = ROOT / "tests" / "data" / "miles"
@@ -81,8 +89,12 @@ def test_both_spellings_resolve_to_the_same_model() -> None:
         "driver": {"command": miles.driver.command, "evidence": {"preset": "miles"}},  # the MILES default
         "judges": {"general": tomllib.loads((MILES / "three-node.toml").read_text())["judges"]["general"]},
         "rubrics": {
-            "quality": {"profile": "general-quality", "max_output_tokens": 2048, "temperature": 1.0},
-            "reference_quality": {"profile": "general-quality-ref", "max_output_tokens": 2048, "temperature": 1.0},
+            "quality": {"profile": "open-instruct/general-quality", "max_output_tokens": 2048, "temperature": 1.0},
+            "reference_quality": {
+                "profile": "open-instruct/general-quality_ref",
+                "max_output_tokens": 2048,
+                "temperature": 1.0,
+            },
         },
         "judging": {
             "bindings": {
@@ -167,12 +179,14 @@ def test_trainer_keys_in_shared_sections_pass() -> None:
     assert validate(data) == []
 
 
-def test_unsupported_profile_is_named() -> None:
-    data = load_spec(
+def test_every_open_instruct_profile_is_accepted_and_an_unknown_one_named() -> None:
+    verifier = load_spec(
         MILES / "three-node.toml", ['rubrics.quality.profile="open-instruct/general-web_instruct_general_verifier"']
     ).data
+    assert not validate(verifier)
+    data = load_spec(MILES / "three-node.toml", ['rubrics.quality.profile="open-instruct/general-qualty"']).data
     found = {p.key: p.message for p in validate(data)}
-    assert "rubrics.quality.profile" in found and "general-quality" in found["rubrics.quality.profile"]
+    assert "rubrics.quality.profile" in found and "open-instruct/general-quality" in found["rubrics.quality.profile"]
 
 
 def test_partial_node_multi_node_file_is_refused_naming_the_key() -> None:
@@ -212,12 +226,18 @@ def test_a_miles_file_runs_locally_and_the_driver_gets_it_byte_for_byte(tmp_path
         "launch.coordination.poll_interval=0.25",
         "--set",
         "launch.coordination.heartbeat_timeout=30",
+        # The file names the cluster's InfiniBand interface (NCCL_SOCKET_IFNAME = "ib"), which this
+        # machine has not: the preflight's network check would (rightly) fail the run; here it warns.
+        "--set",
+        'launch.preflight.network="warn"',
     )
+    # The open-instruct profiles' texts come from the installed package: a stand-in one here.
+    site = open_instruct_stand_in.write(tmp_path / "site")
     run = launch_local(
         tmp_path,
         text,
         uid("miles"),
-        env={"DEMO_STEPS": "1", "DEMO_PRINT_RUN_FILE": "1"},
+        env={"DEMO_STEPS": "1", "DEMO_PRINT_RUN_FILE": "1", **open_instruct_stand_in.env(site)},
         args=args,
     )
     try:
@@ -234,6 +254,9 @@ def test_a_miles_file_runs_locally_and_the_driver_gets_it_byte_for_byte(tmp_path
     assert printed == json.loads(
         json.dumps({k: original[k] for k in ("training", "optimizer", "async", "tracking", "core", "miles")})
     )
+    rubric = json.loads((run.run_dir / "registry.json").read_text())["rubrics"]["quality"]
+    assert rubric["profile"] == "open-instruct/general-quality" and rubric["template"] == open_instruct_stand_in.QUALITY
+    assert rubric["digest"] == rubric["pinned"] == open_instruct_stand_in.sha256(open_instruct_stand_in.QUALITY)
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)
     audit(run.run_dir, verdict="pass")

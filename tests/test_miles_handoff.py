@@ -36,7 +36,8 @@ def _config(text: str) -> RunConfig:
 
 
 def test_the_registry_has_the_trainers_shape_and_only_bound_judges() -> None:
-    spec = judge_spec() + ('\n[judges.spare]\nmode = "external"\nmodel = "m"\nendpoint = "http://10.0.0.9:8000/v1"\n')
+    spare = '\n[judges.spare]\nmode = "external"\nmodel = "m"\nendpoint = "http://10.0.0.9:8000/v1"\n'
+    spec = judge_spec().replace('profile = "general-quality"\n', 'profile = "open-instruct/general-quality"\n') + spare
     config = _config(spec)
     reg = judge_registry(config, {"general": "http://127.0.0.3:4000"})
     assert reg["schema_version"] == 1
@@ -50,7 +51,8 @@ def test_the_registry_has_the_trainers_shape_and_only_bound_judges() -> None:
         "max_response_tokens": 256,
         "temperature": 1.0,
     }
-    assert reg["rubrics"]["general-quality-ref"]["profile"] == "open-instruct/general-quality_ref"
+    # This project's own profile keeps its name: the trainer refuses it by name, never grades other words.
+    assert reg["rubrics"]["general-quality-ref"]["profile"] == "general-quality-ref"
     assert reg["bindings"] == {
         "general-quality": {"judge": "general", "rubric": "general-quality"},
         "general-quality_ref": {"judge": "general", "rubric": "general-quality-ref"},
@@ -88,12 +90,20 @@ def test_a_miles_style_client_in_a_ray_actor_grades_through_a_managed_judge(tmp_
     assert env["OI_MILES_REPLICA_RANK"] == str(addresses[actor]) and env["OI_MILES_REPLICA_COUNT"] == "3"
     registry = json.loads(env["OI_MILES_JUDGE_REGISTRY"])
     assert registry == json.loads(report["driver_env_registry"])
-    assert registry["judges"]["general"]["endpoint"] == openai_base(
-        read(d, names.REGISTRY)["judges"]["general"]["endpoint"]
-    )
+    # Every endpoint handed out is the judge's gateway (on the judge's node, rank 2).
+    gateway = read(d, names.gateway_record("general"))
+    assert gateway["rank"] == 2 and gateway["upstream"] == read(d, names.judge_endpoint("general", 2))["endpoint"]
+    assert read(d, names.REGISTRY)["judges"]["general"]["endpoint"] == gateway["endpoint"]
+    assert registry["judges"]["general"]["endpoint"] == openai_base(gateway["endpoint"])
     graded = {g["verifier"]: g for g in report["grades"]}
     assert set(graded) == {"general-quality", "general-quality_ref"}
     assert all(g["prompt_tokens"] > 0 for g in graded.values())  # a managed judge's /tokenize was asked
+    # The gateway passed the actor's requests on byte for byte, and the canaries marked as such.
+    lines = [json.loads(x) for x in (d / names.gateway_log("general")).read_text().splitlines()]
+    chats = [x for x in lines if x["generation"]]
+    ours = [x for x in chats if not x["canary"]]
+    assert sorted(x["request_sha256"] for x in ours) == sorted(g["request_sha256"] for g in report["grades"])
+    assert len(chats) - len(ours) == 12  # 2 bindings x 3 repetitions x good and bad
     assert_nothing_left(d)
     result = audit(d, verdict="pass")
-    assert result.judge_replies is not None and result.judge_replies["independent"] >= 2
+    assert result.judge_replies is not None and result.judge_replies["judges"]["general"]["gateway_replied"] == 2

@@ -14,14 +14,13 @@ import pytest
 from _judge_server import RunningServer
 
 from agent.judges.framing import GradingPrompt, build_messages, parse_messages
+from agent.judges.port_file import read_port_file, write_port_file
 from agent.judges.reference_server import (
     CRASH_EXIT_CODE,
     grade,
     parse_faults,
-    read_port_file,
     render_chat,
     tokenize_text,
-    write_port_file,
 )
 from agent.judges.rubrics import get_profile
 from audit.judge_replies import ACCESS_RE

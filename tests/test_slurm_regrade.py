@@ -134,7 +134,10 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
         addr = read(run_dir, names.address(0))
         assert addr["hostname"] == "c1" and addr["visible_devices"] == []
         assert not list(run_dir.glob("judge-general-*.json"))  # no judge started
-        assert read(run_dir, names.REGISTRY)["judges"]["general"]["endpoint"] == server.base_url
+        judge = read(run_dir, names.REGISTRY)["judges"]["general"]
+        # The regrade's clients reach the external judge through its gateway, on the job's node.
+        assert judge["upstream"] == server.base_url
+        assert judge["endpoint"] == read(run_dir, names.gateway_record("general"))["endpoint"]
     finally:
         server.stop()
 

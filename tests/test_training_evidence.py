@@ -103,6 +103,8 @@ def test_the_miles_trainers_own_records_pass(tmp_path: Path) -> None:
     ]
     assert miles["losses_checked"] == 6
     assert result.judge_replies is not None and result.judge_replies["independent"] == 10
+    # The HTML report's chart: loss per step (averaged over the ranks) and the published steps.
+    assert t["series"] == {"source": "miles", "points": [[1, 0.5], [2, 0.5], [3, 0.5]], "refresh_at": [1, 2]}
 
 
 def test_a_nan_loss_in_the_trainers_records_fails(tmp_path: Path) -> None:

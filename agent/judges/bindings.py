@@ -12,15 +12,19 @@ alarm watches every binding. Outside a run nothing is recorded unless ``recorder
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent.judges.recorder import GradeRecorder
 from agent.judges.rubrics import Rubric, resolve_rubric
 
+__all__ = ["FROM_ENV", "BoundJudge", "bindings_from_registry", "clients_from_registry", "rubrics_from_registry"]
+
 if TYPE_CHECKING:
-    from agent.judges.client import Grade, JudgeClient
+    from agent.judges.client import Grade, GradeItem, JudgeClient, JudgeError
+
+    GradeItemLike = GradeItem | tuple[str, str] | tuple[str, str, str | None]
 
 
 class _FromEnv(enum.Enum):
@@ -50,6 +54,32 @@ class BoundJudge:
         self, sample: Mapping[str, Any], answer: str, *, reference: str | None = None
     ) -> tuple[Grade, dict[str, Any]]:
         return self.client.graded_sample(self.rubric, sample, answer, reference=reference, binding=self.verifier)
+
+    def grade_many(
+        self, items: Iterable[GradeItemLike], *, return_exceptions: bool = False
+    ) -> list[Grade | JudgeError]:
+        """Every item (question, answer[, reference]) through this binding, up to the judge's
+        max_concurrent_calls at once; results in order (JudgeClient.grade_many)."""
+        return self.client.grade_many(self.rubric, items, binding=self.verifier, return_exceptions=return_exceptions)
+
+    async def agrade_many(
+        self, items: Iterable[GradeItemLike], *, return_exceptions: bool = False
+    ) -> list[Grade | JudgeError]:
+        return await self.client.agrade_many(
+            self.rubric, items, binding=self.verifier, return_exceptions=return_exceptions
+        )
+
+    def graded_samples(
+        self, samples: Sequence[Mapping[str, Any]], answers: Sequence[str]
+    ) -> list[tuple[Grade, dict[str, Any]]]:
+        """Each prepared sample graded with its answer, at the judge's throughput, in order: the grade and
+        a copy of the sample with ``metadata.verifier_diagnostics``."""
+        return self.client.graded_samples(self.rubric, samples, answers, binding=self.verifier)
+
+    async def agraded_samples(
+        self, samples: Sequence[Mapping[str, Any]], answers: Sequence[str]
+    ) -> list[tuple[Grade, dict[str, Any]]]:
+        return await self.client.agraded_samples(self.rubric, samples, answers, binding=self.verifier)
 
 
 def clients_from_registry(

@@ -19,13 +19,15 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from agent.judges.batch import BatchRunner
 from agent.judges.extraction import extract_answer
 from agent.judges.framing import GradingPrompt
 from agent.judges.replies import ReplyFormatError
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ContextOverflow",
     "Grade",
+    "GradeItem",
     "InvalidGrade",
     "JudgeClient",
     "JudgeDegraded",
@@ -53,6 +56,7 @@ __all__ = [
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 GRADING_MARGIN_S = 5.0  # beyond a grade's own deadline: the time to record and raise
+INVALID_REPLY_BACKOFF_S = 1.0  # before the 2nd grading request of an invalid reply; doubles after
 REPLY_EXCERPT_CHARS = 300
 
 
@@ -119,6 +123,24 @@ class JudgeDegraded(JudgeError):
 
 
 @dataclass(frozen=True)
+class GradeItem:
+    """One answer to grade in :meth:`JudgeClient.grade_many`: the question, the policy's answer and,
+    for rubrics that use one, the reference answer."""
+
+    question: str
+    answer: str
+    reference: str | None = None
+
+    @classmethod
+    def of(cls, item: GradeItem | tuple[str, str] | tuple[str, str, str | None]) -> GradeItem:
+        if isinstance(item, GradeItem):
+            return item
+        if isinstance(item, tuple) and len(item) in (2, 3):
+            return cls(*item)
+        raise TypeError(f"a grade item is GradeItem(question, answer, reference) or such a tuple, not {item!r}")
+
+
+@dataclass(frozen=True)
 class Grade:
     """A reward (the rubric's score divided by its scale's maximum: agent/judges/replies.py) and how it was obtained."""
 
@@ -162,6 +184,7 @@ class JudgeClient:
         sleep: Callable[[float], None] = time.sleep,
         name: str | None = None,
         recorder: GradeRecorder | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
@@ -177,6 +200,9 @@ class JudgeClient:
         self._sleep = sleep
         self.name = name  # the judge's name in the spec (grades-RANK.jsonl `judge`)
         self.recorder = recorder
+        # grade_many: as many grades in flight as the pool has connections (the judge's max_concurrent_calls).
+        self.max_in_flight = max_connections
+        self._batch = BatchRunner(max_connections, f"grade-{name or 'judge'}")
         # Grading traffic has its own pool, sized to the judge's concurrency; health probes use
         # a different client (engine_health), so a saturated grading pool never starves them.
         self._http = httpx.Client(
@@ -184,11 +210,13 @@ class JudgeClient:
             timeout=httpx.Timeout(self.timeout),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             transport=transport,
+            headers=dict(headers or {}),
         )
 
     # -- lifecycle --
 
     def close(self) -> None:
+        self._batch.close()
         self._http.close()
 
     def __enter__(self) -> JudgeClient:
@@ -339,7 +367,6 @@ class JudgeClient:
         )
         messages = rubric.messages(prompt)
         started = time.monotonic()
-        retries = 0
         prompt_tokens: int | None = None
         # What is known before the judge answers: a failure's diagnostics carry it too (which
         # sample overflowed, which request the judge refused).
@@ -353,8 +380,10 @@ class JudgeClient:
             "reply_format": rubric.reply_format.value,
             "score_scale": [rubric.score_scale.low, rubric.score_scale.high],
         }
+        retries = 0
         try:
             if self.max_context_length is not None:
+                # An overflow is never retried: the same request cannot fit the next time either.
                 prompt_tokens, retries = self.count_tokens(messages)
                 needed = prompt_tokens + rubric.max_output_tokens
                 if needed > self.max_context_length:
@@ -366,13 +395,40 @@ class JudgeClient:
                         reserved=rubric.max_output_tokens,
                         limit=self.max_context_length,
                     )
-            body = {
-                "model": self.model,
-                "messages": messages,
-                "max_tokens": rubric.max_output_tokens,
-                "temperature": rubric.temperature,
-                "stream": False,
-            }
+        except JudgeError as exc:
+            exc.diagnostics = {**request_facts, "latency_s": round(time.monotonic() - started, 6), **exc.diagnostics}
+            raise
+        request_facts["prompt_tokens"] = prompt_tokens
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": rubric.max_output_tokens,
+            "temperature": rubric.temperature,
+            "stream": False,
+        }
+        # An invalid or cut-off reply is asked again (invalid_reply_attempts, 1 s then 2 s apart, as
+        # the MILES trainer's client does) before it counts: a sampled judge may answer well next time.
+        failed: list[dict[str, Any]] = []
+        for attempt in range(1, rubric.invalid_reply_attempts + 1):
+            try:
+                grade = self._reply(rubric, body, request_facts, started, retries)
+            except InvalidGrade as exc:
+                exc.diagnostics["failed_attempts"] = failed + [_failed_attempt(attempt, exc)]
+                if attempt == rubric.invalid_reply_attempts:
+                    raise
+                failed.append(_failed_attempt(attempt, exc))
+                retries = int(exc.diagnostics.get("retries") or retries)
+                self._sleep(INVALID_REPLY_BACKOFF_S * 2 ** (attempt - 1))
+                continue
+            grade.verifier_diagnostics["failed_attempts"] = failed
+            return grade
+        raise AssertionError("unreachable: invalid_reply_attempts >= 1")
+
+    def _reply(
+        self, rubric: Rubric, body: dict[str, Any], request_facts: dict[str, Any], started: float, retries: int
+    ) -> Grade:
+        """One chat completion and its reply read as ``rubric`` says."""
+        try:
             response, chat_retries = self._request("POST", "/v1/chat/completions", body)
             retries += chat_retries
             latency = time.monotonic() - started
@@ -388,7 +444,6 @@ class JudgeClient:
             "model": {"requested": self.model, "served": payload.get("model"), "endpoint": self.endpoint},
             "retries": retries,
             "latency_s": round(latency, 6),
-            "prompt_tokens": prompt_tokens,
             "usage": payload.get("usage"),
         }
         choices = payload.get("choices")
@@ -432,6 +487,71 @@ class JudgeClient:
             reference = reference_from_sample(sample)
         return self.grade(rubric, question, answer, reference, binding=binding)
 
+    # -- many at once (agent/judges/batch.py) --
+
+    def grade_many(
+        self,
+        rubric: Rubric,
+        items: Iterable[GradeItem | tuple[str, str] | tuple[str, str, str | None]],
+        *,
+        binding: str | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Grade | JudgeError]:
+        """:meth:`grade` for every item — ``GradeItem(question, answer, reference)`` or a tuple —
+        up to the judge's ``max_concurrent_calls`` at once; results in order, each recorded as one
+        grade. Raises the first JudgeError (in order) once the grades in flight ended, or with
+        ``return_exceptions`` returns it in its place."""
+        work = [GradeItem.of(x) for x in items]
+        return self._batch.map(
+            lambda it: self.grade(rubric, it.question, it.answer, it.reference, binding=binding),
+            work,
+            errors=JudgeError,
+            return_exceptions=return_exceptions,
+        )  # type: ignore[return-value]
+
+    async def agrade_many(
+        self,
+        rubric: Rubric,
+        items: Iterable[GradeItem | tuple[str, str] | tuple[str, str, str | None]],
+        *,
+        binding: str | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Grade | JudgeError]:
+        """:meth:`grade_many` for an async driver: awaited, the event loop runs on."""
+        work = [GradeItem.of(x) for x in items]
+        return await asyncio.to_thread(
+            self.grade_many, rubric, work, binding=binding, return_exceptions=return_exceptions
+        )
+
+    def graded_samples(
+        self,
+        rubric: Rubric,
+        samples: Sequence[Mapping[str, Any]],
+        answers: Sequence[str],
+        *,
+        binding: str | None = None,
+    ) -> list[tuple[Grade, dict[str, Any]]]:
+        """:meth:`graded_sample` for every (sample, answer), up to ``max_concurrent_calls`` at once, in
+        order: each grade and a copy of its sample carrying ``metadata.verifier_diagnostics``."""
+        if len(samples) != len(answers):
+            raise ValueError(f"{len(samples)} samples but {len(answers)} answers")
+        return self._batch.map(
+            lambda pair: self.graded_sample(rubric, pair[0], pair[1], binding=binding),
+            list(zip(samples, answers, strict=True)),
+            errors=JudgeError,
+        )  # type: ignore[return-value]
+
+    async def agraded_samples(
+        self,
+        rubric: Rubric,
+        samples: Sequence[Mapping[str, Any]],
+        answers: Sequence[str],
+        *,
+        binding: str | None = None,
+    ) -> list[tuple[Grade, dict[str, Any]]]:
+        """:meth:`graded_samples`, awaited."""
+        return await asyncio.to_thread(self.graded_samples, rubric, samples, answers, binding=binding)
+
     def graded_sample(
         self,
         rubric: Rubric,
@@ -447,6 +567,17 @@ class JudgeClient:
         answer, the reference label used and the exact messages sent)."""
         grade = self.grade_sample(rubric, sample, answer, reference=reference, binding=binding)
         return grade, with_diagnostics(sample, grade)
+
+
+def _failed_attempt(attempt: int, exc: JudgeError) -> dict[str, Any]:
+    """One invalid reply that was asked again, as a grade's diagnostics keep it."""
+    raw = exc.diagnostics.get("raw_reply")
+    return {
+        "attempt": attempt,
+        "error": f"{type(exc).__name__}: {str(exc)[:REPLY_EXCERPT_CHARS]}",
+        "raw_reply": raw[:REPLY_EXCERPT_CHARS] if isinstance(raw, str) else None,
+        "finish_reason": exc.diagnostics.get("finish_reason"),
+    }
 
 
 def with_diagnostics(sample: Mapping[str, Any], grade: Grade) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""grades-RANK.jsonl: the file every grade of a driver is appended to, one JSON line each.
+"""grades-RANK.jsonl: the file every grade of a driver is appended to, one JSON line each (and the
+capped, rotated JSON Lines writer it is made of, which the judge gateway's request log uses too).
 
 Why a file of its own and not the driver's log: the audit and a user read the grades after the
 run (which binding, which outcome, the raw reply), and the judge-reply counts are checked
@@ -25,13 +26,14 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from schemas import names, safe_io
 
-__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_BYTES", "FIELD_CHARS", "GradeLog", "bounded"]
+__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_BYTES", "FIELD_CHARS", "GradeLog", "RotatingLog", "bounded"]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # [judging] grades_max_bytes
 DEFAULT_KEEP = 3  # [judging] grades_keep
@@ -67,13 +69,14 @@ def bounded(value: Any, limit: int = FIELD_CHARS, depth: int = 0) -> tuple[Any, 
     return value, False
 
 
-class GradeLog:
-    """Appends lines to ``RUN_DIR/grades-RANK.jsonl`` with rotation. Thread-safe."""
+class RotatingLog:
+    """Appends lines to a capped, rotated JSON Lines file of the run directory: segment 0 is
+    ``segment_name(0)``, rotated ones ``segment_name(N)``. Thread-safe."""
 
     def __init__(
         self,
         run_dir: str | os.PathLike[str],
-        rank: int,
+        segment_name: Callable[[int], str],
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         keep: int = DEFAULT_KEEP,
@@ -83,10 +86,10 @@ class GradeLog:
         if keep < 0:
             raise ValueError("keep must be >= 0")
         self.run_dir = Path(run_dir)
-        self.rank = rank
+        self.segment_name = segment_name
         self.max_bytes = max_bytes
         self.keep = keep
-        self.relpath = names.grades(rank)
+        self.relpath = segment_name(0)
         self._lock = threading.Lock()
         self._dir_fd = -1
         self._fd = -1
@@ -122,7 +125,7 @@ class GradeLog:
                 os.close(self._dir_fd)
                 self._dir_fd = -1
 
-    def __enter__(self) -> GradeLog:
+    def __enter__(self) -> RotatingLog:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -162,11 +165,11 @@ class GradeLog:
     def _rotate(self) -> None:
         self._close_file()
         leaf = names.leaf
-        oldest = leaf(names.grades(self.rank, self.keep)) if self.keep else leaf(self.relpath)
+        oldest = leaf(self.segment_name(self.keep)) if self.keep else leaf(self.relpath)
         _remove(oldest, self._dir_fd)
         for segment in range(self.keep - 1, -1, -1):
-            src = leaf(names.grades(self.rank, segment))
-            dst = leaf(names.grades(self.rank, segment + 1))
+            src = leaf(self.segment_name(segment))
+            dst = leaf(self.segment_name(segment + 1))
             try:
                 # rename(2) never follows a link at either name: a planted one is moved, not used.
                 os.rename(src, dst, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
@@ -180,6 +183,21 @@ class GradeLog:
             self._fd = -1
             self._ino = None
             self._size = 0
+
+
+class GradeLog(RotatingLog):
+    """``RUN_DIR/grades-RANK.jsonl`` and its rotated segments ``grades-RANK.N.jsonl``."""
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        rank: int,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        keep: int = DEFAULT_KEEP,
+    ) -> None:
+        super().__init__(run_dir, partial(names.grades, rank), max_bytes=max_bytes, keep=keep)
+        self.rank = rank
 
 
 def _remove(leaf: str, dir_fd: int) -> None:

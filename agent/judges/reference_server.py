@@ -6,7 +6,8 @@ request and response shapes. It is not a language model: it grades deterministic
 
 Grading. The user message carries the sections of :mod:`agent.judges.framing` (a template rubric's
 message too, when the template uses those sections: the reply format and scale are then read from
-the template's own words). Both sides are
+the template's own words; one that asks for ``Final Decision: Yes|No`` gets one, yes from a score of
+5 of 10). Both sides are
 reduced to content words (lower-case alphanumeric runs minus a short stop-word list); the score
 is round(10 * F1) of the candidate's content words against the reference answer's, or against
 the question's when the request has no reference (relevance only). The reply follows the
@@ -31,7 +32,9 @@ then degrade);
 /health after N seconds (the connection is accepted, no reply is ever sent);
 ``crash-after N`` exits with status 70 after N seconds; ``loading S`` answers /health 503 for
 the first S seconds (a large model loading); ``hang-after N`` accepts the (N+1)-th chat completion
-and every later one and never answers them (a wedged engine whose /health still answers).
+and every later one and never answers them (a wedged engine whose /health still answers);
+``agree-after S`` gives every answer the top score from S seconds after start on (a judge that
+drifted: valid replies, no judgement), ``agree-when PATH`` once the file PATH exists.
 """
 
 from __future__ import annotations
@@ -49,11 +52,10 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 from agent.judges.framing import GradingPrompt, instructions_text, message_text, parse_messages
-from schemas import safe_io
+from agent.judges.port_file import write_port_file
 from schemas.timefmt import iso_ms
 
 CRASH_EXIT_CODE = 70
@@ -165,7 +167,8 @@ def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -
     system = instructions_text(messages)  # a template rubric has no system message
     asked = _ASKED_SCALE.search(system)
     scale = config.score_scale or ((int(asked.group(1)), int(asked.group(2))) if asked else (0, SCORE_MAX))
-    fmt = config.reply_format or ("json" if '{"REASONING"' in system else "score_line")
+    wanted = "decision" if "final decision" in system.lower() else "json" if '"REASONING"' in system else "score_line"
+    fmt = config.reply_format or wanted
     return fmt, scale
 
 
@@ -183,6 +186,13 @@ class Faults:
     no_tokenize: bool = False  # like an external service that serves no /tokenize
     loading_s: float = 0.0  # /health answers 503 this long after start, like a large model loading
     hang_after: float | None = None  # chat completions answered before every later one hangs
+    agree_after_s: float | None = None  # from this long after start on, every answer gets the top score
+    agree_when: str | None = None  # ... once this file exists
+
+    def agreeing(self, uptime: float) -> bool:
+        if self.agree_after_s is not None and uptime >= self.agree_after_s:
+            return True
+        return self.agree_when is not None and os.path.exists(self.agree_when)
 
 
 _FAULT_KINDS = {
@@ -195,6 +205,8 @@ _FAULT_KINDS = {
     "hang-health-after": True,
     "crash-after": True,
     "hang-after": True,
+    "agree-after": True,
+    "agree-when": "path",
 }
 
 
@@ -209,9 +221,11 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         if kind not in _FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r} (known: {', '.join(_FAULT_KINDS)})")
         needs_value = _FAULT_KINDS[kind]
-        if needs_value != (len(parts) == 2) or len(parts) > 2:
+        if bool(needs_value) != (len(parts) == 2) or len(parts) > 2:
             raise ValueError(f"fault {kind!r} takes {'one value' if needs_value else 'no value'}")
-        if needs_value:
+        if needs_value == "path":
+            values[kind] = parts[1]
+        elif needs_value:
             number = float(parts[1])
             if number < 0:
                 raise ValueError(f"fault {kind!r} needs a value >= 0")
@@ -228,6 +242,8 @@ def parse_faults(specs: Sequence[Sequence[str]]) -> Faults:
         crash_after_s=values.get("crash-after"),
         loading_s=float(values.get("loading", 0.0)),
         hang_after=values.get("hang-after"),
+        agree_after_s=values.get("agree-after"),
+        agree_when=values.get("agree-when"),
     )
 
 
@@ -278,6 +294,9 @@ class JudgeHTTPServer(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so clients' connection pools are exercised
+    # Headers and body are two writes: without TCP_NODELAY the body waits for the peer's delayed ACK
+    # (40 ms) on a kept-alive connection, as no real server (uvicorn sets it) makes anyone wait.
+    disable_nagle_algorithm = True
     server: JudgeHTTPServer
     _status = 0
 
@@ -435,6 +454,8 @@ class Handler(BaseHTTPRequestHandler):
         else:
             verdict = grade(parsed)
         tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
+        if config.faults.agreeing(self.server.uptime()):
+            tenths = SCORE_MAX  # a judge that drifted into agreeing with everything
         fmt, (low, high) = _asked_format(messages, config)
         score = round(low + (high - low) * tenths / SCORE_MAX)
         after = config.faults.invalid_after
@@ -443,6 +464,8 @@ class Handler(BaseHTTPRequestHandler):
             reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
         elif fmt == "json":
             reply = "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```"
+        elif fmt == "decision":
+            reply = f"{verdict.reasoning}\nFinal Decision: {'Yes' if tenths * 2 >= SCORE_MAX else 'No'}"
         else:
             reply = f"Reasoning: {verdict.reasoning}\nSCORE: {score}"
         finish_reason = "stop"
@@ -471,25 +494,6 @@ class Handler(BaseHTTPRequestHandler):
             },
         )
         return f"score={score if not invalid else 'none'} finish={finish_reason}"
-
-
-# ---- port file -------------------------------------------------------------------------------
-
-
-def write_port_file(path: str | os.PathLike[str], host: str, port: int) -> None:
-    """Temp file + fsync + rename in the same directory: readers see nothing or the whole record."""
-    payload = json.dumps({"host": host, "port": port, "pid": os.getpid()}).encode("utf-8")
-    safe_io.write_atomic_path(path, payload)
-
-
-def read_port_file(path: str | os.PathLike[str]) -> int | None:
-    """The published port, or None while the file is absent or incomplete (callers poll)."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    port = record.get("port") if isinstance(record, dict) else None
-    return port if isinstance(port, int) and port > 0 else None
 
 
 # ---- CLI -------------------------------------------------------------------------------------

@@ -1,15 +1,20 @@
 """Reading a grade out of a judge's reply: the reply formats and score scales a rubric may declare.
 
-Two formats:
+Three formats:
 - ``score_line``: a ``SCORE: N`` line; the LAST one wins (earlier ones may be quoted material),
   and the text before it is the reasoning;
 - ``json``: a JSON object with a ``SCORE`` (and usually a ``REASONING``) key, as open-instruct's
   general-quality judges are asked to reply. The object may sit in a Markdown code fence or after
-  other text; the last object that has a ``SCORE`` key wins. Keys match case-insensitively.
+  other text; the last object that has a ``SCORE`` key wins. Keys match case-insensitively. As
+  open-instruct's own parser reads it when there is no such object: a ``"SCORE": N`` inside prose
+  (the first), else exactly one ``SCORE: N`` line (``**SCORE**:`` too); two such lines are ambiguous;
+- ``decision``: open-instruct's web-instruct verifier: ``Final Decision: yes`` or ``no``
+  (any case), exactly one distinct decision in the reply: 1.0 or 0.0, whatever the scale says.
 
-``<think>...</think>`` blocks of a reasoning judge are removed first. A score must be a finite
-number inside the rubric's declared scale ``[MIN, MAX]``; anything else — no score, out of scale,
-not a number — raises :class:`ReplyFormatError`. There is no zero fallback: the caller fails the run.
+``<think>...</think>`` blocks of a reasoning judge and ``<answer>`` tags are removed first. A score
+must be a finite number inside the rubric's declared scale ``[MIN, MAX]`` (a JSON boolean is no
+number); anything else — no score, out of scale, not a number — raises :class:`ReplyFormatError`.
+There is no zero fallback: the caller retries (``invalid_reply_attempts``), then fails the run.
 
 The reward is ``score / MAX``: a scale of ``[0, 10]`` gives rewards in [0, 1] and ``[1, 10]`` gives
 [0.1, 1], as open-instruct's quality judges divide their 1–10 scores by 10. The raw score and the
@@ -31,6 +36,7 @@ __all__ = ["DEFAULT_SCALE", "ParsedReply", "ReplyFormat", "ReplyFormatError", "S
 class ReplyFormat(StrEnum):
     SCORE_LINE = "score_line"
     JSON = "json"
+    DECISION = "decision"
 
 
 class ReplyFormatError(ValueError):
@@ -66,7 +72,10 @@ class ParsedReply:
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_ANSWER_TAG = re.compile(r"</?answer>")
 _SCORE_LINE = re.compile(r"^[ \t*]*SCORE[ \t*]*:[ \t*]*(-?\d+(?:\.\d+)?)[ \t*.]*$", re.MULTILINE | re.IGNORECASE)
+_SCORE_IN_PROSE = re.compile(r'"SCORE"\s*:\s*"?(-?\d+(?:\.\d+)?)"?', re.IGNORECASE)
+_DECISION = re.compile(r"final decision\s*:\s*\**\s*(yes|no)\b", re.IGNORECASE)
 _REASONING_PREFIX = re.compile(r"^\s*reasoning\s*:\s*", re.IGNORECASE)
 _NUMBER = re.compile(r"\s*-?\d+(?:\.\d+)?\s*")
 
@@ -75,9 +84,11 @@ def parse_reply(
     reply: str, fmt: ReplyFormat = ReplyFormat.SCORE_LINE, scale: ScoreScale = DEFAULT_SCALE
 ) -> ParsedReply:
     """The grade in ``reply``; raises ReplyFormatError saying what is wrong."""
-    visible = _THINK.sub("", reply)
+    visible = _ANSWER_TAG.sub("", _THINK.sub("", reply))
+    if fmt is ReplyFormat.DECISION:
+        return _from_decision(visible)
     if fmt is ReplyFormat.JSON:
-        raw, reasoning = _from_json(visible)
+        raw, reasoning = _from_json_lenient(visible)
     else:
         raw, reasoning = _from_score_line(visible)
     if not math.isfinite(raw) or not scale.low <= raw <= scale.high:
@@ -91,6 +102,35 @@ def _from_score_line(text: str) -> tuple[float, str]:
         raise ReplyFormatError("no 'SCORE: N' line in the reply")
     last = matches[-1]
     return float(last.group(1)), _REASONING_PREFIX.sub("", text[: last.start()]).strip()
+
+
+def _from_decision(text: str) -> ParsedReply:
+    decisions = {m.lower() for m in _DECISION.findall(text)}
+    if len(decisions) != 1:
+        found = "no" if not decisions else "both a yes and a no"
+        raise ReplyFormatError(f"{found} 'Final Decision: yes|no' in the reply; exactly one decision is needed")
+    yes = decisions == {"yes"}
+    return ParsedReply(raw_score=float(yes), score=float(yes), reasoning=text.strip())
+
+
+def _from_json_lenient(text: str) -> tuple[float, str]:
+    """A JSON object with SCORE; else, as open-instruct reads a reply, a "SCORE": N inside prose; else
+    exactly one SCORE: N line. The first form's error is the one reported when all fail."""
+    try:
+        return _from_json(text)
+    except ReplyFormatError as exc:
+        if "is not a number" in str(exc):
+            raise  # an object with a SCORE that is no number: not a reply to read some other way
+        first = exc
+    m = _SCORE_IN_PROSE.search(text)
+    if m is not None:
+        return float(m.group(1)), text.strip()
+    lines = _SCORE_LINE.findall(text)
+    if len(lines) == 1:
+        return float(lines[0]), text.strip()
+    if len(lines) > 1:
+        raise ReplyFormatError(f"{len(lines)} 'SCORE: N' lines and no JSON object: the score is ambiguous")
+    raise first
 
 
 def _from_json(text: str) -> tuple[float, str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from agent.judges import templates
+from agent.judges import open_instruct, templates
 from agent.judges.framing import GradingPrompt, build_messages, build_template_messages
 from agent.judges.replies import DEFAULT_SCALE, ParsedReply, ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
 from agent.judges.templates import MAX_TEMPLATE_BYTES, RubricTemplate, TemplateError, TemplateProblem, load_template
@@ -98,6 +98,10 @@ _GENERAL_QUALITY_REF_SCALE = (
 )
 
 
+DEFAULT_INVALID_REPLY_ATTEMPTS = 3  # [rubrics.NAME] invalid_reply_attempts, as the MILES trainer's client
+MAX_INVALID_REPLY_ATTEMPTS = 10
+
+
 class RubricError(ValueError):
     """A rubric table names an unknown profile or carries an invalid setting."""
 
@@ -159,10 +163,18 @@ class Rubric:
     score_scale: ScoreScale = DEFAULT_SCALE
     extract_answer: bool = True
     template: RubricTemplate | None = None
+    # An open-instruct profile: its name and where its template (``template``) came from and was pinned.
+    open_instruct: OpenInstructSource | None = None
+    invalid_reply_attempts: int = DEFAULT_INVALID_REPLY_ATTEMPTS
 
     def __post_init__(self) -> None:
         if (self.profile is None) == (self.template is None):
             raise RubricError(f"rubric {self.name!r} needs either a profile or a template, not both or neither")
+        if not 1 <= self.invalid_reply_attempts <= MAX_INVALID_REPLY_ATTEMPTS:
+            raise RubricError(
+                f"rubrics.{self.name}.invalid_reply_attempts must be 1..{MAX_INVALID_REPLY_ATTEMPTS}, "
+                f"got {self.invalid_reply_attempts}"
+            )
 
     @property
     def text(self) -> str:
@@ -186,6 +198,8 @@ class Rubric:
     @property
     def source(self) -> str:
         """Where the text comes from, for messages: ``profile NAME`` or ``template FILE``."""
+        if self.open_instruct is not None:
+            return f"profile {self.open_instruct.profile} ({self.open_instruct.source})"
         if self.template is not None:
             return f"template {self.template.source}"
         assert self.profile is not None
@@ -193,8 +207,9 @@ class Rubric:
 
     def identity(self) -> dict[str, Any]:
         """Which rubric graded (a grade's diagnostics): name, profile or template file, digest."""
-        out: dict[str, Any] = {"name": self.name, "profile": self.profile.name if self.profile else None}
-        if self.template is not None:
+        profile = self.open_instruct.profile if self.open_instruct else (self.profile.name if self.profile else None)
+        out: dict[str, Any] = {"name": self.name, "profile": profile}
+        if self.template is not None and self.open_instruct is None:
             out["template_file"] = self.template.source
         out["digest"] = self.digest
         return out
@@ -213,7 +228,14 @@ class Rubric:
         """The ``registry.json`` entry for this rubric (a template's text included: a driver on
         another node needs no access to the spec's folder)."""
         source: dict[str, Any]
-        if self.template is not None:
+        if self.open_instruct is not None:
+            assert self.template is not None
+            source = {
+                "profile": self.open_instruct.profile,
+                "template": self.template.text,
+                **self.open_instruct.to_json(),
+            }
+        elif self.template is not None:
             source = {"template_file": self.template.source, "template": self.template.text}
         else:
             assert self.profile is not None
@@ -226,12 +248,58 @@ class Rubric:
             "reply_format": self.reply_format.value,
             "score_scale": [int(self.score_scale.low), int(self.score_scale.high)],
             "extract_answer": self.extract_answer,
+            "invalid_reply_attempts": self.invalid_reply_attempts,
         }
+
+
+@dataclass(frozen=True)
+class OpenInstructSource:
+    """Where an open-instruct profile's text came from: the installed package's file, and the pin
+    (the package's own table of digests, or this project's record of them) it matched."""
+
+    profile: str
+    source: str
+    pinned: str
+    pinned_by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"template_source": self.source, "pinned": self.pinned, "pinned_by": self.pinned_by}
+
+
+def _open_instruct(name: str, table: Mapping[str, Any]) -> tuple[RubricTemplate, OpenInstructSource]:
+    """An open-instruct profile's template: from a registry entry (its text, checked against the digest
+    recorded beside it), else read from the installed open_instruct package."""
+    profile = str(table["profile"])
+    text = table.get("template")
+    if text is None:
+        try:
+            found = open_instruct.read_template(profile)
+        except open_instruct.OpenInstructError as exc:
+            raise RubricError(f"rubrics.{name}.profile: {exc}") from None
+        text, origin = found.text, OpenInstructSource(profile, found.source, found.pinned, found.pinned_by)
+    else:
+        recorded = table.get("pinned")
+        if not isinstance(text, str) or not isinstance(recorded, str):
+            raise RubricError(f"rubrics.{name}: an open-instruct profile's entry needs its template text and pin")
+        if _digest(text) != recorded:
+            raise RubricError(
+                f"rubrics.{name}: profile {profile}'s recorded text has sha256 {_digest(text)}, not its pin "
+                f"{recorded}: the text changed since the registry was written"
+            )
+        origin = OpenInstructSource(
+            profile, str(table.get("template_source", "")), recorded, str(table.get("pinned_by", ""))
+        )
+    try:
+        return templates.parse_template(text, origin.source or profile), origin
+    except TemplateError as exc:
+        raise RubricError(f"rubrics.{name}: {exc}") from None
 
 
 def _source(name: str, table: Mapping[str, Any]) -> tuple[RubricProfile | None, RubricTemplate | None]:
     """The profile, or the template of a registry entry (its text, checked against its digest)."""
     has_profile, has_template = "profile" in table, "template" in table or "template_file" in table
+    if has_profile and has_template and "template_file" not in table:
+        has_template = False  # an open-instruct profile's entry carries its text: still a profile
     if has_profile == has_template:
         raise RubricError(
             f"rubrics.{name}: needs either profile or template_file (with its template text), "
@@ -264,7 +332,15 @@ def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
     template's recorded text), so a driver never grades with different words than the launcher
     recorded.
     """
-    profile, template = _source(name, table)
+    origin: OpenInstructSource | None = None
+    profile: RubricProfile | None = None
+    template: RubricTemplate | None = None
+    if str(table.get("profile", "")) in open_instruct.PROFILES and "template_file" not in table:
+        template, origin = _open_instruct(name, table)
+        default_format = open_instruct.PROFILES[origin.profile].reply_format
+    else:
+        profile, template = _source(name, table)
+        default_format = ReplyFormat.SCORE_LINE.value
     max_output = table.get("max_output_tokens")
     if isinstance(max_output, bool) or not isinstance(max_output, int) or max_output <= 0:
         raise RubricError(f"rubrics.{name}.max_output_tokens must be a positive integer, got {max_output!r}")
@@ -272,7 +348,7 @@ def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or temperature < 0:
         raise RubricError(f"rubrics.{name}.temperature must be a number >= 0, got {temperature!r}")
     try:
-        fmt = ReplyFormat(table.get("reply_format", ReplyFormat.SCORE_LINE.value))
+        fmt = ReplyFormat(table.get("reply_format", default_format))
     except ValueError:
         known = ", ".join(f.value for f in ReplyFormat)
         got = table.get("reply_format")
@@ -287,8 +363,15 @@ def resolve_rubric(name: str, table: Mapping[str, Any]) -> Rubric:
     extract = table.get("extract_answer", True)
     if not isinstance(extract, bool):
         raise RubricError(f"rubrics.{name}.extract_answer must be true or false, got {extract!r}")
-    rubric = Rubric(name, profile, max_output, float(temperature), fmt, score_scale, extract, template)
+    attempts = table.get("invalid_reply_attempts", DEFAULT_INVALID_REPLY_ATTEMPTS)
+    if isinstance(attempts, bool) or not isinstance(attempts, int):
+        raise RubricError(f"rubrics.{name}.invalid_reply_attempts must be an integer, got {attempts!r}")
+    rubric = Rubric(
+        name, profile, max_output, float(temperature), fmt, score_scale, extract, template, origin, attempts
+    )
     digest = table.get("digest")
+    if origin is not None and digest is not None and digest != rubric.digest:
+        raise RubricError(f"rubrics.{name}: digest {digest} is not that of {rubric.source} ({rubric.digest})")
     if profile is not None and digest is not None and digest != rubric.digest:
         raise RubricError(
             f"rubrics.{name}: digest {digest} does not match profile {profile.name!r} with its reply format and "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agent.coord import clock
 from agent.coord.failure import Failure
 from agent.judges import judge_ports
+from agent.judges.gateways import LocalGateways
 from agent.judges.prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.lifecycle.context import RunContext
@@ -29,10 +30,13 @@ from agent.proc.supervisor import ExitPolicy, child_env
 from agent.proc.waits import poll_until
 from launch.spec.config import JudgeConfig
 from launch.spec.data_check import DataError, check_data
+from launch.spec.miles_handoff import judge_registry_json, openai_base
 from launch.spec.sglang_argv import judge_command
 from schemas import DriverEnv, FailureKind, names
+from schemas.safe_io import RunDirError
 
 if TYPE_CHECKING:
+    from agent.judges.canary_watch import CanaryRound, CanaryWatch
     from agent.judges.engine_health import EngineHealthRegistry, EngineStatus
 
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
@@ -69,7 +73,10 @@ class JudgeRuntime:
         self.health: EngineHealthRegistry | None = None
         self.registry: dict[str, Any] | None = None
         self.miles_registry: str | None = None  # OI_MILES_JUDGE_REGISTRY, once the endpoints are known
-        self._healthy = False
+        self.gateways = LocalGateways(ctx)
+        self.watch: CanaryWatch | None = None
+        self._canaries: dict[str, Any] | None = None  # judge-canaries.json's body, rounds added as they come
+        self._gateway_endpoints: dict[str, str] = {}
         self._epochs: dict[str, int] = {}
         self._tmp: str | None = None
 
@@ -103,7 +110,11 @@ class JudgeRuntime:
                 proof = prove_revision(judge_cfg.prepared_dir, judge_cfg.revision)
                 if not proof.ok:
                     raise ctx.fail(FailureKind.JUDGE, f"judge {name}: {proof.detail}", judge=name)
-        if node.judges:
+        # Gateways: beside this node's managed judges, and here for the external ones on the driver's node.
+        gateways = [ctx.config.judges[n] for n in node.judges] + (
+            [j for j in ctx.config.bound_judges if not j.managed] if topo.is_driver_node else []
+        )
+        if node.judges or gateways:
             self._tmp = tempdirs.make(tempdirs.JUDGE_PREFIX)
             ctx.reaper.temp_dir(self._tmp)  # removed by the reaper if we are SIGKILLed
         vis = ctx.visible_devices
@@ -118,7 +129,10 @@ class JudgeRuntime:
             )
             self.local[name] = judge
             self._spawn(judge)
-        return f"{len(self.local)} managed judge(s) on this node"
+        if gateways:
+            assert self._tmp is not None
+            self.gateways.start(gateways, self._tmp)
+        return f"{len(self.local)} managed judge(s), {len(gateways)} gateway(s) on this node"
 
     def _spawn(self, j: LocalJudge) -> None:
         ctx = self.ctx
@@ -160,9 +174,8 @@ class JudgeRuntime:
         """Every local judge answers /health (probed through the health registry's own pool),
         then the registry keeps probing them for the rest of the run."""
         ctx = self.ctx
-        if not self.local or self._healthy:
+        if not self.local:
             return ""
-        self._healthy = True
         self.health = self._new_health_registry()
         poll = min(0.5, ctx.config.coordination.poll_interval)
         for name, j in self.local.items():
@@ -183,6 +196,7 @@ class JudgeRuntime:
                 )
             assert j.group is not None
             ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log, judge=name))
+            self.gateways.point_at(name, self._endpoint(j))
             self._write_endpoint(j, ready_after=clock.mono() - j.started)
         self.health.start()
         return ""
@@ -224,7 +238,7 @@ class JudgeRuntime:
                 judge=j.config.name,
             )
         if j.port is None:
-            from agent.judges.reference_server import read_port_file  # http.server: judge nodes only
+            from agent.judges.port_file import read_port_file
 
             j.port = read_port_file(j.port_file)
             if j.port is None:
@@ -305,6 +319,7 @@ class JudgeRuntime:
 
     def stop(self) -> None:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
+        self.stop_canary_watch()
         if self.health is not None:
             self.health.stop(timeout=5)
             self.health = None
@@ -327,11 +342,13 @@ class JudgeRuntime:
                 "context_check": j.context_check,
                 "max_concurrent_calls": j.max_concurrent_calls,
             }
+            # Every client of the run talks to the judge through its gateway; `upstream` is the judge itself.
             if j.managed:
                 rank, doc = self._endpoint_record(topo, j)
-                entry.update(endpoint=doc["endpoint"], rank=rank, devices=doc["devices"])
+                entry.update(upstream=doc["endpoint"], rank=rank, devices=doc["devices"])
             else:
-                entry.update(endpoint=j.endpoint, rank=None, devices=[])
+                entry.update(upstream=j.endpoint, rank=None, devices=[])
+            entry["endpoint"] = self.gateway_endpoint(j.name)
             judges[j.name] = entry
         used = {b.rubric for b in cfg.bindings}
         rubrics = {}
@@ -383,22 +400,37 @@ class JudgeRuntime:
         ctx.wait_startup(f"judge {j.name}'s endpoint record from rank {rank}", ready)
         return rank, doc
 
+    def gateway_endpoint(self, judge: str) -> str:
+        """Judge's gateway (``gateway-NAME.json``), the URL every client is given; waits within the
+        startup deadline for its host to publish it (it is started with the judge, before Ray)."""
+        if judge not in self._gateway_endpoints:
+            ctx = self.ctx
+            rel = names.gateway_record(judge)
+            doc: dict[str, Any] = {}
+
+            def published() -> bool:
+                if not ctx.listed(rel):
+                    return False
+                got = ctx.run.read_json(rel)
+                if got and got.get("fingerprint") == ctx.config.fingerprint:
+                    doc.update(got)
+                    return True
+                return False
+
+            ctx.wait_startup(f"judge {judge}'s gateway record", published)
+            self._gateway_endpoints[judge] = str(doc["endpoint"])
+        return self._gateway_endpoints[judge]
+
     def handoff_registry(self, topo: Topology) -> str | None:
-        """``OI_MILES_JUDGE_REGISTRY`` (launch/spec/miles_handoff.py): the bound judges with the
-        endpoints their clients use; None without bindings. Built once: the driver's environment and
-        this node's ``ray start`` get the same value. Waits for every bound managed judge's endpoint
-        record (this node's own judges are made healthy first: their record is written then)."""
+        """``OI_MILES_JUDGE_REGISTRY`` (launch/spec/miles_handoff.py): the bound judges with their
+        gateways as endpoints; None without bindings. Built once: the driver's environment and this
+        node's ``ray start`` get the same value. Gateways publish their address while their judges
+        still load, so this waits for no judge's health."""
         cfg = self.ctx.config
         if not cfg.bindings:
             return None
         if self.miles_registry is None:
-            from launch.spec.miles_handoff import judge_registry_json
-
-            self.wait_local_healthy()
-            endpoints = {
-                j.name: (self._endpoint_record(topo, j)[1]["endpoint"] if j.managed else str(j.endpoint))
-                for j in cfg.bound_judges
-            }
+            endpoints = {j.name: self.gateway_endpoint(j.name) for j in cfg.bound_judges}
             self.miles_registry = judge_registry_json(cfg, endpoints)
         return self.miles_registry
 
@@ -412,8 +444,10 @@ class JudgeRuntime:
         registry = self.registry or {"judges": {}, "rubrics": {}, "bindings": {}}
         from agent.judges.bindings import clients_from_registry, rubrics_from_registry
         from agent.judges.canary import run_canaries
+        from agent.judges.gateway import CANARY_HEADER
 
-        clients = clients_from_registry(registry, recorder=None)  # canaries are in judge-canaries.json only
+        # Canaries are in judge-canaries.json only, and marked for the gateway: not training grades.
+        clients = clients_from_registry(registry, recorder=None, headers={CANARY_HEADER: "1"})
         try:
             report = run_canaries(
                 registry["bindings"], clients, rubrics_from_registry(registry), repetitions=CANARY_REPETITIONS
@@ -421,7 +455,8 @@ class JudgeRuntime:
         finally:
             for c in clients.values():
                 c.close()
-        ctx.run.write_artifact(names.CANARIES, ctx.writer, report.to_json())
+        self._canaries = report.to_json()
+        ctx.run.write_artifact(names.CANARIES, ctx.writer, self._canaries)
         if not report.passed:
             failed = report.failures()
             logs = [self._judge_log(topo, b.judge) for b in failed]
@@ -434,6 +469,56 @@ class JudgeRuntime:
             )
         return report.summary()
 
+    # -- canaries during the run (the driver's node) -----------------------------------------------
+
+    def start_canary_watch(self) -> None:
+        """Canary rounds every [judges.NAME] canary_interval while the driver runs (agent/judges/canary_watch.py)."""
+        cfg = self.ctx.config
+        if self.registry is None or not cfg.bindings or not any(j.canary_interval for j in cfg.bound_judges):
+            return
+        from agent.judges.canary_watch import CanaryWatch
+        from agent.judges.gateway import CANARY_HEADER
+
+        self.watch = CanaryWatch(
+            self.registry,
+            {j.name: j.canary_interval for j in cfg.bound_judges},
+            repetitions=CANARY_REPETITIONS,
+            on_round=self._record_round,
+            on_failure=self._degraded,
+            headers={CANARY_HEADER: "1"},
+        )
+        self.watch.start()
+
+    def stop_canary_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+            self.watch = None
+
+    def _record_round(self, result: CanaryRound) -> None:
+        from agent.judges.canary_watch import MAX_ROUNDS
+
+        doc: dict[str, Any] = self._canaries if self._canaries is not None else {"passed": True, "bindings": []}
+        rounds: list[Any] = list(doc.get("rounds") or [])
+        doc["rounds"] = [*rounds, result.to_json()][-MAX_ROUNDS:]
+        try:
+            self.ctx.run.write_artifact(names.CANARIES, self.ctx.writer, doc)
+        except (OSError, RunDirError) as exc:
+            self.ctx.out(f"canaries: cannot record the round of judge {result.judge}: {exc}")
+
+    def _degraded(self, result: CanaryRound) -> None:
+        from agent.judges.canary_watch import describe_failure
+
+        failed = [b for b in result.bindings if not b.passed]
+        self.ctx.signal.trip(
+            Failure(
+                kind=FailureKind.JUDGE_DEGRADED,
+                cause=describe_failure(result),
+                phase=self.ctx.phase(),
+                judge=result.judge,
+                binding=failed[0].verifier if failed else None,
+            )
+        )
+
     def _judge_log(self, topo: Topology, judge: str) -> str | None:
         index = self.ctx.plan.judge_node(judge)
         return names.judge_log(judge, topo.rank_of_node(index)) if index is not None else None
@@ -445,6 +530,10 @@ class JudgeRuntime:
             DriverEnv.REGISTRY: json.dumps(self.registry, sort_keys=True),
             DriverEnv.REGISTRY_FILE: str(self.ctx.run.path / names.REGISTRY),
             **({DriverEnv.MILES_JUDGE_REGISTRY: self.miles_registry} if self.miles_registry is not None else {}),
+            **{
+                DriverEnv.judge_url(name): openai_base(str(judge["endpoint"]))
+                for name, judge in self.registry["judges"].items()
+            },
         }
 
 

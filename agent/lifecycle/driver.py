@@ -232,6 +232,7 @@ class DriverRuntime:
         if ctx.local_dir is not None:
             self._board = os.path.join(ctx.local_dir, "progress")
             driver_local.create_board(self._board)
+        self.judges.start_canary_watch()  # judges that drift during the run fail it (canary_interval)
         # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
         # with a rank prefix (and the evidence's log pattern sees it).
         tee = ConsoleTee(
@@ -260,6 +261,7 @@ class DriverRuntime:
         # The alarm file is read once per heartbeat interval while the doorbell carries.
         ctx.wait_unbounded(lambda: self._done.is_set() or self._trip_if_degraded(), files=True)
         self._trip_if_degraded()  # written just before a clean exit, between two polls
+        self.judges.stop_canary_watch()
         ctx.signal.raise_if_set()
         self._seconds = clock.mono() - t0
         return "exit 0"

@@ -101,7 +101,13 @@ PLACED_STEPS: tuple[Step, ...] = (
         "then waits until every node's passed",
     ),
     Step(Phase.PLACEMENT, Nodes.ALL, "write_placement", "`placement-RANK.json` (judge devices kept out of Ray's)"),
-    Step(Phase.JUDGES_START, Nodes.ALL, "start_judges", "this node's managed judges, each in its own session"),
+    Step(
+        Phase.JUDGES_START,
+        Nodes.ALL,
+        "start_judges",
+        "this node's managed judges, each in its own session, and their gateways (the driver's node: the "
+        "external judges' too); `gateway-NAME.json`",
+    ),
     Step(
         Phase.RAY_START,
         Nodes.RAY,
@@ -142,7 +148,7 @@ RUN_STEPS: tuple[Step, ...] = (
         Phase.DRIVER,
         Nodes.ALL,
         "drive",
-        "driver node: runs the driver; others: wait for the driver node's ack",
+        "driver node: runs the driver, canary rounds every `canary_interval`; others: wait for the driver node's ack",
         detail="driver_detail",
     ),
     Step(Phase.COMPLETE, Nodes.ALL, "complete", "driver node: writes `complete.json`; others: read it"),

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launch.spec import names
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
 
@@ -65,6 +66,7 @@ MAPPING: Mapping[str, str] = {
     "launch.env": "launch.env",
     "launch.secrets": "launch.secrets",
     "launch.coordination": "launch.coordination",
+    "launch.preflight": "launch.preflight",
     "trainer.gpus": "trainer.gpus_per_node",
     "trainer.num_gpus": "trainer.gpus_per_node",
     "trainer.trainer_num_nodes": "trainer.nodes",
@@ -82,16 +84,9 @@ MAPPING: Mapping[str, str] = {
 # This project's keys a MILES [launch] may carry as well (our extensions, same spelling).
 LAUNCH_EXTENSIONS = ("hostnames", "backend", "node_gpus", "beaker", "slurm", "skypilot")
 
-RUBRIC_PROFILES = {
-    "open-instruct/general-quality": "general-quality",
-    "open-instruct/general-quality_ref": "general-quality-ref",
-}
-UNSUPPORTED_PROFILES = {
-    "open-instruct/general-web_instruct_general_verifier": (
-        "is a deterministic-verifier profile this project's judge client does not grade; use "
-        '"open-instruct/general-quality" or "open-instruct/general-quality_ref"'
-    )
-}
+# open-instruct's profiles keep their names: the agent reads their text from the installed package,
+# as the trainer grades with it (agent/judges/open_instruct.py).
+RUBRIC_PROFILES = names.OPEN_INSTRUCT_PROFILES
 DEFAULT_DRIVER = 'exec python -m open_instruct.miles train "$GYM_RUN_FILE"'
 DEFAULT_EVIDENCE_PRESET = "miles"  # [driver.evidence] preset unless the file declares its own evidence
 EVIDENCE_SOURCES = ("preset", "metrics", "log_step_pattern")  # keys that declare a source of evidence
@@ -316,15 +311,10 @@ def _rubric(name: str, table: Any, problem: Any, renames: dict[str, str]) -> Any
             hint = f"did you mean rubrics.{name}.{close}?" if close else "known keys: " + ", ".join(sorted(owned))
             problem(["rubrics", name, key], f"unknown key; {hint}")
             continue
-        if key == "profile" and isinstance(value, str):
-            if value in UNSUPPORTED_PROFILES:
-                problem(["rubrics", name, "profile"], UNSUPPORTED_PROFILES[value])
-                continue
-            if value not in RUBRIC_PROFILES:
-                options = " or ".join(f'"{p}"' for p in RUBRIC_PROFILES)
-                problem(["rubrics", name, "profile"], f"must be {options}, not {value!r}")
-                continue
-            value = RUBRIC_PROFILES[value]
+        if key == "profile" and isinstance(value, str) and value not in RUBRIC_PROFILES:
+            options = ", ".join(f'"{p}"' for p in RUBRIC_PROFILES)
+            problem(["rubrics", name, "profile"], f"must be one of {options}, not {value!r}")
+            continue
         out[owned[key]] = value
         renames[f"rubrics.{name}.{owned[key]}"] = f"rubrics.{name}.{key}"
     return out
@@ -350,6 +340,8 @@ def mapping_table() -> list[str]:
     rows = ["| MILES key | this project's key |", "|---|---|"]
     rows += [f"| `{theirs}` | `{ours}` |" for theirs, ours in MAPPING.items()]
     rows.append(
-        "| `rubrics.*.profile` values | " + ", ".join(f"`{a}` = `{b}`" for a, b in RUBRIC_PROFILES.items()) + " |"
+        "| `rubrics.*.profile` values | "
+        + ", ".join(f"`{p}`" for p in RUBRIC_PROFILES)
+        + " (as spelled: their text is read from the installed open_instruct package) |"
     )
     return rows

@@ -16,7 +16,7 @@ hand out (pure: the agent supplies the endpoints once it knows them).
 
 A rubric the trainer cannot grade (this project's own profiles, a template file) keeps its binding: the
 trainer then fails on that binding with its own error, which names it, instead of grading it silently
-with other words. ``profile`` names open-instruct's profile only where the rubric is one of them.
+with other words. ``profile`` is the rubric's profile as the spec names it (``open-instruct/...``).
 """
 
 from __future__ import annotations
@@ -26,14 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from launch.spec.config import RunConfig
-from launch.spec.miles import RUBRIC_PROFILES
 
 __all__ = ["SCHEMA_VERSION", "judge_registry", "judge_registry_json", "openai_base"]
 
 SCHEMA_VERSION = 1  # the only version the trainer accepts
-
-# This project's profile name -> open-instruct's (the inverse of the MILES spelling's mapping).
-_OI_PROFILE = {ours: theirs for theirs, ours in RUBRIC_PROFILES.items()}
 
 
 def openai_base(endpoint: str) -> str:
@@ -71,7 +67,7 @@ def judge_registry(config: RunConfig, endpoints: Mapping[str, str]) -> dict[str,
         r = config.rubrics[name]
         rubric: dict[str, Any] = {"max_response_tokens": r.max_output_tokens, "temperature": r.temperature}
         if r.profile is not None:
-            rubric["profile"] = _OI_PROFILE.get(r.profile, r.profile)
+            rubric["profile"] = r.profile
         else:
             rubric["template_file"] = r.template_file
         rubrics[name] = rubric

@@ -29,9 +29,23 @@ CONTEXT_CHECKS = ("tokenize", "none")
 JUDGE_BACKENDS = ("sglang", "reference")
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
 DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking
-RUBRIC_PROFILES = ("general-quality", "general-quality-ref")
-# A judge's reply: a "SCORE: N" line, or a JSON object with REASONING and SCORE (open-instruct's judges).
-REPLY_FORMATS = ("score_line", "json")
+# This project's own profiles, and open-instruct's (their text is read from the installed open_instruct
+# package at run time: agent/judges/open_instruct.py).
+OPEN_INSTRUCT_PROFILES = (
+    "open-instruct/general-quality",
+    "open-instruct/general-quality_ref",
+    "open-instruct/general-web_instruct_general_verifier",
+)
+RUBRIC_PROFILES = ("general-quality", "general-quality-ref", *OPEN_INSTRUCT_PROFILES)
+# A judge's reply: a "SCORE: N" line, a JSON object with REASONING and SCORE (open-instruct's judges), or
+# one "Final Decision: yes|no" (open-instruct's web-instruct verifier).
+REPLY_FORMATS = ("score_line", "json", "decision")
+# How an open-instruct profile's replies are read when reply_format is not given.
+OPEN_INSTRUCT_REPLY_FORMATS = {
+    "open-instruct/general-quality": "json",
+    "open-instruct/general-quality_ref": "json",
+    "open-instruct/general-web_instruct_general_verifier": "decision",
+}
 PLACEMENT_MODES = ("disaggregated", "colocated")
 DRIVER_PLACEMENTS = ("trainer", "inference")
 LAUNCH_BACKENDS = ("local", "beaker", "slurm", "skypilot")

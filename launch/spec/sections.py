@@ -54,6 +54,7 @@ SEED_DRIVER = "seed 004 (driver placement)"
 SAFETY = "gym-agent (safety)"
 GRADES_RULE = "gym-agent (grades log and judge alarm)"
 HANG_RULE = "gym-agent (hang detection)"
+CANARY_RULE = "gym-agent (canaries during the run)"
 
 # --- sections ---------------------------------------------------------------------------------
 
@@ -716,6 +717,14 @@ class JudgeConfig:
         doc="seconds per HTTP request (not a total budget across retries)",
         rule=SEED_JUDGES,
     )
+    canary_interval: int = key(
+        keys.Int(0, 30 * 86400),
+        1800,
+        doc="seconds between canaries during the run: known-good and known-bad graded again through every "
+        "binding of this judge (through its gateway, marked as canaries); known-bad at or above known-good, or "
+        "no valid grade, fails the run as judge_degraded. 0: only the canaries before training",
+        rule=CANARY_RULE,
+    )
     # None = key absent (eager); kept distinct from False, as in the fingerprint.
     cuda_graphs: bool | None = key(
         keys.Bool(), None, doc="CUDA graphs for decode and prefill (absent: eager)", rule=SEED_JUDGES, modes=MANAGED
@@ -767,7 +776,10 @@ class RubricConfig:
     profile: str | None = key(
         keys.Choice(names.RUBRIC_PROFILES),
         None,
-        doc="a built-in grading rubric; omit it when template_file names your own text (one of the two is required)",
+        doc="a built-in grading rubric; omit it when template_file names your own text (one of the two is "
+        'required). The "open-instruct/..." profiles grade with open-instruct\'s own template, read at run time '
+        "from the installed open_instruct package (as the MILES trainer grades) and checked against its pinned "
+        "sha256; where the package is missing, install it or give the text as template_file",
         rule=SEED_JUDGES,
     )
     template_file: str | None = key(
@@ -797,12 +809,23 @@ class RubricConfig:
         doc="sampling temperature of grading calls (the trainer grades with it too)",
         rule=SEED_JUDGES,
     )
-    reply_format: str = key(
+    reply_format: str | None = key(
         keys.Choice(names.REPLY_FORMATS),
-        "score_line",
-        doc='how the judge is asked to reply: "score_line" (a last `SCORE: N` line) or "json" '
-        '(`{"REASONING": ..., "SCORE": N}`, as open-instruct\'s judges reply); anything else is an invalid grade. '
-        "A template_file asks in its own words: this only says how its reply is read",
+        None,
+        doc='how the judge is asked to reply: "score_line" (a last `SCORE: N` line), "json" '
+        '(`{"REASONING": ..., "SCORE": N}` as open-instruct\'s judges reply; read as open-instruct reads it: the '
+        'JSON object, else a `"SCORE": N` inside prose, else exactly one `SCORE: N` line) or "decision" '
+        "(exactly one distinct `Final Decision: yes|no`: 1.0 or 0.0 whatever score_scale says); anything else is "
+        "an invalid grade. A template_file asks in its own words: this only says how its reply is read",
+        rule=SEED_JUDGES,
+        derived='"score_line"; an open-instruct profile\'s own ("json", "decision" for the web-instruct verifier)',
+    )
+    invalid_reply_attempts: int = key(
+        keys.Int(1, 10),
+        3,
+        doc="grading requests per sample while the judge's reply is invalid or cut off, 1 s then 2 s (doubling) "
+        "apart, as the MILES trainer's client makes them; only then is it an invalid grade (never a zero). A "
+        "context overflow is never retried",
         rule=SEED_JUDGES,
     )
     score_scale: tuple[int, int] = key(
@@ -819,6 +842,12 @@ class RubricConfig:
         "(open-instruct's rule); false sends the response as written",
         rule=SEED_JUDGES,
     )
+
+    def __post_init__(self) -> None:
+        # The reply format's default depends on the profile: applied here and nowhere else.
+        if self.reply_format is None:
+            fmt = names.OPEN_INSTRUCT_REPLY_FORMATS.get(self.profile or "", "score_line")
+            object.__setattr__(self, "reply_format", fmt)
 
     def template_path(self, base_dir: str | None) -> str | None:
         """``template_file`` as a path: a relative one resolves from the spec file's folder (like [data])."""
@@ -842,6 +871,7 @@ class RubricConfig:
             "reply_format": self.reply_format,
             "score_scale": list(self.score_scale),
             "extract_answer": self.extract_answer,
+            "invalid_reply_attempts": self.invalid_reply_attempts,
         }
 
 

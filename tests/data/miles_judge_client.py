@@ -18,6 +18,7 @@ what it got, and writes driver-result.json (the trainer's own records are not wh
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -86,24 +87,22 @@ def grade(registry: dict, verifier: str) -> dict:
         counted = tokens["count"]
         if counted + rubric["max_response_tokens"] > service["max_context_length"]:
             raise RuntimeError(f"judge context overflow: {counted} prompt tokens")
-    payload = post(
-        endpoint + "/chat/completions",
-        {
-            "model": service["model"],
-            "messages": messages,
-            "temperature": rubric["temperature"],
-            "max_tokens": rubric["max_response_tokens"],
-            "seed": 1,
-        },
-        service["timeout"],
-    )
+    body = {
+        "model": service["model"],
+        "messages": messages,
+        "temperature": rubric["temperature"],
+        "max_tokens": rubric["max_response_tokens"],
+        "seed": 1,
+    }
+    payload = post(endpoint + "/chat/completions", body, service["timeout"])
     choice = payload["choices"][0]
     if choice.get("finish_reason") != "stop":
         raise RuntimeError(f"judge response did not complete normally: {choice}")
     found = SCORE.findall(choice["message"]["content"])
     if len(found) != 1:
         raise RuntimeError(f"no unambiguous SCORE in {choice['message']['content']!r}")
-    return {"verifier": verifier, "score": float(found[0]) / 10, "prompt_tokens": counted, "endpoint": endpoint}
+    sent = hashlib.sha256(json.dumps(body).encode()).hexdigest()  # the bytes post() sent
+    return {"verifier": verifier, "score": float(found[0]) / 10, "prompt_tokens": counted, "request_sha256": sent}
 
 
 @ray.remote(num_cpus=0)

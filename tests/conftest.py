@@ -2,7 +2,9 @@
 
 `judge_server` starts real reference judge servers (see _judge_server.py). `slurm_cluster` is a
 real Slurm cluster on this machine (tests/slurm/cluster.py), brought up once per session by the
-first test that asks for it and taken down at the session's end. A session that dies anyway still
+first test that asks for it and taken down at the session's end; under pytest-xdist (`make test`)
+each worker that runs a Slurm test has its own (own directory, munged and ports, which the cluster
+picks free at random). A session that dies anyway still
 takes it down: an atexit hook covers an interpreter that exits without finalizers, and a guard
 process in its own session (`cluster.py guard`) covers SIGTERM/SIGKILL of pytest, taking the
 cluster down within a second of the session's pid disappearing. When a test that ran
@@ -10,6 +12,9 @@ real agents fails, the report carries `gym-audit`'s text for each run directory 
 tmp_path, plus every failure record and the tail of every log: a failure seen only on CI can
 then be diagnosed from CI's output alone; a failing Slurm test also carries the tail of every
 Slurm daemon's log.
+
+Running in parallel (README, "Tests"): a test marked `ray` holds one of a few Ray slots, one marked
+`quiet` all of them (tests/harness/slots.py); long tests are collected first.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from schemas import names  # noqa: E402
+from tests.harness import slots  # noqa: E402
 from tests.harness.agents import forget_agent_tmp_root  # noqa: E402
 
 LOG_TAIL_LINES = 15
@@ -42,6 +48,20 @@ LOG_TAIL_LINES = 15
 # be slow, which must not fail a run (speed is measured by `make bench`).
 settings.register_profile("gym", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("gym")
+
+
+def _slots_wanted(item: pytest.Item) -> int:
+    if item.get_closest_marker("quiet"):
+        return slots.count()
+    return 1 if item.get_closest_marker("ray") else 0
+
+
+@pytest.fixture(autouse=True)
+def _ray_slots(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked `ray` holds one of the session's Ray slots, one marked `quiet` all of them
+    (tests/harness/slots.py); the harness refuses to start Ray nodes for a test holding none."""
+    with slots.holding(_slots_wanted(request.node)):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +104,7 @@ def slurm_cluster() -> Iterator[slurm.Cluster]:
         SLURM_STATS["up_s"] = time.monotonic() - t1
         SLURM_STATS["setup_s"] = time.monotonic() - t0
         SLURM_STATS["daemons_rss_mb"] = sum(cluster.daemon_rss_kb().values()) / 1024
+        SLURM_STATS["clusters"] = 1
         yield cluster
     finally:
         t2 = time.monotonic()
@@ -92,12 +113,68 @@ def slurm_cluster() -> Iterator[slurm.Cluster]:
         SLURM_STATS["down_s"] = time.monotonic() - t2
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (make test), the tests that start Ray run in one lane per Ray slot: an
+    xdist group each, which one worker runs in order, so that no worker waits for a slot. Tests
+    that share an xdist_group (a module fixture's run) stay together in one lane. Then the long
+    tests first, so that the run does not end waiting for one that started last. The order is
+    stable: every worker must collect the same one."""
+    lanes: dict[str, int] = {}
+    for item in items:
+        if not item.get_closest_marker("ray"):
+            continue
+        groups = sorted(str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args)
+        lane = lanes.setdefault("_".join(groups) or item.nodeid, len(lanes) % slots.count())
+        item.own_markers[:] = [m for m in item.own_markers if m.name != "xdist_group"]
+        item.add_marker(pytest.mark.xdist_group(f"ray-lane-{lane}"))
+
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of `--dist loadgroup`
+        for item in items:
+            _group_in_nodeid(item)
+
+    def long_first(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("slow") or item.get_closest_marker("slurm") else 1
+
+    items.sort(key=long_first)
+
+
+def _group_in_nodeid(item: pytest.Item) -> None:
+    """`--dist loadgroup` sends the tests whose node ids end in the same "@GROUP" to one worker.
+    pytest-xdist 3.8 writes that suffix into `item._nodeid`, which pytest 9 no longer reads (a node's
+    id is `item._id`), so its groups silently do nothing; this writes it where pytest 9 reads it."""
+    names = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    if names and "@" not in item.nodeid and hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId  # pytest 9's structured node id
+
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands its Slurm figures to the controller, which prints the summary.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None and SLURM_STATS:
+        output["slurm_stats"] = dict(SLURM_STATS)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when pytest runs without xdist
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    stats = getattr(node, "workeroutput", {}).get("slurm_stats")
+    if stats:  # each worker that ran a Slurm test had its own cluster: count them, keep the slowest figures
+        for key, value in stats.items():
+            before = SLURM_STATS.get(key, 0)
+            SLURM_STATS[key] = before + value if key == "clusters" else max(before, value)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if SLURM_STATS:
         s = SLURM_STATS
         terminalreporter.write_line(
             f"slurm cluster: install {s.get('install_s', 0):.1f}s, up {s.get('up_s', 0):.1f}s, "
             f"down {s.get('down_s', 0):.1f}s, daemons {s.get('daemons_rss_mb', 0):.0f} MB RSS"
+            + (f" (the slowest of {s['clusters']:.0f}, one per worker)" if s.get("clusters", 1) > 1 else "")
         )
 
 
@@ -137,9 +214,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         for log in sorted((cluster.dir / "log").glob("*.log")):
             tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
             report.sections.append((f"slurm {log.name} (last {LOG_TAIL_LINES} lines)", "\n".join(tail)))
-    tmp = getattr(item, "funcargs", {}).get("tmp_path")
-    if not isinstance(tmp, Path):
-        return
-    for run_dir in sorted(tmp.glob("**/cluster/*")):
+    funcargs = getattr(item, "funcargs", {})
+    tmp = funcargs.get("tmp_path")
+    run_dirs = sorted(tmp.glob("**/cluster/*")) if isinstance(tmp, Path) else []
+    # A run a module-scoped fixture shared with this test (it lives outside the test's tmp_path).
+    run_dirs += [v.run_dir for v in funcargs.values() if isinstance(getattr(v, "run_dir", None), Path)]
+    for run_dir in dict.fromkeys(run_dirs):
         if run_dir.is_dir() and not run_dir.is_symlink():
             report.sections.append((f"run directory {run_dir.name}", run_dir_diagnostics(run_dir)))

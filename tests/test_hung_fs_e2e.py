@@ -177,6 +177,7 @@ def _raylets(agent: subprocess.Popen) -> list[int]:
         return []
 
 
+@pytest.mark.ray
 def test_a_sigterm_to_a_node_without_the_driver_during_a_hang_stops_its_ray_at_once(tmp_path: Path) -> None:
     # That node's lifecycle waits for the driver's acknowledgement by listing acks/: with the
     # filesystem hung the listing does not return, and the teardown must not wait for it.

@@ -217,6 +217,10 @@ def test_listeners_run_before_waiters_wake_and_see_the_signal_set() -> None:
 
 
 def test_descendants_come_from_the_kernels_children_lists_and_match_a_full_scan() -> None:
+    # This process may have descendants of its own already (an xdist worker's Slurm cluster, from a
+    # session fixture), which fork and exit at any time: the scans compare the child's subtree, and
+    # escaped_descendants spares them as the agent spares its reaper.
+    others = set(descendants(os.getpid()) or ())
     script = "sleep 30 & setsid sleep 30 & wait"
     child = subprocess.Popen(["sh", "-c", script], start_new_session=True)
     try:
@@ -228,13 +232,14 @@ def test_descendants_come_from_the_kernels_children_lists_and_match_a_full_scan(
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not settled():
             time.sleep(0.05)
-        ours = descendants(os.getpid())
+        ours = descendants(child.pid)
         assert ours is not None, "this kernel has no /proc/PID/task/TID/children"
-        full = {p.pid for p in psutil.Process().children(recursive=True)}
+        full = {p.pid for p in psutil.Process(child.pid).children(recursive=True)}
         assert set(ours) == full
         grandchildren = {p.pid for p in psutil.Process(child.pid).children()}
-        assert len(grandchildren) == 2 and grandchildren <= set(ours)
-        escaped = {p.pid for p in escaped_descendants({child.pid}, set())}
+        assert len(grandchildren) == 2 and grandchildren == set(ours)
+        assert grandchildren <= set(descendants(os.getpid()) or ())  # found from this process too
+        escaped = {p.pid for p in escaped_descendants({child.pid}, others)}
         setsid = {pid for pid in grandchildren if os.getsid(pid) != child.pid}
         assert escaped == setsid and len(setsid) == 1
     finally:

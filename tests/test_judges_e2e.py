@@ -1,4 +1,6 @@
-"""Judges under real agents: a managed reference judge on node 2 of a real 3-node Ray run.
+"""Judges under real agents: a managed reference judge on node 2 of a real 3-node Ray run (one
+run, shared by the tests that only read it), or of a run without Ray where the judge's path is the
+subject.
 
 Faults are injected into the real judge server through GYM_REFERENCE_JUDGE_FAULTS (the agent
 passes its environment to the judge), or by killing the judge process with a real signal.
@@ -8,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from schemas import names
 from tests.harness import (
+    LocalRun,
     assert_artifacts_valid,
     assert_nothing_left,
     audit,
@@ -23,24 +28,42 @@ from tests.harness import (
     kill_tree_by_session,
     launch_local,
     read,
+    slots,
     uid,
     wait_phase,
 )
+from tests.harness.agents import forget_agent_tmp_root
 
 pytestmark = pytest.mark.slow
 
 
-def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
-    run = launch_local(
-        tmp_path,
-        judge_spec(driver='command = ["python", "examples/demo_driver.py"]'),
-        uid("ok"),
-        env={"DEMO_STEPS": "2"},
+@pytest.fixture(scope="module")
+def judged_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRun]:
+    """One real judged demo run on Ray, shared by the tests of this module that only read it (a
+    Ray cluster costs ~25 CPU seconds): its `general-quality-ref` rubric in open-instruct's reply
+    format and scale (json, 1-10), beside the default score-line rubric."""
+    tmp = tmp_path_factory.mktemp("judged")
+    spec = judge_spec(driver='command = ["python", "examples/demo_driver.py"]').replace(
+        'profile = "general-quality-ref"\n',
+        'profile = "general-quality-ref"\nreply_format = "json"\nscore_scale = [1, 10]\n',
     )
-    try:
-        assert run.wait(240) == 0, run.text[-3000:]
-    finally:
-        kill_tree_by_session(run.proc)
+    with slots.holding(1):
+        run = launch_local(tmp, spec, uid("json"), env={"DEMO_STEPS": "2"})
+        try:
+            run.wait(240)
+        finally:
+            kill_tree_by_session(run.proc)
+    yield run
+    root = forget_agent_tmp_root(tmp)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("judged-run")  # one worker, one run (a module fixture is per worker)
+def test_judge_is_placed_checked_and_graded_through(judged_run: LocalRun) -> None:
+    run = judged_run
+    assert run.proc.returncode == 0, run.text[-3000:]
     d = run.run_dir
     seen = assert_artifacts_valid(d)
     placement = read(d, names.placement(2))
@@ -70,23 +93,16 @@ def test_judge_is_placed_checked_and_graded_through(tmp_path: Path) -> None:
     audit(d, verdict="pass")
 
 
-def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(tmp_path: Path) -> None:
+@pytest.mark.ray
+@pytest.mark.xdist_group("judged-run")  # one worker, one run (a module fixture is per worker)
+def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(judged_run: LocalRun, tmp_path: Path) -> None:
     """A rubric in open-instruct's reply format and scale (json, 1-10): the registry records it,
     canaries and the driver grade through it, and the audit passes. Then mutated copies of that
     real run directory: each mutation is caught by the right check."""
-    import shutil
-
     from audit.api import audit_run
 
-    spec = judge_spec(driver='command = ["python", "examples/demo_driver.py"]').replace(
-        'profile = "general-quality-ref"\n',
-        'profile = "general-quality-ref"\nreply_format = "json"\nscore_scale = [1, 10]\n',
-    )
-    run = launch_local(tmp_path, spec, uid("json"), env={"DEMO_STEPS": "1"})
-    try:
-        assert run.wait(240) == 0, run.text[-3000:]
-    finally:
-        kill_tree_by_session(run.proc)
+    run = judged_run
+    assert run.proc.returncode == 0, run.text[-3000:]
     d = run.run_dir
     assert_artifacts_valid(d)
     rubric = read(d, names.REGISTRY)["rubrics"]["general-quality-ref"]
@@ -128,6 +144,7 @@ def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(tmp_path: Path) ->
     assert "schema.violation" in mutated("schema", edit(names.heartbeat(0), lambda doc: doc.update(seq="x")))
 
 
+@pytest.mark.ray  # Ray is planned: that it never starts is the point
 def test_missing_binding_in_data_fails_before_any_gpu_work(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text('{"verifier": "general-helpfulness", "metadata": {"judge_query": "Hi?"}}\n')

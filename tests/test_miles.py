@@ -204,6 +204,7 @@ def test_placement_mode_follows_the_miles_rule_when_absent() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_miles_file_runs_locally_and_the_driver_gets_it_byte_for_byte(tmp_path: Path) -> None:
     text = (MILES / "three-node.toml").read_text()
     (tmp_path / "data").mkdir()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.lifecycle.console_tee import MAX_CONSOLE_LINE, ConsoleTee
+from agent.lifecycle.console_tee import MAX_CONSOLE_LINE, ConsoleLines, ConsoleTee
 from agent.proc.waits import Progress, poll_until
 from agent.ray.logs import keep, session_log_files
 from audit.api import audit_run
@@ -67,6 +67,21 @@ def test_console_tee_keeps_the_bytes_and_prefixes_each_line(tmp_path: Path) -> N
     assert console[2].startswith("[rank 3 driver] xxx") and console[2].endswith("[cut; full line in the log]")
     assert console[3] == "[rank 3 driver] Traceback: boom"
     assert all(line.startswith("[rank 3 driver] ") for line in console)
+
+
+def test_a_cut_line_shows_once_however_the_pipe_splits_the_bytes() -> None:
+    """The pipe hands the tee chunks of any size (a loaded machine splits a long line anywhere):
+    the console gets the same lines for every split, and the rest of a cut line is never shown
+    as a line of its own (it once came out as an empty line, or as the line's last bytes)."""
+    data = b"step 1\nno newline\n" + b"x" * (MAX_CONSOLE_LINE + 50) + b"\nTraceback: boom\nlast"
+    expected = [b"step 1", b"no newline", b"x" * (MAX_CONSOLE_LINE + 50), b"Traceback: boom", b"last"]
+    for a in range(len(data) + 1):
+        for b in sorted({a, min(len(data), a + 1), min(len(data), a + MAX_CONSOLE_LINE)}):
+            lines = ConsoleLines()
+            got = lines.feed(data[:a]) + lines.feed(data[a:b]) + lines.feed(data[b:]) + [lines.rest()]
+            # Split before the long line's end, it is shown cut (at least MAX_CONSOLE_LINE bytes).
+            assert got[:2] == expected[:2] and got[3:] == expected[3:], (a, b, got[2:])
+            assert expected[2].startswith(got[2]) and len(got[2]) > MAX_CONSOLE_LINE, (a, b, len(got[2]))
 
 
 def test_console_tee_survives_a_closed_console(tmp_path: Path) -> None:

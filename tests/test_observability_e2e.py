@@ -43,6 +43,7 @@ FAILING_DRIVER = (
 )
 
 
+@pytest.mark.ray
 def test_driver_output_and_summary_on_the_console_of_a_failed_run(tmp_path: Path) -> None:
     u = uid("boom")
     run = launch_local(tmp_path, small_spec(driver=FAILING_DRIVER), u)
@@ -112,6 +113,7 @@ class Collector:
         return code
 
 
+@pytest.mark.ray
 def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(with_progress(small_spec(driver=TICKING_DRIVER), 0.5))
@@ -205,6 +207,7 @@ def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
 SLEEPY_DRIVER = 'command = ["python", "-c", "import time; time.sleep(120)"]'
 
 
+@pytest.mark.ray
 def test_a_killed_raylet_leaves_its_evidence_and_the_audit_cites_it(tmp_path: Path) -> None:
     """SIGKILL (by pid) the raylet of rank 1's Ray node during the driver: `ray start --block` exits,
     rank 1 fails as child_exit, and Ray's own logs of that node are in ray-session-1/ and cited."""
@@ -248,6 +251,7 @@ def _dashboard_installed() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.ray
 def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
     """With ray[default] the head serves the dashboard at the printed URL; with a minimal Ray the
     run fails at once, naming the key and the package, instead of retrying `ray start`."""

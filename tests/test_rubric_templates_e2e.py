@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,16 +31,19 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "rubrics" / "graded-against-reference.txt"
 GYM_LAUNCH = ROOT / ".venv" / "bin" / "gym-launch"
+DEMO = f'command = ["python", "{ROOT / "examples" / "demo_driver.py"}"]'
+# Grades through every binding of the registry without Ray (the rubric is the subject, not Ray).
+GRADING = f'command = ["{sys.executable}", "{ROOT / "tests" / "data" / "grading_driver.py"}"]'
 
 
-def template_spec(tmp_path: Path, pinned: str | None = None, **kw: object) -> tuple[str, Path]:
+def template_spec(tmp_path: Path, pinned: str | None = None, driver: str = DEMO, **kw: object) -> tuple[str, Path]:
     """The judged three-node spec whose general-quality-ref rubric is the example template (copied
     beside the spec, named relative to it), in JSON on 1..10 as the template asks."""
     (tmp_path / "rubrics").mkdir(exist_ok=True)
     template = tmp_path / "rubrics" / "mine.txt"
     shutil.copy(EXAMPLE, template)
     digest = pinned or hashlib.sha256(template.read_bytes()).hexdigest()
-    spec = judge_spec(driver=f'command = ["python", "{ROOT / "examples" / "demo_driver.py"}"]', **kw).replace(
+    spec = judge_spec(driver=driver, **kw).replace(
         'profile = "general-quality-ref"\n',
         f'template_file = "rubrics/mine.txt"\ntemplate_sha256 = "{digest}"\nreply_format = "json"\n'
         "score_scale = [1, 10]\n",
@@ -49,8 +53,8 @@ def template_spec(tmp_path: Path, pinned: str | None = None, **kw: object) -> tu
 
 
 def test_a_template_rubric_grades_through_a_real_run(tmp_path: Path) -> None:
-    spec, template = template_spec(tmp_path)
-    run = launch_local(tmp_path, spec, uid("tmpl"), env={"DEMO_STEPS": "2"})
+    spec, template = template_spec(tmp_path, driver=GRADING, ray=False)
+    run = launch_local(tmp_path, spec, uid("tmpl"), env={"GRADES": "2"})
     try:
         assert run.wait(240) == 0, run.text[-3000:]
     finally:

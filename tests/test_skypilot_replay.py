@@ -128,6 +128,7 @@ def lose_node(proc: subprocess.Popen) -> None:
         p.kill()
 
 
+@pytest.mark.ray
 def test_replayed_task_runs_on_every_node_and_passes_the_audit(tmp_path: Path) -> None:
     uuid = "sky-replay-ok"
     task = render(tmp_path, uuid, REPO / "examples" / "demo.toml")

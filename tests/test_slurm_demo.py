@@ -22,7 +22,9 @@ from test_slurm_cluster import wait_nodes_clean
 from schemas import names
 from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# `make test-long`: tests/test_slurm_rendered.py runs the same demo as gym-launch renders it; this
+# hand-written script was the proof before the renderer existed.
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.long]
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # absolute: the nodes run the venv's gym-agent, not a PATH lookup
 NODES = ("n1", "n2", "n3")
@@ -57,6 +59,7 @@ def demo_script(tmp: Path, uuid: str, root: Path) -> Path:
     return script
 
 
+@pytest.mark.ray
 def test_demo_runs_on_three_slurm_nodes_and_audits_pass(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
     c = slurm_cluster
     uuid = uid("demo", "slurm")

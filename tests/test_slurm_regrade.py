@@ -87,6 +87,7 @@ def assert_regraded(c: slurm.Cluster, source: Path, profile: dict, grades: Path)
     return run_dir
 
 
+@pytest.mark.ray
 def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
         server.stop()
 
 
+@pytest.mark.ray
 def test_served_judge_profile_regrades_a_pooled_run_on_the_judge_pool_alone(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:

@@ -125,6 +125,7 @@ def probe(tmp: Path) -> dict:
     return json.loads((tmp / "probe.json").read_text())
 
 
+@pytest.mark.ray
 def test_rendered_demo_passes_with_the_driver_on_trainer_rank_0(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
     """The 3-node demo (real Ray across the nodes, the reference judge), trainer placement."""
     c, uuid, root = slurm_cluster, uid("rdemo"), tmp_path / "out"
@@ -154,6 +155,7 @@ object_store_memory = 100000000
     assert "[rank 2]" in out and "SUCCEEDED" in out
 
 
+@pytest.mark.ray
 def test_pools_judge_on_its_own_node_and_the_driver_on_the_last_inference_node(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:
@@ -209,6 +211,7 @@ object_store_memory = 100000000
     assert list(read(run_dir, names.placement(2))["judges"]) == ["general"]
 
 
+@pytest.mark.ray
 def test_ray_spans_main_and_aux_with_the_aux_resource_and_leaves_other_pools_out(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:
@@ -248,6 +251,7 @@ aux_slot = 2
     assert not (run_dir / names.ray_log(2)).exists()
 
 
+@pytest.mark.ray
 def test_a_killed_agent_ends_the_job_and_the_audit_names_its_rank(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
     c, uuid, root = slurm_cluster, uid("rkill"), tmp_path / "out"
     body = """

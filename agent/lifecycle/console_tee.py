@@ -91,7 +91,7 @@ class ConsoleTee:
             self._console_open = False  # the console went away; the log file still gets everything
 
     def _pump(self) -> None:
-        pending = b""
+        lines = ConsoleLines()
         while True:
             try:
                 chunk = os.read(self.read_fd, 65536)
@@ -101,9 +101,7 @@ class ConsoleTee:
                 break
             _write_all(self.log_fd, chunk)
             self.bytes += len(chunk)
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
+            for line in lines.feed(chunk):
                 self._emit(line)
                 self.lines += 1
                 if self._on_line is not None:
@@ -111,13 +109,37 @@ class ConsoleTee:
                         self._on_line(line)
                     except Exception:  # noqa: BLE001 - a watcher's bug must never stop the driver's output
                         self._on_line = None
-            if len(pending) > MAX_CONSOLE_LINE:
-                self._emit(pending)
-                pending = b""
-        if pending:
-            self._emit(pending)
+        last = lines.rest()
+        if last:
+            self._emit(last)
         os.close(self.read_fd)
         self._queue.put(None)  # blocks only while the writer drains: it always does
+
+
+class ConsoleLines:
+    """Chunks of a child's output in, the console's lines out: each complete line, and a line
+    longer than MAX_CONSOLE_LINE cut at that length once it is that long; the rest of a cut line,
+    up to its newline, is not shown (the log has it), however the pipe split the bytes."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._cut = False  # the line being read was cut: drop bytes up to its newline
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        if self._cut:
+            if not lines:  # still inside the cut line
+                self._pending = b""
+                return []
+            lines, self._cut = lines[1:], False  # its rest ends at the first newline
+        if len(self._pending) > MAX_CONSOLE_LINE:
+            lines.append(self._pending)  # _emit cuts it to MAX_CONSOLE_LINE and says so
+            self._pending, self._cut = b"", True
+        return lines
+
+    def rest(self) -> bytes:
+        """The last line, when the output did not end with a newline."""
+        return b"" if self._cut else self._pending
 
 
 def _write_all(fd: int, data: bytes, write: Callable[[int, bytes], int] = os.write) -> None:

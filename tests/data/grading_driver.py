@@ -2,14 +2,15 @@
 catches every judge error, as a careless trainer would, then writes driver-result.json and exits
 0. The run must still fail when its judge degrades: the agent reads the alarm, not the exit code.
 
-DEGRADED=raise lets JudgeDegraded end the driver (exit 1); DEGRADED=linger catches it and then
-sleeps a minute before exiting 0, so only the agent's watch can stop the run in time;
-DEGRADED=strict lets any judge error end it, as seed 000 asks of a trainer. RESULT=0 writes no
-driver-result.json: a benchmark driver of an evaluation run, which trains nothing."""
+DEGRADED=raise lets JudgeDegraded end the driver (exit 1, its traceback in the log);
+DEGRADED=linger catches it and then sleeps a minute before exiting 0, so only the agent's watch
+can stop the run in time; DEGRADED=strict lets any judge error end it, as seed 000 asks of a trainer.
+RESULT=0 writes no driver-result.json: a benchmark driver of an evaluation run, which trains nothing."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -25,6 +26,11 @@ def main() -> int:
     count = int(os.environ.get("GRADES", "20"))
     mode = os.environ.get("DEGRADED", "swallow")
     degraded = False
+    if mode == "raise":
+        # The agent stops the driver (SIGTERM) as soon as it reads the alarm, which the client
+        # writes just before it raises: this driver, like a trainer that finishes its step on
+        # SIGTERM, lets the exception end it either way, so its log always has the traceback.
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
     bound = bindings_from_registry(driver_api.registry())
     replies = errors = 0
     for i in range(count):

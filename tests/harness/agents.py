@@ -18,6 +18,7 @@ from agent.proc import tempdirs
 from audit.api import audit_run
 from audit.model import AuditResult
 from schemas import RunDir, names, violations
+from tests.harness import slots
 from tests.harness.orphans import kill_tree_by_session, started_session
 
 BIN = Path(sys.executable).parent
@@ -66,6 +67,7 @@ def launch_local(
 ) -> LocalRun:
     spec = tmp / f"{uuid}.toml"
     spec.write_text(spec_text)
+    slots.require_ray("gym-launch local", spec_text)
     root = tmp / "out"
     cmd = [str(BIN / "gym-launch"), "local", str(spec), "--uuid", uuid, "--output-root", str(root), *args]
     proc = subprocess.Popen(
@@ -97,6 +99,7 @@ def start_agent(
 ) -> subprocess.Popen:
     """`gym-agent` for one rank of a run under `tmp`/out, in a session of its own, as a user starts
     it; its local temp dirs go under `temp_root` (default: this test's own root)."""
+    slots.require_ray("gym-agent", spec_path.read_text(errors="replace") if spec_path.is_file() else "")
     cmd = [str(BIN / "gym-agent"), "--uuid", uuid, "--config", str(spec_path), "--output-root", str(tmp / "out")]
     cmd += ["--rank", str(rank), "--replicas", str(replicas), "--address", address, *args]
     full_env = {

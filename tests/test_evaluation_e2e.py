@@ -15,7 +15,7 @@ from schemas import names
 from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, launch_local, read, uid
 from tests.harness.specs import judge_tables
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 DRIVER = Path(__file__).resolve().parent / "data" / "grading_driver.py"
 

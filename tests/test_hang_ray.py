@@ -13,7 +13,7 @@ from audit.api import audit_run
 from schemas import names
 from tests.harness import assert_artifacts_valid, assert_nothing_left, failures, launch_local, read, small_spec, uid
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 DRIVER = Path(__file__).parent / "data" / "ray_stuck_actor_driver.py"
 
 

@@ -71,6 +71,7 @@ def test_a_spec_may_not_set_what_the_launcher_hands_over(var: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_miles_style_client_in_a_ray_actor_grades_through_a_managed_judge(tmp_path: Path) -> None:
     run = launch_local(
         tmp_path, judge_spec(driver='command = ["python", "tests/data/miles_judge_client.py"]'), uid("miles")

@@ -7,7 +7,10 @@ counts how many were in flight at it at once: what the gateway promises to bound
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -156,3 +159,82 @@ def test_the_request_log_is_capped_and_rotated(start: Start, tmp_path: Path) -> 
     assert files == [names.gateway_log("general", 1), names.gateway_log("general")]
     assert all(p.stat().st_size <= 3000 for p in tmp_path.glob("judge-gateway-*.jsonl"))
     assert kept[-1]["seq"] == 30 and len(kept) < 30  # the oldest lines were rotated away; seq says how many
+
+
+def _raw(port: int, data: bytes, *, until: bytes | None = None, wait_close: bool = False) -> bytes:
+    """Send raw bytes to the gateway; read until ``until`` appears (or the gateway closes)."""
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        s.sendall(data)
+        got = b""
+        while (until is None or until not in got) or wait_close:
+            more = s.recv(65536)
+            if not more:
+                break
+            got += more
+        return got
+
+
+def test_http11_framing_pipelined_chunked_continue_and_http10(start: Start, tmp_path: Path) -> None:
+    j = judge(start, 0)
+    g = gateway(start, tmp_path, "--upstream", j.base_url)
+    body = json.dumps(CHAT).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    # Two requests in one write: two replies, in order, on one connection.
+    one = head + b"content-length: %d\r\n\r\n" % len(body) + body
+    with socket.create_connection((HOST, g.port), timeout=10) as s:
+        s.sendall(one + one)
+        got = b""
+        while got.count(b"SCORE: 7") < 2:
+            got += s.recv(65536)
+    assert got.count(b"HTTP/1.1 200 ") == 2
+    # A chunked request body reaches the judge whole (the log's digest is the body's).
+    chunked = head + b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    assert b"SCORE: 7" in _raw(g.port, chunked, until=b"SCORE: 7")
+    # A caller that waits for "100 Continue" gets it, then its reply.
+    with socket.create_connection((HOST, g.port), timeout=10) as s:
+        s.sendall(head + b"expect: 100-continue\r\ncontent-length: %d\r\n\r\n" % len(body))
+        assert s.recv(65536).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        reply = b""
+        while b"SCORE: 7" not in reply:
+            reply += s.recv(65536)
+    # An HTTP/1.0 caller: its reply, then the gateway closes.
+    old = b"POST /v1/chat/completions HTTP/1.0\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+    assert b"SCORE: 7" in _raw(g.port, old, wait_close=True)
+    # Not HTTP: 400, recorded as a bad request.
+    assert _raw(g.port, b"\x00\x01 nonsense\r\n\r\n", wait_close=True).startswith(b"HTTP/1.1 400 ")
+    got_lines = lines(tmp_path, g)
+    chats = [x for x in got_lines if x["path"] == "/v1/chat/completions"]
+    assert len(chats) == 5 and {x["outcome"] for x in chats} == {"replied"}
+    assert {x["request_sha256"] for x in chats} == {hashlib.sha256(body).hexdigest()}
+    assert got_lines[-1]["outcome"] == "bad_request" and got_lines[-1]["status"] == 400
+
+
+def test_a_reply_framed_by_closing_reaches_the_caller_whole(start: Start, tmp_path: Path) -> None:
+    """A judge that ends its reply by closing the connection (no length, no chunks): the caller
+    gets the whole body (chunked by the gateway), the line its tokens."""
+    reply = json.dumps(
+        {"choices": [{"finish_reason": "length"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    )
+    with socket.create_server((HOST, 0)) as listener:
+
+        def serve() -> None:
+            for _ in range(2):
+                conn, _ = listener.accept()
+                with conn:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + reply.encode())
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        g = gateway(start, tmp_path, "--upstream", f"http://{HOST}:{listener.getsockname()[1]}")
+        with httpx.Client(base_url=g.base_url, timeout=10) as c:
+            for _ in range(2):  # the second on a new connection to the judge: the first one was closed
+                r = c.post("/v1/chat/completions", json=CHAT)
+                assert r.status_code == 200 and r.json() == json.loads(reply)
+                assert r.headers["transfer-encoding"] == "chunked"
+        t.join(10)
+    got = lines(tmp_path, g)
+    assert [(x["outcome"], x["finish_reason"], x["completion_tokens"]) for x in got] == [("replied", "length", 2)] * 2

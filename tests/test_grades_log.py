@@ -9,6 +9,7 @@ import os
 import pickle
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from agent.judges.client import (
     JudgeUnavailable,
     TruncatedGrade,
 )
-from agent.judges.grade_log import GradeLog
+from agent.judges.grade_log import GradeLog, RotatingLog
 from agent.judges.recorder import GradeRecorder
 from agent.judges.rubrics import PROFILES, Rubric, resolve_rubric
 from schemas import DriverEnv, RunDir, names, violations
@@ -205,6 +206,17 @@ def test_rotation_keeps_seq_and_respects_the_cap(tmp_path: Path) -> None:
     assert seqs == list(range(seqs[0], 201))  # one run of seq across the kept segments, ending at 200
     assert seqs[0] > 1  # the older lines were rotated away: seq says how many (seqs[0] - 1)
     assert rec.log is not None and rec.log.rotations > 2
+
+
+def test_a_batch_is_split_where_the_cap_falls(tmp_path: Path) -> None:
+    log = RotatingLog(tmp_path, partial(names.gateway_log, "j"), max_bytes=250, keep=100)
+    batch = [b'{"n": %03d, "pad": "%s"}\n' % (i, b"x" * 78) for i in range(10)]  # 100 bytes each
+    log.append_many(batch[:3])
+    log.append_many(batch[3:])
+    kept = {p.name: p for p in tmp_path.iterdir()}
+    segments = [kept[names.gateway_log("j", n)] for n in range(4, 0, -1)] + [kept[names.gateway_log("j")]]
+    assert all(p.stat().st_size == 200 for p in segments)  # two lines each: a third would pass the cap
+    assert b"".join(p.read_bytes() for p in segments) == b"".join(batch)  # every line, once, in order
 
 
 def test_keep_zero_keeps_only_the_current_segment(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ HTTP code). The gateway makes every request evidence and bounds it, whoever send
 
 The agent supervises it like the judge itself: its exit fails the run as the judge's failure.
 
-The HTTP stack is h11 (HTTP/1.1 as a pure state machine, the parser under uvicorn and httpcore) on
-asyncio streams, both towards the callers and towards the judge: already installed (httpx needs it),
-nothing added to the agent's image, and the whole request path in one event loop we control
-(README, "Judge gateway", measures what it adds).
+The HTTP stack is asyncio streams with httptools (llhttp, the C parser under uvicorn) for the
+framing (agent/judges/http1.py), towards the callers and towards the judge: the whole request path in
+one event loop we control, and the parsing in C, where h11 (pure Python) cost about half of the
+gateway's time per request (README, "Judge gateway", measures what it adds).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import h11
-
+from agent.judges import http1
 from agent.judges.gateway_log import GatewayLog, ReplyTap, RequestLine
 from agent.judges.port_file import write_port_file
 from schemas.vocab import GatewayOutcome
@@ -49,6 +49,7 @@ from schemas.vocab import GatewayOutcome
 __all__ = ["CANARY_HEADER", "GENERATION_PATHS", "STATUS_PATH", "main"]
 
 CANARY_HEADER = "x-gym-canary"  # the agent's canary client marks its requests with it (stripped here)
+CANARY_BYTES = CANARY_HEADER.encode()
 STATUS_PATH = "/gateway/status"
 # Requests that make the judge generate: they hold a max_concurrent_calls slot.
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/chat/completions", "/completions"})
@@ -66,11 +67,12 @@ HOP_HEADERS = frozenset(
         b"upgrade",
         b"host",
         b"content-length",
-        CANARY_HEADER.encode(),
+        b"expect",  # the gateway answers "100-continue" itself and sends the judge the whole body
+        CANARY_BYTES,
     }
 )
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 MAX_BODY = 64 << 20  # a grading request is kilobytes; a larger body is refused (413)
-READ_CHUNK = 1 << 16
 IDLE_UPSTREAM_S = 4.0  # an idle connection to the judge older than this is not reused (uvicorn closes at 5 s)
 UPSTREAM_POLL_S = 0.2
 
@@ -104,10 +106,11 @@ class _Conn:
     """One keep-alive connection to the judge."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.writer = writer
+        self.replies = http1.ResponseReader(reader)
         self.idle_since = time.monotonic()
         self.reused = False
+        self.at_eof = reader.at_eof
 
     def close(self) -> None:
         self.writer.close()
@@ -145,92 +148,65 @@ class Gateway:
     # -- callers ---------------------------------------------------------------------------------
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=1 << 20)
         peer = writer.get_extra_info("peername")
         caller = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        requests = http1.RequestReader(reader, max_body=MAX_BODY, writer=writer)
         try:
             while True:
-                got = await self._read_request(conn, reader, writer, caller)
-                if got is None:
+                try:
+                    request = await requests.next()
+                except http1.ProtocolError as exc:
+                    await self._refuse(writer, caller, exc)
                     break
-                request, body, t0 = got
-                await self._handle(conn, writer, caller, request, body, t0)
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                if request is None:
                     break
-                conn.start_next_cycle()
-        except (ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError):
+                await self._handle(writer, caller, request)
+                if not request.keep_alive:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read_request(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, caller: str
-    ) -> tuple[h11.Request, bytes, float] | None:
-        request: h11.Request | None = None
-        body = bytearray()
-        t0 = 0.0
-        while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                await self._refuse(conn, writer, caller, request, t0, 400, f"bad request: {exc}")
-                return None
-            if event is h11.NEED_DATA:
-                data = await reader.read(READ_CHUNK)
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                request, t0 = event, time.time()
-                if conn.they_are_waiting_for_100_continue:
-                    writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-            elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > MAX_BODY:
-                    await self._refuse(conn, writer, caller, request, t0, 413, f"request body over {MAX_BODY} bytes")
-                    return None
-            elif isinstance(event, h11.EndOfMessage):
-                assert request is not None
-                return request, bytes(body), t0
-            else:  # ConnectionClosed, or PAUSED: nothing more from this caller
-                return None
-
-    async def _refuse(
-        self,
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        caller: str,
-        request: h11.Request | None,
-        t0: float,
-        status: int,
-        message: str,
-    ) -> None:
-        line = self._line(caller, request, b"", t0 or time.time())
+    async def _refuse(self, writer: asyncio.StreamWriter, caller: str, error: http1.ProtocolError) -> None:
+        line = self._line(caller, error.request)
         line.outcome = GatewayOutcome.BAD_REQUEST
-        with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
-            line.bytes_out = await self._send_json(conn, writer, status, {"object": "error", "message": message})
-            line.status = status
-        line.error = message
+        with contextlib.suppress(ConnectionError):
+            doc = {"object": "error", "message": str(error)}
+            line.bytes_out = await self._send_json(writer, error.status, doc, close=True)
+            line.status = error.status
+        line.error = str(error)
         self._finish(line)
 
-    def _line(self, caller: str, request: h11.Request | None, body: bytes, t0: float) -> RequestLine:
-        method = request.method.decode("ascii", "replace") if request is not None else "?"
-        path = request.target.split(b"?", 1)[0].decode("utf-8", "replace") if request is not None else "?"
-        canary = request is not None and any(k == CANARY_HEADER.encode() for k, _ in request.headers)
+    def _line(self, caller: str, request: http1.Request | None) -> RequestLine:
+        if request is None:
+            return RequestLine(
+                at=time.time(),
+                caller=caller,
+                method="?",
+                path="?",
+                generation=False,
+                canary=False,
+                request_sha256=EMPTY_SHA256,
+                bytes_in=0,
+            )
+        method = request.method.decode("ascii", "replace")
+        path = request.target.split(b"?", 1)[0].decode("utf-8", "replace")
         return RequestLine(
-            at=t0,
+            at=request.at,
             caller=caller,
             method=method,
             path=path,
             generation=method == "POST" and path in GENERATION_PATHS,
-            canary=canary,
-            request_sha256=hashlib.sha256(body).hexdigest(),
-            bytes_in=len(body),
+            canary=any(k == CANARY_BYTES for k, _ in request.headers),
+            request_sha256=hashlib.sha256(request.body).hexdigest(),
+            bytes_in=len(request.body),
         )
 
     def _finish(self, line: RequestLine) -> None:
@@ -239,25 +215,18 @@ class Gateway:
         if self.log is not None:
             self.log.add(line)
 
-    async def _handle(
-        self,
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        caller: str,
-        request: h11.Request,
-        body: bytes,
-        t0: float,
-    ) -> None:
-        line = self._line(caller, request, body, t0)
+    async def _handle(self, writer: asyncio.StreamWriter, caller: str, request: http1.Request) -> None:
+        line = self._line(caller, request)
+        close = not request.keep_alive
         if line.method == "GET" and line.path == STATUS_PATH:
-            line.bytes_out = await self._send_json(conn, writer, 200, self.status())
+            line.bytes_out = await self._send_json(writer, 200, self.status(), close=close)
             line.status, line.outcome = 200, GatewayOutcome.REPLIED
             self._finish(line)
             return
         upstream = self.upstream
         if upstream is None:
             message = f"judge {self.judge} is not ready yet (loading); retry"
-            line.bytes_out = await self._send_json(conn, writer, 503, {"object": "error", "message": message})
+            line.bytes_out = await self._send_json(writer, 503, {"object": "error", "message": message}, close=close)
             line.status, line.outcome, line.error = 503, GatewayOutcome.NOT_READY, message
             self._finish(line)
             return
@@ -272,7 +241,7 @@ class Gateway:
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
-            await self._forward(conn, writer, upstream, request, body, line)
+            await self._forward(writer, upstream, request, line)
         finally:
             if line.generation:
                 self.in_flight -= 1
@@ -285,7 +254,7 @@ class Gateway:
         now = time.monotonic()
         while self._idle:
             c = self._idle.pop()
-            if now - c.idle_since < IDLE_UPSTREAM_S and not c.reader.at_eof():
+            if now - c.idle_since < IDLE_UPSTREAM_S and not c.at_eof():
                 c.reused = True
                 return c
             c.close()
@@ -296,49 +265,32 @@ class Gateway:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return _Conn(reader, writer)
 
-    def _release(self, c: _Conn) -> None:
-        if c.h11.our_state is h11.DONE and c.h11.their_state is h11.DONE:
-            c.h11.start_next_cycle()
+    def _release(self, c: _Conn, keep_alive: bool) -> None:
+        if keep_alive:
             c.idle_since = time.monotonic()
             self._idle.append(c)
         else:
             c.close()
 
-    async def _next(self, c: _Conn) -> object:
-        """The judge's next h11 event (an Event, or PAUSED). Bounded by the caller's deadline (one
-        timer per request, not one per read)."""
-        while True:
-            event = c.h11.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            c.h11.receive_data(await c.reader.read(READ_CHUNK))
-
-    async def _send_upstream(self, upstream: Upstream, request: h11.Request, body: bytes) -> tuple[_Conn, h11.Response]:
+    async def _send_upstream(self, upstream: Upstream, request: http1.Request) -> tuple[_Conn, http1.Head]:
         """Send the request; the connection and the reply's head. A kept-alive connection the judge
         closed meanwhile (nothing of a reply read) is retried once on a new one."""
         headers = [(k, v) for k, v in request.headers if k not in HOP_HEADERS]
-        headers += [(b"host", upstream.authority), (b"content-length", str(len(body)).encode())]
-        out = h11.Request(method=request.method, target=request.target, headers=headers)
+        headers += [(b"host", upstream.authority), (b"content-length", b"%d" % len(request.body))]
+        out = http1.request_head(request.method, request.target, headers) + request.body
         for attempt in (1, 2):
             try:
                 c = await self._connection(upstream)
             except (OSError, TimeoutError) as exc:
                 raise UpstreamError(f"cannot connect to the judge: {exc or type(exc).__name__}") from None
             try:
-                c.writer.write(c.h11.send(out) + c.h11.send(h11.Data(data=body)) + c.h11.send(h11.EndOfMessage()))
+                c.writer.write(out)
                 await c.writer.drain()
-                while True:
-                    event = await self._next(c)
-                    if isinstance(event, h11.Response):
-                        return c, event
-                    if not isinstance(event, h11.InformationalResponse):
-                        raise UpstreamError(f"the judge closed the connection without a reply ({type(event).__name__})")
-            except UpstreamError as exc:
-                c.close()
-                if exc.outcome is GatewayOutcome.UNAVAILABLE and c.reused and attempt == 1:
-                    continue
-                raise
-            except (ConnectionError, OSError, h11.ProtocolError) as exc:
+                event = await c.replies.next()
+                if not isinstance(event, http1.Head):
+                    raise http1.ProtocolError("the judge's reply did not start with a status line")
+                return c, event
+            except (ConnectionError, OSError, http1.ProtocolError) as exc:
                 c.close()
                 if c.reused and attempt == 1:
                     continue
@@ -349,19 +301,14 @@ class Gateway:
         raise AssertionError("unreachable")
 
     async def _forward(
-        self,
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        upstream: Upstream,
-        request: h11.Request,
-        body: bytes,
-        line: RequestLine,
+        self, writer: asyncio.StreamWriter, upstream: Upstream, request: http1.Request, line: RequestLine
     ) -> None:
         sent0 = time.monotonic()
         timeout = f"no answer within the judge's timeout {self.timeout:g} s"
+        close = not request.keep_alive
         try:
             async with asyncio.timeout(self.timeout):
-                c, head = await self._send_upstream(upstream, request, body)
+                c, head = await self._send_upstream(upstream, request)
         except TimeoutError:
             error: UpstreamError | None = UpstreamError(timeout, GatewayOutcome.TIMEOUT)
         except UpstreamError as exc:
@@ -371,44 +318,57 @@ class Gateway:
         if error is not None:
             status = 504 if error.outcome is GatewayOutcome.TIMEOUT else 502
             line.outcome, line.error = error.outcome, str(error)
-            with contextlib.suppress(ConnectionError, h11.LocalProtocolError):
-                line.bytes_out = await self._send_json(
-                    conn, writer, status, {"object": "error", "message": f"gateway: judge {self.judge}: {error}"}
-                )
+            with contextlib.suppress(ConnectionError):
+                doc = {"object": "error", "message": f"gateway: judge {self.judge}: {error}"}
+                line.bytes_out = await self._send_json(writer, status, doc, close=close)
                 line.status = status
             return
         line.first_byte_ms = (time.monotonic() - sent0) * 1000
-        content_type = next((v for k, v in head.headers if k == b"content-type"), b"").decode("latin-1").lower()
-        tap = ReplyTap(content_type)
+        line.status = head.status
+        tap = ReplyTap((head.header(b"content-type") or b"").decode("latin-1").lower())
         line.stream = tap.stream
-        length = next((v for k, v in head.headers if k == b"content-length"), None)
+        # The body's framing towards the caller: the judge's length where it gave one, else chunks
+        # (an HTTP/1.0 caller: the body until we close).
+        head_only = request.method == b"HEAD"
+        no_body = head_only or head.status in (204, 304)
+        length = head.header(b"content-length")
         headers = [(k, v) for k, v in head.headers if k not in HOP_HEADERS]
+        chunked = False
         if length is not None:
             headers.append((b"content-length", length))
-        line.status = head.status_code
-        caller_ok = True
+        elif not no_body:
+            if request.http10:
+                close = True
+            else:
+                chunked = True
+                headers.append((b"transfer-encoding", b"chunked"))
+        if close:
+            headers.append((b"connection", b"close"))
         # A whole reply goes to the caller in one write (one syscall); an event stream chunk by chunk.
-        pending = conn.send(h11.Response(status_code=head.status_code, headers=headers, reason=head.reason))
+        pending = http1.response_head(head.status, head.reason, headers)
+        caller_ok = True
+        keep_upstream = False
         try:
             async with asyncio.timeout_at(sent0 + self.timeout):
-                while True:
-                    event = await self._next(c)
-                    if isinstance(event, h11.Data):
-                        tap.feed(event.data)
-                        line.bytes_out += len(event.data)
+                while not head_only:
+                    event = await c.replies.next()
+                    if isinstance(event, bytes):
+                        tap.feed(event)
+                        line.bytes_out += len(event)
                         if caller_ok:
-                            pending += conn.send(h11.Data(data=event.data))
+                            pending += http1.chunk(event) if chunked else event
                             if tap.stream:
                                 caller_ok = await self._flush(writer, pending)
                                 pending = b""
                                 if not caller_ok:
                                     break  # the caller is gone: stop the judge's work on it too
-                    elif isinstance(event, h11.EndOfMessage):
-                        if caller_ok:
-                            caller_ok = await self._flush(writer, pending + conn.send(h11.EndOfMessage()))
+                    elif isinstance(event, http1.End):
+                        keep_upstream = event.keep_alive
                         break
                     else:
-                        raise UpstreamError("the judge closed the connection in the middle of its reply")
+                        raise UpstreamError("the judge sent a second status line in one reply")
+                if caller_ok:
+                    caller_ok = await self._flush(writer, pending + (http1.LAST_CHUNK if chunked else b""))
         except (UpstreamError, TimeoutError) as exc:
             c.close()
             cut = exc if isinstance(exc, UpstreamError) else UpstreamError(timeout, GatewayOutcome.TIMEOUT)
@@ -416,7 +376,7 @@ class Gateway:
             tap.finish()
             self._tokens(line, tap)
             raise ConnectionError("the reply was cut off") from None  # the caller's connection ends too
-        except (ConnectionError, OSError, h11.ProtocolError) as exc:
+        except (ConnectionError, OSError, http1.ProtocolError) as exc:
             c.close()
             line.outcome, line.error = GatewayOutcome.UNAVAILABLE, f"the judge's connection failed: {exc}"
             raise ConnectionError("the reply was cut off") from None
@@ -426,8 +386,11 @@ class Gateway:
             c.close()
             line.outcome, line.error = GatewayOutcome.CLIENT_GONE, "the caller closed its connection first"
             raise ConnectionError("the caller is gone")
-        self._release(c)
-        line.outcome = GatewayOutcome.REPLIED if 200 <= head.status_code < 300 else GatewayOutcome.HTTP_ERROR
+        # After a reply to HEAD the parser cannot know where the judge's next reply starts: not reused.
+        self._release(c, keep_upstream and not head_only)
+        line.outcome = GatewayOutcome.REPLIED if 200 <= head.status < 300 else GatewayOutcome.HTTP_ERROR
+        if close:
+            raise ConnectionError("the reply was framed by closing the connection")
 
     @staticmethod
     async def _flush(writer: asyncio.StreamWriter, data: bytes) -> bool:
@@ -435,7 +398,7 @@ class Gateway:
         try:
             writer.write(data)
             await writer.drain()
-        except (ConnectionError, h11.LocalProtocolError):
+        except ConnectionError:
             return False
         return True
 
@@ -449,14 +412,12 @@ class Gateway:
 
     # -- answers of its own ------------------------------------------------------------------------
 
-    async def _send_json(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, doc: object) -> int:
+    async def _send_json(self, writer: asyncio.StreamWriter, status: int, doc: object, *, close: bool) -> int:
         payload = json.dumps(doc).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        writer.write(
-            conn.send(h11.Response(status_code=status, headers=headers))
-            + conn.send(h11.Data(data=payload))
-            + conn.send(h11.EndOfMessage())
-        )
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+        if close:
+            headers.append((b"connection", b"close"))
+        writer.write(http1.response_head(status, HTTPStatus(status).phrase.encode(), headers) + payload)
         await writer.drain()
         return len(payload)
 

@@ -26,14 +26,14 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from schemas import names, safe_io
 
-__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_BYTES", "FIELD_CHARS", "GradeLog", "RotatingLog", "bounded"]
+__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_BYTES", "FIELD_CHARS", "GradeLog", "PartlyWritten", "RotatingLog", "bounded"]
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # [judging] grades_max_bytes
 DEFAULT_KEEP = 3  # [judging] grades_keep
@@ -69,6 +69,14 @@ def bounded(value: Any, limit: int = FIELD_CHARS, depth: int = 0) -> tuple[Any, 
     return value, False
 
 
+class PartlyWritten(OSError):
+    """RotatingLog.append_many stopped at a refused write: its first ``written`` lines are in."""
+
+    def __init__(self, written: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.written = written
+
+
 class RotatingLog:
     """Appends lines to a capped, rotated JSON Lines file of the run directory: segment 0 is
     ``segment_name(0)``, rotated ones ``segment_name(N)``. Thread-safe."""
@@ -102,17 +110,33 @@ class RotatingLog:
     def append(self, line: bytes) -> None:
         """Append one line (``line`` ends with a newline). Raises OSError when the run directory
         refuses it (missing, full, a symlink or non-regular file at the name)."""
-        if not line.endswith(b"\n"):
+        self.append_many((line,))
+
+    def append_many(self, lines: Sequence[bytes]) -> None:
+        """Append lines in as few writes as the cap allows (a segment is rotated away where the
+        next line would take it over ``max_bytes``). Raises OSError as ``append`` does, or
+        PartlyWritten when some lines were written before a write was refused."""
+        if not all(line.endswith(b"\n") for line in lines):
             raise ValueError("a grades line ends with a newline")
-        with self._lock:
-            self._ensure_open()
-            if self._size > 0 and self._size + len(line) > self.max_bytes:
-                self._rotate()
+        written = 0
+        pending = bytearray()
+        try:
+            with self._lock:
                 self._ensure_open()
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            self._size += len(line)
+                for n, line in enumerate(lines):
+                    if self._size + len(pending) > 0 and self._size + len(pending) + len(line) > self.max_bytes:
+                        self._write(pending)
+                        pending.clear()
+                        written = n
+                        if self._size > 0:
+                            self._rotate()
+                            self._ensure_open()
+                    pending += line
+                self._write(pending)
+        except OSError as exc:
+            if written:
+                raise PartlyWritten(written, exc) from exc
+            raise
 
     def after_fork(self) -> None:
         """In a forked child: a fresh lock (the parent's may have been held by another thread)."""
@@ -153,6 +177,12 @@ class RotatingLog:
             os.close(fd)
             raise OSError(errno.EINVAL, f"{self.relpath} is not a regular file; not written")
         self._fd, self._ino, self._size = fd, (st.st_dev, st.st_ino), st.st_size
+
+    def _write(self, data: bytearray) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._size += len(data)
 
     def _name_is_ours(self) -> bool:
         """The name still points at the file we hold (no other process rotated it away)."""

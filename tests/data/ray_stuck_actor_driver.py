@@ -38,7 +38,10 @@ def main() -> None:
         Shard.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote()
         for n in nodes
     ]
-    ray.get([s.__ray_ready__.remote() for s in shards])
+    starting = [s.__ray_ready__.remote() for s in shards]
+    while starting:  # actors slow to start (a loaded machine) are not the hang: say so each second
+        _, starting = ray.wait(starting, num_returns=len(starting), timeout=1.0)
+        driver_api.progress(0)
     driver_api.progress(1)
     print(f"{len(shards)} shards on {[n['NodeManagerAddress'] for n in nodes]}", flush=True)
     ray.get([s.run.remote(i == len(shards) - 1) for i, s in enumerate(shards)])

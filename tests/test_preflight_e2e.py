@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from audit.api import audit_run
-from schemas import names
+from schemas import Phase, names
 from tests.harness import audit_head
 from tests.harness.agents import agent_tmp_root, assert_artifacts_valid, audit, read, start_agent, wait_all
 from tests.harness.fake_nvml import pynvml as fake
@@ -59,10 +59,12 @@ def test_one_unfit_node_ends_the_run_before_ray_starts_and_is_named_for_exclusio
     assert proc.returncode == 1, out[-3000:]
     assert "gym-launch: unfit node(s): rank 1 on " in out and "resubmit with sbatch --exclude=" in out, out[-2000:]
     assert_artifacts_valid(run_dir)
-    # Every node stopped in (or before) its preflight: no Ray, no judge, no driver started.
+    # Every node stopped in (or before) its preflight: no Ray, no judge, no driver started. A slow
+    # node may still be in its rendezvous when rank 1 fails: how far each got is not the promise.
+    order = list(Phase)
     for rank in range(3):
         phases = [p["phase"] for p in read(run_dir, names.phases(rank))["phases"]]
-        assert phases[-1] in ("preflight", "devices", "data_check"), (rank, phases)
+        assert order.index(Phase(phases[-1])) <= order.index(Phase.PREFLIGHT), (rank, phases)
         assert not {"ray_start", "judges_start", "driver"} & set(phases), (rank, phases)
         assert not (run_dir / names.ray_log(rank)).exists()
     assert not (run_dir / names.RAY_HEAD).exists()

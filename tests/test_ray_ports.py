@@ -24,7 +24,7 @@ def own_lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _span(p: RayPorts) -> range:
-    return range(p.gcs, p.max_worker + 1)
+    return range(p.gcs, p.client_server + 1)
 
 
 def test_slots_of_one_run_get_disjoint_blocks_outside_the_ephemeral_range() -> None:
@@ -51,7 +51,8 @@ def test_slots_of_one_run_get_disjoint_blocks_outside_the_ephemeral_range() -> N
             == 7
         )
         assert p.max_worker - p.min_worker + 1 == ray_node.WORKER_PORT_SPAN
-        assert p.max_worker < p.gcs + PORT_BLOCK
+        assert p.dashboard not in range(p.min_worker, p.max_worker + 1)
+        assert p.max_worker < p.client_server < p.gcs + PORT_BLOCK
 
 
 def test_every_agent_of_a_run_computes_the_same_block_for_a_slot() -> None:
@@ -155,3 +156,67 @@ def test_a_head_whose_exported_address_names_another_node_fails_before_starting_
     assert (record["kind"], record["phase"]) == ("placement", "ray_start"), record
     assert f"GYM_RAY_ADDRESS_CLUSTER={exported}" in record["cause"] and "127.0.0.2" in record["cause"]
     assert not (run.run_dir / names.ray_log(0)).exists()  # Ray never started
+
+
+# --- what a head binds beyond the raylet's ports; when a node counts as started ----------------------
+
+
+def _spec(is_head: bool, ports: RayPorts, dashboard: bool = False) -> ray_node.RayNodeSpec:
+    return ray_node.RayNodeSpec(
+        is_head=is_head,
+        address="127.0.0.2",
+        head_address="127.0.0.2:1",
+        ports=ports,
+        num_gpus=0,
+        num_cpus=1,
+        object_store_memory=None,
+        temp_dir="/tmp/x",
+        resources={},
+        extra_args=(),
+        dashboard=dashboard,
+    )
+
+
+def test_a_head_binds_its_client_server_and_api_server_inside_its_own_block() -> None:
+    """Ray's defaults (client server 10001, API server 8265) are one port per host: two heads on one
+    host (two runs, or a test's two clusters) would share them, and the second head's `ray start
+    --block` ends its node when that server dies."""
+    p = pick_ports("run-f", 0, 1, EPHEMERAL)
+    for dashboard in (False, True):
+        argv = ray_node.ray_start_argv(_spec(True, p, dashboard))
+        assert f"--ray-client-server-port={p.client_server}" in argv and f"--dashboard-port={p.dashboard}" in argv
+    worker = ray_node.ray_start_argv(_spec(False, p))
+    assert not any(a.startswith(("--ray-client-server-port", "--dashboard-port", "--port=")) for a in worker)
+    with socket.socket() as holder:
+        holder.bind(("", p.client_server))  # the block is not free while its client-server port is taken
+        assert pick_ports("run-f", 0, 1, EPHEMERAL).gcs != p.gcs
+
+
+def test_a_node_counts_as_started_once_ray_start_wrote_its_address_file(tmp_path: Path) -> None:
+    assert not ray_node.ray_started(str(tmp_path))
+    (tmp_path / ray_node.STARTED_FILE).write_text("127.0.0.2:1")
+    assert ray_node.ray_started(str(tmp_path))
+    ray_node.forget_started(str(tmp_path))  # before a new start: an earlier one's file vouches for nothing
+    assert not ray_node.ray_started(str(tmp_path))
+    ray_node.forget_started(str(tmp_path))
+
+
+def test_a_stale_registration_on_a_shared_address_is_not_counted_as_live() -> None:
+    """A raylet stopped by a `ray start` that missed its registration wait may still be registered
+    late by the GCS: where an address has two live nodes, only the one whose raylet answers counts."""
+    from agent.ray.probe import live_nodes
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))  # bound, not listening: refuses connections
+            dead = closed.getsockname()[1]
+            nodes = [
+                {"Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": dead, "NodeID": "old"},
+                {"Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port, "NodeID": "new"},
+                {"Alive": True, "NodeManagerAddress": "127.0.0.9", "NodeManagerPort": dead, "NodeID": "alone"},
+                {"Alive": False, "NodeManagerAddress": "127.0.0.9", "NodeManagerPort": port, "NodeID": "gone"},
+            ]
+            assert [n["NodeID"] for n in live_nodes(nodes)] == ["new", "alone"]

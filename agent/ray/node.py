@@ -46,11 +46,19 @@ class RayPorts:
 
     @property
     def dashboard(self) -> int:
-        """The block's spare port, between the singles and the worker range (checked free with them)."""
+        """The block's spare port, between the singles and the worker range (checked free with them).
+        Bound by the head even with the dashboard off (Ray's minimal API server)."""
         return self.min_worker - 1
 
+    @property
+    def client_server(self) -> int:
+        """The head's Ray Client server, after the worker range: Ray's fixed default (10001) would
+        be shared by every head on a host, and the second one's `ray start --block` ends the node."""
+        return self.max_worker + 1
 
-PORT_BLOCK = ports.PORT_BLOCK  # ports per node: 7 singles, a gap, then the worker range
+
+PORT_BLOCK = ports.PORT_BLOCK  # ports per node: 7 singles, the dashboard, the worker range, the client server
+BLOCK_USED = 8 + WORKER_PORT_SPAN + 1
 
 
 def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] | None = None) -> RayPorts:
@@ -74,7 +82,7 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
 
 
 def _block_free(base: int) -> bool:
-    return all(ports.free(p) for p in range(base, base + 8 + WORKER_PORT_SPAN))
+    return all(ports.free(p) for p in range(base, base + BLOCK_USED))
 
 
 def hold_fixed_block(base: int, why: str) -> RayPorts:
@@ -84,7 +92,7 @@ def hold_fixed_block(base: int, why: str) -> RayPorts:
     if not port_grid.on_grid(base):
         raise PortsError(f"{why}: port {base} does not start a block of the agents' port grid")
     if ports.hold_block("ray", [base], _block_free) is None:
-        taken = [p for p in range(base, base + 8 + WORKER_PORT_SPAN) if not ports.free(p)]
+        taken = [p for p in range(base, base + BLOCK_USED) if not ports.free(p)]
         held = f"port(s) {', '.join(map(str, taken[:5]))} taken" if taken else "held by another agent on this host"
         raise PortsError(f"{why}: its port block {base}-{base + PORT_BLOCK - 1} is {held} on this node")
     return _ports_at(base)
@@ -117,6 +125,29 @@ def ray_is_up(address: str, ports: RayPorts, is_head: bool) -> bool:
     manager and the runtime-env agent, whose failure would make the raylet exit later."""
     wanted = [ports.node_manager, ports.object_manager, ports.runtime_env_agent]
     return all(listening(address, p) for p in ([ports.gcs] if is_head else []) + wanted)
+
+
+# `ray start` writes this file in its temp dir once its node registered with the GCS (Ray's own
+# `write_ray_address`); until then the node may still die of Ray's fixed 30 s registration wait.
+STARTED_FILE = "ray_current_cluster"
+
+
+def ray_started(temp_dir: str) -> bool:
+    """`ray start` finished starting this node: its raylet registered with the GCS."""
+    return os.path.exists(os.path.join(temp_dir, STARTED_FILE))
+
+
+def forget_started(temp_dir: str) -> None:
+    """Before a (re)start: an earlier attempt's file must not vouch for this one."""
+    try:
+        os.unlink(os.path.join(temp_dir, STARTED_FILE))
+    except FileNotFoundError:
+        pass
+
+
+# What Ray prints when its raylet did not register within its fixed wait: the GCS or the host was too
+# busy; a new start (new ports) usually succeeds.
+REGISTRATION_TIMEOUT = "timed out during startup"
 
 
 def ray_executable() -> str:
@@ -160,7 +191,14 @@ class RayNodeSpec:
 
 # Flags only `ray start --head` accepts; every one takes a value (tests/test_ray_ports.py checks both
 # against the installed Ray's own `ray start --help`).
-HEAD_ONLY_FLAGS = ("--port", "--redis-shard-ports", "--include-dashboard", "--dashboard-port", "--dashboard-host")
+HEAD_ONLY_FLAGS = (
+    "--port",
+    "--redis-shard-ports",
+    "--include-dashboard",
+    "--dashboard-port",
+    "--dashboard-host",
+    "--ray-client-server-port",
+)
 
 
 def worker_extra_args(extra: Sequence[str]) -> list[str]:
@@ -202,9 +240,10 @@ def ray_start_argv(spec: RayNodeSpec) -> list[str]:
         f"--temp-dir={spec.temp_dir}",
     ]
     if spec.is_head:
-        argv += ["--head", f"--port={p.gcs}"]
+        argv += ["--head", f"--port={p.gcs}", f"--dashboard-port={p.dashboard}"]
+        argv.append(f"--ray-client-server-port={p.client_server}")
         if spec.dashboard:
-            argv += ["--include-dashboard=true", f"--dashboard-host={spec.address}", f"--dashboard-port={p.dashboard}"]
+            argv += ["--include-dashboard=true", f"--dashboard-host={spec.address}"]
         else:
             argv.append("--include-dashboard=false")
     else:

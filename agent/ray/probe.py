@@ -9,10 +9,36 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import sys
 import time
 
 PROGRESS_MARK = "gym-ray-probe live nodes "
+CONNECT_S = 2.0
+
+
+def _answers(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=CONNECT_S):
+            return True
+    except OSError:
+        return False
+
+
+def live_nodes(nodes: list[dict]) -> list[dict]:
+    """Ray's live nodes, less a registration left by an earlier `ray start` on the same address: a
+    raylet that missed Ray's registration wait was stopped, but the GCS may still take its late
+    registration and call it alive until its health checks fail. Where an address has several live
+    nodes, only those whose raylet port answers count (the agent restarts Ray with new ports)."""
+    live = [n for n in nodes if n.get("Alive")]
+    per_address: dict[str, int] = {}
+    for n in live:
+        per_address[n["NodeManagerAddress"]] = per_address.get(n["NodeManagerAddress"], 0) + 1
+    return [
+        n
+        for n in live
+        if per_address[n["NodeManagerAddress"]] == 1 or _answers(n["NodeManagerAddress"], int(n["NodeManagerPort"]))
+    ]
 
 
 def main() -> int:
@@ -28,7 +54,7 @@ def main() -> int:
     deadline = time.monotonic() + args.timeout
     seen = -1
     while True:
-        live = [n for n in ray.nodes() if n.get("Alive")]
+        live = live_nodes(ray.nodes())
         if len(live) != seen:  # the parent prints this as progress ("Ray: 2/3 nodes")
             seen = len(live)
             print(f"{PROGRESS_MARK}{seen}/{args.expect}", file=sys.stderr, flush=True)
@@ -37,7 +63,7 @@ def main() -> int:
         time.sleep(0.5)
     # Let late joiners and duplicates show up: a second look catches a node joining just after.
     time.sleep(0.5)
-    live = [n for n in ray.nodes() if n.get("Alive")]
+    live = live_nodes(ray.nodes())
     out = [
         {
             "address": n["NodeManagerAddress"],

@@ -48,6 +48,7 @@ class RayRuntime:
         self.large = large_cluster.is_large(self.ray_nodes, ctx.config.ray.large_cluster_nodes)
         self.settings: dict[str, str] = {}  # the large-cluster RAY_* variables this node started with
         self._rng = random.Random()
+        self.exits: list[str] = []  # why each `ray start` that ended on probation ended
 
     # -- ray_start -------------------------------------------------------------------------------
 
@@ -98,7 +99,8 @@ class RayRuntime:
             if attempt == attempts:
                 raise ctx.fail(
                     FailureKind.CHILD_EXIT,
-                    f"ray start exited at once {attempt} times (ports taken?)",
+                    f"ray start ended before its node was up {attempt} times ({'; '.join(self.exits)}): a port "
+                    "taken by another process, or Ray's raylet missing its registration wait on a busy host",
                     log=names.ray_log(ctx.rank),
                 )
         if topo.is_head:
@@ -114,7 +116,9 @@ class RayRuntime:
             )
             if ray.dashboard:
                 ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
-        took = f"up in {clock.mono() - t0:.1f} s" + (f" at start {attempt}" if attempt > 1 else "")
+        took = f"up in {clock.mono() - t0:.1f} s"
+        if attempt > 1:
+            took += f" at start {attempt} ({'; '.join(self.exits)})"
         return took + (f"; large-cluster settings ({self.ray_nodes} Ray nodes)" if self.large else "")
 
     def _join_backoff(self, attempt: int) -> None:
@@ -195,6 +199,7 @@ class RayRuntime:
             env[DriverEnv.STACK_DUMP_DIR] = ctx.local_dir
         early: list[int] = []
         log = names.ray_log(ctx.rank)
+        ray_node.forget_started(self.temp_dir)
         group = ctx.supervisor.start(
             "ray-head" if topo.is_head else "ray-worker",
             ray_node.ray_start_argv(spec),
@@ -205,17 +210,24 @@ class RayRuntime:
         )
         t0 = clock.mono()
         limit = max(RAY_UP_MIN_WAIT_S, ctx.deadline - t0)
+        ports_open = False
 
         def up_or_exited() -> bool:
-            return bool(early) or ray_node.ray_is_up(ctx.address, ports, topo.is_head)
+            # Up means registered, not only listening: Ray's `ray start` gives its raylet a fixed
+            # 30 s to register with the GCS and exits (taking the node down) when a busy host or
+            # GCS makes it miss that; such an exit stays on probation and is started again.
+            nonlocal ports_open
+            if early:
+                return True
+            ports_open = ports_open or ray_node.ray_is_up(ctx.address, ports, topo.is_head)
+            return ports_open and ray_node.ray_started(self.temp_dir)
 
         if not poll_until(up_or_exited, deadline=t0 + limit, interval=RAY_UP_POLL_S, signal=ctx.signal):
-            raise ctx.fail(
-                FailureKind.STARTUP_TIMEOUT,
-                f"Ray did not open its ports within {limit:.0f}s (ports {ports.gcs}-{ports.max_worker})",
-                log=log,
-            )
+            what = "register with the GCS" if ports_open else f"open its ports ({ports.gcs}-{ports.max_worker})"
+            raise ctx.fail(FailureKind.STARTUP_TIMEOUT, f"Ray did not {what} within {limit:.0f}s", log=log)
         if early:
+            when = "after its ports opened, before it registered" if ports_open else "before its ports opened"
+            self.exits.append(f"exit code {early[0]} {when}")
             return False
         ctx.supervisor.set_policy(group, ExitPolicy(FailureKind.CHILD_EXIT, log))
         return True

@@ -84,9 +84,24 @@ def pool_tables(*pools: tuple[str, int, int]) -> str:
     return "".join(f"[pools.{name}]\nnodes = {nodes}\ngpus_per_node = {gpus}\n" for name, nodes, gpus in pools)
 
 
+HEAD_SLOTS_CHECKED = 8  # ranks whose first Ray block a new run id must find free (Slurm fixes the head's)
+UID_TRIES = 50
+
+
 def uid(tag: str, prefix: str = "e2e") -> str:
-    """A run id no other run on this machine has: `prefix-tag-<6 hex>`."""
-    return f"{prefix}-{tag}-{secrets.token_hex(3)}" if prefix else f"{tag}-{secrets.token_hex(3)}"
+    """A run id no other run on this machine has: `prefix-tag-<6 hex>`, chosen so that the first Ray
+    port block of each of its first ranks is free now. A rendered Slurm job fixes its head's block
+    from the run id (schemas/port_grid.head_block) and cannot move it; tests share one host, where
+    another test's Ray may be using exactly that block (seen: "its port block ... is taken")."""
+    from agent.proc.ports import free
+    from schemas import port_grid
+
+    for _ in range(UID_TRIES):
+        run = f"{prefix}-{tag}-{secrets.token_hex(3)}" if prefix else f"{tag}-{secrets.token_hex(3)}"
+        bases = (port_grid.head_block(run, rank) for rank in range(HEAD_SLOTS_CHECKED))
+        if all(free(p) for b in bases for p in range(b, b + port_grid.PORT_BLOCK)):
+            return run
+    return run
 
 
 def small_spec(
@@ -96,7 +111,7 @@ def small_spec(
     node_gpus: int = 2,
     driver: str = SLEEP_1,
     placement: str | None = "trainer",
-    startup_timeout: float = 90,
+    startup_timeout: float = 180,
     heartbeat_timeout: float = 6,
     heartbeat_interval: float = 0.5,
     poll_interval: float = 0.25,

@@ -266,7 +266,7 @@ def _no_log(_line: str) -> None:
     """Nothing to log to yet: the agent's log opens after the rank is claimed."""
 
 
-def _resume_spec_problem(recorded: dict | None, resolved: object, fingerprint: str) -> str | None:
+def _resume_spec_problem(recorded: dict[str, Any] | None, resolved: object, fingerprint: str) -> str | None:
     """A resume runs the recorded spec: a different fingerprint is refused, naming the keys."""
     if recorded is None:
         return None  # nothing recorded yet: the first attempt

@@ -74,7 +74,8 @@ def run_file() -> Path | None:
 
 def plan() -> dict[str, Any]:
     """The plan as JSON, plus `addresses`: the address that owns each planned node."""
-    return json.loads(os.environ[DriverEnv.PLAN])
+    doc: dict[str, Any] = json.loads(os.environ[DriverEnv.PLAN])
+    return doc
 
 
 def registry() -> dict[str, Any]:

@@ -40,7 +40,7 @@ from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
 from audit.gateway_stats import gateway_summary
 from audit.judge_replies import count_replies
-from audit.load import current_attempt, load_run
+from audit.load import LoadedRun, current_attempt, load_run
 from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
 from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
 from audit.ray_startup import startup_table
@@ -114,7 +114,7 @@ def _with_evidence(ctx: AuditContext, safe: SafeDir) -> AuditContext:
     return dataclasses.replace(ctx, training=training, replies=replies)
 
 
-def _read_spec(run) -> tuple[dict, str | None]:
+def _read_spec(run: LoadedRun) -> tuple[dict[str, Any], str | None]:
     art = run.artifacts.get(names.SPEC)
     if art is None:
         why = next((f.message for f in run.findings if f.file == names.SPEC), None)
@@ -346,7 +346,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
         )
 
 
-def _unfit(nodes: list, scheduler: str | None) -> dict[str, Any] | None:
+def _unfit(nodes: list[Any], scheduler: str | None) -> dict[str, Any] | None:
     if not nodes:
         return None
     return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}

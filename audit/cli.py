@@ -336,7 +336,7 @@ def _logs(argv: Sequence[str]) -> int:
     return 0 if printed else 1
 
 
-def _follow(safe: SafeDir, printed_logs: list, matcher: Matcher, args: argparse.Namespace, out: object) -> int:
+def _follow(safe: SafeDir, printed_logs: list[Any], matcher: Matcher, args: argparse.Namespace, out: object) -> int:
     """New complete lines of every selected log (new logs included) until the run has ended;
     every line of a log not in `printed_logs`.
 

@@ -4,6 +4,8 @@ that silently grades everything 0 is the failure this exists to catch)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from audit.context import AuditContext
 from audit.model import Finding
 from audit.views import as_bool, as_devices, as_dict, as_int, as_list, as_str, rank_of
@@ -201,7 +203,7 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
             return [Finding("error", "canary.missing", "no judge-canaries.json although the spec binds judges", f)]
         return []
     out: list[Finding] = []
-    entries: dict[str, dict] = {}
+    entries: dict[str, dict[str, Any]] = {}
     for i, item in enumerate(as_list(doc.get("bindings"))):
         item = as_dict(item)
         verifier = as_str(item.get("verifier"))

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from audit.context import AuditContext
 from audit.expected import NodePlan
 from audit.model import Finding, Severity
-from audit.views import as_dict, as_list, mask_entries
+from audit.views import PlacementRec, as_dict, as_list, mask_entries
 from schemas import names
 
 
@@ -153,7 +153,7 @@ def check_placements(ctx: AuditContext) -> list[Finding]:
     return out
 
 
-def _check_masks(rec, f: str, rank: int) -> list[Finding]:
+def _check_masks(rec: PlacementRec, f: str, rank: int) -> list[Finding]:
     """Judge devices must be absent from Ray's CUDA mask: otherwise a trainer or rollout actor can
     land on a judge's GPU (and receive policy weights)."""
     out: list[Finding] = []
@@ -173,16 +173,17 @@ def _check_masks(rec, f: str, rank: int) -> list[Finding]:
                 )
             )
     # The mask must name exactly Ray's devices. Devices are indices into the node's visible list.
-    checkable = rec.ray_devices is not None and rec.ray_mask is not None and visible
-    if checkable and all(0 <= d < len(visible) for d in rec.ray_devices):
-        want = [visible[d] for d in rec.ray_devices]
+    devices = rec.ray_devices
+    checkable = devices is not None and rec.ray_mask is not None and visible
+    if checkable and devices is not None and all(0 <= d < len(visible) for d in devices):
+        want = [visible[d] for d in devices]
         if sorted(mask_entries(rec.ray_mask)) != sorted(want):
             out.append(
                 Finding(
                     "error",
                     "devices.mask_mismatch",
                     f"Ray's CUDA_VISIBLE_DEVICES {rec.ray_mask!r} is not "
-                    f"its devices {list(rec.ray_devices)}"
+                    f"its devices {list(devices)}"
                     f" ({','.join(want)!r})",
                     f,
                     rank,
@@ -192,7 +193,7 @@ def _check_masks(rec, f: str, rank: int) -> list[Finding]:
     return out
 
 
-def _check_against_plan(ctx: AuditContext, rec, node_index: int) -> list[Finding]:
+def _check_against_plan(ctx: AuditContext, rec: PlacementRec, node_index: int) -> list[Finding]:
     plan = ctx.plan
     f, rank = rec.relpath, rec.rank
     if not 0 <= node_index < len(plan.nodes):

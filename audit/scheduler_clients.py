@@ -113,7 +113,7 @@ def beaker_status_name(value: int) -> str:
     """A WorkloadStatus number as Beaker spells it, less its prefix (STATUS_RUNNING -> RUNNING)."""
     from beaker import beaker_pb2 as pb2
 
-    return pb2.WorkloadStatus.Name(int(value)).removeprefix("STATUS_")
+    return str(pb2.WorkloadStatus.Name(int(value))).removeprefix("STATUS_")
 
 
 def beaker_cancelation(job: Any) -> str | None:

@@ -33,7 +33,7 @@ class JsonRead:
     """One tolerant read of a JSON artifact: the object, or None (missing, unreadable, another
     attempt's); `corrupt` when the last try found bytes that do not decode to a JSON object."""
 
-    doc: dict | None
+    doc: dict[str, Any] | None
     corrupt: bool = False
 
 
@@ -216,7 +216,7 @@ class RunDir:
         fields: Mapping[str, Any],
         *,
         sync: safe_io.Sync = safe_io.Sync.BEFORE_RENAME,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Stamp the header, validate against the schema of ``relpath``'s artifact
         (schemas.names.ARTIFACTS), and write atomically. Returns the document. ``sync`` says when
         it is fsynced (safe_io.Sync)."""
@@ -244,7 +244,7 @@ class RunDir:
         check(schema, doc)
         return doc
 
-    def create_artifact(self, relpath: str, writer: Writer, fields: Mapping[str, Any]) -> dict:
+    def create_artifact(self, relpath: str, writer: Writer, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Like write_artifact, but only when `relpath` does not exist yet: the one atomic claim
         (raises FileExistsError when another writer holds the name; nothing is replaced)."""
         doc = self._stamp(names.artifact_schema(relpath), writer, fields)
@@ -343,7 +343,7 @@ class RunDir:
         self.ops["read"] += 1
         return data
 
-    def read_json(self, relpath: str, *, attempts: int = 3, delay: float = 0.05) -> dict | None:
+    def read_json(self, relpath: str, *, attempts: int = 3, delay: float = 0.05) -> dict[str, Any] | None:
         """A peer's artifact, or None when it is missing or still unreadable after a few tries.
 
         Never raises for a missing, partial, unreadable or planted file: one bad read must not

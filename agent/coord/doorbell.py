@@ -37,7 +37,6 @@ from typing import Any
 
 from agent.coord import clock
 from agent.coord.doorbell_msg import (
-    MAX_DATAGRAM,
     Drop,
     Dropped,
     Message,
@@ -52,6 +51,7 @@ from agent.coord.doorbell_msg import (
 )
 from agent.coord.doorbell_probe import Probed, Prober, probe_peers
 from agent.proc.wakeup import Wakeup
+from schemas.doorbell_wire import MAX_DATAGRAM
 
 log = logging.getLogger(__name__)
 

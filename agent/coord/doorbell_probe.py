@@ -21,9 +21,11 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agent.coord import clock
-from agent.coord.doorbell_msg import MAX_DATAGRAM, Dropped, Notice, NoticeType, PeerBell, decode, encode
+from agent.coord.doorbell_msg import Dropped, Notice, NoticeType, PeerBell, decode, encode
+from schemas.doorbell_wire import MAX_DATAGRAM
 
 RESEND_S = (0.0, 0.2, 0.5, 1.0, 2.0)  # then every last interval: a peer's doorbell may start late
 REFUSED_CONFIRM_S = 0.5
@@ -73,7 +75,7 @@ class Probed:
 @dataclass
 class _Target:
     peer: PeerBell
-    sockaddr: tuple
+    sockaddr: tuple[Any, ...]
     seq: int
     sent_at: float = 0.0
     refused: list[float] | None = None  # when the kernel said "port unreachable"
@@ -118,7 +120,7 @@ def probe_peers(
         else:
             sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
         sock.setblocking(False)
-        by_addr: dict[tuple, int] = {}
+        by_addr: dict[tuple[Any, ...], int] = {}
         for i, p in enumerate(peers):
             if p.port is None:
                 out.append(Probed(p.rank, p.address, None, False, 0.0, "its doorbell is off: nothing to probe"))
@@ -142,7 +144,9 @@ def probe_peers(
 ICMP_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
-def _send(who: Prober, sock: socket.socket, t: _Target, targets: dict[int, _Target], by_addr: dict[tuple, int]) -> None:
+def _send(
+    who: Prober, sock: socket.socket, t: _Target, targets: dict[int, _Target], by_addr: dict[tuple[Any, ...], int]
+) -> None:
     probe = Notice(NoticeType.PROBE, who.run, who.attempt, who.rank, who.incarnation, t.seq, clock.wall())
     t.sent_at = t.sent_at or time.monotonic()
     for _ in range(2):
@@ -162,7 +166,7 @@ def _run(
     who: Prober,
     sock: socket.socket,
     targets: dict[int, _Target],
-    by_addr: dict[tuple, int],
+    by_addr: dict[tuple[Any, ...], int],
     deadline: float,
     abort: Callable[[], bool],
 ) -> None:
@@ -185,7 +189,7 @@ def _run(
         _settle_refused(targets)
 
 
-def _read(who: Prober, sock: socket.socket, targets: dict[int, _Target], by_addr: dict[tuple, int]) -> None:
+def _read(who: Prober, sock: socket.socket, targets: dict[int, _Target], by_addr: dict[tuple[Any, ...], int]) -> None:
     for _ in range(256):
         try:
             data, _sender = sock.recvfrom(MAX_DATAGRAM + 1)
@@ -208,7 +212,7 @@ def _read(who: Prober, sock: socket.socket, targets: dict[int, _Target], by_addr
     _read_errors(sock, targets, by_addr)
 
 
-def _read_errors(sock: socket.socket, targets: dict[int, _Target], by_addr: dict[tuple, int]) -> None:
+def _read_errors(sock: socket.socket, targets: dict[int, _Target], by_addr: dict[tuple[Any, ...], int]) -> None:
     """ICMP errors the kernel queued, each with the destination it was about."""
     for _ in range(256):
         try:

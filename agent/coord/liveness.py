@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agent.coord import clock
 from agent.coord.dirwatch import DirWatch
@@ -190,7 +190,7 @@ class Liveness(threading.Thread):
         # but the one read the walltime hook may do.
         self.on_walltime: Callable[[Failure], Failure] = lambda failure: failure
         self._warned = False  # a peer rang with the walltime warning: this thread handles it as its own
-        self.heartbeat_extra: Callable[[], dict] = dict
+        self.heartbeat_extra: Callable[[], dict[str, Any]] = dict
         # Set when the driver's node sends `complete` (a wake-up for the wait on its ack only).
         self.completed = completed if completed is not None else threading.Event()
 
@@ -575,7 +575,7 @@ class Liveness(threading.Thread):
             self._react(peer, doc)
             return
 
-    def _react(self, peer: int, doc: dict, *, heard: bool = False) -> None:
+    def _react(self, peer: int, doc: dict[str, Any], *, heard: bool = False) -> None:
         """Stop for rank `peer`'s failure record `doc` (its kind, cause and incarnation): read from
         failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came.
         A peer's time_limit is the scheduler's walltime warning, which concerns this node as much:
@@ -636,7 +636,7 @@ class Liveness(threading.Thread):
             log.warning("walltime warning: %s: %s", type(exc).__name__, exc)
         self.signal.trip(failure)
 
-    def _first_cause(self, peer: int, doc: dict) -> tuple[int, dict]:
+    def _first_cause(self, peer: int, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """A record that only reacts to another (peer_failure) is followed to the one it names, a
         few hops at most: in a fast wave the first record listed is often a reaction, and the
         record we write should name the failure itself."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -151,7 +151,7 @@ def gather(ctx: RunContext, count: int, seen: Callable[[list[Peer]], None] | Non
     )
 
 
-def _peer(rank: int, doc: dict) -> Peer:
+def _peer(rank: int, doc: dict[str, Any]) -> Peer:
     return Peer(
         rank,
         str(doc["address"]),

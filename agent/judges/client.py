@@ -351,7 +351,7 @@ class JudgeClient:
         between them, and a margin."""
         backoffs = sum(min(self.max_backoff_s, self.backoff_s * (2**a)) for a in range(self.max_retries))
         one = self.timeout * (self.max_retries + 1) + backoffs
-        return one * (2 if self.max_context_length is not None else 1) + GRADING_MARGIN_S
+        return float(one * (2 if self.max_context_length is not None else 1) + GRADING_MARGIN_S)
 
     def _named(self, exc: JudgeError, binding: str | None, rubric: Rubric) -> None:
         """Say which binding (else rubric) and judge the failed grade was for: a driver that lets

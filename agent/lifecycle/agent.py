@@ -26,7 +26,9 @@ from functools import partial
 from typing import Any
 
 from agent.coord import clock
-from agent.coord.doorbell import Doorbell, PeerBell, Probed
+from agent.coord.doorbell import Doorbell
+from agent.coord.doorbell_msg import PeerBell
+from agent.coord.doorbell_probe import Probed
 from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret
 from agent.coord.durable import RecordKeeper, local_dir
 from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
@@ -373,7 +375,7 @@ class Agent:
         liveness = self._liveness
         return liveness is not None and liveness.doorbell_carries()
 
-    def _doorbell_summary(self) -> dict:
+    def _doorbell_summary(self) -> dict[str, Any]:
         """The doorbell's counts for the cleanup record (and a line in the log when it dropped any)."""
         bell = self._bell
         if bell is None:
@@ -388,7 +390,7 @@ class Agent:
         return {"doorbell": summary}
 
     @staticmethod
-    def _liveness_summary(running: Running) -> dict:
+    def _liveness_summary(running: Running) -> dict[str, Any]:
         """Heartbeat files that read corrupt while we watched them (the audit warns of them)."""
         corrupt = running.liveness.corrupt_heartbeats()
         return {"corrupt_heartbeats": {str(r): n for r, n in sorted(corrupt.items())}} if corrupt else {}
@@ -416,7 +418,7 @@ class Agent:
 
     # -- teardown --------------------------------------------------------------------------------
 
-    def stop_everything(self, running: Running) -> list[dict]:
+    def stop_everything(self, running: Running) -> list[dict[str, Any]]:
         supervisor = running.ctx.supervisor
         if self._live is not None:
             self._live.stop()
@@ -432,7 +434,7 @@ class Agent:
             shutil.rmtree(running.ctx.local_dir, ignore_errors=True)
         return [r.to_json() for r in records_]
 
-    def _leftovers(self, running: Running, groups: list[dict]) -> list[int]:
+    def _leftovers(self, running: Running, groups: list[dict[str, Any]]) -> list[int]:
         """Whatever still lives in a recorded session or escaped them all: never report a clean
         sweep that was not."""
         sessions = {int(g["session"]) for g in groups}

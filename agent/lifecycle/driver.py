@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from agent.coord import clock
 from agent.coord.failure import Failure
@@ -281,7 +282,7 @@ class DriverRuntime:
             poll = self.ctx.config.coordination.poll_interval
             ProgressThread(watch, self.ctx.signal, poll, self._done, self.before_hang).start()
 
-    def heartbeat_fields(self) -> dict:
+    def heartbeat_fields(self) -> dict[str, Any]:
         """The driver's node's heartbeat says how long the driver has made no progress (the other
         nodes read it when the scheduler's walltime warning comes)."""
         watch = self.watch

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 import orjson
 
@@ -29,7 +30,7 @@ class JsonlTail:
         self.offset = 0
         self._partial = b""
 
-    def new_objects(self) -> list[dict]:
+    def new_objects(self) -> list[dict[str, Any]]:
         size = self.run.size_of(self.relpath)
         if size is None:
             return []

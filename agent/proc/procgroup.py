@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -31,7 +32,7 @@ def become_subreaper() -> bool:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 
@@ -159,7 +160,7 @@ class StopRecord:
     swept: int
     seconds: float
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "pid": self.pid,
@@ -241,7 +242,9 @@ class ProcessGroup:
         self.started = time.monotonic()
         self._stopping = False
 
-    def _spawn(self, shell: bool, env: Mapping[str, str], cwd: str | None, log_fd: int | None) -> subprocess.Popen:
+    def _spawn(
+        self, shell: bool, env: Mapping[str, str], cwd: str | None, log_fd: int | None
+    ) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             self.argv[0] if shell else self.argv,
             shell=shell,

@@ -280,7 +280,7 @@ class LayoutCheck:
         return not self.problems
 
 
-def compare_layout(expected: Mapping[str, float], live_nodes: Sequence[Mapping]) -> LayoutCheck:
+def compare_layout(expected: Mapping[str, float], live_nodes: Sequence[Mapping[str, Any]]) -> LayoutCheck:
     """Exact GPUs per live node address (not the sum); two live nodes on one address is an error."""
     problems: list[str] = []
     actual: dict[str, float] = {}
@@ -318,7 +318,7 @@ def probe_live_nodes(
     abort: Callable[[], bool],
     progress: Callable[[str], None] | None = None,
     progress_every: float = 30.0,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Ask Ray for its live nodes from a short-lived child (keeps Ray out of the agent process).
 
     Polled, not waited on: a failure elsewhere (`abort`) must not wait for the probe's timeout."""
@@ -368,4 +368,5 @@ def probe_live_nodes(
         os.write(log_fd, stderr.encode()[-20000:])
     if proc.returncode != 0:
         raise RuntimeError(f"Ray probe failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
-    return json.loads(stdout.strip().splitlines()[-1])
+    nodes: list[dict[str, Any]] = json.loads(stdout.strip().splitlines()[-1])
+    return nodes

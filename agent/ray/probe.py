@@ -12,6 +12,7 @@ import logging
 import socket
 import sys
 import time
+from typing import Any
 
 PROGRESS_MARK = "gym-ray-probe live nodes "
 CONNECT_S = 2.0
@@ -25,7 +26,7 @@ def _answers(address: str, port: int) -> bool:
         return False
 
 
-def live_nodes(nodes: list[dict]) -> list[dict]:
+def live_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Ray's live nodes, less a registration left by an earlier `ray start` on the same address: a
     raylet that missed Ray's registration wait was stopped, but the GCS may still take its late
     registration and call it alive until its health checks fail. Where an address has several live
@@ -54,7 +55,7 @@ def main() -> int:
     deadline = time.monotonic() + args.timeout
     seen = -1
     while True:
-        live = live_nodes(ray.nodes())
+        live = live_nodes(ray.nodes())  # type: ignore[no-untyped-call]
         if len(live) != seen:  # the parent prints this as progress ("Ray: 2/3 nodes")
             seen = len(live)
             print(f"{PROGRESS_MARK}{seen}/{args.expect}", file=sys.stderr, flush=True)
@@ -63,7 +64,7 @@ def main() -> int:
         time.sleep(0.5)
     # Let late joiners and duplicates show up: a second look catches a node joining just after.
     time.sleep(0.5)
-    live = live_nodes(ray.nodes())
+    live = live_nodes(ray.nodes())  # type: ignore[no-untyped-call]
     out = [
         {
             "address": n["NodeManagerAddress"],

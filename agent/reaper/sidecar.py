@@ -292,7 +292,8 @@ def _ring_for_the_agent(
     record: a peer whose filesystem hides the record hears of it at once."""
     if not line:
         return None
-    from agent.coord.doorbell import PeerBell, ring_once
+    from agent.coord.doorbell import ring_once
+    from agent.coord.doorbell_msg import PeerBell
 
     try:
         secret = bytes.fromhex(str(line["secret"]))

@@ -73,7 +73,7 @@ def _threads(threads: list[dict[str, Any]], frames: int, pid: int) -> list[dict[
     return out
 
 
-def _entry(t: Target, method: StackMethod, threads: list[dict[str, Any]] | None, problem: str | None) -> dict:
+def _entry(t: Target, method: StackMethod, threads: list[dict[str, Any]] | None, problem: str | None) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "pid": t.pid,
         "role": t.role,

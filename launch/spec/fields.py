@@ -76,20 +76,20 @@ def frozen(value: Any) -> Any:
     return value
 
 
-def key_info(f: dataclasses.Field) -> KeyInfo | None:
+def key_info(f: dataclasses.Field[Any]) -> KeyInfo | None:
     return f.metadata.get("key")
 
 
-def section_info(f: dataclasses.Field) -> SectionInfo | None:
+def section_info(f: dataclasses.Field[Any]) -> SectionInfo | None:
     return f.metadata.get("section")
 
 
-def spelled(f: dataclasses.Field) -> str:
+def spelled(f: dataclasses.Field[Any]) -> str:
     info = key_info(f) or section_info(f)
     return (info.spelled if info else "") or f.name
 
 
-def default_of(f: dataclasses.Field) -> Any:
+def default_of(f: dataclasses.Field[Any]) -> Any:
     """The declared default of a field (REQUIRED when it has none)."""
     if f.default is not dataclasses.MISSING:
         return f.default

@@ -20,12 +20,12 @@ SCHEMA_ID = "urn:gym-agent:run-spec"
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
 
-def _modes(f: dataclasses.Field) -> tuple[str, ...]:
+def _modes(f: dataclasses.Field[Any]) -> tuple[str, ...]:
     info = key_info(f)
     return info.modes if info else ()
 
 
-def _table(f: dataclasses.Field) -> SectionInfo:
+def _table(f: dataclasses.Field[Any]) -> SectionInfo:
     info = section_info(f)
     assert info is not None, f.name  # _fields keeps keys and sections only
     return info
@@ -44,7 +44,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _fields(cls: type) -> list[dataclasses.Field]:
+def _fields(cls: type) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(cls) if key_info(f) or section_info(f)]
 
 
@@ -170,7 +170,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _default_text(f: dataclasses.Field) -> str:
+def _default_text(f: dataclasses.Field[Any]) -> str:
     info = key_info(f)
     default = default_of(f)
     if info and info.derived:

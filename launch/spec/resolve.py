@@ -146,7 +146,7 @@ def _where(path: Path_) -> str:
     return f"[{format_key(path)}]" if path else "the top level"
 
 
-def _declared(cls: type) -> dict[str, dataclasses.Field]:
+def _declared(cls: type) -> dict[str, dataclasses.Field[Any]]:
     """TOML key -> field, for the fields a user may write."""
     return {spelled(f): f for f in dataclasses.fields(cls) if key_info(f) or section_info(f)}
 
@@ -221,7 +221,7 @@ def _walk(
     return kwargs
 
 
-def _accepts(f: dataclasses.Field, mode: str) -> bool:
+def _accepts(f: dataclasses.Field[Any], mode: str) -> bool:
     info = key_info(f)
     return not (info and info.modes) or mode in info.modes
 

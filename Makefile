@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# ruff (lint and format) and mypy over agent/, launch/, audit/, schemas/ (pyproject.toml [tool.mypy]).
+# ruff (lint and format) and mypy --strict over agent/, launch/, audit/, schemas/ (pyproject.toml [tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

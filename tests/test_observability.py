@@ -289,29 +289,6 @@ def test_a_ray_child_exit_cites_the_kept_ray_logs(tmp_path: Path) -> None:
     assert ray_evidence(Cause(2, "internal", None, "array index", T0, None, None, None), None, logs) == ()
 
 
-def test_ray_dashboard_flags_only_on_the_head_when_asked() -> None:
-    from agent.ray.node import RayNodeSpec, pick_ports, ray_start_argv
-
-    ports = pick_ports("dash-test", 0, 1)
-    base = dict(
-        address="127.0.0.2",
-        head_address="",
-        ports=ports,
-        num_gpus=0,
-        num_cpus=1,
-        object_store_memory=None,
-        temp_dir="/tmp/x",
-        resources={},
-        extra_args=(),
-    )
-    assert "--include-dashboard=false" in ray_start_argv(RayNodeSpec(is_head=True, **base))
-    on = ray_start_argv(RayNodeSpec(is_head=True, dashboard=True, **base))
-    assert "--include-dashboard=true" in on and f"--dashboard-port={ports.dashboard}" in on
-    assert ports.dashboard not in (ports.gcs, ports.node_manager, ports.min_worker)
-    worker = ray_start_argv(RayNodeSpec(is_head=False, dashboard=True, **{**base, "head_address": "127.0.0.2:1"}))
-    assert not any(a.startswith("--include-dashboard") for a in worker)
-
-
 def test_the_dashboard_key_is_declared_and_validated(tmp_path: Path) -> None:
     spec = REPO / "examples" / "demo.toml"
     assert run(BIN / "gym-launch", "validate", spec, "--set", "ray.dashboard=true").returncode == 0

@@ -177,6 +177,16 @@ def _spec(is_head: bool, ports: RayPorts, dashboard: bool = False) -> ray_node.R
     )
 
 
+def test_ray_dashboard_flags_only_on_the_head_when_asked() -> None:
+    ports = pick_ports("dash-test", 0, 1)
+    assert "--include-dashboard=false" in ray_node.ray_start_argv(_spec(True, ports))
+    on = ray_node.ray_start_argv(_spec(True, ports, dashboard=True))
+    assert "--include-dashboard=true" in on and f"--dashboard-port={ports.dashboard}" in on
+    assert ports.dashboard not in (ports.gcs, ports.node_manager, ports.min_worker)
+    worker = ray_node.ray_start_argv(_spec(False, ports, dashboard=True))
+    assert not any(a.startswith("--include-dashboard") for a in worker)
+
+
 def test_a_head_binds_its_client_server_and_api_server_inside_its_own_block() -> None:
     """Ray's defaults (client server 10001, API server 8265) are one port per host: two heads on one
     host (two runs, or a test's two clusters) would share them, and the second head's `ray start

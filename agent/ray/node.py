@@ -145,11 +145,6 @@ def forget_started(temp_dir: str) -> None:
         pass
 
 
-# What Ray prints when its raylet did not register within its fixed wait: the GCS or the host was too
-# busy; a new start (new ports) usually succeeds.
-REGISTRATION_TIMEOUT = "timed out during startup"
-
-
 def ray_executable() -> str:
     local = os.path.join(os.path.dirname(sys.executable), "ray")
     return local if os.path.exists(local) else (shutil.which("ray") or "ray")

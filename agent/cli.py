@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agent.coord import clock
+from agent.ground import clock
 from agent.proc.fast_exit import exit_now
 from launch.spec.console import quiet_broken_pipe, version
 

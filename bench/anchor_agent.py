@@ -15,7 +15,7 @@ Everything lives in one flat directory, as in the anchor.
 Bench instrumentation only (not in the anchor): the heartbeat also carries `seq` and this
 process's own counts of reads, writes and listings (`fs_ops`), the failure record carries the
 detecting moment (`wall_time`, `monotonic_time`) and `reacting_to`. GYM_TEST_CLOCK_SKEW_S shifts
-this process's wall clock, the same test hook gym-agent honours (agent/coord/clock.py).
+this process's wall clock, the same test hook gym-agent honours (agent/ground/clock.py).
 
     python -m bench.anchor_agent --dir RUN_DIR --rank R --replicas N [--stale 120]
 """

@@ -85,8 +85,8 @@ class _Replica:
     ident: Any  # agent.coord.identity.Identity
     writer: Any  # schemas.Writer
     log: Any  # agent.lifecycle.phase_log.PhaseLog
-    signal: Any  # agent.coord.failure.FailureSignal
-    topo: Any = None  # agent.lifecycle.topology.Topology, after plan agreement
+    signal: Any  # agent.ground.failure.FailureSignal
+    topo: Any = None  # agent.coord.topology.Topology, after plan agreement
     live: Any = None  # agent.coord.liveness.Liveness, never started: ticked on a _Clock
 
     @property
@@ -95,19 +95,21 @@ class _Replica:
 
 
 def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") -> Path:
-    from agent.coord import clock, rendezvous
-    from agent.coord.failure import Failure, FailureSignal, write_failure_record
+    from agent.coord import rendezvous
+    from agent.coord.context import RunContext
+    from agent.coord.failure_record import write_failure_record
     from agent.coord.identity import Identity
     from agent.coord.liveness import Liveness
+    from agent.coord.topology import Topology
+    from agent.ground import clock
+    from agent.ground.failure import Failure, FailureSignal
+    from agent.ground.reaper_channel import ReaperChannel
     from agent.judges.runtime import JudgeRuntime
-    from agent.lifecycle.context import RunContext
     from agent.lifecycle.phase_log import PhaseLog
     from agent.lifecycle.state import StateMachine
-    from agent.lifecycle.topology import Topology
     from agent.proc.procgroup import StopRecord
     from agent.proc.supervisor import Supervisor
     from agent.ray.node import compare_layout
-    from agent.reaper import ReaperChannel
     from launch.spec import plan as plan_module
     from launch.spec.config import RunConfig
     from launch.spec.load import load_spec, spec_record

@@ -4,7 +4,7 @@
 `Anchor` runs bench/anchor_agent.py processes. Both read their own heartbeats back for sequence
 numbers and self-counted filesystem operations, and normalise their failure records so that the
 harness measures both the same way. A wall-clock skew is injected into one process only, through
-the GYM_TEST_CLOCK_SKEW_S environment variable both honour (agent/coord/clock.py, anchor_agent.wall).
+the GYM_TEST_CLOCK_SKEW_S environment variable both honour (agent/ground/clock.py, anchor_agent.wall).
 """
 
 from __future__ import annotations

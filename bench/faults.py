@@ -49,7 +49,7 @@ from tests.harness.nfs_model import NfsClient, nfs_clients
 from tests.harness.specs import JUDGE_TABLES, judge_tables, result_driver, small_spec, uid
 
 BIN = Path(sys.executable).parent
-SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/coord/clock.py's test hook
+SKEW_ENV = "GYM_TEST_CLOCK_SKEW_S"  # agent/ground/clock.py's test hook
 REPO = Path(__file__).resolve().parents[1]
 REPLICAS = 3
 HB_TIMEOUT = 4.0

@@ -44,8 +44,8 @@ def _raise_fd_limit() -> None:
 
 class _OursSlice:
     def __init__(self, path: Path, ranks: range, n: int, hb: float, poll: float, timeout: float) -> None:
-        from agent.coord.failure import FailureSignal
         from agent.coord.liveness import Liveness
+        from agent.ground.failure import FailureSignal
         from schemas import Phase, RunDir, Writer
 
         self.agents = []
@@ -201,7 +201,8 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
             victim = n // 2
             t_write = time.monotonic()
             if protocol == "ours":
-                from agent.coord.failure import Failure, write_failure_record
+                from agent.coord.failure_record import write_failure_record
+                from agent.ground.failure import Failure
                 from schemas import FailureKind, Phase, Writer
 
                 # The victim's own SIGTERM record, written the way its lifecycle writes it.

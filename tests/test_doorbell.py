@@ -361,8 +361,8 @@ def test_an_address_that_cannot_be_bound_leaves_the_doorbell_off() -> None:
 
 def test_a_ring_and_a_listed_record_get_the_same_reaction(tmp_path: Path) -> None:
     """Liveness reacts to a ring exactly as to the record it announces: one story for the audit."""
-    from agent.coord.failure import FailureSignal
     from agent.coord.liveness import Liveness
+    from agent.ground.failure import FailureSignal
     from schemas import Writer
 
     fp = "f" * 64

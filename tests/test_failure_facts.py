@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from agent.coord import durable
-from agent.coord.failure import Failure, FailureSignal, write_failure_record
+from agent.coord.failure_record import write_failure_record
+from agent.ground.failure import Failure, FailureSignal
+from agent.ground.reaper_channel import ReaperChannel
 from agent.proc.supervisor import ExitPolicy, Supervisor
-from agent.reaper import ReaperChannel
 from audit.api import audit_run
 from schemas import FailureKind, RunDir, Writer, names, records, violations
 from schemas.vocab import FsCondition
@@ -81,13 +82,13 @@ def test_the_filesystem_condition_is_named_from_the_errno() -> None:
 
 
 def test_durable_and_failure_do_not_import_each_other() -> None:
-    """failure.py writes through durable.py's keeper; durable.py must not need failure.py back."""
+    """failure_record.py writes through durable.py's keeper; durable.py must not need it back."""
 
     def imported(path: Path) -> set[str]:
         tree = ast.parse(path.read_text())
         return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
 
-    assert "agent.coord.failure" not in imported(REPO / "agent" / "coord" / "durable.py")
+    assert "agent.coord.failure_record" not in imported(REPO / "agent" / "coord" / "durable.py")
 
 
 def _supervised_exit(argv: list[str], kill: int | None) -> Failure:

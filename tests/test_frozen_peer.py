@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.coord.failure import FailureSignal
 from agent.coord.liveness import Liveness
+from agent.ground.failure import FailureSignal
 from schemas import RunDir
 from tests.test_liveness import FakeClock, alive, beat, make_ticked
 

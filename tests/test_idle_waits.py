@@ -19,12 +19,12 @@ import psutil
 import pytest
 
 from agent.coord.dirwatch import DirWatch
-from agent.coord.failure import Failure, FailureSignal
 from agent.coord.liveness import Liveness
+from agent.ground.failure import Failure, FailureSignal
+from agent.ground.reaper_channel import ReaperChannel
 from agent.proc.procgroup import ProcessGroup, descendants, escaped_descendants
 from agent.proc.supervisor import ExitPolicy, Supervisor
 from agent.proc.wakeup import Wakeup
-from agent.reaper import ReaperChannel
 from schemas import FailureKind, RunDir, Writer, names
 from schemas.safe_io import Sync
 

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
+from agent.coord.failure_record import write_failure_record
+from agent.ground.failure import AgentFailed, Failure, FailureSignal
+from agent.ground.reaper_channel import ReaperChannel, ReaperState
+from agent.ground.waits import poll_until
 from agent.lifecycle import steps
 from agent.lifecycle.agent import Agent
 from agent.lifecycle.node_steps import NodeSteps
 from agent.lifecycle.phase_log import PhaseLog
 from agent.lifecycle.state import IllegalTransition, StateMachine
 from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Nodes, applies
-from agent.proc.waits import poll_until
-from agent.reaper import ReaperChannel, ReaperState
 from schemas import AgentState, FailureKind, Phase, RunDir, Writer, names, violations
 from schemas.vocab import STATE_TRANSITIONS
 
@@ -131,7 +132,7 @@ def test_the_step_table_prints_without_importing_the_runtime() -> None:
     code = (
         "import sys, agent.lifecycle.steps as s; s.main([]); "
         "loaded = [m for m in ('agent.lifecycle.agent', 'agent.proc.supervisor', 'agent.ray.node', "
-        "'agent.judges.runtime', 'agent.lifecycle.context') if m in sys.modules]; "
+        "'agent.judges.runtime', 'agent.coord.context') if m in sys.modules]; "
         "assert not loaded, loaded"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 from agent.coord.doorbell_msg import Notice, NoticeType
-from agent.coord.failure import FailureSignal
 from agent.coord.liveness import Liveness, watched_peers
+from agent.ground.failure import FailureSignal
 from schemas import RunDir, Writer, names
 
 FP = "f" * 64

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.ground.waits import Progress, poll_until
 from agent.lifecycle.console_tee import MAX_CONSOLE_LINE, ConsoleLines, ConsoleTee
-from agent.proc.waits import Progress, poll_until
 from agent.ray.logs import keep, session_log_files
 from audit.api import audit_run
 from audit.logview import line_time, parse_since

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.preflight.gpus import check_gpus, open_nvml
+from agent.ground.nvml import open_nvml
+from agent.preflight.gpus import check_gpus
 from agent.preflight.residue import residue
 from tests.harness.fake_nvml import pynvml as fake
 

@@ -436,7 +436,8 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
 def test_no_writer_overwrites_another_incarnations_record(tmp_path: Path) -> None:
     """Defect 4, the writers' side: failure and cleanup records of another incarnation stay."""
     from agent.coord.durable import RecordKeeper
-    from agent.coord.failure import Failure, write_failure_record
+    from agent.coord.failure_record import write_failure_record
+    from agent.ground.failure import Failure
     from schemas import FailureKind, Writer
 
     run = RunDir.create(tmp_path, "inc", mode=0o750)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.coord.restart_caps import Caps, cause_signature, checkpoint_state, refusal
-from agent.proc.waits import poll_until
+from agent.ground.waits import poll_until
 from launch.spec.errors import GymError, UsageError
 from schemas import RunDir, Writer, names
 from schemas.vocab import ResumeEnv

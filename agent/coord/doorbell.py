@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.coord import clock
 from agent.coord.doorbell_msg import (
     Drop,
     Dropped,
@@ -50,6 +49,7 @@ from agent.coord.doorbell_msg import (
     encode,
 )
 from agent.coord.doorbell_probe import Probed, Prober, probe_peers
+from agent.ground import clock
 from agent.proc.wakeup import Wakeup
 from schemas.doorbell_wire import MAX_DATAGRAM
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.coord import clock
 from agent.coord.doorbell_msg import Dropped, Notice, NoticeType, PeerBell, decode, encode
+from agent.ground import clock
 from schemas.doorbell_wire import MAX_DATAGRAM
 
 RESEND_S = (0.0, 0.2, 0.5, 1.0, 2.0)  # then every last interval: a peer's doorbell may start late

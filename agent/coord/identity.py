@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.preflight.gpus import nvml_device_count
+from agent.ground.nvml import nvml_device_count
 from launch.spec.errors import GymError
 from schemas import JobEnv, order
 

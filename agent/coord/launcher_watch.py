@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from agent.coord.failure import Failure, FailureSignal
+from agent.ground.failure import Failure, FailureSignal
 from schemas import FailureKind
 
 

@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from agent.coord import clock
 from agent.coord.dirwatch import DirWatch
 from agent.coord.doorbell_msg import Notice, NoticeType, Ring
-from agent.coord.failure import Failure, FailureSignal
 from agent.coord.heartbeat_age import HeartbeatAge
+from agent.ground import clock
+from agent.ground.failure import Failure, FailureSignal
 from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names
 from schemas.safe_io import Sync

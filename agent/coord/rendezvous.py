@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agent.coord import clock
-from agent.coord.failure import AgentFailed, Failure
 from agent.coord.identity import Identity
-from agent.proc.waits import poll_until
+from agent.ground import clock
+from agent.ground.failure import AgentFailed, Failure
+from agent.ground.waits import poll_until
 from launch.spec.errors import GymError
 from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
 
 if TYPE_CHECKING:
-    from agent.lifecycle.context import RunContext
+    from agent.coord.context import RunContext
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from agent.coord.context import RunContext
 from agent.judges.port_file import read_port_file
-from agent.lifecycle.context import RunContext
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
 from launch.spec.config import JudgeConfig

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from agent.coord import clock
-from agent.coord.failure import Failure
+from agent.coord.context import RunContext
+from agent.coord.topology import Topology
+from agent.ground import clock
+from agent.ground.failure import Failure
+from agent.ground.waits import poll_until
 from agent.judges import judge_ports
 from agent.judges.gateways import LocalGateways
 from agent.judges.prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
-from agent.lifecycle.context import RunContext
-from agent.lifecycle.topology import Topology
 from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
-from agent.proc.waits import poll_until
 from launch.spec.config import JudgeConfig
 from launch.spec.data_check import DataError, check_data
 from launch.spec.miles_handoff import judge_registry_json, openai_base

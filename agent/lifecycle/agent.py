@@ -25,25 +25,27 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from agent.coord import clock
+from agent.coord.context import RunContext
 from agent.coord.doorbell import Doorbell
 from agent.coord.doorbell_msg import PeerBell
 from agent.coord.doorbell_probe import Probed
 from agent.coord.doorbell_secret import SecretUnavailable, ensure_secret
 from agent.coord.durable import RecordKeeper, local_dir
-from agent.coord.failure import AgentFailed, Failure, FailureSignal, write_failure_record
+from agent.coord.failure_record import write_failure_record
 from agent.coord.identity import Identity
 from agent.coord.liveness import Liveness, watched_peers, watchers_of
 from agent.coord.rendezvous import Peer, agree, gather, node_order
+from agent.coord.topology import Topology
+from agent.ground import clock
+from agent.ground.failure import AgentFailed, Failure, FailureSignal
+from agent.ground.reaper_channel import ReaperChannel
 from agent.judges.runtime import JudgeRuntime
-from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
 from agent.lifecycle.hang_stacks import HangStacks, walltime_failure
 from agent.lifecycle.node_steps import NodeSteps, Running
 from agent.lifecycle.phase_log import PhaseLog
 from agent.lifecycle.state import StateMachine
 from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, TEARDOWN, Step, applies
-from agent.lifecycle.topology import Topology
 from agent.preflight.runtime import PreflightRuntime
 from agent.proc import signals, tempdirs
 from agent.proc.cpu_priority import lower_priority
@@ -51,7 +53,6 @@ from agent.proc.procgroup import become_subreaper, escaped_descendants, session_
 from agent.proc.supervisor import Supervisor, child_env
 from agent.ray import node as ray_node
 from agent.ray.runtime import RayRuntime
-from agent.reaper import ReaperChannel
 from agent.stacks.live import LiveStacks
 from launch.spec.config import RunConfig
 from launch.spec.plan import Plan

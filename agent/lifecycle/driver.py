@@ -13,15 +13,15 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from agent.coord import clock
-from agent.coord.failure import Failure
+from agent.coord.context import RunContext
+from agent.coord.topology import Topology
+from agent.ground import clock
+from agent.ground.failure import Failure
 from agent.judges.runtime import JudgeRuntime
 from agent.lifecycle.console_tee import ConsoleTee
-from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver_stop import DriverStop, await_driver_node
 from agent.lifecycle.evidence_tail import EvidenceTail
 from agent.lifecycle.progress_watch import ProgressThread, ProgressWatch, Sources, board_reader, evidence_source
-from agent.lifecycle.topology import Topology
 from agent.proc import driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime

@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from agent.coord import clock
-from agent.coord.failure import FailureSignal
+from agent.ground import clock
+from agent.ground.failure import FailureSignal
 from agent.proc.procgroup import ProcessGroup
 from schemas import RunDir, Writer, names
 

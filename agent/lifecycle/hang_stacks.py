@@ -20,12 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from agent.coord import clock
+from agent.coord.context import RunContext
 from agent.coord.durable import RecordKeeper
-from agent.coord.failure import Failure
-from agent.lifecycle.context import RunContext
+from agent.coord.topology import Topology
+from agent.ground import clock
+from agent.ground.failure import Failure
 from agent.lifecycle.driver import DriverRuntime
-from agent.lifecycle.topology import Topology
 from agent.stacks import Capture, StackReason, capture, supervised
 from agent.stacks.capture import trigger_of
 from schemas import FailureKind, names

@@ -11,11 +11,11 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
+from agent.coord.context import RunContext
 from agent.coord.liveness import Liveness
+from agent.coord.topology import Topology
 from agent.judges.runtime import JudgeRuntime
-from agent.lifecycle.context import RunContext
 from agent.lifecycle.driver import DriverRuntime
-from agent.lifecycle.topology import Topology
 from agent.preflight.runtime import PreflightRuntime
 from agent.ray.runtime import RayRuntime, exported_ray_address
 from schemas import FailureKind, names

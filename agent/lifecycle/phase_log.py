@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agent.coord import clock
+from agent.ground import clock
 from agent.lifecycle.state import StateMachine
 from schemas import AgentState, Phase, PhaseOutcome, RunDir, Writer, names
 from schemas.safe_io import Sync

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.coord import clock
-from agent.coord.failure import Failure, FailureSignal
+from agent.ground import clock
+from agent.ground.failure import Failure, FailureSignal
 from agent.lifecycle.evidence_tail import EvidenceTail
 from agent.proc.driver_local import BoardReader, BoardReading
 from launch.spec.sections import DriverConfig

@@ -55,7 +55,7 @@ class Step:
 
 
 class Placed(Protocol):
-    """What `applies` reads of a node's topology (agent.lifecycle.topology.Topology)."""
+    """What `applies` reads of a node's topology (agent.coord.topology.Topology)."""
 
     @property
     def is_head(self) -> bool: ...

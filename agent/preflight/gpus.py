@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from agent.ground.nvml import Nvml, open_nvml
 from agent.preflight.outcome import Observed, cap, gib
 
 CMDLINE_CHARS = 1000
@@ -82,49 +83,6 @@ class GpuState:
     def naming(self) -> dict[str, Any]:
         """What the placement record keeps: device, visible entry, NVML index and UUID."""
         return {"device": self.device, "visible": self.visible, "index": self.index, "uuid": self.uuid}
-
-
-@dataclass(frozen=True)
-class Nvml:
-    """An initialised NVML (the `pynvml` module, or a stand-in with its interface)."""
-
-    lib: Any
-
-    def close(self) -> None:
-        try:
-            self.lib.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutting down a library we are done with
-            pass
-
-
-def open_nvml(module: Any = None) -> tuple[Nvml | None, str]:
-    """NVML initialised, or None and why not (no binding, no library, no driver)."""
-    if module is None:
-        try:
-            import pynvml  # only nodes that check GPUs load NVML
-        except ImportError as exc:
-            return None, f"nvidia-ml-py is not installed ({exc})"
-        module = pynvml
-    try:
-        module.nvmlInit()
-    except module.NVMLError as exc:
-        return None, str(exc) or type(exc).__name__
-    except OSError as exc:
-        return None, str(exc)
-    return Nvml(module), ""
-
-
-def nvml_device_count(module: Any = None) -> int | None:
-    """How many GPUs NVML sees on this node; None without NVML."""
-    nvml, _why = open_nvml(module)
-    if nvml is None:
-        return None
-    try:
-        return int(nvml.lib.nvmlDeviceGetCount())
-    except nvml.lib.NVMLError:
-        return None
-    finally:
-        nvml.close()
 
 
 def _text(v: Any) -> str:

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.preflight.gpus import GpuState, open_nvml, read_gpus
+from agent.ground.nvml import open_nvml
+from agent.preflight.gpus import GpuState, read_gpus
 
 RESIDUE_MARGIN = 128 << 20  # bytes; an idle CUDA context alone holds more than this
 POLL_S = 0.5

@@ -12,11 +12,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent.coord import clock
+from agent.coord.context import RunContext
 from agent.coord.doorbell_probe import Probed
 from agent.coord.rendezvous import Peer
-from agent.lifecycle.context import RunContext
-from agent.lifecycle.topology import Topology
+from agent.coord.topology import Topology
+from agent.ground import clock
 from agent.preflight.residue import residue
 from agent.preflight.run import PreflightInputs, Report, run_preflight, socket_env
 from schemas import FailureKind, names

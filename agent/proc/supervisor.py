@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from agent.coord.failure import Failure, FailureSignal
+from agent.ground.failure import Failure, FailureSignal
+from agent.ground.reaper_channel import ReaperChannel
 from agent.proc.procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
 from agent.proc.wakeup import Wakeup
-from agent.reaper import ReaperChannel
 from schemas import FailureKind
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.ground.waits import Progress, poll_until
 from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
-from agent.proc.waits import Progress, poll_until
 from agent.ray.probe import PROGRESS_MARK
 from schemas import port_grid
 

@@ -13,11 +13,11 @@ import random
 import shutil
 from collections.abc import Mapping
 
-from agent.coord import clock
-from agent.lifecycle.context import RunContext
-from agent.lifecycle.topology import Topology
+from agent.coord.context import RunContext
+from agent.coord.topology import Topology
+from agent.ground import clock
+from agent.ground.waits import poll_until
 from agent.proc.supervisor import ExitPolicy, child_env
-from agent.proc.waits import poll_until
 from agent.ray import large_cluster
 from agent.ray import logs as ray_logs
 from agent.ray import node as ray_node

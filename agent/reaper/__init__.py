@@ -1,8 +1,8 @@
 """The reaper sidecar: records (first) and cleans up after an agent that was SIGKILLed, fences a hung one.
 
-`python -m agent.reaper` runs it; the agent talks to it through `ReaperChannel`.
+`python -m agent.reaper` runs it; the agent talks to it through `agent.ground.reaper_channel.ReaperChannel`.
 """
 
-from agent.reaper.sidecar import ReaperChannel, ReaperState, main
+from agent.reaper.sidecar import main
 
-__all__ = ["ReaperChannel", "ReaperState", "main"]
+__all__ = ["main"]

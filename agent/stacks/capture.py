@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from agent.coord import clock
+from agent.ground import clock
 from agent.proc import driver_local
 from agent.stacks import pyspy
 from agent.stacks.targets import Target

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections import deque
 
-from agent.coord.failure import FailureSignal
+from agent.ground.failure import FailureSignal
 from agent.proc.supervisor import Supervisor
 from agent.stacks.capture import capture
 from agent.stacks.targets import supervised

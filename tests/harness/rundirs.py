@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.coord.rendezvous import Peer
-from agent.lifecycle.topology import Topology
+from agent.coord.topology import Topology
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan

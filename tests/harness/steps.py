@@ -5,8 +5,8 @@ The one place tests and bench import the step table from (agent/lifecycle/steps.
 
 from __future__ import annotations
 
+from agent.coord.topology import Topology
 from agent.lifecycle.steps import RUN_STEPS, STARTUP_STEPS, Step, applies
-from agent.lifecycle.topology import Topology
 from schemas import Phase
 
 __all__ = ["RUN_STEPS", "STARTUP_STEPS", "Step", "applies", "lifecycle_phases"]

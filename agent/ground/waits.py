@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.coord import clock
-from agent.coord.failure import FailureSignal
+from agent.ground import clock
+from agent.ground.failure import FailureSignal
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.coord import clock
-from agent.coord.failure import AgentFailed, Failure, FailureSignal
+from agent.ground import clock
+from agent.ground.failure import AgentFailed, Failure, FailureSignal
+from agent.ground.reaper_channel import ReaperChannel
+from agent.ground.waits import Progress, poll_until
 from agent.proc.supervisor import Supervisor
-from agent.proc.waits import Progress, poll_until
-from agent.reaper import ReaperChannel
 from launch.spec.config import RunConfig
 from launch.spec.plan import Plan
 from schemas import FailureKind, RunDir, Writer

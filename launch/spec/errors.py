@@ -1,8 +1,7 @@
-"""Errors reported to people: every one says what to change.
+"""Errors in a run spec or a command line, reported to people: every one says what to change.
 
-``GymError`` is the root of every user error of the three commands (a spec, a command line, a run
-directory or a replica's identity that must change); it carries the exit code, so each command's
-``main`` catches the one class and exits with the error's own code.
+Both derive from ``GymError`` (schemas/errors.py), the root of every user error of the commands,
+which carries the exit code; it is re-exported here beside them for the spec model's callers.
 """
 
 from __future__ import annotations
@@ -10,13 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from schemas.errors import GymError
+
 __all__ = ["GymError", "Problem", "SpecError", "UsageError"]
-
-
-class GymError(Exception):
-    """A user error: the message says what to change; ``exit_code`` is what the command exits with."""
-
-    exit_code: int = 2  # as argparse exits for a bad command line
 
 
 @dataclass(frozen=True)

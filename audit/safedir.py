@@ -30,8 +30,9 @@ class UnusableRunDir(GymError):
     """The input cannot be audited at all (exit 2); the message says why and what to pass instead."""
 
 
-class UnsafeFile(Exception):
-    """A run-directory entry the audit refuses to read; `code` is the finding code."""
+class UnsafeFile(GymError):
+    """A run-directory entry the audit refuses to read; `code` is the finding code (exit 2 should
+    one ever reach the command instead of becoming a finding)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

@@ -18,13 +18,14 @@ import stat
 from pathlib import Path
 
 from schemas import names
+from schemas.errors import GymError
 
 MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # artifacts are small; a huge one is hostile or broken
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class RunDirError(Exception):
-    """The run directory cannot be used safely; the message says why and what to change."""
+class RunDirError(GymError):
+    """The run directory cannot be used safely; the message says why and what to change (exit 2)."""
 
 
 class UnsafeEntry(RunDirError):

@@ -16,11 +16,12 @@ import time
 
 from agent.coord.doorbell_msg import SECRET_BYTES
 from schemas import RunDir, RunDirError, names
+from schemas.errors import GymError
 
 READ_TRIES = 5
 
 
-class SecretUnavailable(Exception):
+class SecretUnavailable(GymError):
     """The doorbell cannot be used in this run (the message says why, for the agent's log)."""
 
 

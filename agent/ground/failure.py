@@ -10,6 +10,7 @@ from typing import Any
 
 from agent.ground import clock
 from schemas import FailureKind
+from schemas.errors import EXIT_RUN_FAILED, GymError
 from schemas.vocab import FsCondition
 
 
@@ -46,8 +47,10 @@ class Failure:
     monotonic_time: float = field(default_factory=clock.mono)
 
 
-class AgentFailed(Exception):
-    """Raised inside a phase to stop the lifecycle; carries the failure."""
+class AgentFailed(GymError):
+    """Raised inside a phase to stop the lifecycle; carries the failure (the run failed: exit 1)."""
+
+    exit_code = EXIT_RUN_FAILED
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.cause)

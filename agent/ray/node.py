@@ -24,12 +24,15 @@ from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
 from agent.ray.probe import PROGRESS_MARK
 from schemas import port_grid
+from schemas.errors import EXIT_RUN_FAILED, GymError
 
 WORKER_PORT_SPAN = 40
 
 
-class PortsError(RuntimeError):
-    """No free port (block) could be allocated on this host."""
+class PortsError(GymError):
+    """No free port (block) could be allocated on this host: the run fails as `ports` (exit 1)."""
+
+    exit_code = EXIT_RUN_FAILED
 
 
 @dataclass(frozen=True)

@@ -89,11 +89,11 @@ def _parser() -> argparse.ArgumentParser:
 
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    from launch.spec.errors import GymError
+    from schemas.errors import GymError
 
     try:
         return _main(argv)
-    except GymError as exc:  # a user error no step above put in its own words
+    except GymError as exc:  # a user error no step above put in its own words (with its origin or rank)
         print(f"gym-agent: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
 

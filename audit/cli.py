@@ -25,8 +25,8 @@ from audit.logs import Matcher, grep_log, list_logs
 from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
 from audit.sanitize import terminal_safe
 from launch.spec.console import quiet_broken_pipe, use_colour, version
-from launch.spec.errors import GymError
 from schemas import safe_io
+from schemas.errors import GymError
 
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
 USAGE = """gym-audit [-h] [--version] [-v | -q] RUN [--json] [--html FILE] [--no-info] [--output-root ROOT]
@@ -192,11 +192,7 @@ def _audit(argv: Sequence[str]) -> int:
     from audit.api import audit_run
 
     args = _audit_parser().parse_args(argv)
-    try:
-        run_dir = resolve_run(args.run_dir, args.output_root)
-    except UnusableRunDir as exc:
-        print(terminal_safe(f"gym-audit: {exc}"), file=sys.stderr)
-        return 2
+    run_dir = resolve_run(args.run_dir, args.output_root)
     if args.html:
         problem = _html_target_problem(args.html, run_dir)
         if problem:
@@ -284,11 +280,7 @@ def _logs(argv: Sequence[str]) -> int:
         except ValueError as exc:
             print(f"gym-audit logs: {exc}", file=sys.stderr)
             return 2
-    try:
-        safe = SafeDir(resolve_run(args.run_dir, args.output_root))
-    except UnusableRunDir as exc:
-        print(terminal_safe(f"gym-audit logs: {exc}"), file=sys.stderr)
-        return 2
+    safe = SafeDir(resolve_run(args.run_dir, args.output_root))
     out = sys.stdout.buffer
     printed = 0
     plain = not (args.after or args.before or since is not None or args.merge or args.follow)
@@ -399,11 +391,7 @@ def _ls(argv: Sequence[str]) -> int:
     if not root:
         print(f"gym-audit ls: pass OUTPUT (the output root) or set {OUTPUT_ROOT_ENV}", file=sys.stderr)
         return 2
-    try:
-        rows = runs.list_runs(Path(root))
-    except UnusableRunDir as exc:
-        print(terminal_safe(f"gym-audit ls: {exc}"), file=sys.stderr)
-        return 2
+    rows = runs.list_runs(Path(root))
     if not rows:
         print(f"gym-audit ls: no run under {root}/cluster", file=sys.stderr)
         return 1
@@ -436,16 +424,18 @@ def _without_gc(command: Callable[[Sequence[str]], int], argv: Sequence[str]) ->
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else ""
+    prog = f"gym-audit {command}" if command else "gym-audit"
     try:
-        if argv and argv[0] == "logs":
+        if command == "logs":
             return _logs(argv[1:])
-        if argv and argv[0] == "ls":
+        if command == "ls":
             return _ls(argv[1:])
-        if argv and argv[0] == "completion":
+        if command == "completion":
             return _completion(argv[1:])
         return _without_gc(_audit, argv)
-    except GymError as exc:  # a user error no command above put in its own words
-        print(f"gym-audit: {exc}", file=sys.stderr)
+    except GymError as exc:  # every user error (an unusable run directory, ...): one line, its exit code
+        print(terminal_safe(f"{prog}: {exc}"), file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # `gym-audit logs ... | head`: the reader left; that is not an error.

@@ -2,10 +2,11 @@
 
 Each subcommand is a ``Command`` (name, help, how to add its arguments, how to
 run it) listed in ``COMMANDS``; add one by writing its two functions and
-appending it there. ``main`` turns UsageError/SpecError (and a refused submission or
-an unusable run directory) into one-line (or one-line-per-problem) messages on stderr and exit
-code 2, never a traceback. ``local``, ``submit`` and ``regrade`` run their backend here, in this
-process: the launcher's own process starts the agents or calls the scheduler.
+appending it there. ``main`` turns every user error (``GymError``: a bad spec or command line, a
+refused submission, an unusable run directory) into one-line (or one-line-per-problem) messages
+on stderr and the error's exit code (2), never a traceback. ``local``, ``submit`` and ``regrade``
+run their backend here, in this process: the launcher's own process starts the agents or calls
+the scheduler.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from launch.spec.errors import GymError, SpecError, UsageError
 from launch.spec.load import ResolvedSpec, load_spec
 from launch.spec.plan import Plan, plan
 from launch.spec.validate import validated
-from schemas import RunDirError, names
+from schemas import names
+from schemas.errors import EXIT_USAGE
 
 EXIT_OK = 0
-EXIT_USAGE = 2  # invalid spec or bad command line, as argparse does
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def _configure_judge_command(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_judge_command(args: argparse.Namespace) -> int:
-    from launch.spec.sglang_argv import JudgeCommandError, judge_command
+    from launch.spec.sglang_argv import judge_command
 
     resolved, config, p = load_valid(args)
     judge = config.judges.get(args.judge)
@@ -202,10 +203,7 @@ def _run_judge_command(args: argparse.Namespace) -> int:
         raise UsageError(f"no judge named {args.judge!r}; judges: {', '.join(config.judges) or 'none'}")
     if not judge.managed:
         raise UsageError(f"judges.{args.judge} is external: the agent runs no command for it")
-    try:
-        cmd = judge_command(judge, host=args.host, port=args.port, port_file="PORT_FILE")
-    except JudgeCommandError as exc:
-        raise UsageError(str(exc)) from None
+    cmd = judge_command(judge, host=args.host, port=args.port, port_file="PORT_FILE")  # GymError: main reports it
     node = p.judge_node(args.judge)
     env = dict(cmd.env)
     if node is not None:
@@ -224,16 +222,13 @@ def _configure_check_data(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_check_data(args: argparse.Namespace) -> int:
-    from launch.spec.data_check import DataError, check_data
+    from launch.spec.data_check import check_data
 
     _, config, _ = load_valid(args)
     if not (config.data.train or config.data.eval):
         raise UsageError("the spec has no [data] train or eval paths to check")
     bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in config.bindings}
-    try:
-        report = check_data(*config.data_paths(), bindings)
-    except DataError as exc:
-        raise UsageError(str(exc)) from None
+    report = check_data(*config.data_paths(), bindings)  # a DataError is a GymError: main reports it
     print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_USAGE
 
@@ -698,7 +693,7 @@ def build_parser(commands: Sequence[Command] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def report(exc: GymError | RunDirError, stream: TextIO) -> None:
+def report(exc: GymError, stream: TextIO) -> None:
     if isinstance(exc, SpecError):
         print(f"gym-launch: {len(exc.problems)} problem(s) in the run spec:", file=stream)
         for problem in exc.problems:
@@ -712,12 +707,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args))
-    except GymError as exc:
+    except GymError as exc:  # every user error, the run directory's refusals (schemas/) too
         report(exc, sys.stderr)
         return exc.exit_code
-    except RunDirError as exc:  # schemas/ cannot import launch's root error; the run directory is the user's
-        report(exc, sys.stderr)
-        return EXIT_USAGE
 
 
 if __name__ == "__main__":

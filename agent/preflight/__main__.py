@@ -15,14 +15,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.coord.identity import IdentityError, resolve_address, scheduler_job, visible_devices
+from agent.coord.identity import resolve_address, scheduler_job, visible_devices
 from agent.preflight.run import PreflightInputs, run_preflight, socket_env
 from agent.preflight.runtime import driver_env_values
 from launch.spec.config import RunConfig
 from launch.spec.console import quiet_broken_pipe
-from launch.spec.errors import GymError, SpecError
+from launch.spec.errors import SpecError
 from launch.spec.load import load_spec
 from launch.spec.validate import validated
+from schemas.errors import GymError
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -53,9 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = config_of(args)
         address, _explicit = resolve_address(args.address, os.environ)
-    except (GymError, IdentityError) as exc:
+    except GymError as exc:  # a spec, a --set or an address to change: one line, its exit code (2)
         print(f"gym-launch preflight: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     seen = visible_devices(os.environ)
     width = config.gpus_per_replica
     job = scheduler_job(os.environ)

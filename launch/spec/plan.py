@@ -213,6 +213,11 @@ def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
 
 def _shape_problems(config: RunConfig) -> list[Problem]:
     """Rejections that do not depend on the layout: sizes against one node."""
+    return [*_replica_problems(config), *_engine_problems(config), *_colocation_problems(config)]
+
+
+def _replica_problems(config: RunConfig) -> list[Problem]:
+    """A replica fits its node, and the trainer's share of a node fits a replica."""
     c = config.gpus_per_replica
     out: list[Problem] = []
     if c > config.node_gpus:
@@ -232,6 +237,13 @@ def _shape_problems(config: RunConfig) -> list[Problem]:
                 "node; lower gpus_per_node and raise trainer.nodes",
             )
         )
+    return out
+
+
+def _engine_problems(config: RunConfig) -> list[Problem]:
+    """Serving engines (rollout and judges) are whole and each within one node: no cross-node TP."""
+    c = config.gpus_per_replica
+    out: list[Problem] = []
     tp, r = config.inference.tensor_parallel_size, config.inference.gpus
     if tp > c:
         out.append(
@@ -264,30 +276,38 @@ def _shape_problems(config: RunConfig) -> list[Problem]:
                     "cross-node serving TP, which is not supported",
                 )
             )
-    if config.inference.placement_mode == "colocated":
-        if config.trainer.nodes > 1:
-            out.append(
-                Problem(
-                    "inference.placement_mode",
-                    f'"colocated" is single-node only but trainer.nodes is {config.trainer.nodes}: '
-                    'multi-node colocation is not supported; use "disaggregated"',
-                )
+    return out
+
+
+def _colocation_problems(config: RunConfig) -> list[Problem]:
+    """Colocated rollout shares one node's trainer GPUs: a single-node trainer, and no more GPUs than it has."""
+    if config.inference.placement_mode != "colocated":
+        return []
+    r = config.inference.gpus
+    out: list[Problem] = []
+    if config.trainer.nodes > 1:
+        out.append(
+            Problem(
+                "inference.placement_mode",
+                f'"colocated" is single-node only but trainer.nodes is {config.trainer.nodes}: '
+                'multi-node colocation is not supported; use "disaggregated"',
             )
-        if not config.trainer.nodes and r:
-            out.append(
-                Problem(
-                    "inference.placement_mode",
-                    '"colocated" shares the trainer\'s GPUs, and a run without a trainer (trainer.nodes = 0) has '
-                    'none: use "disaggregated"',
-                )
+        )
+    if not config.trainer.nodes and r:
+        out.append(
+            Problem(
+                "inference.placement_mode",
+                '"colocated" shares the trainer\'s GPUs, and a run without a trainer (trainer.nodes = 0) has '
+                'none: use "disaggregated"',
             )
-        elif r > config.trainer.gpus:
-            out.append(
-                Problem(
-                    "inference.gpus",
-                    f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most {config.trainer.gpus}",
-                )
+        )
+    elif r > config.trainer.gpus:
+        out.append(
+            Problem(
+                "inference.gpus",
+                f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most {config.trainer.gpus}",
             )
+        )
     return out
 
 

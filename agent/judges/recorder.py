@@ -87,6 +87,20 @@ def _redact_endpoint(diagnostics: dict[str, Any]) -> None:
         model["endpoint"] = urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def _bad_reply(seq: int, at: str, outcome: GradeOutcome, error: str | None, diagnostics: Mapping[str, Any]) -> BadReply:
+    """What the degraded alarm keeps of an invalid or cut-off reply: an excerpt, not the whole."""
+    raw = diagnostics.get("raw_reply")
+    finish = diagnostics.get("finish_reason")
+    return BadReply(
+        seq,
+        at,
+        outcome,
+        raw[:EXCERPT_CHARS] if isinstance(raw, str) else None,
+        finish if isinstance(finish, str) else None,
+        error or "",
+    )
+
+
 # Recorders of this process: a forked child (a driver's worker) is another writing process, with
 # its own writer token and seq, and fresh locks (one held by another thread at fork stays held).
 _LIVE: weakref.WeakSet[GradeRecorder] = weakref.WeakSet()
@@ -202,45 +216,16 @@ class GradeRecorder:
             self._seq += 1
             seq = self._seq
             at = iso_ms(self._clock())
-            line: dict[str, Any] = {
-                "schema": "grade",
-                "schema_version": 1,
-                "seq": seq,
-                "writer": self.writer,
-                "pid": os.getpid(),
-                "at": at,
-                "rank": self.rank,
-                "attempt": self.attempt,
-                "fingerprint": self.fingerprint,
-                "binding": binding,
-                "judge": judge,
-                "rubric": {"name": rubric.name, "digest": rubric.digest},
-                "outcome": str(outcome),
-                "score": score,
-                "replied": outcome.replied,
-                "error": error[:ERROR_CHARS] if error is not None else None,
-                "diagnostics": diag,
-            }
-            if cut:
-                line["shortened"] = True
             if self.log is not None:
+                line = self._line(seq, at, binding, judge, rubric, outcome, score, error, diag)
+                if cut:
+                    line["shortened"] = True
                 self._write(line)
                 # Progress (the agent's watch sees the grade); an unanswered one names its judge.
                 driver_local.board().grade_recorded(str(outcome), judge)
             trip = None
             if self.alarm is not None:
-                bad = None
-                if outcome.bad_reply:
-                    raw = diagnostics.get("raw_reply")
-                    finish = diagnostics.get("finish_reason")
-                    bad = BadReply(
-                        seq,
-                        at,
-                        outcome,
-                        raw[:EXCERPT_CHARS] if isinstance(raw, str) else None,
-                        finish if isinstance(finish, str) else None,
-                        error or "",
-                    )
+                bad = _bad_reply(seq, at, outcome, error, diagnostics) if outcome.bad_reply else None
                 trip = self.alarm.add(binding_key(binding, judge, rubric.name), judge, rubric.name, outcome, bad)
         if trip is not None:
             self.warn(trip.message())
@@ -249,6 +234,39 @@ class GradeRecorder:
         return trip
 
     # -- internals --
+
+    def _line(
+        self,
+        seq: int,
+        at: str,
+        binding: str | None,
+        judge: str | None,
+        rubric: Rubric,
+        outcome: GradeOutcome,
+        score: float | None,
+        error: str | None,
+        diag: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The grade's line in grades-RANK.jsonl (schema ``grade``)."""
+        return {
+            "schema": "grade",
+            "schema_version": 1,
+            "seq": seq,
+            "writer": self.writer,
+            "pid": os.getpid(),
+            "at": at,
+            "rank": self.rank,
+            "attempt": self.attempt,
+            "fingerprint": self.fingerprint,
+            "binding": binding,
+            "judge": judge,
+            "rubric": {"name": rubric.name, "digest": rubric.digest},
+            "outcome": str(outcome),
+            "score": score,
+            "replied": outcome.replied,
+            "error": error[:ERROR_CHARS] if error is not None else None,
+            "diagnostics": diag,
+        }
 
     def _write(self, line: dict[str, Any]) -> None:
         assert self.log is not None

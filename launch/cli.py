@@ -15,9 +15,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from launch.backends import Backend, RenderRequest, backend, scheduler_names
 from launch.spec.config import RunConfig
@@ -27,6 +27,11 @@ from launch.spec.load import ResolvedSpec, load_spec
 from launch.spec.plan import Plan, plan
 from launch.spec.validate import validated
 from schemas import RunDirError, names
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Asked = TypeVar("_Asked", bound="DataclassInstance")  # a command's arguments, typed (GradeArgs, RegradeArgs)
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # invalid spec or bad command line, as argparse does
@@ -278,20 +283,16 @@ def _configure_grade(parser: argparse.ArgumentParser) -> None:
     parser.epilog = GRADE_EPILOG
 
 
+def _typed(cls: type[_Asked], args: argparse.Namespace) -> _Asked:
+    """A command's arguments as its typed dataclass: each field is the option of the same name."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
 def _run_grade(args: argparse.Namespace) -> int:
     from launch.grade_job import GradeArgs, grade
 
     _, config, _ = load_valid(args, grades_here=True)
-    asked = GradeArgs(
-        binding=args.binding,
-        question=args.question,
-        answer=args.answer,
-        reference=args.reference,
-        run=args.run,
-        endpoint=args.endpoint,
-        output_root=args.output_root,
-        json=args.json,
-    )
+    asked = _typed(GradeArgs, args)
     return grade(config, asked, lambda line: print(line, flush=True), lambda line: print(line, file=sys.stderr))
 
 
@@ -534,15 +535,7 @@ def add_regrade_arguments(p: argparse.ArgumentParser) -> None:
 def _run_regrade(args: argparse.Namespace) -> int:
     from launch.regrade_job import RegradeArgs, regrade
 
-    asked = RegradeArgs(
-        run_dir=args.run_dir,
-        command=args.command,
-        judge_partition=args.judge_partition,
-        judge_qos=args.judge_qos,
-        uuid=args.uuid,
-        dry_run=args.dry_run,
-        json=args.json,
-    )
+    asked = _typed(RegradeArgs, args)
     return regrade(asked, lambda line: print(line, flush=True))
 
 

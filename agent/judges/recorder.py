@@ -216,10 +216,28 @@ class GradeRecorder:
             self._seq += 1
             seq = self._seq
             at = iso_ms(self._clock())
+            line: dict[str, Any] = {
+                "schema": "grade",
+                "schema_version": 1,
+                "seq": seq,
+                "writer": self.writer,
+                "pid": os.getpid(),
+                "at": at,
+                "rank": self.rank,
+                "attempt": self.attempt,
+                "fingerprint": self.fingerprint,
+                "binding": binding,
+                "judge": judge,
+                "rubric": {"name": rubric.name, "digest": rubric.digest},
+                "outcome": str(outcome),
+                "score": score,
+                "replied": outcome.replied,
+                "error": error[:ERROR_CHARS] if error is not None else None,
+                "diagnostics": diag,
+            }
+            if cut:
+                line["shortened"] = True
             if self.log is not None:
-                line = self._line(seq, at, binding, judge, rubric, outcome, score, error, diag)
-                if cut:
-                    line["shortened"] = True
                 self._write(line)
                 # Progress (the agent's watch sees the grade); an unanswered one names its judge.
                 driver_local.board().grade_recorded(str(outcome), judge)
@@ -234,39 +252,6 @@ class GradeRecorder:
         return trip
 
     # -- internals --
-
-    def _line(
-        self,
-        seq: int,
-        at: str,
-        binding: str | None,
-        judge: str | None,
-        rubric: Rubric,
-        outcome: GradeOutcome,
-        score: float | None,
-        error: str | None,
-        diag: dict[str, Any],
-    ) -> dict[str, Any]:
-        """The grade's line in grades-RANK.jsonl (schema ``grade``)."""
-        return {
-            "schema": "grade",
-            "schema_version": 1,
-            "seq": seq,
-            "writer": self.writer,
-            "pid": os.getpid(),
-            "at": at,
-            "rank": self.rank,
-            "attempt": self.attempt,
-            "fingerprint": self.fingerprint,
-            "binding": binding,
-            "judge": judge,
-            "rubric": {"name": rubric.name, "digest": rubric.digest},
-            "outcome": str(outcome),
-            "score": score,
-            "replied": outcome.replied,
-            "error": error[:ERROR_CHARS] if error is not None else None,
-            "diagnostics": diag,
-        }
 
     def _write(self, line: dict[str, Any]) -> None:
         assert self.log is not None

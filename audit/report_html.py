@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from audit.doorbell import describe as describe_doorbell
 from audit.filesystem import describe as describe_filesystem
-from audit.model import AuditResult, Cause, NodeMap, PhaseSpan, RankSummary
+from audit.model import AuditResult, Cause, Finding, NodeMap, PhaseSpan, RankSummary
 from audit.report_charts import bar_chart, line_chart
 from audit.report_text import cause_headline
 from audit.sanitize import clean_text
@@ -460,35 +460,34 @@ def _first_cause_html(result: AuditResult) -> list[str]:
 def _findings_html(result: AuditResult) -> list[str]:
     if not result.findings:
         return ["<h2>Findings</h2>", '<p id="no-findings">No findings.</p>']
-    parts = [
-        "<h2>Findings</h2>",
-        '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th><th>rank</th><th>message</th></tr>',
-    ]
-    for f in result.findings:
-        path = f" {f.json_path}" if f.json_path else ""
-        parts.append(
-            f'<tr class="{_e(f.severity)}"><td class="sev">{_e(f.severity)}</td>'
-            f"<td><code>{_e(f.code)}</code></td>"
-            f"<td><code>{_e((f.file or '') + path)}</code></td><td>{'' if f.rank is None else f.rank}</td>"
-            f"<td>{_e(f.message)}</td></tr>"
-        )
-    parts.append("</table>")
-    return parts
+    head = '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th><th>rank</th><th>message</th></tr>'
+    return ["<h2>Findings</h2>", head, *(_finding_tr(f) for f in result.findings), "</table>"]
+
+
+def _finding_tr(f: Finding) -> str:
+    path = f" {f.json_path}" if f.json_path else ""
+    return (
+        f'<tr class="{_e(f.severity)}"><td class="sev">{_e(f.severity)}</td>'
+        f"<td><code>{_e(f.code)}</code></td>"
+        f"<td><code>{_e((f.file or '') + path)}</code></td><td>{'' if f.rank is None else f.rank}</td>"
+        f"<td>{_e(f.message)}</td></tr>"
+    )
 
 
 def _replicas_html(result: AuditResult) -> list[str]:
-    parts = [
+    head = (
         '<h2>Replicas</h2><table id="ranks"><tr><th>rank</th><th>node</th><th>address</th>'
         "<th>host</th><th>state</th><th>incarnation</th></tr>"
-    ]
-    for r in result.ranks:
-        parts.append(
-            f"<tr><td>{r.rank}</td><td>{'' if r.node_index is None else r.node_index}</td>"
-            f"<td>{_e(r.address or '')}</td><td>{_e(r.hostname or '')}</td><td>{_e(r.state or '')}</td>"
-            f"<td><code>{_e(r.incarnation or '')}</code></td></tr>"
-        )
-    parts.append("</table>")
-    return parts
+    )
+    return [head, *(_rank_tr(r) for r in result.ranks), "</table>"]
+
+
+def _rank_tr(r: RankSummary) -> str:
+    return (
+        f"<tr><td>{r.rank}</td><td>{'' if r.node_index is None else r.node_index}</td>"
+        f"<td>{_e(r.address or '')}</td><td>{_e(r.hostname or '')}</td><td>{_e(r.state or '')}</td>"
+        f"<td><code>{_e(r.incarnation or '')}</code></td></tr>"
+    )
 
 
 def _closing_html(result: AuditResult) -> list[str]:

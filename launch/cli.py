@@ -299,15 +299,20 @@ def _run_grade(args: argparse.Namespace) -> int:
 # --- local ------------------------------------------------------------------
 
 
-def _configure_local(parser: argparse.ArgumentParser) -> None:
-    add_spec_arguments(parser)
+def _add_run_arguments(parser: argparse.ArgumentParser, output_root_help: str) -> None:
+    """Which run: its id, its output root, and whether this is a new attempt of it."""
     parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
-    parser.add_argument("--output-root", help="default: [output] root of the spec")
+    parser.add_argument("--output-root", help=output_root_help)
     parser.add_argument(
         "--resume",
         action="store_true",
         help="a new attempt of the run --uuid names (its previous attempt ended); same spec required",
     )
+
+
+def _configure_local(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    _add_run_arguments(parser, "default: [output] root of the spec")
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -418,13 +423,7 @@ def _run_status(args: argparse.Namespace) -> int:
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--backend", choices=scheduler_names(), help="default: [launch] backend of the spec")
-    parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
-    parser.add_argument("--output-root", help="default: [output] root of the spec; must be a shared filesystem")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="a new attempt of the run --uuid names (its previous attempt ended); same spec required",
-    )
+    _add_run_arguments(parser, "default: [output] root of the spec; must be a shared filesystem")
 
 
 def backend_of(args: argparse.Namespace, config: RunConfig) -> Backend:

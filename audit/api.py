@@ -35,7 +35,7 @@ from audit.crosscheck_lifecycle import (
 )
 from audit.crosscheck_regrade import check_regrade
 from audit.doorbell import summary as doorbell_summary
-from audit.expected import expected_plan
+from audit.expected import PlanView, expected_plan
 from audit.filesystem import check_filesystem, mounts
 from audit.first_cause import analyse, order_key
 from audit.gateway_stats import gateway_summary
@@ -245,79 +245,26 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
         run = load_run(safe)
         outputs = _outputs or _JobOutputs(safe, job_outputs(run))
         spec, fingerprint = _read_spec(run)
-        plan, findings = expected_plan(spec, fingerprint, run)
-        if plan.replicas > MAX_RANKS:
-            findings.append(Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none"))
-            plan = dataclasses.replace(plan, replicas=0, nodes=(), driver_node=None, fingerprint=None)
+        plan, planned = _plan(spec, fingerprint, run)
         expected = tuple(range(plan.replicas))
-        ctx = build_context(run, spec, fingerprint, plan, expected)
-        ctx = _with_evidence(ctx, safe)
-        findings = list(run.findings) + findings + check_schemas(run, fingerprint)
-        findings += [*ctx.training.findings, *ctx.replies.findings]
-        for check in CHECKS:
-            findings.extend(_guarded(check, ctx))
-
-        heartbeat_phases = {
-            r: p
-            for a in run.by_schema("heartbeat")
-            if (r := rank_of(a)) is not None and (p := as_str(as_dict(a.doc).get("phase")))
-        }
-        first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
-        notes: list[str] = []
-        if first is not None and explains(first, cascade):
-            scheduler = scheduler_query.scheduler_of(backend_of(run), ctx.addresses)
-            job_id = job_id_of(run) or scheduler_query.recorded_job(ctx.addresses)
-            ending = find_ending(outputs.safe, outputs.files, job_id, restart_of(ctx.addresses))
-            if ending is None and ask_scheduler:
-                answer = scheduler_query.ask(scheduler, job_id, (first, *cascade), ctx.addresses)
-                ending = answer.ending
-                if answer.note:
-                    notes.append(answer.note)
-            if ending is not None:
-                earlier = (first, *cascade)
-                first = as_first_cause(ending, first, cascade, ctx.failures, ctx.addresses, scheduler or "slurm")
-                cascade, others = tuple(sorted(earlier, key=order_key)), ()
+        ctx = _with_evidence(build_context(run, spec, fingerprint, plan, expected), safe)
+        findings = _check_findings(run, ctx, fingerprint, planned)
+        causes, scheduler_note = _causes(ctx, run, safe, outputs, ask_scheduler)
+        notes = [scheduler_note] if scheduler_note else []
         if plan.source != "launch":
             notes.append("the plan could not be recomputed; placement and layout were not checked against it")
-        if ctx.outcome == "failed" and first is not None:
-            who = f"the job ({first.scheduler} ended it)" if first.scheduler else f"rank {first.rank}"
-            where = who + (f" in phase {first.phase}" if first.phase else "")
-            findings.append(
-                Finding(
-                    "error",
-                    "run.failed",
-                    f"first cause: {first.kind} on {where}: {first.cause}",
-                    first.file,
-                    first.rank,
-                )
-            )
-            hosts = {c.rank for c in (first, *cascade)}
-            if len(hosts) > 1:
-                notes.append("failure times come from different hosts' clocks; the order across hosts is best effort")
-            if others:
-                notes.append(
-                    f"{len(others)} other independent root cause(s): "
-                    + ", ".join(f"{c.kind} on rank {c.rank}" for c in others)
-                )
+        if ctx.outcome == "failed" and causes.first is not None:
+            failed, failed_notes = _failed_run(causes.first, causes.cascade, causes.others)
+            findings.append(failed)
+            notes += failed_notes
         elif ctx.outcome == "incomplete":
-            first = _inferred_cause(ctx)
-            missing = []
-            if ctx.complete is None:
-                missing.append("no complete.json")
-            not_acked = sorted(set(expected) - ctx.acked)
-            if not_acked:
-                missing.append(f"no acknowledgement from ranks {not_acked}")
-            findings.append(
-                Finding(
-                    "error",
-                    "run.incomplete",
-                    "the run did not complete and nobody recorded why (" + "; ".join(missing) + ")",
-                )
-            )
+            causes = dataclasses.replace(causes, first=_inferred_cause(ctx))
+            findings.append(_incomplete_run(ctx, expected))
         unfit = unfit_nodes(ctx)
         findings += refused_findings(safe, Path(path))
         findings = sorted(set(findings), key=Finding.sort_key)
         verdict: Verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
+        first = causes.first
         return AuditResult(
             run_dir=str(path),
             verdict=verdict,
@@ -325,8 +272,8 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             fingerprint=fingerprint,
             findings=tuple(findings),
             first_cause=first,
-            cascade=cascade if ctx.outcome == "failed" else (),
-            other_roots=others if ctx.outcome == "failed" else (),
+            cascade=causes.cascade if ctx.outcome == "failed" else (),
+            other_roots=causes.others if ctx.outcome == "failed" else (),
             expected_ranks=expected,
             ranks=_rank_summaries(ctx),
             plan=plan.to_json(),
@@ -344,6 +291,95 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             if ctx.plan.bindings
             else None,
         )
+
+
+def _plan(spec: dict[str, Any], fingerprint: str | None, run: LoadedRun) -> tuple[PlanView, list[Finding]]:
+    """The plan the spec gives, recomputed; a spec with more replicas than can be listed is audited with none."""
+    plan, findings = expected_plan(spec, fingerprint, run)
+    if plan.replicas > MAX_RANKS:
+        findings.append(Finding("error", "spec.too_many_replicas", f"{plan.replicas} replicas; auditing none"))
+        plan = dataclasses.replace(plan, replicas=0, nodes=(), driver_node=None, fingerprint=None)
+    return plan, findings
+
+
+def _check_findings(
+    run: LoadedRun, ctx: AuditContext, fingerprint: str | None, planned: list[Finding]
+) -> list[Finding]:
+    """What reading the files, the plan, the schemas, the evidence and every cross-check found."""
+    findings = list(run.findings) + planned + check_schemas(run, fingerprint)
+    findings += [*ctx.training.findings, *ctx.replies.findings]
+    for check in CHECKS:
+        findings.extend(_guarded(check, ctx))
+    return findings
+
+
+@dataclasses.dataclass(frozen=True)
+class _Causes:
+    """The first cause, the failures that followed from it, and the independent other roots."""
+
+    first: Cause | None
+    cascade: tuple[Cause, ...]
+    others: tuple[Cause, ...]
+
+
+def _causes(
+    ctx: AuditContext, run: LoadedRun, safe: SafeDir, outputs: _JobOutputs, ask_scheduler: bool
+) -> tuple[_Causes, str | None]:
+    """The first cause from the ranks' records; where the scheduler ended the job and no rank failed
+    on its own before, the scheduler's ending is the first cause. The note: what asking it said."""
+    heartbeat_phases = {
+        r: p
+        for a in run.by_schema("heartbeat")
+        if (r := rank_of(a)) is not None and (p := as_str(as_dict(a.doc).get("phase")))
+    }
+    first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
+    if first is None or not explains(first, cascade):
+        return _Causes(first, cascade, others), None
+    scheduler = scheduler_query.scheduler_of(backend_of(run), ctx.addresses)
+    job_id = job_id_of(run) or scheduler_query.recorded_job(ctx.addresses)
+    ending = find_ending(outputs.safe, outputs.files, job_id, restart_of(ctx.addresses))
+    note = None
+    if ending is None and ask_scheduler:
+        answer = scheduler_query.ask(scheduler, job_id, (first, *cascade), ctx.addresses)
+        ending, note = answer.ending, answer.note or None
+    if ending is None:
+        return _Causes(first, cascade, others), note
+    earlier = (first, *cascade)
+    first = as_first_cause(ending, first, cascade, ctx.failures, ctx.addresses, scheduler or "slurm")
+    return _Causes(first, tuple(sorted(earlier, key=order_key)), ()), note
+
+
+def _failed_run(first: Cause, cascade: tuple[Cause, ...], others: tuple[Cause, ...]) -> tuple[Finding, list[str]]:
+    """A failed run's error finding, naming its first cause, and what to keep in mind reading it."""
+    who = f"the job ({first.scheduler} ended it)" if first.scheduler else f"rank {first.rank}"
+    where = who + (f" in phase {first.phase}" if first.phase else "")
+    finding = Finding(
+        "error", "run.failed", f"first cause: {first.kind} on {where}: {first.cause}", first.file, first.rank
+    )
+    notes = []
+    hosts = {c.rank for c in (first, *cascade)}
+    if len(hosts) > 1:
+        notes.append("failure times come from different hosts' clocks; the order across hosts is best effort")
+    if others:
+        notes.append(
+            f"{len(others)} other independent root cause(s): " + ", ".join(f"{c.kind} on rank {c.rank}" for c in others)
+        )
+    return finding, notes
+
+
+def _incomplete_run(ctx: AuditContext, expected: tuple[int, ...]) -> Finding:
+    """An incomplete run's error finding: what is missing that a completed run has."""
+    missing = []
+    if ctx.complete is None:
+        missing.append("no complete.json")
+    not_acked = sorted(set(expected) - ctx.acked)
+    if not_acked:
+        missing.append(f"no acknowledgement from ranks {not_acked}")
+    return Finding(
+        "error",
+        "run.incomplete",
+        "the run did not complete and nobody recorded why (" + "; ".join(missing) + ")",
+    )
 
 
 def _unfit(nodes: list[Any], scheduler: str | None) -> dict[str, Any] | None:

@@ -17,11 +17,11 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from audit.logs import Matcher, grep_log, list_logs
+from audit.logs import LogFile, Matcher, grep_log, list_logs
 from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
 from audit.sanitize import terminal_safe
 from launch.spec.console import quiet_broken_pipe, use_colour, version
@@ -263,27 +263,12 @@ def _colour(text: str) -> str:
 
 def _logs(argv: Sequence[str]) -> int:
     args = _logs_parser().parse_args(argv)
-    try:
-        matcher = Matcher.compile(args.grep, args.ignore_case)
-    except re.error as exc:
-        print(f"gym-audit logs: bad --grep pattern: {exc}", file=sys.stderr)
+    filters = _log_filters(args)
+    if filters is None:
         return 2
-    if args.after < 0 or args.before < 0:
-        print("gym-audit logs: -A/-B take a number of lines >= 0", file=sys.stderr)
-        return 2
-    since = None
-    if args.since:
-        from audit import logview  # here and below: a plain grep starts without it
-
-        try:
-            since = logview.parse_since(args.since)
-        except ValueError as exc:
-            print(f"gym-audit logs: {exc}", file=sys.stderr)
-            return 2
+    matcher, since = filters
     safe = SafeDir(resolve_run(args.run_dir, args.output_root))
     out = sys.stdout.buffer
-    printed = 0
-    plain = not (args.after or args.before or since is not None or args.merge or args.follow)
     # Followed without context or times, the history is printed by the follower's own reader:
     # a line written while it starts is neither lost nor printed twice.
     follow_all = args.follow and not (args.after or args.before or since is not None or args.merge)
@@ -292,40 +277,79 @@ def _logs(argv: Sequence[str]) -> int:
         if not logs and not args.follow:
             print("gym-audit logs: no log matches --rank/--judge", file=sys.stderr)
             return 1
-        if plain:
-            for log in logs:
-                prefix = log.relpath.encode()
-                try:
-                    for line_no, line in grep_log(safe, log.relpath, matcher):
-                        out.write(b"%s:%d:%s\n" % (prefix, line_no, line))
-                        printed += 1
-                except BrokenPipeError:
-                    raise  # the reader left (`| head`): stop, handled in main()
-                except (UnsafeFile, OSError) as exc:
-                    print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
-        elif args.merge:
-            from audit import logview
-
-            for ln in logview.merged_view(safe, logs, matcher, since):
-                out.write(logview.render(ln))
-                printed += 1
-        elif not follow_all:
-            from audit import logview
-
-            keep = logview.selector(matcher, since)
-            for log in logs:
-                try:
-                    for shown in logview.file_view(safe, log, matcher, since, args.before, args.after):
-                        out.write(logview.render(shown, shown is None or keep(shown)))
-                        printed += shown is not None and keep(shown)
-                except BrokenPipeError:
-                    raise
-                except (UnsafeFile, OSError) as exc:
-                    print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
+        printed = 0 if follow_all else _history(safe, logs, matcher, since, args, out)
         out.flush()
         if args.follow:
             printed += _follow(safe, [] if follow_all else logs, matcher, args, out)
     return 0 if printed else 1
+
+
+def _log_filters(args: argparse.Namespace) -> tuple[Matcher, float | None] | None:
+    """The pattern and the --since time asked for; None (said on stderr) when one is unusable."""
+    try:
+        matcher = Matcher.compile(args.grep, args.ignore_case)
+    except re.error as exc:
+        print(f"gym-audit logs: bad --grep pattern: {exc}", file=sys.stderr)
+        return None
+    if args.after < 0 or args.before < 0:
+        print("gym-audit logs: -A/-B take a number of lines >= 0", file=sys.stderr)
+        return None
+    since = None
+    if args.since:
+        from audit import logview  # here and below: a plain grep starts without it
+
+        try:
+            since = logview.parse_since(args.since)
+        except ValueError as exc:
+            print(f"gym-audit logs: {exc}", file=sys.stderr)
+            return None
+    return matcher, since
+
+
+def _history(
+    safe: SafeDir, logs: list[LogFile], matcher: Matcher, since: float | None, args: argparse.Namespace, out: BinaryIO
+) -> int:
+    """The lines already written, as asked: a plain grep, one view merged in time order, or each
+    log with its context lines. The number of matching lines printed."""
+    if not (args.after or args.before or since is not None or args.merge or args.follow):
+
+        def grepped(log: LogFile) -> Iterator[tuple[bytes, bool]]:
+            prefix = log.relpath.encode()
+            for line_no, line in grep_log(safe, log.relpath, matcher):
+                yield b"%s:%d:%s\n" % (prefix, line_no, line), True
+
+        return _each_log(logs, grepped, out)
+    from audit import logview
+
+    if args.merge:
+        printed = 0
+        for ln in logview.merged_view(safe, logs, matcher, since):
+            out.write(logview.render(ln))
+            printed += 1
+        return printed
+    keep = logview.selector(matcher, since)
+
+    def in_context(log: LogFile) -> Iterator[tuple[bytes, bool]]:
+        for shown in logview.file_view(safe, log, matcher, since, args.before, args.after):
+            yield logview.render(shown, shown is None or keep(shown)), shown is not None and keep(shown)
+
+    return _each_log(logs, in_context, out)
+
+
+def _each_log(logs: list[LogFile], lines: Callable[[LogFile], Iterable[tuple[bytes, bool]]], out: BinaryIO) -> int:
+    """Every log's lines written out, (text, whether it counts as a match) each; a log that cannot
+    be read is skipped with a word on stderr. The number of matches printed."""
+    printed = 0
+    for log in logs:
+        try:
+            for text, match in lines(log):
+                out.write(text)
+                printed += match
+        except BrokenPipeError:
+            raise  # the reader left (`| head`): stop, handled in main()
+        except (UnsafeFile, OSError) as exc:
+            print(f"gym-audit logs: skipping {log.relpath}: {exc}", file=sys.stderr)
+    return printed
 
 
 def _follow(safe: SafeDir, printed_logs: list[Any], matcher: Matcher, args: argparse.Namespace, out: object) -> int:

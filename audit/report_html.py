@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 
 from audit.doorbell import describe as describe_doorbell
 from audit.filesystem import describe as describe_filesystem
-from audit.model import AuditResult, Cause, NodeMap, RankSummary
+from audit.model import AuditResult, Cause, Finding, NodeMap, PhaseSpan, RankSummary
 from audit.report_charts import bar_chart, line_chart
 from audit.report_text import cause_headline
 from audit.sanitize import clean_text
@@ -105,6 +106,29 @@ def run_span(ranks: tuple[RankSummary, ...]) -> tuple[float | None, float | None
     return t0, (max(ends) - t0 if ends else None)
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """The timeline's geometry: where a wall time falls, and where each replica's row is."""
+
+    t0: float
+    t1: float
+    span: float  # seconds the chart's width stands for (t1 - t0, or 1 for a degenerate timeline)
+    label_w: int = 150
+    chart_w: int = 900
+    row_h: int = 30
+    top: int = 24
+
+    def x(self, t: float) -> float:
+        """Where ``t`` falls, kept inside the chart."""
+        return _clamp(
+            self.label_w + self.chart_w * (t - self.t0) / self.span, self.label_w, self.label_w + self.chart_w
+        )
+
+    @property
+    def right(self) -> int:
+        return self.label_w + self.chart_w
+
+
 def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause], first: Cause | None = None) -> str:
     spans = [(r.rank, p) for r in ranks for p in r.phases]
     if not spans:
@@ -115,70 +139,17 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause], first: Cause 
     span = t1 - t0
     if not math.isfinite(span) or span <= 0:  # hostile or single-instant timelines still draw
         span = 1.0
-    label_w, chart_w, row_h, top = 150, 900, 30, 24
+    frame = _Frame(t0, t1, span)
     rows = [r for r in ranks if r.phases] + [r for r in ranks if not r.phases]
-    height = top + row_h * len(rows) + 10
+    height = frame.top + frame.row_h * len(rows) + 10
     # A viewBox and CSS width 100%: the chart scales to the page instead of a fixed pixel width.
     out = [
-        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {label_w + chart_w + 20} {height}" '
+        f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {frame.right + 20} {height}" '
         f'preserveAspectRatio="xMinYMin meet" role="img" aria-label="per-replica phase timeline">'
     ]
-    for i in range(5):  # time axis
-        x = label_w + chart_w * i / 4
-        out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 6}" stroke="#eee"/>')
-        out.append(
-            f'<text x="{x:.1f}" y="{top - 8}" font-size="10" fill="#666" text-anchor="middle">'
-            f"+{timefmt.seconds(span * i / 4)}s</text>"
-        )
+    out += _time_axis(frame, height)
     for row, r in enumerate(rows):
-        y = top + row * row_h
-        state = r.state or "no record"
-        out.append(f'<g class="replica" data-rank="{r.rank}">')
-        out.append(f'<text x="4" y="{y + 19}" font-size="12">rank {r.rank} · {_e(state)}</text>')
-        if not r.phases:
-            out.append(f'<text x="{label_w}" y="{y + 19}" font-size="11" fill="#999">no phases recorded</text>')
-        failed_spans = [p for p in r.phases if p.outcome == "failed"]
-        for p in r.phases:
-            end = p.ended_at if p.ended_at is not None else t1
-            x = _clamp(label_w + chart_w * (p.started_at - t0) / span, label_w, label_w + chart_w)
-            root = p.outcome == "failed" and _is_first(first, r.rank, p.phase) and p is failed_spans[-1]
-            # The root cause stays visible however short it was; reactions are drawn quietly.
-            w = _clamp(chart_w * (end - p.started_at) / span, 8.0 if root else 2.0, label_w + chart_w - x + 2)
-            color = PHASE_COLORS.get(p.phase, OTHER_PHASE)
-            if root:
-                stroke = f' stroke="{FIRST_CAUSE}" stroke-width="4"'
-            elif p.outcome == "failed":
-                stroke = f' stroke="{REACTION}" stroke-width="1" stroke-dasharray="2 2" fill-opacity="0.45"'
-            else:
-                stroke = ""
-            dash = ' stroke-dasharray="4 2" stroke="#333"' if p.outcome == "running" else ""
-            dur = f"{timefmt.seconds(end - p.started_at, 2)}s" + (" (still running)" if p.ended_at is None else "")
-            cls = f"phase phase-{_e(p.outcome)}" + (" first-cause" if root else "")
-            out.append(
-                f'<rect class="{cls}" data-phase="{_e(p.phase)}" '
-                f'x="{x:.1f}" y="{y + 4}" '
-                f'width="{w:.1f}" height="{row_h - 8}" fill="{color}"{stroke}{dash}>'
-                f"<title>rank {r.rank} {_e(p.phase)}: {_e(p.outcome)}, {dur} {_e(p.detail)}</title></rect>"
-            )
-            if root:
-                lx = min(x + w + 4, label_w + chart_w - 60)
-                out.append(
-                    f'<text class="first-cause-label" x="{lx:.1f}" y="{y + 19}" font-size="11" '
-                    f'font-weight="700" fill="{FIRST_CAUSE}">first cause</text>'
-                )
-            if w > 9 * len(p.phase) * 0.62:
-                out.append(f'<text x="{x + 3:.1f}" y="{y + 19}" font-size="10" fill="#fff">{_e(p.phase)}</text>')
-        for c in causes:
-            if c.rank == r.rank and c.wall_time is not None:
-                x = _clamp(label_w + chart_w * (c.wall_time - t0) / span, label_w, label_w + chart_w)
-                is_first = c is first
-                fill = FIRST_CAUSE if is_first else REACTION
-                cls = "failure-marker first-cause-marker" if is_first else "failure-marker"
-                out.append(
-                    f'<path class="{cls}" d="M{x:.1f},{y + 2} l5,-6 h-10 z" fill="{fill}">'
-                    f"<title>{_e(c.kind)}: {_e(c.cause)}</title></path>"
-                )
-        out.append("</g>")
+        out += _replica_row(frame, frame.top + row * frame.row_h, r, causes, first)
     out.append("</svg>")
     legend = "".join(
         f'<span><i class="swatch" style="background:{color}"></i>{_e(name)}</span>'
@@ -190,6 +161,76 @@ def _timeline(ranks: tuple[RankSummary, ...], causes: list[Cause], first: Cause 
         "in reaction to it are dashed and faded.</p>"
     )
     return "\n".join(out) + f'<div class="legend">{legend}</div>{note}'
+
+
+def _time_axis(frame: _Frame, height: int) -> list[str]:
+    out = []
+    for i in range(5):
+        x = frame.label_w + frame.chart_w * i / 4
+        out.append(f'<line x1="{x:.1f}" y1="{frame.top - 4}" x2="{x:.1f}" y2="{height - 6}" stroke="#eee"/>')
+        out.append(
+            f'<text x="{x:.1f}" y="{frame.top - 8}" font-size="10" fill="#666" text-anchor="middle">'
+            f"+{timefmt.seconds(frame.span * i / 4)}s</text>"
+        )
+    return out
+
+
+def _replica_row(frame: _Frame, y: int, r: RankSummary, causes: list[Cause], first: Cause | None) -> list[str]:
+    """One replica's row: its label, its phases, and a marker where each of its failures was recorded."""
+    state = r.state or "no record"
+    out = [f'<g class="replica" data-rank="{r.rank}">']
+    out.append(f'<text x="4" y="{y + 19}" font-size="12">rank {r.rank} · {_e(state)}</text>')
+    if not r.phases:
+        out.append(f'<text x="{frame.label_w}" y="{y + 19}" font-size="11" fill="#999">no phases recorded</text>')
+    failed_spans = [p for p in r.phases if p.outcome == "failed"]
+    for p in r.phases:
+        root = p.outcome == "failed" and _is_first(first, r.rank, p.phase) and p is failed_spans[-1]
+        out += _phase_bar(frame, y, r.rank, p, root)
+    for c in causes:
+        if c.rank == r.rank and c.wall_time is not None:
+            x = frame.x(c.wall_time)
+            is_first = c is first
+            fill = FIRST_CAUSE if is_first else REACTION
+            cls = "failure-marker first-cause-marker" if is_first else "failure-marker"
+            out.append(
+                f'<path class="{cls}" d="M{x:.1f},{y + 2} l5,-6 h-10 z" fill="{fill}">'
+                f"<title>{_e(c.kind)}: {_e(c.cause)}</title></path>"
+            )
+    out.append("</g>")
+    return out
+
+
+def _phase_bar(frame: _Frame, y: int, rank: int, p: PhaseSpan, root: bool) -> list[str]:
+    """One phase as a bar: the root cause outlined and labelled, reactions to it dashed and faded."""
+    end = p.ended_at if p.ended_at is not None else frame.t1
+    x = frame.x(p.started_at)
+    # The root cause stays visible however short it was; reactions are drawn quietly.
+    w = _clamp(frame.chart_w * (end - p.started_at) / frame.span, 8.0 if root else 2.0, frame.right - x + 2)
+    color = PHASE_COLORS.get(p.phase, OTHER_PHASE)
+    if root:
+        stroke = f' stroke="{FIRST_CAUSE}" stroke-width="4"'
+    elif p.outcome == "failed":
+        stroke = f' stroke="{REACTION}" stroke-width="1" stroke-dasharray="2 2" fill-opacity="0.45"'
+    else:
+        stroke = ""
+    dash = ' stroke-dasharray="4 2" stroke="#333"' if p.outcome == "running" else ""
+    dur = f"{timefmt.seconds(end - p.started_at, 2)}s" + (" (still running)" if p.ended_at is None else "")
+    cls = f"phase phase-{_e(p.outcome)}" + (" first-cause" if root else "")
+    out = [
+        f'<rect class="{cls}" data-phase="{_e(p.phase)}" '
+        f'x="{x:.1f}" y="{y + 4}" '
+        f'width="{w:.1f}" height="{frame.row_h - 8}" fill="{color}"{stroke}{dash}>'
+        f"<title>rank {rank} {_e(p.phase)}: {_e(p.outcome)}, {dur} {_e(p.detail)}</title></rect>"
+    ]
+    if root:
+        lx = min(x + w + 4, frame.right - 60)
+        out.append(
+            f'<text class="first-cause-label" x="{lx:.1f}" y="{y + 19}" font-size="11" '
+            f'font-weight="700" fill="{FIRST_CAUSE}">first cause</text>'
+        )
+    if w > 9 * len(p.phase) * 0.62:
+        out.append(f'<text x="{x + 3:.1f}" y="{y + 19}" font-size="10" fill="#fff">{_e(p.phase)}</text>')
+    return out
 
 
 def _gpu_map(maps: tuple[NodeMap, ...]) -> str:
@@ -352,8 +393,27 @@ def _training_html(result: AuditResult) -> list[str]:
 
 
 def render(result: AuditResult) -> str:
+    parts = _page_head(result) + _first_cause_html(result)
+    if result.cascade:
+        parts.append('<h2>Cascade</h2><ol id="cascade">')
+        parts += [f"<li>{_cause_html(c)}</li>" for c in result.cascade]
+        parts.append("</ol>")
+    causes = ([result.first_cause] if result.first_cause else []) + list(result.cascade)
+    parts.append('<h2>Timeline</h2><section id="timeline">')
+    parts.append(_timeline(result.ranks, causes, result.first_cause))
+    parts.append('</section><h2>GPU map</h2><section id="gpu-map">')
+    parts.append(_gpu_map(result.gpu_maps))
+    parts.append("</section>")
+    parts += _judges_html(result) + _training_html(result)
+    parts += _findings_html(result) + _replicas_html(result) + _closing_html(result)
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _page_head(result: AuditResult) -> list[str]:
+    """The document's head and the verdict line: outcome, counts of findings, when, fingerprint."""
     counts = {s: sum(1 for f in result.findings if f.severity == s) for s in ("error", "warning", "info")}
-    parts = [
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         # No network: the policy forbids every fetch, so the page is provably self-contained.
@@ -369,67 +429,70 @@ def render(result: AuditResult) -> str:
         f"<br>{_when(result)}"
         f'<br><span class="muted">fingerprint {_e(result.fingerprint or "unknown")}</span></p>',
     ]
-    if result.first_cause is not None:
-        fc = result.first_cause
-        parts.append('<h2>First cause</h2><div id="first-cause">')
-        parts.append(f"<p>{_cause_html(fc)}</p>")
-        if fc.reported_by is not None:
-            parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
-        if result.unfit:
-            parts.append(f'<p id="unfit">Unfit node(s): <code>{_e(str(result.unfit.get("exclude")))}</code></p>')
-        if fc.binding is not None:
-            judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
-            parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')
-        parts.append(_stacks_html(result))
-        if fc.log:
-            parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
-            parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')
-        if fc.ray_logs:
-            parts.append(
-                f"<p>Ray's own logs of rank {fc.rank}: "
-                + ", ".join(f"<code>{_e(x)}</code>" for x in fc.ray_logs)
-                + "</p>"
-            )
-        parts.append("</div>")
-    if result.cascade:
-        parts.append('<h2>Cascade</h2><ol id="cascade">')
-        parts += [f"<li>{_cause_html(c)}</li>" for c in result.cascade]
-        parts.append("</ol>")
-    causes = ([result.first_cause] if result.first_cause else []) + list(result.cascade)
-    parts.append('<h2>Timeline</h2><section id="timeline">')
-    parts.append(_timeline(result.ranks, causes, result.first_cause))
-    parts.append('</section><h2>GPU map</h2><section id="gpu-map">')
-    parts.append(_gpu_map(result.gpu_maps))
-    parts.append("</section>")
-    parts += _judges_html(result) + _training_html(result)
-    parts.append("<h2>Findings</h2>")
+
+
+def _first_cause_html(result: AuditResult) -> list[str]:
+    """The first cause and what explains it: who reported it, unfit nodes, the binding, the stacks, logs."""
+    fc = result.first_cause
+    if fc is None:
+        return []
+    parts = ['<h2>First cause</h2><div id="first-cause">']
+    parts.append(f"<p>{_cause_html(fc)}</p>")
+    if fc.reported_by is not None:
+        parts.append(f"<p>No record from rank {fc.rank}; reported by rank {fc.reported_by}.</p>")
+    if result.unfit:
+        parts.append(f'<p id="unfit">Unfit node(s): <code>{_e(str(result.unfit.get("exclude")))}</code></p>')
+    if fc.binding is not None:
+        judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
+        parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')
+    parts.append(_stacks_html(result))
+    if fc.log:
+        parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")
+        parts.append(f'<pre class="excerpt">{_e(chr(10).join(fc.excerpt)) or "(empty or unreadable)"}</pre>')
+    if fc.ray_logs:
+        parts.append(
+            f"<p>Ray's own logs of rank {fc.rank}: " + ", ".join(f"<code>{_e(x)}</code>" for x in fc.ray_logs) + "</p>"
+        )
+    parts.append("</div>")
+    return parts
+
+
+def _findings_html(result: AuditResult) -> list[str]:
     if not result.findings:
-        parts.append('<p id="no-findings">No findings.</p>')
-    else:
-        parts.append(
-            '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th><th>rank</th><th>message</th></tr>'
-        )
-    for f in result.findings:
-        path = f" {f.json_path}" if f.json_path else ""
-        parts.append(
-            f'<tr class="{_e(f.severity)}"><td class="sev">{_e(f.severity)}</td>'
-            f"<td><code>{_e(f.code)}</code></td>"
-            f"<td><code>{_e((f.file or '') + path)}</code></td><td>{'' if f.rank is None else f.rank}</td>"
-            f"<td>{_e(f.message)}</td></tr>"
-        )
-    if result.findings:
-        parts.append("</table>")
-    parts.append(
+        return ["<h2>Findings</h2>", '<p id="no-findings">No findings.</p>']
+    head = '<table id="findings"><tr><th>severity</th><th>code</th><th>file</th><th>rank</th><th>message</th></tr>'
+    return ["<h2>Findings</h2>", head, *(_finding_tr(f) for f in result.findings), "</table>"]
+
+
+def _finding_tr(f: Finding) -> str:
+    path = f" {f.json_path}" if f.json_path else ""
+    return (
+        f'<tr class="{_e(f.severity)}"><td class="sev">{_e(f.severity)}</td>'
+        f"<td><code>{_e(f.code)}</code></td>"
+        f"<td><code>{_e((f.file or '') + path)}</code></td><td>{'' if f.rank is None else f.rank}</td>"
+        f"<td>{_e(f.message)}</td></tr>"
+    )
+
+
+def _replicas_html(result: AuditResult) -> list[str]:
+    head = (
         '<h2>Replicas</h2><table id="ranks"><tr><th>rank</th><th>node</th><th>address</th>'
         "<th>host</th><th>state</th><th>incarnation</th></tr>"
     )
-    for r in result.ranks:
-        parts.append(
-            f"<tr><td>{r.rank}</td><td>{'' if r.node_index is None else r.node_index}</td>"
-            f"<td>{_e(r.address or '')}</td><td>{_e(r.hostname or '')}</td><td>{_e(r.state or '')}</td>"
-            f"<td><code>{_e(r.incarnation or '')}</code></td></tr>"
-        )
-    parts.append("</table>")
+    return [head, *(_rank_tr(r) for r in result.ranks), "</table>"]
+
+
+def _rank_tr(r: RankSummary) -> str:
+    return (
+        f"<tr><td>{r.rank}</td><td>{'' if r.node_index is None else r.node_index}</td>"
+        f"<td>{_e(r.address or '')}</td><td>{_e(r.hostname or '')}</td><td>{_e(r.state or '')}</td>"
+        f"<td><code>{_e(r.incarnation or '')}</code></td></tr>"
+    )
+
+
+def _closing_html(result: AuditResult) -> list[str]:
+    """How the replicas coordinated (shared filesystem, doorbell), then the audit's notes."""
+    parts = []
     coordination = [describe_filesystem(m) for m in result.filesystem]
     if result.doorbell is not None:
         coordination.append(describe_doorbell(result.doorbell))
@@ -439,5 +502,4 @@ def render(result: AuditResult) -> str:
         )
     if result.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return parts

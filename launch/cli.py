@@ -16,9 +16,9 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from launch.backends import Backend, RenderRequest, backend, scheduler_names
 from launch.spec.config import RunConfig
@@ -29,6 +29,11 @@ from launch.spec.plan import Plan, plan
 from launch.spec.validate import validated
 from schemas import names
 from schemas.errors import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Asked = TypeVar("_Asked", bound="DataclassInstance")  # a command's arguments, typed (GradeArgs, RegradeArgs)
 
 EXIT_OK = 0
 
@@ -273,35 +278,36 @@ def _configure_grade(parser: argparse.ArgumentParser) -> None:
     parser.epilog = GRADE_EPILOG
 
 
+def _typed(cls: type[_Asked], args: argparse.Namespace) -> _Asked:
+    """A command's arguments as its typed dataclass: each field is the option of the same name."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
 def _run_grade(args: argparse.Namespace) -> int:
     from launch.grade_job import GradeArgs, grade
 
     _, config, _ = load_valid(args, grades_here=True)
-    asked = GradeArgs(
-        binding=args.binding,
-        question=args.question,
-        answer=args.answer,
-        reference=args.reference,
-        run=args.run,
-        endpoint=args.endpoint,
-        output_root=args.output_root,
-        json=args.json,
-    )
+    asked = _typed(GradeArgs, args)
     return grade(config, asked, lambda line: print(line, flush=True), lambda line: print(line, file=sys.stderr))
 
 
 # --- local ------------------------------------------------------------------
 
 
-def _configure_local(parser: argparse.ArgumentParser) -> None:
-    add_spec_arguments(parser)
+def _add_run_arguments(parser: argparse.ArgumentParser, output_root_help: str) -> None:
+    """Which run: its id, its output root, and whether this is a new attempt of it."""
     parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
-    parser.add_argument("--output-root", help="default: [output] root of the spec")
+    parser.add_argument("--output-root", help=output_root_help)
     parser.add_argument(
         "--resume",
         action="store_true",
         help="a new attempt of the run --uuid names (its previous attempt ended); same spec required",
     )
+
+
+def _configure_local(parser: argparse.ArgumentParser) -> None:
+    add_spec_arguments(parser)
+    _add_run_arguments(parser, "default: [output] root of the spec")
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -412,13 +418,7 @@ def _run_status(args: argparse.Namespace) -> int:
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--backend", choices=scheduler_names(), help="default: [launch] backend of the spec")
-    parser.add_argument("--uuid", help="the run's id (default: time + random); its directory is ROOT/cluster/UUID")
-    parser.add_argument("--output-root", help="default: [output] root of the spec; must be a shared filesystem")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="a new attempt of the run --uuid names (its previous attempt ended); same spec required",
-    )
+    _add_run_arguments(parser, "default: [output] root of the spec; must be a shared filesystem")
 
 
 def backend_of(args: argparse.Namespace, config: RunConfig) -> Backend:
@@ -529,15 +529,7 @@ def add_regrade_arguments(p: argparse.ArgumentParser) -> None:
 def _run_regrade(args: argparse.Namespace) -> int:
     from launch.regrade_job import RegradeArgs, regrade
 
-    asked = RegradeArgs(
-        run_dir=args.run_dir,
-        command=args.command,
-        judge_partition=args.judge_partition,
-        judge_qos=args.judge_qos,
-        uuid=args.uuid,
-        dry_run=args.dry_run,
-        json=args.json,
-    )
+    asked = _typed(RegradeArgs, args)
     return regrade(asked, lambda line: print(line, flush=True))
 
 

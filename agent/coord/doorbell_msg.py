@@ -139,21 +139,23 @@ def _signed(body: dict[str, Any], secret: bytes) -> bytes:
     return seal(orjson.dumps(body, option=orjson.OPT_SORT_KEYS), secret)
 
 
+def _envelope(msg: Ring | Notice) -> dict[str, Any]:
+    """The fields every peer's message carries: who sent it, in which run and attempt, and when."""
+    return {
+        "run": msg.run,
+        "attempt": msg.attempt,
+        "sender": msg.sender,
+        "incarnation": msg.incarnation,
+        "seq": msg.seq,
+        "sent_at": msg.sent_at,
+    }
+
+
 def encode(msg: Ring | Notice, secret: bytes) -> bytes:
     """The datagram for `msg`; a ring's cause is cut until the whole fits in MAX_DATAGRAM."""
     if isinstance(msg, Notice):
         return _signed(
-            {
-                "type": str(msg.type),
-                "run": msg.run,
-                "attempt": msg.attempt,
-                "sender": msg.sender,
-                "incarnation": msg.incarnation,
-                "seq": msg.seq,
-                "sent_at": msg.sent_at,
-                "hb_seq": msg.hb_seq,
-                "fs_busy": round(msg.fs_busy, 3),
-            },
+            {"type": str(msg.type), **_envelope(msg), "hb_seq": msg.hb_seq, "fs_busy": round(msg.fs_busy, 3)},
             secret,
         )
     ring = msg
@@ -162,12 +164,7 @@ def encode(msg: Ring | Notice, secret: bytes) -> bytes:
         body = orjson.dumps(
             {
                 "type": RING_TYPE,
-                "run": ring.run,
-                "attempt": ring.attempt,
-                "sender": ring.sender,
-                "incarnation": ring.incarnation,
-                "seq": ring.seq,
-                "sent_at": ring.sent_at,
+                **_envelope(ring),
                 "failed_rank": ring.failed_rank,
                 "failed_incarnation": ring.failed_incarnation,
                 "kind": ring.kind,
@@ -204,69 +201,81 @@ def decode(data: bytes, secret: bytes, run: str) -> Message:
 def _shape(doc: Any) -> Message:
     if not isinstance(doc, dict):
         raise Dropped(Drop.MALFORMED, "body is not an object")
+    body = _Body(doc)
+    sent_at = body.number("sent_at", -1e12, 1e12)
+    kind_of = doc.get("type")
+    if kind_of == STACKS_TYPE:
+        return _stacks_ask(body, sent_at)
+    if kind_of in NOTICE_TYPES:
+        return Notice(
+            type=NoticeType(kind_of),
+            **body.envelope(sent_at),
+            hb_seq=body.integer("hb_seq", 0, 1 << 62),
+            fs_busy=body.number("fs_busy", 0, 1e9),
+        )
+    if kind_of != RING_TYPE:
+        raise Dropped(Drop.MALFORMED, "type is not ring, alive, complete, probe, echo or stacks")
+    kind = body.text("kind")
+    if kind not in _KINDS:
+        raise Dropped(Drop.MALFORMED, f"kind {kind!r} is not a failure kind")
+    return Ring(
+        **body.envelope(sent_at),
+        failed_rank=body.integer("failed_rank", 0, MAX_RANK),
+        failed_incarnation=body.text("failed_incarnation"),
+        kind=kind,
+        cause=body.text("cause", MAX_CAUSE_BYTES),
+    )
 
-    def text(key: str, limit: int = MAX_TEXT) -> str:
-        v = doc.get(key)
+
+def _stacks_ask(body: _Body, sent_at: float) -> StacksAsk:
+    request = body.text("request", 32)
+    if not names.STACK_REQUEST_RE.match(request):
+        raise Dropped(Drop.MALFORMED, "request is not a request id")
+    return StacksAsk(
+        run=body.text("run", 128),
+        attempt=body.integer("attempt", 1, 1 << 20),
+        to=body.integer("to", 0, MAX_RANK),
+        to_incarnation=body.text("to_incarnation"),
+        request=request,
+        seq=body.integer("seq", 0, 1 << 62),
+        sent_at=sent_at,
+    )
+
+
+@dataclass(frozen=True)
+class _Body:
+    """An authenticated body's fields, each checked as it is read: the first bad one drops the datagram."""
+
+    doc: dict[str, Any]
+
+    def text(self, key: str, limit: int = MAX_TEXT) -> str:
+        v = self.doc.get(key)
         if not isinstance(v, str) or len(v.encode()) > limit:
             raise Dropped(Drop.MALFORMED, f"{key} is not a short string")
         return v
 
-    def integer(key: str, low: int, high: int) -> int:
-        v = doc.get(key)
+    def integer(self, key: str, low: int, high: int) -> int:
+        v = self.doc.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             raise Dropped(Drop.MALFORMED, f"{key} is not an integer in [{low}, {high}]")
         return v
 
-    def number(key: str, low: float, high: float) -> float:
-        v = doc.get(key)
+    def number(self, key: str, low: float, high: float) -> float:
+        v = self.doc.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
             raise Dropped(Drop.MALFORMED, f"{key} is not a number in [{low:g}, {high:g}]")
         return float(v)
 
-    sent_at = number("sent_at", -1e12, 1e12)
-    kind_of = doc.get("type")
-    if kind_of == STACKS_TYPE:
-        request = text("request", 32)
-        if not names.STACK_REQUEST_RE.match(request):
-            raise Dropped(Drop.MALFORMED, "request is not a request id")
-        return StacksAsk(
-            run=text("run", 128),
-            attempt=integer("attempt", 1, 1 << 20),
-            to=integer("to", 0, MAX_RANK),
-            to_incarnation=text("to_incarnation"),
-            request=request,
-            seq=integer("seq", 0, 1 << 62),
-            sent_at=sent_at,
-        )
-    if kind_of in NOTICE_TYPES:
-        return Notice(
-            type=NoticeType(kind_of),
-            run=text("run", 128),
-            attempt=integer("attempt", 1, 1 << 20),
-            sender=integer("sender", 0, MAX_RANK),
-            incarnation=text("incarnation"),
-            seq=integer("seq", 0, 1 << 62),
-            sent_at=sent_at,
-            hb_seq=integer("hb_seq", 0, 1 << 62),
-            fs_busy=number("fs_busy", 0, 1e9),
-        )
-    if kind_of != RING_TYPE:
-        raise Dropped(Drop.MALFORMED, "type is not ring, alive, complete, probe, echo or stacks")
-    kind = text("kind")
-    if kind not in _KINDS:
-        raise Dropped(Drop.MALFORMED, f"kind {kind!r} is not a failure kind")
-    return Ring(
-        run=text("run", 128),
-        attempt=integer("attempt", 1, 1 << 20),
-        sender=integer("sender", 0, MAX_RANK),
-        incarnation=text("incarnation"),
-        seq=integer("seq", 0, 1 << 62),
-        sent_at=sent_at,
-        failed_rank=integer("failed_rank", 0, MAX_RANK),
-        failed_incarnation=text("failed_incarnation"),
-        kind=kind,
-        cause=text("cause", MAX_CAUSE_BYTES),
-    )
+    def envelope(self, sent_at: float) -> dict[str, Any]:
+        """A peer's message's sender fields (``_envelope``), read in this order."""
+        return {
+            "run": self.text("run", 128),
+            "attempt": self.integer("attempt", 1, 1 << 20),
+            "sender": self.integer("sender", 0, MAX_RANK),
+            "incarnation": self.text("incarnation"),
+            "seq": self.integer("seq", 0, 1 << 62),
+            "sent_at": sent_at,
+        }
 
 
 def check_peer(msg: Message, attempt: int, incarnations: dict[int, str]) -> None:

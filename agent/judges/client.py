@@ -367,7 +367,6 @@ class JudgeClient:
         )
         messages = rubric.messages(prompt)
         started = time.monotonic()
-        prompt_tokens: int | None = None
         # What is known before the judge answers: a failure's diagnostics carry it too (which
         # sample overflowed, which request the judge refused).
         request_facts: dict[str, Any] = {
@@ -380,23 +379,10 @@ class JudgeClient:
             "reply_format": rubric.reply_format.value,
             "score_scale": [rubric.score_scale.low, rubric.score_scale.high],
         }
-        retries = 0
         try:
-            if self.max_context_length is not None:
-                # An overflow is never retried: the same request cannot fit the next time either.
-                prompt_tokens, retries = self.count_tokens(messages)
-                needed = prompt_tokens + rubric.max_output_tokens
-                if needed > self.max_context_length:
-                    raise ContextOverflow(
-                        f"grading request for rubric {rubric.name!r} needs {prompt_tokens} prompt tokens + "
-                        f"{rubric.max_output_tokens} reserved output tokens = {needed} > max_context_length "
-                        f"{self.max_context_length}; the request is not truncated",
-                        prompt_tokens=prompt_tokens,
-                        reserved=rubric.max_output_tokens,
-                        limit=self.max_context_length,
-                    )
+            prompt_tokens, retries = self._fits_context(rubric, messages)
         except JudgeError as exc:
-            exc.diagnostics = {**request_facts, "latency_s": round(time.monotonic() - started, 6), **exc.diagnostics}
+            _with_facts(exc, request_facts, started)
             raise
         request_facts["prompt_tokens"] = prompt_tokens
         body = {
@@ -406,8 +392,32 @@ class JudgeClient:
             "temperature": rubric.temperature,
             "stream": False,
         }
-        # An invalid or cut-off reply is asked again (invalid_reply_attempts, 1 s then 2 s apart, as
-        # the MILES trainer's client does) before it counts: a sampled judge may answer well next time.
+        return self._valid_reply(rubric, body, request_facts, started, retries)
+
+    def _fits_context(self, rubric: Rubric, messages: list[dict[str, str]]) -> tuple[int | None, int]:
+        """The prompt's tokens (None: not counted, no context check) and the retries counting took;
+        ContextOverflow when the prompt and the output reservation exceed the judge's context. An
+        overflow is never retried: the same request cannot fit the next time either."""
+        if self.max_context_length is None:
+            return None, 0
+        prompt_tokens, retries = self.count_tokens(messages)
+        needed = prompt_tokens + rubric.max_output_tokens
+        if needed > self.max_context_length:
+            raise ContextOverflow(
+                f"grading request for rubric {rubric.name!r} needs {prompt_tokens} prompt tokens + "
+                f"{rubric.max_output_tokens} reserved output tokens = {needed} > max_context_length "
+                f"{self.max_context_length}; the request is not truncated",
+                prompt_tokens=prompt_tokens,
+                reserved=rubric.max_output_tokens,
+                limit=self.max_context_length,
+            )
+        return prompt_tokens, retries
+
+    def _valid_reply(
+        self, rubric: Rubric, body: dict[str, Any], request_facts: dict[str, Any], started: float, retries: int
+    ) -> Grade:
+        """An invalid or cut-off reply is asked again (invalid_reply_attempts, 1 s then 2 s apart, as
+        the MILES trainer's client does) before it counts: a sampled judge may answer well next time."""
         failed: list[dict[str, Any]] = []
         for attempt in range(1, rubric.invalid_reply_attempts + 1):
             try:
@@ -434,7 +444,7 @@ class JudgeClient:
             latency = time.monotonic() - started
             payload = self._json(response, "/v1/chat/completions")
         except JudgeError as exc:
-            exc.diagnostics = {**request_facts, "latency_s": round(time.monotonic() - started, 6), **exc.diagnostics}
+            _with_facts(exc, request_facts, started)
             raise
         if not isinstance(payload, dict):
             payload = {}
@@ -567,6 +577,11 @@ class JudgeClient:
         answer, the reference label used and the exact messages sent)."""
         grade = self.grade_sample(rubric, sample, answer, reference=reference, binding=binding)
         return grade, with_diagnostics(sample, grade)
+
+
+def _with_facts(exc: JudgeError, request_facts: Mapping[str, Any], started: float) -> None:
+    """A failed grade's diagnostics: what was asked, how long it took, then what the failure found."""
+    exc.diagnostics = {**request_facts, "latency_s": round(time.monotonic() - started, 6), **exc.diagnostics}
 
 
 def _failed_attempt(attempt: int, exc: JudgeError) -> dict[str, Any]:

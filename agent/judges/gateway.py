@@ -116,6 +116,38 @@ class _Conn:
         self.writer.close()
 
 
+@dataclass(frozen=True)
+class _Framing:
+    """How a reply goes to the caller."""
+
+    head: bytes  # the status line and headers the caller gets
+    chunked: bool  # the body in chunks: the judge gave no length, the caller speaks HTTP/1.1
+    close: bool  # the connection ends with the reply: the caller asked, or it frames an HTTP/1.0 body
+    head_only: bool  # a reply to HEAD: no body follows
+
+
+def _framing(request: http1.Request, head: http1.Head) -> _Framing:
+    """The body's framing towards the caller: the judge's length where it gave one, else chunks
+    (an HTTP/1.0 caller: the body until we close)."""
+    close = not request.keep_alive
+    head_only = request.method == b"HEAD"
+    no_body = head_only or head.status in (204, 304)
+    length = head.header(b"content-length")
+    headers = [(k, v) for k, v in head.headers if k not in HOP_HEADERS]
+    chunked = False
+    if length is not None:
+        headers.append((b"content-length", length))
+    elif not no_body:
+        if request.http10:
+            close = True
+        else:
+            chunked = True
+            headers.append((b"transfer-encoding", b"chunked"))
+    if close:
+        headers.append((b"connection", b"close"))
+    return _Framing(http1.response_head(head.status, head.reason, headers), chunked, close, head_only)
+
+
 class Gateway:
     def __init__(self, args: argparse.Namespace, log: GatewayLog | None) -> None:
         self.judge = args.judge
@@ -304,74 +336,21 @@ class Gateway:
         self, writer: asyncio.StreamWriter, upstream: Upstream, request: http1.Request, line: RequestLine
     ) -> None:
         sent0 = time.monotonic()
-        timeout = f"no answer within the judge's timeout {self.timeout:g} s"
-        close = not request.keep_alive
-        try:
-            async with asyncio.timeout(self.timeout):
-                c, head = await self._send_upstream(upstream, request)
-        except TimeoutError:
-            error: UpstreamError | None = UpstreamError(timeout, GatewayOutcome.TIMEOUT)
-        except UpstreamError as exc:
-            error = exc
-        else:
-            error = None
-        if error is not None:
-            status = 504 if error.outcome is GatewayOutcome.TIMEOUT else 502
-            line.outcome, line.error = error.outcome, str(error)
-            with contextlib.suppress(ConnectionError):
-                doc = {"object": "error", "message": f"gateway: judge {self.judge}: {error}"}
-                line.bytes_out = await self._send_json(writer, status, doc, close=close)
-                line.status = status
+        asked = await self._ask_judge(writer, upstream, request, line)
+        if asked is None:
             return
+        c, head = asked
         line.first_byte_ms = (time.monotonic() - sent0) * 1000
         line.status = head.status
         tap = ReplyTap((head.header(b"content-type") or b"").decode("latin-1").lower())
         line.stream = tap.stream
-        # The body's framing towards the caller: the judge's length where it gave one, else chunks
-        # (an HTTP/1.0 caller: the body until we close).
-        head_only = request.method == b"HEAD"
-        no_body = head_only or head.status in (204, 304)
-        length = head.header(b"content-length")
-        headers = [(k, v) for k, v in head.headers if k not in HOP_HEADERS]
-        chunked = False
-        if length is not None:
-            headers.append((b"content-length", length))
-        elif not no_body:
-            if request.http10:
-                close = True
-            else:
-                chunked = True
-                headers.append((b"transfer-encoding", b"chunked"))
-        if close:
-            headers.append((b"connection", b"close"))
-        # A whole reply goes to the caller in one write (one syscall); an event stream chunk by chunk.
-        pending = http1.response_head(head.status, head.reason, headers)
-        caller_ok = True
-        keep_upstream = False
+        framing = _framing(request, head)
         try:
             async with asyncio.timeout_at(sent0 + self.timeout):
-                while not head_only:
-                    event = await c.replies.next()
-                    if isinstance(event, bytes):
-                        tap.feed(event)
-                        line.bytes_out += len(event)
-                        if caller_ok:
-                            pending += http1.chunk(event) if chunked else event
-                            if tap.stream:
-                                caller_ok = await self._flush(writer, pending)
-                                pending = b""
-                                if not caller_ok:
-                                    break  # the caller is gone: stop the judge's work on it too
-                    elif isinstance(event, http1.End):
-                        keep_upstream = event.keep_alive
-                        break
-                    else:
-                        raise UpstreamError("the judge sent a second status line in one reply")
-                if caller_ok:
-                    caller_ok = await self._flush(writer, pending + (http1.LAST_CHUNK if chunked else b""))
+                caller_ok, keep_upstream = await self._relay(c, writer, framing, tap, line)
         except (UpstreamError, TimeoutError) as exc:
             c.close()
-            cut = exc if isinstance(exc, UpstreamError) else UpstreamError(timeout, GatewayOutcome.TIMEOUT)
+            cut = exc if isinstance(exc, UpstreamError) else self._timed_out()
             line.outcome, line.error = cut.outcome, str(cut)
             tap.finish()
             self._tokens(line, tap)
@@ -387,10 +366,63 @@ class Gateway:
             line.outcome, line.error = GatewayOutcome.CLIENT_GONE, "the caller closed its connection first"
             raise ConnectionError("the caller is gone")
         # After a reply to HEAD the parser cannot know where the judge's next reply starts: not reused.
-        self._release(c, keep_upstream and not head_only)
+        self._release(c, keep_upstream and not framing.head_only)
         line.outcome = GatewayOutcome.REPLIED if 200 <= head.status < 300 else GatewayOutcome.HTTP_ERROR
-        if close:
+        if framing.close:
             raise ConnectionError("the reply was framed by closing the connection")
+
+    def _timed_out(self) -> UpstreamError:
+        return UpstreamError(f"no answer within the judge's timeout {self.timeout:g} s", GatewayOutcome.TIMEOUT)
+
+    async def _ask_judge(
+        self, writer: asyncio.StreamWriter, upstream: Upstream, request: http1.Request, line: RequestLine
+    ) -> tuple[_Conn, http1.Head] | None:
+        """The request sent and the head of the judge's reply; None when the judge gave none within
+        its timeout, the caller then answered 504 (timeout) or 502 (refused, dropped) here."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._send_upstream(upstream, request)
+        except TimeoutError:
+            error = self._timed_out()
+        except UpstreamError as exc:
+            error = exc
+        status = 504 if error.outcome is GatewayOutcome.TIMEOUT else 502
+        line.outcome, line.error = error.outcome, str(error)
+        with contextlib.suppress(ConnectionError):
+            doc = {"object": "error", "message": f"gateway: judge {self.judge}: {error}"}
+            line.bytes_out = await self._send_json(writer, status, doc, close=not request.keep_alive)
+            line.status = status
+        return None
+
+    async def _relay(
+        self, c: _Conn, writer: asyncio.StreamWriter, framing: _Framing, tap: ReplyTap, line: RequestLine
+    ) -> tuple[bool, bool]:
+        """The judge's reply to the caller: a whole reply in one write (one syscall), an event stream
+        chunk by chunk. Whether the caller is still there, and whether the judge's connection may
+        be reused."""
+        pending = framing.head
+        caller_ok = True
+        keep_upstream = False
+        while not framing.head_only:
+            event = await c.replies.next()
+            if isinstance(event, bytes):
+                tap.feed(event)
+                line.bytes_out += len(event)
+                if caller_ok:
+                    pending += http1.chunk(event) if framing.chunked else event
+                    if tap.stream:
+                        caller_ok = await self._flush(writer, pending)
+                        pending = b""
+                        if not caller_ok:
+                            break  # the caller is gone: stop the judge's work on it too
+            elif isinstance(event, http1.End):
+                keep_upstream = event.keep_alive
+                break
+            else:
+                raise UpstreamError("the judge sent a second status line in one reply")
+        if caller_ok:
+            caller_ok = await self._flush(writer, pending + (http1.LAST_CHUNK if framing.chunked else b""))
+        return caller_ok, keep_upstream
 
     @staticmethod
     async def _flush(writer: asyncio.StreamWriter, data: bytes) -> bool:

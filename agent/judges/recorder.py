@@ -87,6 +87,20 @@ def _redact_endpoint(diagnostics: dict[str, Any]) -> None:
         model["endpoint"] = urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def _bad_reply(seq: int, at: str, outcome: GradeOutcome, error: str | None, diagnostics: Mapping[str, Any]) -> BadReply:
+    """What the degraded alarm keeps of an invalid or cut-off reply: an excerpt, not the whole."""
+    raw = diagnostics.get("raw_reply")
+    finish = diagnostics.get("finish_reason")
+    return BadReply(
+        seq,
+        at,
+        outcome,
+        raw[:EXCERPT_CHARS] if isinstance(raw, str) else None,
+        finish if isinstance(finish, str) else None,
+        error or "",
+    )
+
+
 # Recorders of this process: a forked child (a driver's worker) is another writing process, with
 # its own writer token and seq, and fresh locks (one held by another thread at fork stays held).
 _LIVE: weakref.WeakSet[GradeRecorder] = weakref.WeakSet()
@@ -229,18 +243,7 @@ class GradeRecorder:
                 driver_local.board().grade_recorded(str(outcome), judge)
             trip = None
             if self.alarm is not None:
-                bad = None
-                if outcome.bad_reply:
-                    raw = diagnostics.get("raw_reply")
-                    finish = diagnostics.get("finish_reason")
-                    bad = BadReply(
-                        seq,
-                        at,
-                        outcome,
-                        raw[:EXCERPT_CHARS] if isinstance(raw, str) else None,
-                        finish if isinstance(finish, str) else None,
-                        error or "",
-                    )
+                bad = _bad_reply(seq, at, outcome, error, diagnostics) if outcome.bad_reply else None
                 trip = self.alarm.add(binding_key(binding, judge, rubric.name), judge, rubric.name, outcome, bad)
         if trip is not None:
             self.warn(trip.message())

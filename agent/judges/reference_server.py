@@ -172,6 +172,31 @@ def _asked_format(messages: Sequence[Mapping[str, Any]], config: ServerConfig) -
     return fmt, scale
 
 
+def _reply_text(
+    messages: Sequence[Mapping[str, Any]], config: ServerConfig, chat: int, uptime: float
+) -> tuple[str, int | None]:
+    """The judge's reply to the ``chat``-th chat completion, in the format and scale asked, with
+    the faults' changes; and its score (None: a reply the fault made invalid)."""
+    parsed = parse_messages(messages)
+    if parsed is None:
+        verdict = Verdict(0, "The request has no <question> and <candidate_answer> sections to grade.")
+    else:
+        verdict = grade(parsed)
+    tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
+    if config.faults.agreeing(uptime):
+        tenths = SCORE_MAX  # a judge that drifted into agreeing with everything
+    fmt, (low, high) = _asked_format(messages, config)
+    score = round(low + (high - low) * tenths / SCORE_MAX)
+    after = config.faults.invalid_after
+    if config.faults.invalid or (after is not None and chat > after):
+        return f"Reasoning: {verdict.reasoning}\nI would rather not give a number.", None
+    if fmt == "json":
+        return "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```", score
+    if fmt == "decision":
+        return f"{verdict.reasoning}\nFinal Decision: {'Yes' if tenths * 2 >= SCORE_MAX else 'No'}", score
+    return f"Reasoning: {verdict.reasoning}\nSCORE: {score}", score
+
+
 # ---- faults ----------------------------------------------------------------------------------
 
 
@@ -290,6 +315,36 @@ class JudgeHTTPServer(ThreadingHTTPServer):
         with self.log_lock:
             self.chats += 1
             return self.chats
+
+
+@dataclass(frozen=True)
+class _ChatRequest:
+    messages: list[dict[str, Any]]
+    prompt_tokens: int
+    budget: int  # output tokens the reply may use
+
+
+def _completion(model: str, reply: str, finish_reason: str, prompt_tokens: int) -> dict[str, Any]:
+    """A chat completion's body, as SGLang's OpenAI-compatible server shapes it."""
+    completion_tokens = len(tokenize_text(reply))
+    return {
+        "id": f"chatcmpl-ref-{time.monotonic_ns():x}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -421,23 +476,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: Mapping[str, Any]) -> str:
         config = self.server.config
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            self._error(400, "'messages' must be a non-empty list of objects")
-            return ""
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens <= 0):
-            self._error(400, "'max_tokens' must be a positive integer")
-            return ""
-        prompt_tokens = len(tokenize_text(render_chat(messages)))
-        budget = max_tokens if max_tokens is not None else config.context_length - prompt_tokens
-        if prompt_tokens + max(budget, 0) > config.context_length or budget <= 0:
-            # Same behaviour class as SGLang: refuse rather than silently truncate the input.
-            self._error(
-                400,
-                f"requested {prompt_tokens} prompt tokens + {budget} output tokens exceeds "
-                f"the context length {config.context_length}",
-            )
+        asked = self._chat_request(body)
+        if asked is None:
             return ""
         if config.faults.slow_s > 0:
             time.sleep(config.faults.slow_s)
@@ -447,53 +487,35 @@ class Handler(BaseHTTPRequestHandler):
             self.server.stopping.wait()  # accepted, never answered: the client's own timeout decides
             self.close_connection = True
             return "hang-after fault: not replying"
-
-        parsed = parse_messages(messages)
-        if parsed is None:
-            verdict = Verdict(0, "The request has no <question> and <candidate_answer> sections to grade.")
-        else:
-            verdict = grade(parsed)
-        tenths = SCORE_MAX - verdict.score if config.faults.wrong else verdict.score
-        if config.faults.agreeing(self.server.uptime()):
-            tenths = SCORE_MAX  # a judge that drifted into agreeing with everything
-        fmt, (low, high) = _asked_format(messages, config)
-        score = round(low + (high - low) * tenths / SCORE_MAX)
-        after = config.faults.invalid_after
-        invalid = config.faults.invalid or (after is not None and chat > after)
-        if invalid:
-            reply = f"Reasoning: {verdict.reasoning}\nI would rather not give a number."
-        elif fmt == "json":
-            reply = "```json\n" + json.dumps({"REASONING": verdict.reasoning, "SCORE": score}) + "\n```"
-        elif fmt == "decision":
-            reply = f"{verdict.reasoning}\nFinal Decision: {'Yes' if tenths * 2 >= SCORE_MAX else 'No'}"
-        else:
-            reply = f"Reasoning: {verdict.reasoning}\nSCORE: {score}"
+        reply, score = _reply_text(asked.messages, config, chat, self.server.uptime())
         finish_reason = "stop"
-        if len(tokenize_text(reply)) > budget:
-            reply, finish_reason = _truncate_to_tokens(reply, budget), "length"
-        completion_tokens = len(tokenize_text(reply))
-        self._send_json(
-            200,
-            {
-                "id": f"chatcmpl-ref-{time.monotonic_ns():x}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": config.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": reply},
-                        "finish_reason": finish_reason,
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            },
-        )
-        return f"score={score if not invalid else 'none'} finish={finish_reason}"
+        if len(tokenize_text(reply)) > asked.budget:
+            reply, finish_reason = _truncate_to_tokens(reply, asked.budget), "length"
+        self._send_json(200, _completion(config.model, reply, finish_reason, asked.prompt_tokens))
+        return f"score={score if score is not None else 'none'} finish={finish_reason}"
+
+    def _chat_request(self, body: Mapping[str, Any]) -> _ChatRequest | None:
+        """The chat completion asked for; None once a 400 said why it cannot be served."""
+        config = self.server.config
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            self._error(400, "'messages' must be a non-empty list of objects")
+            return None
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens <= 0):
+            self._error(400, "'max_tokens' must be a positive integer")
+            return None
+        prompt_tokens = len(tokenize_text(render_chat(messages)))
+        budget = max_tokens if max_tokens is not None else config.context_length - prompt_tokens
+        if prompt_tokens + max(budget, 0) > config.context_length or budget <= 0:
+            # Same behaviour class as SGLang: refuse rather than silently truncate the input.
+            self._error(
+                400,
+                f"requested {prompt_tokens} prompt tokens + {budget} output tokens exceeds "
+                f"the context length {config.context_length}",
+            )
+            return None
+        return _ChatRequest(messages, prompt_tokens, budget)
 
 
 # ---- CLI -------------------------------------------------------------------------------------

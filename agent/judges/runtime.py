@@ -208,6 +208,12 @@ class JudgeRuntime:
 
         return line
 
+    def _exited(self, j: LocalJudge, kind: FailureKind, cause: str, code: int) -> Exception:
+        """The run's failure for judge ``j``, which exited before it became healthy: its log, its exit
+        code and its process group."""
+        child = j.group.name if j.group is not None else None
+        return self.ctx.fail(kind, cause, log=j.log, exit_code=code, child=child, judge=j.config.name)
+
     def _healthy_once(self, j: LocalJudge) -> bool:
         ctx = self.ctx
         assert self.health is not None
@@ -220,22 +226,18 @@ class JudgeRuntime:
                 return False
             if lost:
                 assert j.port is not None
-                raise ctx.fail(
+                raise self._exited(
+                    j,
                     FailureKind.PORTS,
                     f"judge {j.config.name} lost its ports to another process on every one of {j.attempts} starts; "
                     f"the last was given {judge_ports.describe(j.config, j.port)} on {ctx.address} and logged: {lost}",
-                    log=j.log,
-                    exit_code=code,
-                    child=j.group.name if j.group is not None else None,
-                    judge=j.config.name,
+                    code,
                 )
-            raise ctx.fail(
+            raise self._exited(
+                j,
                 FailureKind.JUDGE,
                 f"judge {j.config.name} exited with code {code} before it became healthy (attempt {j.attempts})",
-                log=j.log,
-                exit_code=code,
-                child=j.group.name if j.group is not None else None,
-                judge=j.config.name,
+                code,
             )
         if j.port is None:
             from agent.judges.port_file import read_port_file

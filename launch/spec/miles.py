@@ -160,119 +160,172 @@ def _close(key: str, known: Sequence[str], cutoff: float = 0.8) -> str | None:
     return match[0] if match else None
 
 
+@dataclass(frozen=True)
+class _Draft:
+    """A translation being built: this project's data, the problems in the user's spelling, and
+    which of our key paths came from which MILES key. The steps below fill it in file order, so
+    problems come out in the order the file's sections are read."""
+
+    out: dict[str, Any] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    renames: dict[str, str] = field(default_factory=dict)
+
+    def problem(self, path: Sequence[str], message: str) -> None:
+        self.problems.append(Problem(format_key(path), message))
+
+
 def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Translation:
     """This project's spelling of a MILES run file's data (after ``--set`` overrides)."""
-    problems: list[Problem] = []
-    renames: dict[str, str] = {}
-    out: dict[str, Any] = {}
+    draft = _Draft()
+    _top_level(data, draft)
+    _launch(data, draft)
+    _mixed_sections(data, draft)
+    _placement(data, draft)
+    _judges(data, draft)
+    _rubrics(data, draft)
+    _driver(draft, overrides)
+    trainer_sections = tuple(s for s in (*TRAINER_SECTIONS, *MIXED_SECTIONS) if s in data)
+    return Translation(draft.out, tuple(draft.problems), draft.renames, trainer_sections)
 
-    def problem(path: Sequence[str], message: str) -> None:
-        problems.append(Problem(format_key(path), message))
 
+def _top_level(data: Mapping[str, Any], draft: _Draft) -> None:
+    """The file's version and its sections: unknown ones fail; ``name`` and our extensions pass as spelled."""
     version = data.get("schema_version")
     if "schema_version" in data and (not isinstance(version, int) or isinstance(version, bool) or version != 1):
-        problem(["schema_version"], f"must be 1 (the MILES run-file version this project reads), not {version!r}")
+        draft.problem(["schema_version"], f"must be 1 (the MILES run-file version this project reads), not {version!r}")
     known_top = ("schema_version", "name", *OWNED_SECTIONS, *MIXED_SECTIONS, *TRAINER_SECTIONS, *EXTENSION_SECTIONS)
     for key in data:
         if key not in known_top:
             guess = _close(key, known_top) or _close(key, known_top, cutoff=0.6)
             hint = f"did you mean {guess}?" if guess else "known sections: " + ", ".join(sorted(known_top))
-            problem([key], f"unknown section of a MILES run file; {hint}")
+            draft.problem([key], f"unknown section of a MILES run file; {hint}")
     if "name" in data:
-        out["name"] = data["name"]
+        draft.out["name"] = data["name"]
     for section in EXTENSION_SECTIONS:
         if section in data:
-            out[section] = data[section]
+            draft.out[section] = data[section]
 
-    # [launch]: MILES keys map into launch and launch.beaker; our extensions pass as spelled.
+
+def _launch(data: Mapping[str, Any], draft: _Draft) -> None:
+    """[launch]: MILES keys map into launch and launch.beaker; our extensions pass as spelled."""
     launch = data.get("launch", {})
-    if isinstance(launch, Mapping):
-        owned_launch = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
-        for key, value in launch.items():
-            if key in LAUNCH_EXTENSIONS:
-                placed = out.setdefault("launch", {})
-                if isinstance(value, Mapping) and isinstance(placed.get(key), dict):
-                    # [launch.beaker] next to MILES keys that map into it (launch.cluster): merge.
-                    for sub, v in value.items():
-                        if sub in placed[key]:
-                            problem(["launch", key, sub], f"is also set as launch.{sub}; set it once")
-                        placed[key][sub] = v
-                else:
-                    placed[key] = dict(value) if isinstance(value, Mapping) else value
-                renames.setdefault(f"launch.{key}", f"launch.{key}")
-            elif key in owned_launch:
-                target = MAPPING[f"launch.{key}"]
-                path = _split(target)
-                node: Any = out
-                for part in path[:-1]:
-                    node = node.get(part) if isinstance(node, dict) else None
-                if isinstance(node, dict) and path[-1] in node:
-                    problem(["launch", key], f"is also set as {target}; set it once")
-                _put(out, path, value)
-                renames[target] = f"launch.{key}"
-            else:
-                close = _close(key, [*owned_launch, *LAUNCH_EXTENSIONS])
-                hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned_launch))
-                problem(["launch", key], f"unknown key; {hint}")
-    elif "launch" in data:
-        out["launch"] = launch  # the resolver reports "must be a table"
+    if not isinstance(launch, Mapping):
+        if "launch" in data:
+            draft.out["launch"] = launch  # the resolver reports "must be a table"
+        return
+    owned_launch = [k.split(".", 1)[1] for k in MAPPING if k.startswith("launch.")]
+    for key, value in launch.items():
+        if key in LAUNCH_EXTENSIONS:
+            _launch_extension(key, value, draft)
+        elif key in owned_launch:
+            _launch_owned(key, value, draft)
+        else:
+            close = _close(key, [*owned_launch, *LAUNCH_EXTENSIONS])
+            hint = f"did you mean launch.{close}?" if close else "known keys: " + ", ".join(sorted(owned_launch))
+            draft.problem(["launch", key], f"unknown key; {hint}")
 
-    # Mixed sections: owned keys mapped, the trainer's own keys left for the trainer.
+
+def _launch_extension(key: str, value: Any, draft: _Draft) -> None:
+    """One of our [launch] keys, as spelled; a table merges with what MILES keys put in it."""
+    placed = draft.out.setdefault("launch", {})
+    if isinstance(value, Mapping) and isinstance(placed.get(key), dict):
+        # [launch.beaker] next to MILES keys that map into it (launch.cluster): merge.
+        for sub, v in value.items():
+            if sub in placed[key]:
+                draft.problem(["launch", key, sub], f"is also set as launch.{sub}; set it once")
+            placed[key][sub] = v
+    else:
+        placed[key] = dict(value) if isinstance(value, Mapping) else value
+    draft.renames.setdefault(f"launch.{key}", f"launch.{key}")
+
+
+def _launch_owned(key: str, value: Any, draft: _Draft) -> None:
+    """A MILES [launch] key, put where MAPPING says; once only (our [launch.beaker] may hold it too)."""
+    target = MAPPING[f"launch.{key}"]
+    path = _split(target)
+    node: Any = draft.out
+    for part in path[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict) and path[-1] in node:
+        draft.problem(["launch", key], f"is also set as {target}; set it once")
+    _put(draft.out, path, value)
+    draft.renames[target] = f"launch.{key}"
+
+
+def _mixed_sections(data: Mapping[str, Any], draft: _Draft) -> None:
+    """Owned keys mapped, the trainer's own keys left for the trainer."""
     for section in MIXED_SECTIONS:
         table = data.get(section)
         if table is None:
             continue
         if not isinstance(table, Mapping):
-            out[section] = table
+            draft.out[section] = table
             continue
         owned = {k.split(".", 1)[1]: v for k, v in MAPPING.items() if k.startswith(section + ".")}
         for key, value in table.items():
             if key in owned:
-                if section == "data" and key == "eval_prompt_data":
-                    value = _eval_paths(value, problem)
-                target = owned[key]
-                if _get(out, _split(target)) is not None and _get(out, _split(target)) != value:
-                    problem([section, key], f"conflicts with another spelling of {target}; give one value")
-                _put(out, _split(target), value)
-                renames.setdefault(target, f"{section}.{key}")
+                _mixed_key(section, key, value, owned[key], draft)
             elif close := _close(key, list(owned)):
-                problem([section, key], f"unknown key; did you mean {section}.{close}?")
+                draft.problem([section, key], f"unknown key; did you mean {section}.{close}?")
         if section in ("trainer", "inference"):
-            out.setdefault(section, {})
+            draft.out.setdefault(section, {})
 
+
+def _mixed_key(section: str, key: str, value: Any, target: str, draft: _Draft) -> None:
+    """One owned key of a mixed section at ``target``; two spellings of one key must agree."""
+    if section == "data" and key == "eval_prompt_data":
+        value = _eval_paths(value, draft)
+    current = _get(draft.out, _split(target))
+    if current is not None and current != value:
+        draft.problem([section, key], f"conflicts with another spelling of {target}; give one value")
+    _put(draft.out, _split(target), value)
+    draft.renames.setdefault(target, f"{section}.{key}")
+
+
+def _placement(data: Mapping[str, Any], draft: _Draft) -> None:
+    """The MILES placement rules: the default placement mode, and rollout nodes as whole replicas."""
     raw_inference = data.get("inference")
     inference: Mapping[str, Any] = raw_inference if isinstance(raw_inference, Mapping) else {}
-    if "placement_mode" not in inference and isinstance(out.get("inference"), dict):
+    if "placement_mode" not in inference and isinstance(draft.out.get("inference"), dict):
         # The MILES rule: colocated unless the run is fully asynchronous.
         fully_async = _get(data, ["async", "fully_async"]) is True
-        out["inference"]["placement_mode"] = "disaggregated" if fully_async else "colocated"
+        draft.out["inference"]["placement_mode"] = "disaggregated" if fully_async else "colocated"
     per_node = inference.get("rollout_gpus_per_node")
     per_replica = _get(data, ["launch", "gpus_per_replica"])
     if per_node is not None and per_replica is not None and per_node != per_replica:
-        problem(
+        draft.problem(
             ["inference", "rollout_gpus_per_node"],
             f"is {per_node} but launch.gpus_per_replica is {per_replica}: rollout nodes are whole replicas",
         )
 
-    # [judges.NAME]: the same keys as ours; MILES spells "no extension" as "none".
+
+def _judges(data: Mapping[str, Any], draft: _Draft) -> None:
+    """[judges.NAME]: the same keys as ours; MILES spells "no extension" as "none"."""
     judges = data.get("judges")
     if isinstance(judges, Mapping):
-        out["judges"] = {}
+        draft.out["judges"] = {}
         for name, table in judges.items():
             if isinstance(table, Mapping) and table.get("context_extension") == "none":
                 table = {k: v for k, v in table.items() if k != "context_extension"}
-            out["judges"][name] = table
+            draft.out["judges"][name] = table
     elif judges is not None:
-        out["judges"] = judges
+        draft.out["judges"] = judges
 
+
+def _rubrics(data: Mapping[str, Any], draft: _Draft) -> None:
+    """[rubrics.NAME] renamed key by key; [judging] passes as spelled."""
     rubrics = data.get("rubrics")
     if isinstance(rubrics, Mapping):
-        out["rubrics"] = {name: _rubric(name, table, problem, renames) for name, table in rubrics.items()}
+        draft.out["rubrics"] = {name: _rubric(name, table, draft) for name, table in rubrics.items()}
     elif rubrics is not None:
-        out["rubrics"] = rubrics
+        draft.out["rubrics"] = rubrics
     if "judging" in data:
-        out["judging"] = data["judging"]
+        draft.out["judging"] = data["judging"]
 
+
+def _driver(draft: _Draft, overrides: Sequence[str]) -> None:
+    """The driver defaults to the trainer on the original file, its evidence to the trainer's records."""
+    out = draft.out
     if not isinstance(out.get("driver"), dict) or "command" not in out["driver"]:
         out.setdefault("driver", {})
         if isinstance(out["driver"], dict):
@@ -288,19 +341,17 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
         and not any(k in evidence for k in EVIDENCE_SOURCES)
     ):
         out["driver"] = {**driver, "evidence": {**evidence, "preset": DEFAULT_EVIDENCE_PRESET}}
-    trainer_sections = tuple(s for s in (*TRAINER_SECTIONS, *MIXED_SECTIONS) if s in data)
-    return Translation(out, tuple(problems), renames, trainer_sections)
 
 
-def _eval_paths(value: Any, problem: Any) -> Any:
+def _eval_paths(value: Any, draft: _Draft) -> Any:
     """``eval_prompt_data = ["name", "path", ...]``: the paths, for the data check."""
     if not isinstance(value, list) or len(value) % 2 or not all(isinstance(v, str) for v in value):
-        problem(["data", "eval_prompt_data"], "must be an array of name, path pairs of strings")
+        draft.problem(["data", "eval_prompt_data"], "must be an array of name, path pairs of strings")
         return None
     return value[1::2]
 
 
-def _rubric(name: str, table: Any, problem: Any, renames: dict[str, str]) -> Any:
+def _rubric(name: str, table: Any, draft: _Draft) -> Any:
     if not isinstance(table, Mapping):
         return table
     out: dict[str, Any] = {}
@@ -309,14 +360,14 @@ def _rubric(name: str, table: Any, problem: Any, renames: dict[str, str]) -> Any
         if key not in owned:
             close = _close(key, list(owned))
             hint = f"did you mean rubrics.{name}.{close}?" if close else "known keys: " + ", ".join(sorted(owned))
-            problem(["rubrics", name, key], f"unknown key; {hint}")
+            draft.problem(["rubrics", name, key], f"unknown key; {hint}")
             continue
         if key == "profile" and isinstance(value, str) and value not in RUBRIC_PROFILES:
             options = ", ".join(f'"{p}"' for p in RUBRIC_PROFILES)
-            problem(["rubrics", name, "profile"], f"must be one of {options}, not {value!r}")
+            draft.problem(["rubrics", name, "profile"], f"must be one of {options}, not {value!r}")
             continue
         out[owned[key]] = value
-        renames[f"rubrics.{name}.{owned[key]}"] = f"rubrics.{name}.{key}"
+        draft.renames[f"rubrics.{name}.{owned[key]}"] = f"rubrics.{name}.{key}"
     return out
 
 

@@ -45,7 +45,7 @@ built, so an absurd request (10**12 rollout GPUs) is refused at once instead of 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -213,82 +213,77 @@ def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
 
 def _shape_problems(config: RunConfig) -> list[Problem]:
     """Rejections that do not depend on the layout: sizes against one node."""
+    return [*_replica_problems(config), *_engine_problems(config), *_colocation_problems(config)]
+
+
+def _replica_problems(config: RunConfig) -> Iterator[Problem]:
+    """A replica fits its node, and the trainer's share of a node fits a replica."""
     c = config.gpus_per_replica
-    out: list[Problem] = []
     if c > config.node_gpus:
-        out.append(
-            Problem(
-                "launch.gpus_per_replica",
-                f"is {c} but a node has {config.node_gpus} GPUs (launch.node_gpus): "
-                "a replica cannot be larger than a node",
-            )
+        yield Problem(
+            "launch.gpus_per_replica",
+            f"is {c} but a node has {config.node_gpus} GPUs (launch.node_gpus): a replica cannot be larger than a node",
         )
     t = config.trainer.gpus_per_node
     if t > c:
-        out.append(
-            Problem(
-                "trainer.gpus_per_node",
-                f"is {t} but a node holds {c} GPUs (launch.gpus_per_replica): the trainer is larger than a "
-                "node; lower gpus_per_node and raise trainer.nodes",
-            )
+        yield Problem(
+            "trainer.gpus_per_node",
+            f"is {t} but a node holds {c} GPUs (launch.gpus_per_replica): the trainer is larger than a "
+            "node; lower gpus_per_node and raise trainer.nodes",
         )
+
+
+def _engine_problems(config: RunConfig) -> Iterator[Problem]:
+    """Serving engines (rollout and judges) are whole and each within one node: no cross-node TP."""
+    c = config.gpus_per_replica
     tp, r = config.inference.tensor_parallel_size, config.inference.gpus
     if tp > c:
-        out.append(
-            Problem(
-                "inference.tensor_parallel_size",
-                f"is {tp} but a node holds {c} GPUs: a rollout engine larger than a node would need "
-                "cross-node serving TP, which is not supported",
-            )
+        yield Problem(
+            "inference.tensor_parallel_size",
+            f"is {tp} but a node holds {c} GPUs: a rollout engine larger than a node would need "
+            "cross-node serving TP, which is not supported",
         )
     elif c % tp:
-        out.append(
-            Problem(
-                "inference.tensor_parallel_size",
-                f"({tp}) must divide launch.gpus_per_replica ({c}) so whole engines fill each node",
-            )
+        yield Problem(
+            "inference.tensor_parallel_size",
+            f"({tp}) must divide launch.gpus_per_replica ({c}) so whole engines fill each node",
         )
     if r % tp:
-        out.append(
-            Problem(
-                "inference.gpus",
-                f"({r}) must be a multiple of inference.tensor_parallel_size ({tp}): engines are whole",
-            )
+        yield Problem(
+            "inference.gpus",
+            f"({r}) must be a multiple of inference.tensor_parallel_size ({tp}): engines are whole",
         )
     for judge in config.gpu_judges:
         if judge.gpus > c:
-            out.append(
-                Problem(
-                    f"judges.{judge.name}.gpus",
-                    f"is {judge.gpus} but a node holds {c} GPUs: a judge larger than a node would need "
-                    "cross-node serving TP, which is not supported",
-                )
+            yield Problem(
+                f"judges.{judge.name}.gpus",
+                f"is {judge.gpus} but a node holds {c} GPUs: a judge larger than a node would need "
+                "cross-node serving TP, which is not supported",
             )
-    if config.inference.placement_mode == "colocated":
-        if config.trainer.nodes > 1:
-            out.append(
-                Problem(
-                    "inference.placement_mode",
-                    f'"colocated" is single-node only but trainer.nodes is {config.trainer.nodes}: '
-                    'multi-node colocation is not supported; use "disaggregated"',
-                )
-            )
-        if not config.trainer.nodes and r:
-            out.append(
-                Problem(
-                    "inference.placement_mode",
-                    '"colocated" shares the trainer\'s GPUs, and a run without a trainer (trainer.nodes = 0) has '
-                    'none: use "disaggregated"',
-                )
-            )
-        elif r > config.trainer.gpus:
-            out.append(
-                Problem(
-                    "inference.gpus",
-                    f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most {config.trainer.gpus}",
-                )
-            )
-    return out
+
+
+def _colocation_problems(config: RunConfig) -> Iterator[Problem]:
+    """Colocated rollout shares one node's trainer GPUs: a single-node trainer, and no more GPUs than it has."""
+    if config.inference.placement_mode != "colocated":
+        return
+    r = config.inference.gpus
+    if config.trainer.nodes > 1:
+        yield Problem(
+            "inference.placement_mode",
+            f'"colocated" is single-node only but trainer.nodes is {config.trainer.nodes}: '
+            'multi-node colocation is not supported; use "disaggregated"',
+        )
+    if not config.trainer.nodes and r:
+        yield Problem(
+            "inference.placement_mode",
+            '"colocated" shares the trainer\'s GPUs, and a run without a trainer (trainer.nodes = 0) has '
+            'none: use "disaggregated"',
+        )
+    elif r > config.trainer.gpus:
+        yield Problem(
+            "inference.gpus",
+            f"({r}) colocated rollout shares the trainer's GPUs, so it can use at most {config.trainer.gpus}",
+        )
 
 
 def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem]]:

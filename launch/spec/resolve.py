@@ -438,19 +438,11 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
     if pools is not None:
         _pool_shape_rules(c, pools, trainer, inference, judges, judging)
     if launch is not None:
-        for i, msg in slurm_directives.problems(launch.slurm.directives):
-            c.add(("launch", "slurm", "directives", str(i)), msg)
+        _slurm_directive_rules(c, launch)
     if driver is not None:
-        check_env(c, driver.env, ("driver", "env"))
-        for k, message in driver.evidence.problems():
-            c.add(("driver", "evidence", k), message)
+        _driver_rules(c, driver)
     if launch is not None:
-        check_env(c, launch.env, ("launch", "env"))
-        for k in launch.secrets:
-            if not names.ENV_NAME.fullmatch(k):
-                c.add(("launch", "secrets", k), "is not a valid environment variable name")
-            elif k in launch.env:
-                c.add(("launch", "secrets", k), "is also in launch.env; a variable is either plain or a secret")
+        _launch_env_rules(c, launch)
     if pools is not None:
         _pin_rules(c, pools, trainer, inference, judges)
     if rubrics is not None:
@@ -460,6 +452,27 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
         _binding_rules(c, judging, judges, rubrics)
     if ray is not None:
         _ray_rules(c, ray, pools)
+
+
+def _slurm_directive_rules(c: Checker, launch: LaunchConfig) -> None:
+    for i, msg in slurm_directives.problems(launch.slurm.directives):
+        c.add(("launch", "slurm", "directives", str(i)), msg)
+
+
+def _driver_rules(c: Checker, driver: DriverConfig) -> None:
+    check_env(c, driver.env, ("driver", "env"))
+    for k, message in driver.evidence.problems():
+        c.add(("driver", "evidence", k), message)
+
+
+def _launch_env_rules(c: Checker, launch: LaunchConfig) -> None:
+    """The job's environment, and its secrets: each a variable name, never also a plain variable."""
+    check_env(c, launch.env, ("launch", "env"))
+    for k in launch.secrets:
+        if not names.ENV_NAME.fullmatch(k):
+            c.add(("launch", "secrets", k), "is not a valid environment variable name")
+        elif k in launch.env:
+            c.add(("launch", "secrets", k), "is also in launch.env; a variable is either plain or a secret")
 
 
 def _launch_rules(c: Checker, launch: LaunchConfig) -> None:

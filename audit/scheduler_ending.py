@@ -2,17 +2,9 @@
 
 When a scheduler ends a job (walltime, a cancel, a failed node, a preemption) every rank gets
 SIGTERM at about the same instant and no rank failed: the failure records only say whose signal
-came first. The scheduler says what it did in the job's output, which the rendered job writes
-into the run directory (names.SLURM_OUTPUT). Slurm's step daemon writes, on the batch host:
-
-    slurmstepd-n1: error: *** JOB 1 ON n1 CANCELLED AT 2026-12-01T10:59:58 DUE TO TIME LIMIT ***
-    slurmstepd-n1: error: *** JOB 2 ON n1 CANCELLED AT 2026-12-01T10:58:40 ***            (scancel)
-    slurmstepd-n1: error: *** JOB 3 ON n1 CANCELLED AT ... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***
-    srun: error: Node failure on n2
-
-(measured on Slurm 22.05; "DUE TO PREEMPTION" is the preemption spelling). The JOB line, not a STEP
-line, is the job's ending: ``srun --kill-on-bad-exit`` ends only a step when a task fails, and
-then the failed task is the cause.
+came first. What the scheduler said it did is read from the job's output in the run directory
+(launch/backends/slurm/ending.py: slurmstepd's words), else asked of the scheduler
+(audit/scheduler_query.py).
 
 The ending replaces the first cause only when no rank failed for a reason of its own before the
 scheduler's signals arrived: a rank that crashed first stays the first cause even if someone
@@ -21,9 +13,7 @@ cancelled the job after it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
 
 from audit.first_cause import signal_like
 from audit.load import LoadedRun
@@ -31,32 +21,25 @@ from audit.logs import read_tail
 from audit.model import Cause
 from audit.safedir import SafeDir, UnsafeFile
 from audit.views import AddressRec, FailureRec
+from launch.backends.answers import SchedulerEnding
+from launch.backends.slurm.ending import TAIL_BYTES, output_job_id, parse_slurm_output
 from schemas import FailureKind, names
 
-# The job output is read from its end: the ending is among its last lines.
-TAIL_BYTES = 256 * 1024
+__all__ = [
+    "SchedulerEnding",
+    "as_first_cause",
+    "backend_of",
+    "explains",
+    "find_ending",
+    "job_id_of",
+    "job_outputs",
+    "restart_of",
+]
+
 # Slurm's timestamps have one-second resolution, and the agents' records come from other hosts'
 # clocks: a rank's own failure counts as earlier than the scheduler's signals only by more than this.
 EARLIER_BY_S = 1.0
 
-_JOB_OUTPUT = re.compile(r"^job-slurm-(\d+)\.out$")
-_ENDING = re.compile(
-    r"\*\*\* JOB (?P<job>\d+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
-    r"(?: DUE TO (?P<why>[A-Z][A-Z ]*?))?(?:,[^*]*)? \*\*\*"
-)
-_NODE_FAILURE = re.compile(r"\bNode failure on (?P<node>[^\s,]+)")
-_REASONS = {
-    "TIME LIMIT": FailureKind.TIME_LIMIT,
-    "NODE FAILURE": FailureKind.NODE_FAILURE,
-    "PREEMPTION": FailureKind.PREEMPTED,
-}
-LABELS = {
-    FailureKind.TIME_LIMIT: "its time limit was reached",
-    FailureKind.CANCELLED: "it was cancelled",
-    FailureKind.NODE_FAILURE: "a node failed",
-    FailureKind.PREEMPTED: "it was preempted",
-}
-SCHEDULER_KINDS = frozenset(LABELS)
 # Records that a scheduler's ending explains: every rank's signal, its peers' reactions, a rank
 # that vanished with its node.
 _EXPLAINED = {
@@ -69,74 +52,9 @@ _EXPLAINED = {
 }
 
 
-@dataclass(frozen=True)
-class SchedulerEnding:
-    """What the scheduler said it did to the job, and where it said it."""
-
-    kind: FailureKind
-    job_id: str
-    host: str  # where the scheduler wrote it (Slurm: the batch host)
-    at: str  # the scheduler's own timestamp, as written
-    words: str  # the scheduler's line, verbatim (asked afterwards: the command and its answer)
-    file: str | None  # run-directory file; None when the scheduler was asked (audit/scheduler_query.py)
-    line: int  # 1-based, within the part read (the file's tail); 0 when asked
-    node: str | None = None  # node_failure: the node that failed, where the scheduler names it
-
-    @property
-    def label(self) -> str:
-        return LABELS[self.kind]
-
-
-_START = re.compile(re.escape(names.SLURM_START_MARKER) + r" (?P<job>\d+) start (?P<restart>\d+)\b")
-
-
-def restart_section(lines: list[str], restart: int | None) -> list[tuple[int, str]]:
-    """The lines (numbered) of one start of the job: a requeued job appends its next start to the
-    same output, after the job script's start line. Unknown restart: the last start."""
-    starts = [(n, int(m.group("restart"))) for n, line in enumerate(lines) if (m := _START.search(line))]
-    numbered = list(enumerate(lines, 1))
-    if not starts:
-        return numbered
-    chosen = [i for i, (_, r) in enumerate(starts) if r == restart] if restart is not None else [len(starts) - 1]
-    if not chosen:
-        return []  # that start is not in the part read
-    i = chosen[-1]
-    begin = starts[i][0]
-    end = starts[i + 1][0] if i + 1 < len(starts) else len(lines)
-    return numbered[begin:end]
-
-
-def parse_slurm_output(lines: Iterable[str], file: str, restart: int | None = None) -> SchedulerEnding | None:
-    """The ending of one start of the job (`restart`: Slurm's restart count; None: the last
-    start) in its output, with the failed node where one is named."""
-    ending: SchedulerEnding | None = None
-    failed_node: str | None = None
-    for n, line in restart_section(list(lines), restart):
-        m = _ENDING.search(line)
-        if m is not None:
-            why = (m.group("why") or "").strip()
-            if why == "JOB REQUEUE":
-                continue  # the job requeued itself (after a walltime warning): that attempt ended already
-            kind = _REASONS.get(why, FailureKind.CANCELLED)
-            words = line[line.index("***") :].strip()
-            ending = SchedulerEnding(kind, m.group("job"), m.group("host"), m.group("at"), words, file, n)
-            continue
-        f = _NODE_FAILURE.search(line)
-        if f is not None:
-            failed_node = f.group("node")
-    if ending is not None and ending.kind is FailureKind.NODE_FAILURE and failed_node:
-        ending = replace(ending, node=failed_node)
-    return ending
-
-
 def job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
     """The run directory's Slurm job outputs, (job id, file), by job id."""
-    outs = []
-    for relpath in run.others:
-        m = _JOB_OUTPUT.match(relpath)
-        if m is not None:
-            outs.append((int(m.group(1)), relpath))
-    return sorted(outs)
+    return sorted((job, relpath) for relpath in run.others if (job := output_job_id(relpath)) is not None)
 
 
 def find_ending(

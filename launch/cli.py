@@ -20,7 +20,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
-from launch.backends import Backend, RenderRequest, backend, scheduler_names
+from launch.backends.base import Backend, RenderRequest
+from launch.backends.registry import backend, scheduler_names
 from launch.spec.config import RunConfig
 from launch.spec.console import quiet_broken_pipe
 from launch.spec.errors import GymError, SpecError, UsageError

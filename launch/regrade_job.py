@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch import regrade as rg
-from launch.backends import RenderRequest
+from launch.backends.base import RenderRequest
 from launch.backends.rundir import claim_run_dir, launcher_writer, write_job, write_submission
-from launch.backends.slurm import SLURM, partition_max_time
+from launch.backends.slurm.query import partition_max_time
+from launch.backends.slurm.submit import SLURM
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
 from launch.spec.load import load_spec, resolved_from_dict

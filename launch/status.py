@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launch.scheduler_view import SchedulerView
-from launch.scheduler_view import scheduler_view as ask_scheduler
+from launch.backends.answers import SchedulerView
+from launch.backends.registry import BACKENDS
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, names
 
@@ -104,9 +104,17 @@ class RankRow:
 
 
 def scheduler_view(run: RunDir, replicas: int | None = None) -> SchedulerView | None:
-    """Ask the scheduler about the run's job (launch/scheduler_view.py); None for a run that was not
-    submitted (local)."""
-    return ask_scheduler(run.read_json(names.SUBMISSION), replicas)
+    """Ask the scheduler the run was submitted to (submission.json names it and the job) what the
+    job is doing, at each look (each backend's ``view``: launch/backends/*/query.py); None for a run
+    that was not submitted (local)."""
+    submission = run.read_json(names.SUBMISSION)
+    if not submission or not isinstance(submission.get("job_id"), str):
+        return None
+    name, job = str(submission.get("backend")), str(submission["job_id"])
+    view = next((b.view for b in BACKENDS if b.name == name), None)
+    if view is None:
+        return SchedulerView(name, job, error=f"gym-launch status knows no scheduler {name!r}", asks="nothing")
+    return view(job, replicas)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from launch.backends import Backend, Rendered, RenderRequest, SubmitError
+from launch.backends.base import Backend, Rendered, RenderRequest, SubmitError
 from launch.backends.rundir import claim_run_dir, write_job, write_submission
 from schemas import names
 

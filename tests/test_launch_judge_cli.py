@@ -79,7 +79,7 @@ def _exit_code_text(helped: subprocess.CompletedProcess[str], code: int) -> str:
 
 
 def test_render_and_submit_help_name_every_scheduler_backend() -> None:
-    from launch.backends import BACKENDS
+    from launch.backends.registry import BACKENDS
 
     for command in ("render", "submit"):
         helped = run(command, "--help").stdout

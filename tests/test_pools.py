@@ -15,9 +15,9 @@ import pytest
 
 from agent.ray.node import HEAD_ONLY_FLAGS, worker_extra_args
 from audit.api import audit_run
-from launch.backends import RenderRequest
+from launch.backends.base import RenderRequest
 from launch.backends.local import local_replicas
-from launch.backends.slurm import components, directive_lines, render
+from launch.backends.slurm.render import components, directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from launch import regrade as rg
-from launch.backends import RenderRequest
-from launch.backends.slurm import directive_lines, render
+from launch.backends.base import RenderRequest
+from launch.backends.slurm.render import directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec, resolved_from_dict, spec_record

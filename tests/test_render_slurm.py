@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.backends import RenderRequest
-from launch.backends.slurm import WARNING_MARGIN_S, directive_lines, render
+from launch.backends.base import RenderRequest
+from launch.backends.slurm.render import WARNING_MARGIN_S, directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from audit.api import audit_run
-from audit.scheduler_ending import parse_slurm_output
+from launch.backends.slurm.ending import parse_slurm_output
 from schemas import FailureKind, names
 from tests.harness import assert_artifacts_valid
 from tests.harness.rundirs import T0, RunBuilder

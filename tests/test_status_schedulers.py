@@ -97,7 +97,7 @@ def test_skypilot_status_reads_the_managed_jobs_record(
     assert "scheduler: skypilot job 17 RECOVERING (the spot VM was preempted (preempted)) on k8s/ctx" in text
     assert "restarted 1 time(s)" in text
     answer_queues(monkeypatch, [managed_job(17, "SUCCEEDED")], {}, asked)
-    from launch.scheduler_view import skypilot_view
+    from launch.backends.skypilot.query import view as skypilot_view
 
     assert skypilot_view("17").ended and not skypilot_view("16").ended  # 16: not in this queue's answer
 

@@ -1,22 +1,25 @@
-"""What every backend shares: the render request and its result, the submission, the protocol a
-backend implements, its error, and the one builder of the agent's command line.
+"""What every backend shares: the render request and its result, the submission, the one backend
+type each backend instantiates, its error, and the one builder of the agent's command line.
 
-A backend renders (pure: from the resolved model and its plan to the text a scheduler takes) and
-submits (the side effect: hand the rendered job to the scheduler). The two sit side by side in
-the backend's own module; this module holds only what they have in common.
+A backend renders (pure: from the resolved model and its plan to the text a scheduler takes),
+submits (the side effect: hand the rendered job to the scheduler) and answers `gym-launch status`
+(a read-only question). Each sits in the backend's own package; this module holds only what they
+have in common.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from launch.backends.answers import SchedulerView
 from launch.spec.config import RunConfig
 from launch.spec.errors import GymError
 from launch.spec.plan import Plan
 from schemas import RunDir
+
+__all__ = ["EXIT_USAGE", "Backend", "RenderRequest", "Rendered", "Submission", "SubmitError", "agent_argv"]
 
 EXIT_USAGE = 2  # what a user can fix (the spec, the command line, the scheduler's setup), as argparse exits
 
@@ -58,30 +61,28 @@ class SubmitError(GymError):
     exit_code = EXIT_USAGE
 
 
-class Backend(Protocol):
-    """One way of running a run. ``schedules``: it hands a rendered job to a scheduler
-    (``gym-launch render|submit``); the one that does not runs every replica here (``gym-launch local``)."""
+def _nothing_to_check() -> None:
+    """Nothing to ask before submitting."""
 
-    @property
-    def name(self) -> str: ...  # as ``[launch] backend`` and ``--backend`` spell it
 
-    @property
-    def title(self) -> str: ...  # as people spell it ("SkyPilot")
+@dataclass(frozen=True)
+class Backend:
+    """One way of running a run, as the launcher drives it: each backend instantiates it with its
+    own steps (``SLURM`` in launch/backends/slurm/submit.py, ...). ``schedules``: it hands a
+    rendered job to a scheduler (``gym-launch render|submit``); the one that does not runs every
+    replica here (``gym-launch local``)."""
 
-    @property
-    def schedules(self) -> bool: ...
-
-    def render(self, request: RenderRequest) -> Rendered:
-        """The job's text; raises SpecError with every problem (pure)."""
-        ...
-
-    def preflight(self) -> None:
-        """Raises SubmitError when nothing could be submitted (before the run directory exists)."""
-        ...
-
-    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-        """Hand the rendered job (already written at ``job_path`` in ``run``) to the scheduler."""
-        ...
+    name: str  # as ``[launch] backend`` and ``--backend`` spell it
+    title: str  # as people spell it ("SkyPilot")
+    # The job's text; raises SpecError with every problem (pure).
+    render: Callable[[RenderRequest], Rendered]
+    # Hand the rendered job (already written at the path, in the run directory) to the scheduler.
+    submit: Callable[[Path, RunDir, RunConfig], Submission]
+    # Raises SubmitError when nothing could be submitted (before the run directory exists).
+    preflight: Callable[[], None] = _nothing_to_check
+    # What the scheduler says of a submitted job (its id, the planned replicas): `gym-launch status`.
+    view: Callable[[str, int | None], SchedulerView] | None = None
+    schedules: bool = True
 
 
 def agent_argv(

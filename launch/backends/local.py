@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
-from launch.backends.base import Rendered, RenderRequest, Submission, agent_argv
+from launch.backends.base import Backend, agent_argv
 from launch.backends.rundir import claim_run_dir
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
@@ -288,20 +288,8 @@ def failure_lines(run_dir: Path) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class LocalBackend:
-    name: str = "local"
-    title: str = "Local"
-    schedules: bool = False
-
-    def render(self, request: RenderRequest) -> Rendered:
-        raise UsageError(NOT_A_SCHEDULER)
-
-    def preflight(self) -> None:
-        raise UsageError(NOT_A_SCHEDULER)
-
-    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-        raise UsageError(NOT_A_SCHEDULER)
+def _refuse(*_: object) -> NoReturn:
+    raise UsageError(NOT_A_SCHEDULER)
 
 
-LOCAL = LocalBackend()
+LOCAL = Backend("local", "Local", render=_refuse, submit=_refuse, preflight=_refuse, schedules=False)

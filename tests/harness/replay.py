@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from launch.backends import RenderRequest
+from launch.backends.base import RenderRequest
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import resolved_from_dict

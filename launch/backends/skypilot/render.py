@@ -1,5 +1,5 @@
-"""The SkyPilot backend: a run rendered as one SkyPilot task (YAML; pure), and its submission through
-SkyPilot's Python API (``sky.jobs.launch``, or ``sky.launch`` with ``managed = false``) beside it.
+"""A run rendered as one SkyPilot task (YAML; pure); submit.py hands it to SkyPilot's Python API
+(``sky.jobs.launch``, or ``sky.launch`` with ``managed = false``).
 
 One task of ``num_nodes`` = the plan's replicas, ``accelerators`` NAME:COUNT with the plan's GPUs per
 node; every node runs ``gym-agent --uuid U --output-root ROOT --expect-fingerprint F``. Rank, count,
@@ -14,40 +14,30 @@ Recovery: a managed job that SkyPilot recovers (a preempted node: the whole task
 restarts (``max_restarts_on_errors``, written from ``[launch] max_retries``) runs the same command and
 environment under the same SKYPILOT_TASK_ID, so the task carries restart mode (GYM_RESUME=restart,
 agent/coord/restart_join.py) as Beaker's does: a restart starts the next attempt of the run by itself.
-
-Submitting: SkyPilot's client talks to its API server (a local one `sky api start` runs, or a team's
-`sky api login -e URL`); nothing here starts one or reads the clouds' credentials. Without the
-``skypilot`` package (``pip install 'gym-agent[skypilot]'``) or without a server that answers, the
-submission prints the task and the command that would run it and exits 2. Secrets are named, never
-valued: a ``[launch] secrets`` variable is a SkyPilot secret of the same name, resolved by SkyPilot
-(its value, when set in the submitting environment, is handed to the API in memory, as
-``sky jobs launch --secret NAME`` does).
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from launch.backends.base import Rendered, RenderRequest, Submission, SubmitError, agent_argv
+from launch.backends.base import Rendered, RenderRequest, agent_argv
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.load import SPEC_JSON_ENV
 from launch.spec.restarts import max_retries
-from schemas import RunDir, names
+from schemas import names
 from schemas.vocab import DriverEnv, ResumeEnv
+
+__all__ = ["cli_command", "cluster_name", "job_name", "render", "run_command", "task"]
 
 FILE_SUFFIX = ".skypilot.yaml"
 RESERVED_PREFIXES = ("SKYPILOT_",)  # SkyPilot sets these on every node
-INSTALL_HINT = "pip install 'gym-agent[skypilot]'"
 CLUSTER_NAME_MAX = 40  # SkyPilot appends its own suffixes; Kubernetes names stop at 63
 SLURM_INFRA = re.compile(r"(?i)slurm(/.*)?")
 VOLUME_INFRA = re.compile(r"(?i)(k8s|kubernetes|runpod)(/.*)?")
@@ -326,77 +316,3 @@ def _restart_comments(managed: bool, cap: int | None) -> tuple[str, ...]:
         f"({ResumeEnv.RESUME}={ResumeEnv.RESTART}, token skypilot-$SKYPILOT_TASK_ID), counted by the agents from "
         "attempts/.",
     )
-
-
-# --- the side effect: SkyPilot's Python API ----------------------------------------------------
-
-
-def _sky() -> Any:
-    try:
-        import sky
-    except ImportError:
-        raise SubmitError(f"SkyPilot is not installed: {INSTALL_HINT} (or use --dry-run)") from None
-    return sky
-
-
-def preflight() -> None:
-    """SkyPilot importable and its API server healthy. Asks the server's health endpoint only: a
-    client call would start a local server, which is the user's to start."""
-    _sky()
-    from sky.server import common
-
-    url = common.get_server_url()
-    status = common.get_api_server_status(url).status
-    if status != common.ApiServerStatus.HEALTHY:
-        raise SubmitError(
-            f"no SkyPilot API server answers at {url} ({status.value}): start one (`sky api start`, then "
-            "`sky check`) or log in to your team's (`sky api login -e URL`)"
-        )
-
-
-def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-    """Launch the task at ``job_path`` (the rendered task in the run directory) through SkyPilot's API."""
-    sky = _sky()
-    uuid = run.path.name
-    command = cli_command(config, uuid, str(job_path))
-    # A secret's value set in this shell goes to SkyPilot in memory only, as `--secret NAME` does:
-    # loaded by the loader `sky jobs launch` uses, with the same overrides.
-    present = [(name, os.environ[name]) for name in sorted(config.launch.secrets) if os.environ.get(name)]
-    try:
-        from sky.utils import dag_utils
-
-        dag = dag_utils.load_chain_dag_from_yaml(str(job_path), secret_overrides=present or None)
-    except Exception as exc:  # SkyPilot's loader raises ValueError and its own schema errors
-        raise SubmitError(f"SkyPilot refused the task {job_path}: {type(exc).__name__}: {exc}") from None
-    try:
-        if config.launch.skypilot.managed:
-            job_ids, _handle = sky.stream_and_get(sky.jobs.launch(dag, name=job_name(config, uuid)))
-            job_id = str(job_ids[0]) if job_ids else ""
-        else:
-            job, _handle = sky.stream_and_get(sky.launch(dag, cluster_name=cluster_name(config, uuid)))
-            job_id = "" if job is None else f"{cluster_name(config, uuid)}/{job}"
-    except Exception as exc:  # the API's own errors, the server's, the network's
-        raise SubmitError(f"SkyPilot did not launch the task: {type(exc).__name__}: {exc}") from None
-    if not job_id:
-        raise SubmitError("SkyPilot accepted the task but returned no job id")
-    return Submission(job_id, command)
-
-
-@dataclass(frozen=True)
-class SkyPilotBackend:
-    name: str = "skypilot"
-    title: str = "SkyPilot"
-    schedules: bool = True
-
-    def render(self, request: RenderRequest) -> Rendered:
-        return render(request)
-
-    def preflight(self) -> None:
-        """No SkyPilot, or no API server answering: said before anything is created."""
-        preflight()
-
-    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-        return submit(job_path, run, config)
-
-
-SKYPILOT = SkyPilotBackend()

@@ -1,5 +1,5 @@
-"""The Beaker backend: a run rendered as a Beaker experiment spec (YAML: one task, one replica
-group; pure), and its submission with beaker-py's client beside it.
+"""A run rendered as a Beaker experiment spec (YAML: one task, one replica group; pure); submit.py
+hands it to beaker-py's client.
 
 Seed 000: "one Beaker task with native replicas, leader selection and a synchronized start",
 full eight-GPU nodes, one shared hostname allowlist, failure and preemption propagated to every
@@ -14,36 +14,27 @@ Nothing has to be readable from the submitting machine.
 
 Credentials never appear: ``[launch] env`` is refused by the resolver when a name or value looks
 like one, and ``[launch] secrets`` map a variable to a Beaker secret *name*.
-
-Submitting: the user's token stays where Beaker's own tools keep it: beaker-py reads the user's
-Beaker configuration (``$BEAKER_CONFIG`` or ``~/.beaker/config.yml``, or ``BEAKER_TOKEN``). Nothing
-here reads, prints or records it: the spec, the run directory and our output hold the experiment
-id, the workspace and the job file only. Without a configuration the submission stops with a
-message that says how to configure Beaker, or to use ``--dry-run``. beaker-py is an optional
-dependency (``pip install 'gym-agent[beaker]'``): it is imported only when submitting.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from pathlib import Path
 from typing import Any
 
-from launch.backends.base import Rendered, RenderRequest, Submission, SubmitError, agent_argv
+from launch.backends.base import Rendered, RenderRequest, agent_argv
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.load import SPEC_JSON_ENV
 from launch.spec.restarts import max_retries
-from schemas import RunDir
 from schemas.vocab import ResumeEnv
+
+__all__ = ["BEAKER_NODE_GPUS", "RESERVED_ENV", "beaker_duration", "render", "task"]
 
 BEAKER_NODE_GPUS = 8  # Beaker replica groups take whole 8-GPU nodes (seed 000)
 RESULT_PATH = "/output"  # Beaker's per-task result directory (unused by the agent)
@@ -303,77 +294,3 @@ def _restart_comments(cap: int | None) -> tuple[str, ...]:
         "The agents count attempts from the run directory's attempts/ and refuse one past the caps:",
         "a resubmission resets Beaker's count, not theirs.",
     )
-
-
-# --- the side effect: beaker-py's client ------------------------------------------------------
-
-INSTALL_HINT = "pip install 'gym-agent[beaker]'"
-NO_CONFIG = (
-    "no Beaker configuration found (neither $BEAKER_CONFIG, ~/.beaker/config.yml nor BEAKER_TOKEN): configure "
-    "Beaker's client as usual (`beaker config set user_token ...`), or use --dry-run to print the spec"
-)
-
-
-def experiment_name(config: RunConfig, run: RunDir) -> str:
-    """Run name plus uuid: letters, digits, '.', '_' and '-', as Beaker names require."""
-    return f"{config.name}-{run.path.name}"
-
-
-def _client(workspace: str | None) -> Any:
-    try:
-        from beaker import Beaker
-        from beaker.exceptions import BeakerConfigurationError
-    except ImportError:
-        raise SubmitError(f"beaker-py is not installed: {INSTALL_HINT} (or use --dry-run)") from None
-    try:
-        overrides = {"default_workspace": workspace} if workspace else {}
-        # No upgrade check: it is a network call of its own, and not ours to make.
-        return Beaker.from_env(check_for_upgrades=False, **overrides)
-    except BeakerConfigurationError:
-        raise SubmitError(NO_CONFIG) from None
-    except (OSError, ValueError, TypeError) as exc:
-        # A broken config file: say which, not what it holds.
-        where = os.environ.get("BEAKER_CONFIG") or "~/.beaker/config.yml"
-        raise SubmitError(f"cannot read the Beaker configuration ({where}): {type(exc).__name__}") from None
-
-
-def submit(job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-    """Create the experiment from ``job_path`` (the rendered spec in the run directory)."""
-    workspace = config.launch.beaker.workspace
-    client = _client(workspace)  # first: it says what to do when beaker-py or a configuration is missing
-    from beaker import BeakerExperimentSpec
-
-    spec = BeakerExperimentSpec.from_file(job_path)
-    name = experiment_name(config, run)
-    command: tuple[str, ...] = ("beaker-py", "experiment.create", "--name", name)
-    command += ("--workspace", workspace) if workspace else ()
-    command += (str(job_path),)
-    try:
-        with client:
-            workload = client.experiment.create(spec=spec, name=name, workspace=workspace)
-    except Exception as exc:  # beaker-py raises its own errors, gRPC's and requests'
-        raise SubmitError(f"Beaker refused the experiment {name}: {type(exc).__name__}: {exc}") from None
-    experiment_id = getattr(getattr(workload, "experiment", None), "id", "") or getattr(workload, "id", "")
-    if not experiment_id:
-        raise SubmitError(f"Beaker accepted experiment {name} but returned no id")
-    return Submission(str(experiment_id), command)
-
-
-@dataclass(frozen=True)
-class BeakerBackend:
-    name: str = "beaker"
-    title: str = "Beaker"
-    schedules: bool = True
-
-    def render(self, request: RenderRequest) -> Rendered:
-        return render(request)
-
-    def preflight(self) -> None:
-        """No beaker-py or no Beaker configuration: said before anything is created."""
-        _client(None)
-
-    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-        return submit(job_path, run, config)
-
-
-BEAKER = BeakerBackend()

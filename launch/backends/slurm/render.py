@@ -1,6 +1,5 @@
-"""The Slurm backend (seeds 000, 001, 004): the batch script of a run, rendered purely from the
-resolved model and its plan, and its submission (``sbatch --parsable``) beside it; also the one
-other question the launcher asks Slurm (a partition's MaxTime, for ``gym-launch regrade``).
+"""The batch script of a run (seeds 000, 001, 004), rendered purely from the resolved model and its
+plan; submit.py hands it to ``sbatch``.
 
 One allocation of ``plan.replicas`` nodes, one agent task per node (a pool's ``tasks_per_node`` gives
 its component more task slots for the driver's own steps), ``gpus_per_replica`` GPUs per node;
@@ -37,22 +36,27 @@ from __future__ import annotations
 
 import math
 import shlex
-import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from launch.backends.base import Rendered, RenderRequest, Submission, SubmitError, agent_argv
+from launch.backends.base import Rendered, RenderRequest, agent_argv
 from launch.spec.config import PoolConfig, RunConfig, SlurmConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.plan import Plan
-from schemas import DriverEnv, JobEnv, RunDir, names, port_grid
+from schemas import DriverEnv, JobEnv, names, port_grid
 from schemas.vocab import ResumeEnv
 
+__all__ = [
+    "WARNING_MARGIN_S",
+    "Component",
+    "components",
+    "directive_lines",
+    "render",
+    "step_name",
+    "warning_seconds",
+]
+
 FILE_SUFFIX = ".sbatch"
-SBATCH_TIMEOUT_S = 120
-SCONTROL_TIMEOUT_S = 30
 q = shlex.quote
 # What a task's shell expands when it runs, so they are written in double quotes, not escaped.
 RANK_WORD = "$rank"
@@ -447,84 +451,3 @@ def render(request: RenderRequest) -> Rendered:
 def directive_lines(text: str) -> Sequence[str]:
     """The ``#SBATCH`` directives of a rendered script, in order (for tests and the audit)."""
     return [line[len("#SBATCH ") :] for line in text.splitlines() if line.startswith("#SBATCH ")]
-
-
-# --- the side effects: sbatch, scontrol -------------------------------------------------------
-
-
-def submit(job_path: Path, run: RunDir) -> Submission:
-    sbatch = shutil.which("sbatch")
-    if sbatch is None:
-        raise SubmitError("sbatch is not on PATH: submit from a Slurm login node (or use --dry-run)")
-    command = (sbatch, "--parsable", str(job_path))
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S, cwd=run.path)
-    except subprocess.TimeoutExpired:
-        raise SubmitError(f"sbatch did not answer within {SBATCH_TIMEOUT_S} s (is slurmctld up?)") from None
-    if out.returncode != 0:
-        raise SubmitError(f"sbatch refused the job: {(out.stderr or out.stdout).strip()}")
-    # --parsable prints "JOBID" or "JOBID;CLUSTER".
-    return Submission(out.stdout.strip().split(";", 1)[0], command)
-
-
-def partition_max_time(partition: str | None) -> str | None:
-    """MaxTime of ``partition`` (None: the default partition) from `scontrol show partition`;
-    None when scontrol is missing or says nothing about it."""
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return None
-    try:
-        out = subprocess.run(
-            [scontrol, "show", "partition", "--oneliner", *([partition] if partition else [])],
-            capture_output=True,
-            text=True,
-            timeout=SCONTROL_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        return None
-    if out.returncode != 0:
-        return None  # no cluster answered, or no such partition: sbatch will say which
-    for line in out.stdout.splitlines():
-        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if (fields.get("PartitionName") != partition) if partition else (fields.get("Default") != "YES"):
-            continue
-        return fields.get("MaxTime")
-    return None
-
-
-def job_record(job_id: str) -> dict[str, str] | str:
-    """`scontrol show job --oneliner JOB` as fields (JobState, Reason, NodeList, Restarts, ...), or
-    why it could not be read (no scontrol, the controller does not answer, the job is gone)."""
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return "scontrol is not on PATH"
-    try:
-        out = subprocess.run(
-            [scontrol, "show", "job", "--oneliner", job_id], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return f"scontrol did not answer within {SCONTROL_TIMEOUT_S} s (is slurmctld up?)"
-    if out.returncode != 0:
-        # A finished job leaves the controller after MinJobAge: then only sacct knows it.
-        return (out.stderr or out.stdout).strip() or f"scontrol exited {out.returncode}"
-    line = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
-    return dict(w.split("=", 1) for w in line.split() if "=" in w)
-
-
-@dataclass(frozen=True)
-class SlurmBackend:
-    name: str = "slurm"
-    title: str = "Slurm"
-    schedules: bool = True
-
-    def render(self, request: RenderRequest) -> Rendered:
-        return render(request)
-
-    def preflight(self) -> None:
-        """Nothing to ask before: a missing sbatch is said when submitting."""
-
-    def submit(self, job_path: Path, run: RunDir, config: RunConfig) -> Submission:
-        return submit(job_path, run)
-
-
-SLURM = SlurmBackend()

@@ -18,11 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
 from launch.backends.base import Backend, agent_argv
+from launch.backends.local_verdict import verdict
 from launch.backends.rundir import claim_run_dir
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
@@ -108,65 +109,27 @@ def _run_replicas(
     per_rank_env: dict[int, dict[str, str]],
     resume: bool,
 ) -> int:
-    spec_file = run.path / names.SPEC
     out(f"gym-launch: run {uuid}: {plan.replicas} replica(s) x {plan.gpus_per_replica} GPUs -> {run.path}")
-
-    procs: list[subprocess.Popen[str]] = []
-    pumps: list[threading.Thread] = []
-    env_base = dict(os.environ)
-    env_base.pop("CUDA_VISIBLE_DEVICES", None)
-    # Every agent of this launch joins the same attempt; another launch started at once cannot.
-    env_base[ResumeEnv.TOKEN] = f"local-{secrets.token_hex(6)}"
-    if resume:
-        env_base[ResumeEnv.RESUME] = "1"
-    lock = threading.Lock()
+    env_base = _agents_environment(resume)
+    agents = _Agents(out)
     # Agents watch this pipe's read end: its EOF (our death, even by SIGKILL) stops them cleanly.
     # The write end stays with us alone (close_fds keeps it out of the agents).
     alive_r, alive_w = os.pipe()
-    stopping: list[int] = []
-
-    def pump(stream: IO[str]) -> None:
-        for line in stream:
-            with lock:
-                out(line.rstrip("\n"))
-
-    def forward(signum: int, _frame: object) -> None:
-        stopping.append(signum)
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-
     _become_subreaper()
     ours_before = set(_children())
     # A closed terminal (SIGHUP) stops the run like ^C: the agents get SIGTERM and record it.
     # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    for rep in local_replicas(spec_file, uuid, root, plan.replicas, [n.gpus for n in plan.nodes], launcher_fd=alive_r):
-        if stopping:
+    old = {s: signal.signal(s, agents.forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    replicas = local_replicas(
+        run.path / names.SPEC, uuid, root, plan.replicas, [n.gpus for n in plan.nodes], launcher_fd=alive_r
+    )
+    for rep in replicas:
+        if agents.stopping:
             break  # told to stop while starting: the agents already started were passed it
-        env = {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}
-        # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
-        p = subprocess.Popen(
-            rep.argv,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            pass_fds=(alive_r,),
-        )
-        procs.append(p)
-        t = threading.Thread(target=pump, args=(p.stdout,), daemon=True)
-        t.start()
-        pumps.append(t)
-
+        agents.start(rep.argv, {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}, alive_r)
     os.close(alive_r)
     try:
-        codes = [p.wait() for p in procs]
+        codes = [p.wait() for p in agents.procs]
         # An agent that was killed leaves its reaper to record and clean up after it: the run is
         # over (and its files final) only once that is done too.
         grace = config.coordination.teardown_grace + ORPHAN_MARGIN_S
@@ -175,37 +138,68 @@ def _run_replicas(
         for s, h in old.items():
             signal.signal(s, h)
     os.close(alive_w)
-    for t in pumps:
-        t.join(timeout=5)
+    agents.join_pumps()
     if left:
         out(f"gym-launch: still running after the agents exited (pids {left}): they end by themselves")
-    if codes and all(c == 2 for c in codes):
-        # Every agent refused before starting anything (a restart cap, an attempt still running):
-        # their messages above say why; there is no run of this launch to summarise.
-        out(f"gym-launch: every agent refused to start (exit codes {codes}); run directory: {run.path}")
-        return 2
-    ok = all(c == 0 for c in codes)
-    if ok:
-        # Agents exiting 0 says every lifecycle ended well, not that the driver trained: the run
-        # succeeded only if the audit passes too (so the launcher and gym-audit never disagree).
-        failing = audit_errors(run.path)
-        ok = not failing
-        if ok:
-            out(f"gym-launch: run succeeded: agents exited 0 and the audit passes (agent exit codes {codes})")
-        else:
-            out(f"gym-launch: run FAILED: agents exited 0, but the audit FAILS: {failing[0]}")
-            for line in failing[1:MAX_SUMMARY_ERRORS]:
-                out(f"gym-launch:   also: {line}")
-    else:
-        out(f"gym-launch: run FAILED (agent exit codes {codes})")
-        for line in failure_lines(run.path):
-            out(f"gym-launch: {line}")
-    out(f"gym-launch: run directory: {run.path}")
-    out(f"gym-launch: inspect it with: gym-audit {run.path}   (logs: gym-audit logs {run.path})")
-    return 0 if ok else 1
+    return verdict(run.path, codes, out)
 
 
-MAX_SUMMARY_ERRORS = 3
+def _agents_environment(resume: bool) -> dict[str, str]:
+    """What every agent of this launch gets beside its own replica's variables."""
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    # Every agent of this launch joins the same attempt; another launch started at once cannot.
+    env[ResumeEnv.TOKEN] = f"local-{secrets.token_hex(6)}"
+    if resume:
+        env[ResumeEnv.RESUME] = "1"
+    return env
+
+
+@dataclass
+class _Agents:
+    """The agents of one launch as they start: their processes, the threads streaming their lines
+    to ``out``, and the signals passed on to them (mutable: it grows as they start)."""
+
+    out: Callable[[str], None]
+    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    pumps: list[threading.Thread] = field(default_factory=list)
+    stopping: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, argv: Sequence[str], env: dict[str, str], alive_r: int) -> None:
+        # Own session: a terminal ^C reaches us, and we pass it on as SIGTERM to every agent.
+        p = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(alive_r,),
+        )
+        self.procs.append(p)
+        t = threading.Thread(target=self._pump, args=(p.stdout,), daemon=True)
+        t.start()
+        self.pumps.append(t)
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self.lock:
+                self.out(line.rstrip("\n"))
+
+    def forward(self, signum: int, _frame: object) -> None:
+        self.stopping.append(signum)
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def join_pumps(self) -> None:
+        for t in self.pumps:
+            t.join(timeout=5)
 
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
@@ -249,43 +243,6 @@ def _children() -> list[int]:
     except OSError:
         return []
     return sorted(kids)
-
-
-def audit_errors(run_dir: Path) -> list[str]:
-    """The audit's errors as "code — message" lines; empty when it passes. A run directory the
-    audit cannot read is itself a failure to report."""
-    from audit.api import audit_run
-    from audit.safedir import UnusableRunDir
-
-    try:
-        result = audit_run(run_dir)
-    except (UnusableRunDir, OSError) as exc:
-        return [f"the audit cannot read the run directory: {exc}"]
-    return [f"{f.code} — {f.message[:SUMMARY_CHARS]}" for f in result.findings if f.severity == "error"]
-
-
-SUMMARY_CHARS = 1000  # the audit message names the accepted evidence: keep it whole
-
-
-def failure_lines(run_dir: Path) -> list[str]:
-    """The audit's first cause in one line (the run's, not one replica's view of it), and the
-    nodes a preflight found unfit, as the line to resubmit without them."""
-    from audit.api import audit_run
-    from audit.safedir import UnusableRunDir
-
-    try:
-        result = audit_run(run_dir)
-    except (UnusableRunDir, OSError):
-        return []
-    fc = result.first_cause
-    lines = []
-    if fc is not None:
-        log = f" (log {fc.log})" if fc.log else ""
-        lines.append(f"first cause: rank {fc.rank} {fc.kind} in {fc.phase or '?'}: {fc.cause}{log}")
-    if result.unfit:
-        hosts = ", ".join(f"rank {n['rank']} on {n['host']}" for n in result.unfit["nodes"][:8])
-        lines.append(f"unfit node(s): {hosts}; {result.unfit['exclude']}")
-    return lines
 
 
 def _refuse(*_: object) -> NoReturn:

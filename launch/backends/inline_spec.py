@@ -6,7 +6,7 @@ these bytes or refuses to start and nothing has to be readable from the submitti
 from __future__ import annotations
 
 from launch.backends.base import RenderRequest
-from launch.spec.errors import Problem
+from launch.spec.errors import Problem, SpecError
 from launch.spec.load import SPEC_JSON_ENV, canonical_json, spec_record
 
 # A Linux environment string is at most 128 KiB (MAX_ARG_STRLEN); leave room for the name.
@@ -22,16 +22,18 @@ RESERVED_ENV = (
 )
 
 
-def inline_spec(request: RenderRequest, carrier: str) -> tuple[str, list[Problem]]:
-    """The spec record as canonical JSON, and the problem when it is too big for one variable
-    (``carrier``: what carries it, for the message)."""
+def inline_spec(request: RenderRequest, carrier: str, problems: list[Problem]) -> str:
+    """The spec record as canonical JSON (``carrier``: what carries it, for the message). Raises
+    SpecError with the render's ``problems`` and, when it is too big for one variable, that too."""
     text = canonical_json(spec_record(request.config.spec, request.spec_path))
-    if len(text.encode("utf-8")) <= MAX_INLINE_SPEC:
-        return text, []
-    return text, [
-        Problem(
-            "(spec)",
-            f"the run spec is {len(text) // 1024} KiB as JSON; {carrier} carries it in one environment "
-            f"variable of at most {MAX_INLINE_SPEC // 1024} KiB: shorten the run file",
-        )
-    ]
+    if len(text.encode("utf-8")) > MAX_INLINE_SPEC:
+        problems = problems + [
+            Problem(
+                "(spec)",
+                f"the run spec is {len(text) // 1024} KiB as JSON; {carrier} carries it in one environment "
+                f"variable of at most {MAX_INLINE_SPEC // 1024} KiB: shorten the run file",
+            )
+        ]
+    if problems:
+        raise SpecError(problems)
+    return text

@@ -29,7 +29,7 @@ from launch.backends.base import Rendered, RenderRequest, agent_argv
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
-from launch.spec.errors import Problem, SpecError
+from launch.spec.errors import Problem
 from launch.spec.load import SPEC_JSON_ENV
 from launch.spec.restarts import max_retries
 from schemas.vocab import ResumeEnv
@@ -254,10 +254,7 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
 
 
 def render(request: RenderRequest) -> Rendered:
-    spec_json, too_big = inline_spec(request, "a Beaker task")
-    problems = _problems(request) + too_big
-    if problems:
-        raise SpecError(problems)
+    spec_json = inline_spec(request, "a Beaker task", _problems(request))
     config, plan = request.config, request.plan
     doc: dict[str, Any] = {
         "version": "v2",

@@ -28,7 +28,7 @@ from launch.backends.base import Rendered, RenderRequest, agent_argv
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
-from launch.spec.errors import Problem, SpecError
+from launch.spec.errors import Problem
 from launch.spec.load import SPEC_JSON_ENV
 from launch.spec.restarts import max_retries
 from schemas import names
@@ -282,10 +282,7 @@ def cli_command(config: RunConfig, uuid: str, job_path: str) -> tuple[str, ...]:
 
 
 def render(request: RenderRequest) -> Rendered:
-    spec_json, too_big = inline_spec(request, "a SkyPilot task")
-    problems = _problems(request) + too_big
-    if problems:
-        raise SpecError(problems)
+    spec_json = inline_spec(request, "a SkyPilot task", _problems(request))
     config, plan = request.config, request.plan
     sky = config.launch.skypilot
     where = posixpath.join(request.output_root, "cluster", request.uuid, names.job_file(FILE_SUFFIX))

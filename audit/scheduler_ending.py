@@ -26,7 +26,6 @@ from launch.backends.slurm.ending import TAIL_BYTES, output_job_id, parse_slurm_
 from schemas import FailureKind, names
 
 __all__ = [
-    "SchedulerEnding",
     "as_first_cause",
     "backend_of",
     "explains",

@@ -21,7 +21,7 @@ from launch.backends.skypilot import query as skypilot
 from launch.backends.slurm import query as slurm
 from schemas import FailureKind
 
-__all__ = ["Answer", "ask", "recorded_job", "scheduler_of", "silent_ranks"]
+__all__ = ["ask", "recorded_job", "scheduler_of", "silent_ranks"]
 
 # Kinds of a rank that stopped without saying why itself: its node is worth asking about.
 _SILENT = ("silent", FailureKind.AGENT_DIED, FailureKind.PEER_SILENT)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 from audit.stacks import Summary, summarise
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
-from schemas.doorbell_wire import stacks_request
+from schemas.doorbell_wire import send_copies, stacks_request
 
 COPIES_AT = (0.0, 0.05, 0.25)  # a lost datagram is sent again, briefly
 AGENT_LIST_EVERY_S = 10.0  # agent/stacks/live.py's slow path (an agent not reached by the doorbell)
@@ -81,14 +80,11 @@ def _ring(run: RunDir, targets: list[Target], request: str) -> str:
         secret = bytes.fromhex(raw.decode("ascii").strip())
     except (OSError, RunDirError, ValueError, UnicodeError) as exc:
         return f"doorbell: the run's secret cannot be read here ({exc}); agents find the request by listing"
-    sent = 0
-    socks: dict[int, socket.socket] = {}
-    try:
-        datagrams = []
-        for seq, t in enumerate(targets, 1):
-            if t.port is None:
-                continue
-            data = stacks_request(
+    datagrams = [
+        (
+            t.address,
+            t.port,
+            stacks_request(
                 secret,
                 run=run.path.name,
                 attempt=run.attempt,
@@ -97,28 +93,15 @@ def _ring(run: RunDir, targets: list[Target], request: str) -> str:
                 request=request,
                 seq=seq,
                 sent_at=time.time(),
-            )
-            try:
-                info = socket.getaddrinfo(t.address, t.port, type=socket.SOCK_DGRAM)[0]
-            except (OSError, UnicodeError, IndexError):
-                continue
-            datagrams.append((info, data))
-        started = time.monotonic()
-        for at in COPIES_AT:
-            time.sleep(max(0.0, started + at - time.monotonic()))
-            for (family, kind, proto, _, addr), data in datagrams:
-                try:
-                    sock = socks.get(family) or socks.setdefault(family, socket.socket(family, kind, proto))
-                    sock.sendto(data, addr)
-                    sent += 1
-                except OSError:
-                    pass
-    finally:
-        for sock in socks.values():
-            sock.close()
+            ),
+        )
+        for seq, t in enumerate(targets, 1)
+        if t.port is not None
+    ]
+    rung, sent = send_copies(datagrams, COPIES_AT)
     if not sent:
         return "doorbell: no datagram could be sent; the agents find the request by listing"
-    return f"doorbell: rang {len(datagrams)} agent(s)"
+    return f"doorbell: rang {rung} agent(s)"
 
 
 def ask(run: RunDir, ranks: list[int] | None, wait: float, *, now: Callable[[], float] = time.monotonic) -> Answers:

@@ -51,7 +51,7 @@ from agent.coord.doorbell_msg import (
 from agent.coord.doorbell_probe import Probed, Prober, probe_peers
 from agent.ground import clock
 from agent.proc.wakeup import Wakeup
-from schemas.doorbell_wire import MAX_DATAGRAM
+from schemas.doorbell_wire import MAX_DATAGRAM, send_copies
 
 log = logging.getLogger(__name__)
 
@@ -508,28 +508,5 @@ def ring_once(
         cause=cause,
     )
     data = encode(ring, secret)
-    targets = []
-    for p in peers:
-        if p.rank == rank or p.port is None:
-            continue
-        try:
-            targets.append(socket.getaddrinfo(p.address, p.port, type=socket.SOCK_DGRAM)[0])
-        except (OSError, UnicodeError, IndexError):
-            continue
-    sent = 0
-    socks: dict[int, socket.socket] = {}
-    try:
-        started = time.monotonic()
-        for at in COPIES_AT:
-            time.sleep(max(0.0, started + at - time.monotonic()))
-            for family, kind_, proto, _, addr in targets:
-                try:
-                    sock = socks.get(family) or socks.setdefault(family, socket.socket(family, kind_, proto))
-                    sock.sendto(data, addr)
-                    sent += 1
-                except OSError:
-                    pass
-    finally:
-        for sock in socks.values():
-            sock.close()
-    return sent
+    datagrams = [(p.address, p.port, data) for p in peers if p.rank != rank and p.port is not None]
+    return send_copies(datagrams, COPIES_AT)[1]

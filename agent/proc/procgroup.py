@@ -132,13 +132,7 @@ def kill_escaped(sessions: set[int], spare: set[int]) -> StopRecord | None:
         if not strays:
             break
         first = first or strays[0]
-        for proc in strays:
-            try:
-                proc.kill()
-                killed += 1
-            except psutil.Error:
-                pass
-        psutil.wait_procs(strays, timeout=1.0)
+        killed += _kill_and_reap(strays)
     if first is None:
         return None
     try:
@@ -204,13 +198,20 @@ def sweep_session(session: int, passes: int = 5) -> int:
         members = session_members(session)
         if not members:
             break
-        for proc in members:
-            try:
-                proc.kill()
-                killed += 1
-            except psutil.Error:
-                pass
-        psutil.wait_procs(members, timeout=1.0)
+        killed += _kill_and_reap(members)
+    return killed
+
+
+def _kill_and_reap(procs: list[psutil.Process]) -> int:
+    """SIGKILL each (one already gone is skipped), then wait up to 1 s for them; how many were sent it."""
+    killed = 0
+    for proc in procs:
+        try:
+            proc.kill()
+            killed += 1
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=1.0)
     return killed
 
 

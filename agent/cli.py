@@ -10,15 +10,11 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.ground import clock
 from agent.proc.fast_exit import exit_now
 from launch.spec.console import quiet_broken_pipe, version
-
-if TYPE_CHECKING:
-    from launch.spec.config import RunConfig
-    from schemas import RunDir, Writer
 
 STARTED = clock.mono()  # the single startup deadline counts from here
 EXIT_CODES = """exit codes:
@@ -145,7 +141,7 @@ def _main(argv: Sequence[str] | None) -> int:
     rank_tag = f"[rank {ident.rank}]"
     incarnation = new_incarnation()
     writer = Writer(config.fingerprint, ident.rank, incarnation, clock_offset=clock.skew())
-    from agent.coord.attempts import AttemptRefused, resume_mode
+    from agent.coord.attempts import AttemptRefused, enter_attempt, resume_mode
     from agent.coord.rendezvous import RankClaimed, claim
 
     try:
@@ -170,7 +166,7 @@ def _main(argv: Sequence[str] | None) -> int:
             problem = _resume_spec_problem(run.read_json(names.SPEC), resolved, config.fingerprint)
             if problem:
                 return err(f"{origin}: {problem}")
-            _enter_attempt(run, writer, ident.rank, config, resume=mode.resume, restart=mode.restart)
+            enter_attempt(run, writer, ident.rank, config, mode, started_mono=STARTED)
         if config.coordination.doorbell:
             # Bound before the address record publishes its port, and kept: peers may ring at once.
             bell, bell_note = Doorbell.bind(ident.address)
@@ -238,32 +234,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if argv is None:  # this process is the agent (the gym-agent entry point or `-m agent.cli`)
         exit_now(result.exit_code)
     return result.exit_code
-
-
-def _enter_attempt(run: RunDir, writer: Writer, rank: int, config: RunConfig, *, resume: bool, restart: bool) -> None:
-    """Join or claim the attempt this replica belongs to (agent/coord/attempts.py, restart_join.py)."""
-    from agent.coord.attempts import attempt_token, join
-    from agent.coord.restart_caps import Caps
-    from agent.coord.restart_join import join_restart
-    from launch.spec.restarts import max_retries
-
-    coord = config.coordination
-    caps = Caps(max_retries(config), config.launch.max_no_progress_attempts)
-    token = attempt_token(os.environ)
-    timing = {
-        "heartbeat_timeout": coord.heartbeat_timeout,
-        "startup_timeout": coord.startup_timeout,
-        "deadline": STARTED + coord.startup_timeout,
-        "poll": coord.poll_interval,
-    }
-    if restart:
-        join_restart(run, writer, token, rank, adopt=resume, caps=caps, log=_no_log, **timing)
-    else:
-        join(run, writer, token, caps=caps, mode="resume", log=_no_log, **timing)
-
-
-def _no_log(_line: str) -> None:
-    """Nothing to log to yet: the agent's log opens after the rank is claimed."""
 
 
 def _resume_spec_problem(recorded: dict[str, Any] | None, resolved: object, fingerprint: str) -> str | None:

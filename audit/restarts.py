@@ -1,5 +1,5 @@
 """Attempts: how each was entered (attempts/N/claim.json), and those the restart caps refused
-(attempts/N/refused.json, agent/coord/restart_caps.py)."""
+(attempts/N/refused.json, agent/coord/attempts/decide.py)."""
 
 from __future__ import annotations
 

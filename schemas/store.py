@@ -77,7 +77,7 @@ class RunDir:
         self.path = path
         self._fd = fd
         # The attempt this handle writes as and reads: the highest claimed one (1 for a run never
-        # resumed). An agent sets it to the attempt it joined (agent/coord/attempts.py).
+        # resumed). An agent sets it to the attempt it joined (agent/coord/attempts/).
         self.ops: Counter[str] = Counter()  # shared-filesystem operations, for the benchmark
         # The run directory's permission mode (what create made it, or what open found).
         self.mode = stat.S_IMODE(os.fstat(fd).st_mode)

@@ -1,6 +1,6 @@
 """Attempts without agents: the spec comparison a resume refuses by, the launch token, the
-exclusive claim of an attempt number on a real directory (agent/coord/attempts.py), and restart
-mode's decisions (agent/coord/restart_join.py) on real files."""
+exclusive claim of an attempt number on a real directory, and restart mode's decisions on real files
+(agent/coord/attempts/)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.coord.attempts import AttemptRefused, attempt_token, join, resume_mode
-from agent.coord.restart_caps import Caps
-from agent.coord.restart_join import join_restart
+from agent.coord.attempts import AttemptRefused, Caps, Timing, attempt_token, resume_mode
+from agent.coord.attempts.decide import (
+    Decision,
+    Look,
+    Verb,
+    no_progress,
+    over_retries,
+    restart_entry,
+    restart_look,
+    resume_entry,
+)
+from agent.coord.attempts.enter import join, join_restart
 from launch.spec.errors import UsageError
 from launch.spec.load import spec_differences
 from schemas import RunDir, Writer, names
@@ -83,7 +92,7 @@ def _addr() -> dict:
 def test_one_token_wins_the_attempt_and_the_old_files_move(tmp_path: Path) -> None:
     run = _failed_attempt_1(tmp_path)
     w = Writer(FP, 0, "a2")
-    kw = {"heartbeat_timeout": 6.0, "startup_timeout": 60.0, "deadline": time.monotonic() + 5, "poll": 0.05}
+    kw = {"timing": Timing(heartbeat_timeout=6.0, startup_timeout=60.0, deadline=time.monotonic() + 5, poll=0.05)}
     assert join(run, w, "A", **kw) == 2
     assert run.attempt == 2
     assert (run.path / names.attempt_dir(1) / names.failure(0)).exists()
@@ -105,12 +114,10 @@ def test_one_token_wins_the_attempt_and_the_old_files_move(tmp_path: Path) -> No
     assert run.read_json(names.COMPLETE) is None
 
 
-KW = {"heartbeat_timeout": 6.0, "startup_timeout": 60.0, "poll": 0.05}
-
-
 def _restart(run: RunDir, rank: int, token: str = "beaker-W", *, adopt: bool = False, wait: float = 5, **kw) -> int:
     w = Writer(FP, rank, f"r{rank}-{time.monotonic_ns()}")
-    return join_restart(run, w, token, rank, adopt=adopt, deadline=time.monotonic() + wait, **KW, **kw)
+    timing = Timing(heartbeat_timeout=6.0, startup_timeout=60.0, deadline=time.monotonic() + wait, poll=0.05)
+    return join_restart(run, w, token, rank, adopt=adopt, timing=timing, **kw)
 
 
 def _hold(run_dir: Path, rank: int) -> None:
@@ -232,3 +239,28 @@ def test_a_restart_of_a_completed_attempt_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AttemptRefused, match="attempt 1 of this launch completed .*submit it with --resume"):
         _restart(RunDir.open(run_dir), 1)
     assert _tree(run_dir) == before
+
+
+def test_the_attempt_decisions_need_no_files() -> None:
+    """decide.py: what to do, from what was read (resume, restart mode's two looks, the caps)."""
+    assert resume_entry(None, None, "A", used=False) == Decision(Verb.CLAIM, None)  # a fresh run directory
+    assert resume_entry(None, None, "A", used=True) == Decision(Verb.CLAIM, 1)  # started without a claim
+    assert resume_entry(2, "A", "A", used=True) == Decision(Verb.JOIN, 2)
+    assert resume_entry(2, "B", "A", used=True) == Decision(Verb.CLAIM, 2)
+    assert restart_entry(True, None, None, "W", adopt=False) == Decision(Verb.CLAIM, None)
+    assert restart_entry(False, 1, "X", "W", adopt=True).verb is Verb.ADOPT
+    assert "started by launch 'X'" in restart_entry(False, 1, "X", "W", adopt=False).reason
+    assert restart_entry(False, 1, "W", "W", adopt=False) == Decision(Verb.LOOK, 1)
+    assert restart_look(Look(1, ready=False), 0).verb is Verb.WAIT
+    assert restart_look(Look(1, ready=True, complete=True), 0).verb is Verb.REFUSE
+    assert restart_look(Look(1, ready=True, not_ended="x", moved=True), 0).verb is Verb.AGAIN
+    assert restart_look(Look(1, ready=True), 0) == Decision(Verb.CLAIM, 1)
+    assert restart_look(Look(1, ready=True, not_ended="x"), 0) == Decision(Verb.JOIN, 1)
+    wait = restart_look(Look(1, ready=True, not_ended="x", held=True), 3)
+    assert wait.verb is Verb.WAIT and wait.reason.startswith("rank 3 already ran in attempt 1, which has not ended")
+    caps = Caps(max_retries=1, max_no_progress=2)
+    assert over_retries(caps, 2) is None and "max_retries" in str(over_retries(caps, 3))
+    same = {"checkpoints": {"files": 0}, "previous_cause": "hang on rank 0"}
+    assert no_progress(caps, 2, [{}], {"files": 0}, "hang on rank 0") is None  # one attempt: too few to judge
+    assert "failed the same way" in str(no_progress(caps, 3, [{}, same], {"files": 0}, "hang on rank 0"))
+    assert no_progress(caps, 3, [{}, same], {"files": 1}, "hang on rank 0") is None  # a checkpoint: progress

@@ -46,7 +46,7 @@ def claim(run: RunDir, writer: Writer, ident: Identity, *, doorbell_port: int | 
 
     Two agents started for one rank (a reused uuid, a scheduler restarting a task, a race) cannot
     both win, and the loser has written nothing. A record of another attempt is no claim on this
-    one (agent/coord/attempts.py): it is set aside and the create decides again."""
+    one (agent/coord/attempts/): it is set aside and the create decides again."""
     fields = {
         "address": ident.address,
         "address_explicit": ident.address_explicit,

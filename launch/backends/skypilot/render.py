@@ -13,7 +13,7 @@ by the resolver, since an object store has no atomic rename.
 Recovery: a managed job that SkyPilot recovers (a preempted node: the whole task is started again) or
 restarts (``max_restarts_on_errors``, written from ``[launch] max_retries``) runs the same command and
 environment under the same SKYPILOT_TASK_ID, so the task carries restart mode (GYM_RESUME=restart,
-agent/coord/restart_join.py) as Beaker's does: a restart starts the next attempt of the run by itself.
+agent/coord/attempts/decide.py) as Beaker's does: a restart starts the next attempt of the run by itself.
 """
 
 from __future__ import annotations

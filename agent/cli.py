@@ -105,27 +105,12 @@ def _main(argv: Sequence[str] | None) -> int:
     # Imported after STARTED is taken: the startup deadline counts the agent's own imports too.
     from agent.lifecycle.agent import Agent
     from agent.lifecycle.init import Refusal, init
-    from schemas import RunDirError
 
     joined = init(_request(args), STARTED)
     if isinstance(joined, Refusal):
         print(joined.line(), file=sys.stderr, flush=True)
         return joined.exit_code
-    try:
-        agent = Agent(
-            joined.config,
-            joined.plan,
-            joined.ident,
-            joined.run,
-            incarnation=joined.writer.incarnation,
-            started_mono=joined.started_mono,
-            out=joined.out,
-            filesystem=joined.filesystem,
-            doorbell=(joined.doorbell, joined.doorbell_note),
-        )
-    except RunDirError as exc:
-        print(Refusal(str(exc), joined.ident.rank).line(), file=sys.stderr, flush=True)
-        return 2
+    agent = Agent(joined)
     if args.launcher_fd is not None:
         watch_launcher(args.launcher_fd, agent.signal, agent.log.phase_name)
     result = agent.run_lifecycle()

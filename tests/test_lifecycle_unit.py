@@ -3,10 +3,12 @@ polling helper, the reaper's line protocol and the one failure-record writer."""
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,10 @@ from agent.coord.failure_record import write_failure_record
 from agent.ground.failure import AgentFailed, Failure, FailureSignal
 from agent.ground.reaper_channel import ReaperChannel, ReaperState
 from agent.ground.waits import poll_until
-from agent.lifecycle import steps
-from agent.lifecycle.agent import Agent
-from agent.lifecycle.node_steps import NodeSteps
+from agent.lifecycle import agreement, steps, teardown
+from agent.lifecycle.actions import bind
 from agent.lifecycle.phase_log import PhaseLog
+from agent.lifecycle.running import Running
 from agent.lifecycle.state import IllegalTransition, StateMachine
 from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Nodes, applies
 from schemas import AgentState, FailureKind, Phase, RunDir, Writer, names, violations
@@ -94,12 +96,24 @@ def test_the_phase_log_observes_the_state_machine(tmp_path: Path) -> None:
     assert [e["phase"] for e in doc["phases"]] == ["rendezvous"]
 
 
-def test_every_step_names_a_method_of_what_runs_it() -> None:
-    """Before plan agreement (and at teardown) the Agent runs a step; after it, NodeSteps."""
-    for owner, table in ((Agent, (*AGREEMENT_STEPS, TEARDOWN)), (NodeSteps, PLACED_STEPS + RUN_STEPS)):
-        for step in table:
-            for name in filter(None, (step.body, step.detail)):
-                assert callable(getattr(owner, name, None)), f"{step.phase}: {owner.__name__} has no method {name}"
+def _name(fn: object) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return str(getattr(fn, "__qualname__", fn))
+
+
+def test_every_step_names_what_runs_it() -> None:
+    """The table prints what runs each step: for a placed or run step the callable the agent's
+    binding gives it (a runtime's method, or a lifecycle function); the agreement steps and the
+    teardown are run by the functions they name."""
+    hints = typing.get_type_hints(Running)
+    # Nothing is started: binding only looks the methods up.
+    parts = {field: object.__new__(typing.get_origin(kind) or kind) for field, kind in hints.items()}
+    bound = bind(Running(**parts), object())  # type: ignore[arg-type]
+    printed = {s.phase: s.runs for s in PLACED_STEPS + RUN_STEPS}
+    assert {phase: _name(action.run) for phase, action in bound.items()} == printed
+    assert [s.runs for s in AGREEMENT_STEPS] == [agreement.rendezvous.__name__, agreement.agree_plan.__name__]
+    assert TEARDOWN.runs == teardown.stop_everything.__name__
     assert STARTUP_STEPS == AGREEMENT_STEPS + PLACED_STEPS
 
 
@@ -147,7 +161,7 @@ def test_gym_agent_steps_prints_the_table_and_exits_0_without_a_uuid() -> None:
     assert printed[0].split() == ["STATE", "PHASE", "NODES", "RUNS", "WHAT", "IT", "DOES"]
     phases = [line.split()[1] if not line.startswith(" ") else line.split()[0] for line in printed[1:]]
     assert phases == [str(p) for p in Phase]
-    assert printed[1].startswith("STARTING  rendezvous") and "readiness_gate" in done.stdout
+    assert printed[1].startswith("STARTING  rendezvous") and "RayRuntime.readiness" in done.stdout
 
 
 def test_architecture_md_shows_the_generated_step_table() -> None:

@@ -1,1 +1,2 @@
-"""The agent's lifecycle: the step tables, the state machine, the Agent that wires them, its run context."""
+"""The agent's lifecycle: INIT, the step tables, the state machine, the Agent that walks them,
+the wiring of its runtimes and its teardown."""

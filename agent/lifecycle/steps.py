@@ -1,5 +1,5 @@
-"""The lifecycle's step tables, as data: each step's phase, the nodes it runs on, the name of the
-`Agent` method that runs it and one line saying what that does.
+"""The lifecycle's step tables, as data: each step's phase, the nodes it runs on, the name of what
+runs it (a runtime's method or a lifecycle function) and one line saying what that does.
 
 Importing this module imports no runtime (no processes, no Ray, no supervisor): `gym-agent --steps`
 prints the table from it, and ARCHITECTURE.md's step table is generated from it:
@@ -36,16 +36,16 @@ class Nodes(enum.Enum):
 
 @dataclass(frozen=True)
 class Step:
-    """One phase of the lifecycle: where it runs and what it does. `body` names the Agent method
-    that runs it (it returns the detail printed when the phase ends); `detail` the one that gives
-    the detail printed when it begins ("" for none)."""
+    """One phase of the lifecycle: where it runs and what it does. `runs` names what runs it, as
+    printed: a runtime's method or a lifecycle function (agent/lifecycle/actions.py binds each
+    placed and run step to it; agreement.py and teardown.py run the others). It returns the
+    detail printed when the phase ends."""
 
     phase: Phase
     nodes: Nodes
-    body: str
+    runs: str
     does: str
     needs_ray: bool = False
-    detail: str = ""
 
     @property
     def where(self) -> str:
@@ -80,23 +80,19 @@ def applies(step: Step, topo: Placed, ray_enabled: bool) -> bool:
 
 # Before plan agreement every node runs these; they produce the topology the others run on.
 AGREEMENT_STEPS: tuple[Step, ...] = (
-    Step(
-        Phase.RENDEZVOUS,
-        Nodes.ALL,
-        "rendezvous",
-        "publish `addresses/address-RANK.json`, wait for every rank's",
-        detail="rendezvous_detail",
-    ),
+    Step(Phase.RENDEZVOUS, Nodes.ALL, "rendezvous", "publish `addresses/address-RANK.json`, wait for every rank's"),
     Step(Phase.PLAN_AGREEMENT, Nodes.ALL, "agree_plan", "same fingerprint everywhere, node order, this replica's node"),
 )
 # After plan agreement each step runs only on the nodes it names.
 PLACED_STEPS: tuple[Step, ...] = (
-    Step(Phase.DATA_CHECK, Nodes.ALL, "check_data", "every judge-graded verifier in `[data]` has a binding"),
+    Step(
+        Phase.DATA_CHECK, Nodes.ALL, "JudgeRuntime.check_data", "every judge-graded verifier in `[data]` has a binding"
+    ),
     Step(Phase.DEVICES, Nodes.ALL, "check_devices", "this node sees `gpus_per_replica` GPUs"),
     Step(
         Phase.PREFLIGHT,
         Nodes.ALL,
-        "preflight",
+        "PreflightRuntime.run",
         "GPUs (NVML), /dev/shm, socket interfaces and peers' answers, disk, limits; `preflight-RANK.json`; "
         "then waits until every node's passed",
     ),
@@ -104,7 +100,7 @@ PLACED_STEPS: tuple[Step, ...] = (
     Step(
         Phase.JUDGES_START,
         Nodes.ALL,
-        "start_judges",
+        "JudgeRuntime.start_local",
         "this node's managed judges, each in its own session, and their gateways (the driver's node: the "
         "external judges' too); `gateway-NAME.json`",
     ),
@@ -114,31 +110,30 @@ PLACED_STEPS: tuple[Step, ...] = (
         "start_ray",
         "head on the driver's node; the nodes of `ray.node_pools` (all when absent) join it; ports on probation",
         needs_ray=True,
-        detail="ray_role",
     ),
     Step(
         Phase.JUDGE_HEALTH,
         Nodes.ALL,
-        "judge_health",
+        "JudgeRuntime.wait_local_healthy",
         "this node's judges answer `/health`; then probed for the whole run",
     ),
     Step(
         Phase.READINESS,
         Nodes.HEAD,
-        "readiness_gate",
+        "RayRuntime.readiness",
         "Ray's live nodes equal the plan; `ray-layout.json`",
         needs_ray=True,
     ),
     Step(
         Phase.REGISTRY,
         Nodes.DRIVER_NODE,
-        "write_registry",
+        "JudgeRuntime.write_registry",
         "`registry.json` (waits for each managed judge's endpoint record)",
     ),
     Step(
         Phase.CANARIES,
         Nodes.DRIVER_NODE,
-        "run_canaries",
+        "JudgeRuntime.run_canaries",
         "known-good beats known-bad through every binding; `judge-canaries.json`",
     ),
 )
@@ -147,11 +142,10 @@ RUN_STEPS: tuple[Step, ...] = (
     Step(
         Phase.DRIVER,
         Nodes.ALL,
-        "drive",
+        "DriverRuntime.run",
         "driver node: runs the driver, canary rounds every `canary_interval`; others: wait for the driver node's ack",
-        detail="driver_detail",
     ),
-    Step(Phase.COMPLETE, Nodes.ALL, "complete", "driver node: writes `complete.json`; others: read it"),
+    Step(Phase.COMPLETE, Nodes.ALL, "DriverRuntime.complete", "driver node: writes `complete.json`; others: read it"),
     Step(
         Phase.ACKNOWLEDGE,
         Nodes.ALL,
@@ -171,17 +165,17 @@ TABLE: tuple[tuple[AgentState, tuple[Step, ...]], ...] = (
 
 
 def rows() -> list[tuple[str, str, str, str, str]]:
-    """(state, phase, nodes, method, what it does), the state named on its first row only."""
+    """(state, phase, nodes, what runs it, what it does), the state named on its first row only."""
     out = []
     for state, steps in TABLE:
         for i, step in enumerate(steps):
-            out.append((str(state) if i == 0 else "", str(step.phase), step.where, step.body, step.does))
+            out.append((str(state) if i == 0 else "", str(step.phase), step.where, step.runs, step.does))
     return out
 
 
 def markdown() -> str:
     lines = ["| state | phase | nodes | what it runs |", "|---|---|---|---|"]
-    for state, phase, where, _body, does in rows():
+    for state, phase, where, _runs, does in rows():
         lines.append(f"|{f' {state} ' if state else ' '}| `{phase}` | {where} | {does} |")
     return "\n".join(lines) + "\n"
 

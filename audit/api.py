@@ -59,9 +59,10 @@ from audit.schema_check import check_schemas
 from audit.stacks import Summary as StacksSummary
 from audit.stacks import summarise as summarise_stacks
 from audit.training_evidence import read_evidence
-from audit.views import as_dict, as_int, as_str, rank_of
+from audit.views import as_int, as_str, by_rank, rank_of
 from launch.spec.load import restore_key_order
 from schemas import names
+from schemas.records import HeartbeatRecord
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
 
@@ -327,11 +328,7 @@ def _causes(
 ) -> tuple[_Causes, str | None]:
     """The first cause from the ranks' records; where the scheduler ended the job and no rank failed
     on its own before, the scheduler's ending is the first cause. The note: what asking it said."""
-    heartbeat_phases = {
-        r: p
-        for a in run.by_schema("heartbeat")
-        if (r := rank_of(a)) is not None and (p := as_str(as_dict(a.doc).get("phase")))
-    }
+    heartbeat_phases = {r: beat.phase for r, beat in by_rank(run, "heartbeat", HeartbeatRecord).items() if beat.phase}
     first, cascade, others = analyse(ctx.failures, ctx.phases, heartbeat_phases, safe, run.logs)
     if first is None or not explains(first, cascade):
         return _Causes(first, cascade, others), None

@@ -24,6 +24,7 @@ from audit.views import (
     ranks_of,
 )
 from schemas import names, order
+from schemas.records import CompleteRecord
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class AuditContext:
     phases: Mapping[int, PhasesRec]
     failures: Mapping[int, FailureRec]
     acked: frozenset[int]
-    complete: Mapping[str, Any] | None
+    complete: CompleteRecord | None
     owner_of_node: Mapping[int, int]  # planned node index -> rank that owns it
     node_of_rank: Mapping[int, int]
     outcome: Outcome
@@ -53,8 +54,8 @@ class AuditContext:
     @property
     def driver_rank(self) -> int | None:
         """Where the driver ran: complete.json says so, else the owner of the plan's driver node."""
-        rank = (self.complete or {}).get("driver_rank")
-        if isinstance(rank, int) and not isinstance(rank, bool):
+        rank = self.complete.driver_rank if self.complete is not None else None
+        if rank is not None:
             return rank
         node = self.plan.driver_node
         return self.owner_of_node.get(node) if node is not None else None
@@ -98,7 +99,7 @@ def build_context(
     places = placements(run)
     fails = failures(run)
     acked = frozenset(ranks_of(run, "ack"))
-    complete = run.doc(names.COMPLETE)
+    complete = CompleteRecord.from_json(run.doc(names.COMPLETE))
     owners = _owners(expected, addrs, places, [n.pool for n in plan.nodes])
     if fails:
         outcome: Outcome = "failed"

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 from audit.context import AuditContext
 from audit.model import Finding
-from audit.views import as_num, as_str
 from schemas import names
+from schemas.records import DriverStopRecord
 
 
 def check_driver_stop(ctx: AuditContext) -> list[Finding]:
     f = names.DRIVER_STOP
-    doc = ctx.run.doc(f)
-    if doc is None:
+    stop = DriverStopRecord.from_json(ctx.run.doc(f))
+    if stop is None:
         return []
-    outcome = as_str(doc.get("outcome"))
-    grace = as_num(doc.get("grace_s"))
-    after = as_num(doc.get("after_s"))
-    reason = as_str(doc.get("reason")) or "?"
+    outcome, grace, after, reason = stop.outcome, stop.grace_s, stop.after_s, stop.reason
     if outcome == "already_exited":
         return []  # the driver's own exit started the stop: there was nothing to ask
     asked = f"the driver was asked to checkpoint ({reason[:200]})"
     if outcome == "exited":
-        code = doc.get("exit_code")
-        message = f"{asked} and exited after {after or 0:.1f} s of its {grace or 0:g} s grace (exit code {code})"
+        message = (
+            f"{asked} and exited after {after or 0:.1f} s of its {grace or 0:g} s grace (exit code {stop.exit_code})"
+        )
         return [Finding("info", "driver.checkpoint_grace", message, f)]
     if outcome == "grace_expired":
         message = (

@@ -73,7 +73,7 @@ def check_completion(ctx: AuditContext) -> list[Finding]:
                 f,
             )
         )
-    driver_rank = as_int(ctx.complete.get("driver_rank"))
+    driver_rank = ctx.complete.driver_rank
     node = ctx.plan.driver_node
     want = ctx.owner_of_node.get(node) if node is not None else None
     if driver_rank is not None and want is not None and driver_rank != want:
@@ -421,7 +421,7 @@ def check_logs(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
     logs = ctx.run.logs
     node = ctx.plan.driver_node
-    driver_rank = as_int((ctx.complete or {}).get("driver_rank"))
+    driver_rank = ctx.complete.driver_rank if ctx.complete is not None else None
     if driver_rank is None and node is not None:
         driver_rank = ctx.owner_of_node.get(node)
     if driver_rank is not None:

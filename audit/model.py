@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from audit.stacks import Summary as StacksSummary
+from schemas.records import PhaseSpan as PhaseSpan  # re-exported: the audit's modules name it here
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -130,17 +131,6 @@ class Cause:
             "checks": list(self.checks),
             "hang": self.hang,
         }
-
-
-@dataclass(frozen=True)
-class PhaseSpan:
-    """One phase of one replica's timeline (wall times of that replica's host)."""
-
-    phase: str
-    started_at: float
-    ended_at: float | None
-    outcome: str
-    detail: str = ""
 
 
 @dataclass(frozen=True)

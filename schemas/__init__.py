@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # static tools see the eager imports; at run time they resolve on first use
-    from schemas import names, order, records, safe_io, store, validation, vocab
+    from schemas import lenient, names, order, records, safe_io, store, validation, vocab
     from schemas.safe_io import RunDirError, UnsafeEntry
     from schemas.store import RunDir, Writer, new_incarnation
     from schemas.validation import SCHEMA_VERSION, Violation, check, schema_names, violations
@@ -39,7 +39,7 @@ _EXPORTS = {
     "RunOutcome": "vocab",
     "WriterKind": "vocab",
 }
-_SUBMODULES = ("names", "order", "records", "safe_io", "store", "validation", "vocab")
+_SUBMODULES = ("lenient", "names", "order", "records", "safe_io", "store", "validation", "vocab")
 
 __all__ = [  # a literal, so linters see what the lazy exports are
     "SCHEMA_VERSION",
@@ -57,6 +57,7 @@ __all__ = [  # a literal, so linters see what the lazy exports are
     "Writer",
     "WriterKind",
     "check",
+    "lenient",
     "names",
     "new_incarnation",
     "order",

@@ -1,71 +1,55 @@
-"""Builders of the records whose shape more than one writer (or a writer and the audit) share.
-
-Each returns the fields of one artifact; `RunDir.write_artifact` stamps the header and
-validates them against the schema, so a builder and its schema cannot silently disagree.
-"""
+"""placement-RANK.json: which local device does what on one node (its builders) and what a
+reader gets from one (PlacementRecord)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.vocab import FailureKind, FsCondition
+from schemas.lenient import Lenient, doc_field
+
+__all__ = [
+    "FS_NOTE",
+    "FS_OPTION",
+    "FS_OPTIONS",
+    "FS_TEXT",
+    "FS_WARNING",
+    "FS_WARNINGS",
+    "JudgeSlot",
+    "PlacementRecord",
+    "filesystem_fields",
+    "placement_fields",
+]
 
 
-def failure_fields(
-    *,
-    kind: FailureKind | str,
-    cause: str,
-    phase: str,
-    wall_time: float,
-    monotonic_time: float,
-    log: str | None,
-    reacting_to: Mapping[str, Any] | None,
-    peers: Sequence[int] = (),
-    sender: Mapping[str, Any] | None = None,
-    exit_code: int | None = None,
-    child: str | None = None,
-    judge: str | None = None,
-    binding: str | None = None,
-    signal: str | None = None,
-    fs_condition: FsCondition | str | None = None,
-    since_start: float | None = None,
-    checks: Sequence[str] = (),
-    hang: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """failure-RANK.json, written by the agent itself or by its reaper after a SIGKILL.
+@dataclass(frozen=True)
+class JudgeSlot(Lenient):
+    """A judge's devices on the node (None: unreadable) and their CUDA_VISIBLE_DEVICES."""
 
-    `cause` is for people; the facts the audit decides on are fields, present only when they
-    apply: ``exit_code`` and ``child`` (a supervised child's or the driver's exit, -N: killed by
-    signal N), ``judge`` (the judge concerned), ``binding`` (the verifier binding concerned:
-    judge_degraded), ``signal`` and ``sender`` (the signal this
-    agent received and who sent it, the kernel's si_pid), ``fs_condition`` (the run directory
-    refused our writes), ``since_start`` (seconds since that agent started, on its host's clock),
-    ``checks`` (a preflight failure: the checks that failed);
-    ``hang`` (a hang's progress facts: source, timeout, seconds idle, last progress and step)."""
-    facts: dict[str, Any] = {
-        "exit_code": exit_code,
-        "child": child,
-        "judge": judge,
-        "binding": binding,
-        "signal": signal,
-        "sender": dict(sender) if sender is not None else None,
-        "fs_condition": str(fs_condition) if fs_condition is not None else None,
-        "since_start": since_start,
-        "checks": list(checks) or None,
-        "hang": dict(hang) if hang is not None else None,
-    }
-    return {
-        **{k: v for k, v in facts.items() if v is not None},
-        "kind": str(kind),
-        "cause": cause,
-        "phase": phase,
-        "wall_time": wall_time,
-        "monotonic_time": monotonic_time,
-        "log": log,
-        "reacting_to": dict(reacting_to) if reacting_to is not None else None,
-        "peers": list(peers),
-    }
+    devices: tuple[int, ...] | None = None
+    mask: str | None = doc_field(key="cuda_visible_devices", default=None)
+
+
+@dataclass(frozen=True)
+class PlacementRecord(Lenient):
+    """A placement record as read; `rank` and `relpath` say where it was found."""
+
+    rank: int = doc_field(given=True)
+    relpath: str = doc_field(given=True)
+    node_index: int | None = None
+    address: str | None = None
+    visible_devices: tuple[str, ...] = ()
+    ray_devices: tuple[int, ...] | None = doc_field(path=("ray",), key="devices", default=None)
+    ray_mask: str | None = doc_field(path=("ray",), key="cuda_visible_devices", default=None)
+    ray_num_gpus: int | None = doc_field(path=("ray",), key="num_gpus", default=None)
+    judges: Mapping[str, JudgeSlot] = field(default_factory=dict)
+    unused_devices: tuple[int, ...] | None = None
+    trainer_gpus: int | None = None
+    rollout_gpus: int | None = None
+    is_head: bool | None = None
+    is_driver_node: bool | None = None
+    pool: str | None = None  # the pool the agent ran this node as
 
 
 def _mask(visible: Sequence[str], devices: Sequence[int]) -> str:

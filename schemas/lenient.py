@@ -1,0 +1,253 @@
+"""Lenient reading: a record dataclass read from a JSON document that may be damaged.
+
+A document that fails its schema is still worth reading (a failure record with one extra field
+still names the first cause), so nothing here trusts a type or raises on any value: a missing or
+wrongly typed field reads as its default. The rules are written once, driven by each field's type:
+
+| field type                        | reads as                                                     |
+|-----------------------------------|--------------------------------------------------------------|
+| `str | None`, `int | None`, ...   | the value when it has that type (bool is no int), else None  |
+| `float | None`                    | a finite number (an int too), else None                      |
+| `str` (with a default)            | a non-empty string, else the default                         |
+| `tuple[T, ...]`                   | the items that read as T (others dropped)                    |
+| `tuple[T, ...] | None`            | every item read as T, else None (one bad item spoils it)      |
+| `Mapping[str, T]`                 | the entries whose value reads as T; `Any`: the object as is  |
+| `dict[str, Any] | None`           | the object, else None                                        |
+| a record `R` / `R | None`         | `R` read from the object (from {} when it is none)           |
+
+A field without a default is required: a record missing one reads as None (dropped from the
+tuple or mapping that holds it). `doc_field` overrides a field's key, where it sits (`path`),
+or its reading (`read`); `given` fields come from the caller (where the file was found), never
+from the document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Self, TypeVar
+
+__all__ = [
+    "Lenient",
+    "as_bool",
+    "as_devices",
+    "as_dict",
+    "as_int",
+    "as_list",
+    "as_num",
+    "as_str",
+    "decode",
+    "doc_field",
+    "nonempty_dict",
+]
+
+T = TypeVar("T")
+Reader = Callable[[Any], Any]
+
+
+def as_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def as_num(v: Any) -> float | None:
+    if type(v) is float:  # the common case first: asked ~25 times per rank
+        return v if math.isfinite(v) else None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float (JSON allows 1e400 written out)
+        return None
+    return f if math.isfinite(f) else None
+
+
+def as_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def as_bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
+def as_dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def as_devices(v: Any) -> tuple[int, ...] | None:
+    """Device indices: every item an int, else None."""
+    if not isinstance(v, list):
+        return None
+    out = [d for d in v if as_int(d) is not None]
+    return tuple(out) if len(out) == len(v) else None
+
+
+def nonempty_dict(v: Any) -> dict[str, Any] | None:
+    """An object with something in it, else None (an empty one says nothing)."""
+    return v if isinstance(v, dict) and v else None
+
+
+def _text(v: Any) -> str | None:
+    # A str field that must name something: the empty string is as good as missing.
+    return v if isinstance(v, str) and v else None
+
+
+_SCALARS: dict[Any, Reader] = {int: as_int, float: as_num, str: as_str, bool: as_bool}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """How one field is read (doc_field's arguments)."""
+
+    key: str | None = None
+    path: tuple[str, ...] = ()
+    read: Reader | None = None
+    given: bool = False
+
+
+_META = "schemas.lenient"
+
+
+def doc_field(
+    *,
+    key: str | None = None,
+    path: tuple[str, ...] = (),
+    read: Reader | None = None,
+    given: bool = False,
+    default: Any = dataclasses.MISSING,
+) -> Any:
+    """A record field read from `key` (default: its name) of the object at `path`, by `read`
+    (default: its type's reader); `given`: the caller supplies it (decode's keyword arguments)."""
+    return dataclasses.field(default=default, metadata={_META: _Spec(key, path, read, given)})
+
+
+class _Field(NamedTuple):
+    # A tuple, unpacked in decode's loop: the audit reads thousands of ranks' records.
+    name: str
+    key: str
+    path: tuple[str, ...]
+    read: Reader
+    given: bool
+    default: Any  # the value when it reads as None (_REQUIRED: none, the record is unreadable)
+    factory: bool  # default is called for each record (a mutable default)
+
+
+_REQUIRED = object()
+
+
+def decode(cls: type[T], doc: object, **given: Any) -> T | None:
+    """`cls` read from `doc`; None when `doc` is no object or a required field reads as nothing."""
+    if not isinstance(doc, dict):
+        return None
+    values = []
+    for name, key, path, read, is_given, default, factory in _fields(cls):  # type: ignore[arg-type]  # mypy: a TypeVar class is not Hashable (it is)
+        if is_given:
+            value = given.get(name)
+        else:
+            where = doc
+            for step in path:
+                where = as_dict(where.get(step))
+            value = read(where.get(key))
+        if value is None:
+            if default is _REQUIRED:
+                return None
+            value = default() if factory else default
+        values.append(value)
+    return cls(*values)
+
+
+class Lenient:
+    """A record readable from a possibly damaged document (see the module's table)."""
+
+    @classmethod
+    def from_json(cls, doc: object, **given: Any) -> Self | None:
+        return decode(cls, doc, **given)
+
+
+@functools.cache
+def _fields(cls: type[Any]) -> tuple[_Field, ...]:
+    # Once per record type: the audit reads thousands of ranks' records.
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(_META, _Spec())
+        factory = f.default_factory is not dataclasses.MISSING
+        default = f.default_factory if factory else f.default
+        read = spec.read or _reader(hints[f.name])
+        key = spec.key or f.name
+        out.append(
+            _Field(
+                f.name,
+                key,
+                spec.path,
+                read,
+                spec.given,
+                _REQUIRED if default is dataclasses.MISSING else default,
+                factory,
+            )
+        )
+    return tuple(out)
+
+
+def _reader(tp: Any) -> Reader:
+    """The reader for a field's type (the module's table)."""
+    args = typing.get_args(tp)
+    if _is_optional(tp):
+        (inner,) = (a for a in args if a is not type(None))
+        return _optional_reader(inner)
+    if tp in _SCALARS:
+        return _text if tp is str else _SCALARS[tp]
+    origin = typing.get_origin(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _reader_of_item(args[0])
+        return lambda v: tuple(x for x in map(item, as_list(v)) if x is not None)
+    if origin in (dict, Mapping):
+        if args[1] is Any:
+            return as_dict
+        entry = _reader_of_item(args[1])
+        return lambda v: {str(k): x for k, x in ((k, entry(e)) for k, e in as_dict(v).items()) if x is not None}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _record_reader(tp)
+    raise TypeError(f"no lenient reader for {tp!r}")
+
+
+def _optional_reader(tp: Any) -> Reader:
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _reader_of_item(args[0])
+
+        def all_or_none(v: Any) -> tuple[Any, ...] | None:
+            if not isinstance(v, list):
+                return None
+            out = tuple(x for x in map(item, v) if x is not None)
+            return out if len(out) == len(v) else None
+
+        return all_or_none
+    if origin is dict and args[1] is Any:
+        return lambda v: v if isinstance(v, dict) else None
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _record_reader(tp)
+    raise TypeError(f"no lenient reader for {tp!r} | None")
+
+
+def _reader_of_item(tp: Any) -> Reader:
+    # An item of a tuple or a value of a mapping: any string counts (an empty one is still an item).
+    return as_str if tp is str else _reader(tp)
+
+
+def _record_reader(cls: type[Any]) -> Reader:
+    return lambda v: decode(cls, as_dict(v))
+
+
+def _is_optional(tp: Any) -> bool:
+    return isinstance(tp, types.UnionType) and type(None) in typing.get_args(tp)

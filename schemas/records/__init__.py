@@ -1,0 +1,42 @@
+"""One record type per artifact the audit reads, with its builder.
+
+Each module holds one artifact (or two that belong together): a frozen dataclass, which is what
+a reader gets from a possibly damaged document (`X.from_json`, schemas/lenient.py), and the
+builder writers call for the fields they write (`x_fields`). `RunDir.write_artifact` stamps the
+header and validates the fields against the schema, so a builder and its schema cannot silently
+disagree; tests/test_records.py reads every builder's output back through its record type.
+"""
+
+from __future__ import annotations
+
+from schemas.records.address import AddressRecord, SchedulerJobRef, address_fields
+from schemas.records.completion import AckRecord, CompleteRecord, ack_fields, complete_fields
+from schemas.records.driver_stop import DriverStopRecord, driver_stop_fields
+from schemas.records.failure import FailureRecord, failure_fields
+from schemas.records.heartbeat import HeartbeatRecord, heartbeat_fields
+from schemas.records.phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
+from schemas.records.placement import JudgeSlot, PlacementRecord, filesystem_fields, placement_fields
+
+__all__ = [
+    "AckRecord",
+    "AddressRecord",
+    "CompleteRecord",
+    "DriverStopRecord",
+    "FailureRecord",
+    "HeartbeatRecord",
+    "JudgeSlot",
+    "PhaseSpan",
+    "PhasesRecord",
+    "PlacementRecord",
+    "SchedulerJobRef",
+    "ack_fields",
+    "address_fields",
+    "complete_fields",
+    "driver_stop_fields",
+    "failure_fields",
+    "filesystem_fields",
+    "heartbeat_fields",
+    "phase_entry",
+    "phases_fields",
+    "placement_fields",
+]

@@ -1,0 +1,302 @@
+"""The record types (schemas/records/) and the one lenient decoder they share (schemas/lenient.py).
+
+Damaged documents read as the documented defaults and never raise; every builder's output passes
+its JSON Schema and reads back through its record type unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas import RunDir, Writer, names, records
+from schemas.lenient import Lenient, decode, doc_field, nonempty_dict
+
+
+@dataclass(frozen=True)
+class Inner(Lenient):
+    name: str
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Sample(Lenient):
+    where: str = doc_field(given=True)
+    text: str | None = None
+    count: int | None = None
+    ratio: float | None = None
+    flag: bool | None = None
+    label: str = "none"
+    tags: tuple[str, ...] = ()
+    ids: tuple[int, ...] = ()
+    devices: tuple[int, ...] | None = None
+    extra: dict[str, Any] | None = None
+    table: Mapping[str, Any] = field(default_factory=dict)
+    inner: Inner | None = None
+    inners: tuple[Inner, ...] = ()
+    by_name: Mapping[str, Inner] = field(default_factory=dict)
+    nested: int | None = doc_field(path=("a", "b"), key="c", default=None)
+    renamed: str | None = doc_field(key="other-name", default=None)
+    facts: dict[str, Any] | None = doc_field(read=nonempty_dict, default=None)
+
+
+EMPTY = Sample(where="here")
+DAMAGED: dict[str, Any] = {
+    "null": None,
+    "bool": True,
+    "zero": 0,
+    "float": 1.5,
+    "str": "x",
+    "empty-list": [],
+    "mixed-list": [1, "a"],
+    "empty-object": {},
+    "object": {"k": 1},
+    "nan": float("nan"),
+    "huge": 10**400,  # an integer beyond any float
+}
+
+
+def test_a_non_object_is_no_record() -> None:
+    for doc in (None, [], "x", 3, True):
+        assert Sample.from_json(doc, where="here") is None
+
+
+def test_missing_keys_read_as_the_defaults() -> None:
+    assert Sample.from_json({}, where="here") == EMPTY
+
+
+@pytest.mark.parametrize("value", DAMAGED.values(), ids=DAMAGED.keys())
+def test_every_field_of_a_damaged_document_reads_as_its_default_or_its_type(value: Any) -> None:
+    keys = [f.name for f in dataclasses.fields(Sample) if f.name != "where"] + ["other-name", "a"]
+    rec = Sample.from_json(dict.fromkeys(keys, value), where="here")
+    assert rec is not None and rec.where == "here"
+    assert rec.text in (None, "x") and rec.count in (None, 0, 10**400)
+    assert rec.ratio in (None, 0.0, 1.5)  # NaN and an integer beyond any float read as None
+    assert rec.flag in (None, True) and rec.label in ("none", "x")
+    assert rec.tags in ((), ("a",)) and rec.ids in ((), (1,))
+    assert rec.devices in (None, ())  # [1, "a"]: one bad item spoils the list
+    assert rec.extra in (None, {}, {"k": 1}) and rec.facts in (None, {"k": 1})
+    assert rec.table in ({}, {"k": 1}) and rec.inner is None and rec.inners == () and rec.by_name == {}
+    assert rec.nested is None and rec.renamed in (None, "x")
+
+
+def test_bool_is_no_number_and_the_empty_string_no_name() -> None:
+    rec = Sample.from_json({"count": True, "ratio": False, "ids": [True, 2], "label": ""}, where="w")
+    assert rec is not None and (rec.count, rec.ratio, rec.ids, rec.label) == (None, None, (2,), "none")
+
+
+def test_tuples_keep_good_items_and_optional_tuples_need_them_all() -> None:
+    rec = Sample.from_json({"tags": ["a", 1, "", None], "ids": [1, "2", 3], "devices": [0, 1]}, where="w")
+    assert rec is not None and (rec.tags, rec.ids, rec.devices) == (("a", ""), (1, 3), (0, 1))
+    bad = Sample.from_json({"devices": [0, "1"]}, where="w")
+    assert bad is not None and bad.devices is None
+
+
+def test_nested_records_without_a_required_field_are_dropped() -> None:
+    doc = {
+        "inner": {"size": 3},
+        "inners": [{"name": "a", "size": "x"}, {"size": 1}, 7, {"name": ""}],
+        "by_name": {"x": {"name": "x", "size": 2}, "y": {}, "z": "not an object"},
+        "a": {"b": {"c": 4}},
+        "other-name": "r",
+        "facts": {},
+    }
+    rec = Sample.from_json(doc, where="w")
+    assert rec is not None
+    assert rec.inner is None
+    assert rec.inners == (Inner("a", None),)  # "" is no name: a required str must say something
+    assert rec.by_name == {"x": Inner("x", 2)}
+    assert (rec.nested, rec.renamed, rec.facts) == (4, "r", None)
+
+
+def test_a_missing_given_field_makes_no_record() -> None:
+    assert decode(Sample, {}) is None
+
+
+def test_a_type_without_a_reader_is_refused_when_first_read() -> None:
+    @dataclass(frozen=True)
+    class Odd(Lenient):
+        value: set[int] = field(default_factory=set)
+
+    with pytest.raises(TypeError, match="no lenient reader"):
+        Odd.from_json({})
+
+
+def test_the_failure_record_reads_what_the_audit_needs_from_a_damaged_file() -> None:
+    doc = {
+        "kind": 3,
+        "reacting_to": {"rank": "1", "incarnation": "i1", "kind": "signal"},
+        "peers": [1, True, "2", 3],
+        "sender": "slurmstepd",
+        "checks": ["gpus", 1],
+        "hang": {},
+        "wall_time": "soon",
+    }
+    rec = records.FailureRecord.from_json(doc, rank=2, relpath="failures/failure-2.json")
+    assert rec is not None
+    assert (rec.kind, rec.cause, rec.wall_time) == ("unknown", "(no cause recorded)", None)
+    assert (rec.reacting_to, rec.reacting_to_incarnation, rec.reacting_to_kind) == (None, "i1", "signal")
+    assert (rec.peers, rec.sender, rec.sender_pid, rec.checks, rec.hang) == ((1, 3), None, None, ("gpus",), None)
+
+
+# -- every builder, validated by its schema, reads back through its record type -------------------
+
+
+def _written(tmp_path: Path, relpath: str, fields: Mapping[str, Any], rank: int = 3) -> dict[str, Any]:
+    with RunDir.create(tmp_path, "records", mode=0o750) as run:
+        if "/" in relpath:
+            run.ensure_dir(relpath.rpartition("/")[0])
+        run.write_artifact(relpath, Writer("f" * 64, rank, "inc-3"), fields)  # validates against the schema
+        doc: dict[str, Any] = json.loads((run.path / relpath).read_bytes())
+    return doc
+
+
+def test_failure_round_trip(tmp_path: Path) -> None:
+    fields = records.failure_fields(
+        kind="signal",
+        cause="SIGTERM from slurmstepd",
+        phase="driver",
+        wall_time=100.5,
+        monotonic_time=7.0,
+        log="agent-3.log",
+        reacting_to={"rank": 1, "incarnation": "inc-1", "kind": "child_exit"},
+        peers=(0, 1),
+        sender={"pid": 12, "uid": 0, "name": "slurmstepd"},
+        exit_code=-15,
+        child="driver",
+        signal="SIGTERM",
+        since_start=3.5,
+        checks=("gpus",),
+        hang={
+            "source": "progress",
+            "timeout_key": "progress_timeout",
+            "timeout": 60.0,
+            "idle_seconds": 61.0,
+            "last_progress_at": None,
+            "last_step": None,
+            "progress_count": 0,
+        },
+    )
+    rel = names.failure(3)
+    rec = records.FailureRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
+    assert rec == records.FailureRecord(
+        rank=3,
+        relpath=rel,
+        kind="signal",
+        cause="SIGTERM from slurmstepd",
+        phase="driver",
+        wall_time=100.5,
+        since_start=3.5,
+        log="agent-3.log",
+        reacting_to=1,
+        reacting_to_incarnation="inc-1",
+        peers=(0, 1),
+        writer="agent",
+        incarnation="inc-3",
+        exit_code=-15,
+        child="driver",
+        signal="SIGTERM",
+        sender="slurmstepd",
+        reacting_to_kind="child_exit",
+        sender_pid=12,
+        sender_uid=0,
+        monotonic_time=7.0,
+        attempt=1,
+        checks=("gpus",),
+        hang=fields["hang"],
+    )
+
+
+def test_address_round_trip(tmp_path: Path) -> None:
+    fields = records.address_fields(
+        address="10.0.0.3",
+        address_explicit=False,
+        hostname="node3",
+        visible_devices=("0", "1"),
+        pid=42,
+        started_at=1.0,
+        replicas=4,
+        scheduler_job={"scheduler": "slurm", "job": "77", "node": "n3", "restart": 1},
+        pool="gpu",
+        doorbell_port=40000,
+    )
+    rel = names.address(3)
+    rec = records.AddressRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
+    job = records.SchedulerJobRef("slurm", "77", "n3", 1)
+    assert rec == records.AddressRecord(3, rel, "10.0.0.3", "node3", ("0", "1"), "inc-3", job, "gpu")
+    bare = records.address_fields(
+        address="10.0.0.3", address_explicit=True, hostname="h", visible_devices=(), pid=1, started_at=1, replicas=1
+    )
+    assert not {"scheduler_job", "pool", "doorbell_port"} & set(bare)
+
+
+def test_placement_round_trip(tmp_path: Path) -> None:
+    fields = records.placement_fields(
+        node_index=2,
+        address="10.0.0.3",
+        visible_devices=("4", "5", "6", "7"),
+        trainer_gpus=1,
+        rollout_gpus=1,
+        ray_devices=(0, 1),
+        ray_num_gpus=2,
+        judge_devices={"general": (3,)},
+        unused_devices=(2,),
+        is_head=True,
+        is_driver_node=True,
+        pool="gpu",
+    )
+    rel = names.placement(3)
+    rec = records.PlacementRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
+    assert rec == records.PlacementRecord(
+        rank=3,
+        relpath=rel,
+        node_index=2,
+        address="10.0.0.3",
+        visible_devices=("4", "5", "6", "7"),
+        ray_devices=(0, 1),
+        ray_mask="4,5",
+        ray_num_gpus=2,
+        judges={"general": records.JudgeSlot((3,), "7")},
+        unused_devices=(2,),
+        trainer_gpus=1,
+        rollout_gpus=1,
+        is_head=True,
+        is_driver_node=True,
+        pool="gpu",
+    )
+
+
+def test_phases_round_trip(tmp_path: Path) -> None:
+    running = records.phase_entry(phase="rendezvous", started_at=1.0, outcome="running", detail="")
+    done = {**records.phase_entry(phase="plan_agreement", started_at=2.0, outcome="ok", detail="n"), "ended_at": 2.5}
+    fields = records.phases_fields(state="STARTING", node_index=None, address="10.0.0.3", entries=[done, running])
+    rel = names.phases(3)
+    rec = records.PhasesRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
+    spans = (
+        records.PhaseSpan("plan_agreement", 2.0, 2.5, "ok", "n"),
+        records.PhaseSpan("rendezvous", 1.0, None, "running"),
+    )
+    assert rec == records.PhasesRecord(3, rel, "STARTING", spans)
+
+
+def test_heartbeat_complete_ack_and_driver_stop_round_trip(tmp_path: Path) -> None:
+    progress = {"progress": {"idle_seconds": 1.0, "stuck": False, "source": "progress"}}
+    beat = records.heartbeat_fields(seq=5, phase="driver", fs_ops={"read": 1, "write": 2, "list": 3}, extra=progress)
+    assert records.HeartbeatRecord.from_json(_written(tmp_path / "h", names.heartbeat(3), beat)) == (
+        records.HeartbeatRecord(5, "driver")
+    )
+    done = records.complete_fields(driver_rank=3, driver_seconds=12.34567)
+    assert records.CompleteRecord.from_json(_written(tmp_path / "c", names.COMPLETE, done)) == (
+        records.CompleteRecord(3, 0, 12.346)
+    )
+    ack = _written(tmp_path / "a", names.ack(3), records.ack_fields())
+    assert records.AckRecord.from_json(ack) == records.AckRecord("success")
+    stop = records.driver_stop_fields(reason="x" * 3000, grace_s=30.0, outcome="exited", exit_code=0, after_s=1.23456)
+    assert records.DriverStopRecord.from_json(_written(tmp_path / "s", names.DRIVER_STOP, stop)) == (
+        records.DriverStopRecord("exited", 30.0, 1.235, "x" * records.driver_stop.REASON_MAX, 0)
+    )

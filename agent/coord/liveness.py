@@ -48,7 +48,7 @@ from agent.coord.heartbeat_age import HeartbeatAge
 from agent.ground import clock
 from agent.ground.failure import Failure, FailureSignal
 from agent.proc.wakeup import Wakeup
-from schemas import FailureKind, RunDir, Writer, names
+from schemas import FailureKind, RunDir, Writer, names, records
 from schemas.safe_io import Sync
 
 WARNING_LEAF = names.leaf(names.WALLTIME_WARNING)
@@ -358,12 +358,12 @@ class Liveness(threading.Thread):
 
     def _beat(self) -> None:
         self.seq += 1
-        fields = {
-            "seq": self.seq,
-            "phase": str(self.phase()),
-            "fs_ops": {k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
-            **self.heartbeat_extra(),
-        }
+        fields = records.heartbeat_fields(
+            seq=self.seq,
+            phase=str(self.phase()),
+            fs_ops={k: int(self.run_dir.ops[k]) for k in ("read", "write", "list")},
+            extra=self.heartbeat_extra(),
+        )
         try:
             self.fs.call(
                 f"writing {names.heartbeat(self.rank)}",

@@ -19,7 +19,7 @@ from agent.ground import clock
 from agent.ground.failure import AgentFailed, Failure
 from agent.ground.waits import poll_until
 from launch.spec.errors import GymError
-from schemas import FailureKind, RunDir, RunDirError, Writer, names, order
+from schemas import FailureKind, RunDir, RunDirError, Writer, names, order, records
 
 if TYPE_CHECKING:
     from agent.coord.context import RunContext
@@ -47,21 +47,18 @@ def claim(run: RunDir, writer: Writer, ident: Identity, *, doorbell_port: int | 
     Two agents started for one rank (a reused uuid, a scheduler restarting a task, a race) cannot
     both win, and the loser has written nothing. A record of another attempt is no claim on this
     one (agent/coord/attempts/): it is set aside and the create decides again."""
-    fields = {
-        "address": ident.address,
-        "address_explicit": ident.address_explicit,
-        "hostname": ident.hostname,
-        "visible_devices": list(ident.visible_devices),
-        "pid": os.getpid(),
-        "started_at": clock.wall(),
-        "replicas": ident.count,
-    }
-    if ident.scheduler_job is not None:
-        fields["scheduler_job"] = ident.scheduler_job.to_json()
-    if ident.pool is not None:
-        fields["pool"] = ident.pool
-    if doorbell_port is not None:
-        fields["doorbell_port"] = doorbell_port  # bound (and kept) before this record exists
+    fields = records.address_fields(
+        address=ident.address,
+        address_explicit=ident.address_explicit,
+        hostname=ident.hostname,
+        visible_devices=ident.visible_devices,
+        pid=os.getpid(),
+        started_at=clock.wall(),
+        replicas=ident.count,
+        scheduler_job=ident.scheduler_job.to_json() if ident.scheduler_job is not None else None,
+        pool=ident.pool,
+        doorbell_port=doorbell_port,  # bound (and kept) before this record exists
+    )
     rel = names.address(ident.rank)
     try:
         run.create_artifact(rel, writer, fields)

@@ -25,7 +25,7 @@ from agent.lifecycle.progress_watch import ProgressThread, ProgressWatch, Source
 from agent.proc import driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
-from schemas import DriverEnv, FailureKind, Phase, RunOutcome, names
+from schemas import DriverEnv, FailureKind, Phase, names, records
 
 
 class DriverRuntime:
@@ -308,9 +308,7 @@ class DriverRuntime:
         ctx = self.ctx
         if topo.is_driver_node:
             ctx.run.write_artifact(
-                names.COMPLETE,
-                ctx.writer,
-                {"driver_rank": ctx.rank, "driver_exit_code": 0, "driver_seconds": round(self._seconds, 3)},
+                names.COMPLETE, ctx.writer, records.complete_fields(driver_rank=ctx.rank, driver_seconds=self._seconds)
             )
             self._wrote_complete = True
             return ""
@@ -321,7 +319,7 @@ class DriverRuntime:
     def acknowledge(self) -> str:
         """This replica's ack, then every replica's (bounded by ack_timeout)."""
         ctx = self.ctx
-        ctx.run.write_artifact(names.ack(ctx.rank), ctx.writer, {"outcome": str(RunOutcome.SUCCESS)})
+        ctx.run.write_artifact(names.ack(ctx.rank), ctx.writer, records.ack_fields())
         if self._wrote_complete:
             ctx.notify_complete()  # the other nodes wait for this ack: wake them (doorbell)
         every_ack = {names.leaf(names.ack(r)) for r in range(self.replicas)}

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from agent.ground import clock
 from agent.ground.failure import FailureSignal
 from agent.proc.procgroup import ProcessGroup
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, names, records
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +51,9 @@ class DriverStop:
         return f"{failure.kind}: {failure.cause}"[:2000] if failure is not None else "the agent is stopping"
 
     def _write(self, outcome: str, exit_code: int | None, after: float | None) -> None:
-        fields = {
-            "reason": self._reason(),
-            "grace_s": self.grace,
-            "outcome": outcome,
-            "exit_code": exit_code,
-            "after_s": round(after, 3) if after is not None else None,
-        }
+        fields = records.driver_stop_fields(
+            reason=self._reason(), grace_s=self.grace, outcome=outcome, exit_code=exit_code, after_s=after
+        )
         try:
             self.run.write_artifact(names.DRIVER_STOP, self.writer, fields)
         except OSError as exc:

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.ground import clock
 from agent.lifecycle.state import StateMachine
-from schemas import AgentState, Phase, PhaseOutcome, RunDir, Writer, names
+from schemas import AgentState, Phase, PhaseOutcome, RunDir, Writer, names, records
 from schemas.safe_io import Sync
 from schemas.vocab import PHASE_INIT
 
@@ -43,13 +43,9 @@ class PhaseLog:
         with self._lock:
             self.current = phase
             self.entries.append(
-                {
-                    "phase": str(phase),
-                    "started_at": clock.wall(),
-                    "ended_at": None,
-                    "outcome": str(PhaseOutcome.RUNNING),
-                    "detail": detail,
-                }
+                records.phase_entry(
+                    phase=str(phase), started_at=clock.wall(), outcome=str(PhaseOutcome.RUNNING), detail=detail
+                )
             )
         self.out(f"{self.states} {phase} ...{' ' + detail if detail else ''}")
         self.on_phase(str(phase))
@@ -74,12 +70,9 @@ class PhaseLog:
     def _save(self) -> None:
         state = self.states.state
         with self._lock:
-            fields = {
-                "state": str(state),
-                "node_index": self.node_index,
-                "address": self.address,
-                "phases": [dict(e) for e in self.entries],
-            }
+            fields = records.phases_fields(
+                state=str(state), node_index=self.node_index, address=self.address, entries=self.entries
+            )
         # Rewritten at every transition: only the final state is fsynced (a crash of this host
         # loses at most the latest transitions; close() still publishes each to NFS readers).
         sync = Sync.BEFORE_RENAME if self.states.final else Sync.NONE

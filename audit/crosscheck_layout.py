@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from audit.context import AuditContext
 from audit.expected import NodePlan
 from audit.model import Finding, Severity
-from audit.views import PlacementRec, as_dict, as_list, mask_entries
+from audit.views import PlacementRec, mask_entries
 from schemas import names
+from schemas.records import RayLayoutRecord
 
 
 def check_ranks(ctx: AuditContext) -> list[Finding]:
@@ -251,14 +252,13 @@ def _check_against_plan(ctx: AuditContext, rec: PlacementRec, node_index: int) -
 
 def check_ray_layout(ctx: AuditContext) -> list[Finding]:
     f = names.RAY_LAYOUT
-    doc = ctx.run.doc(f)
-    if doc is None:
+    layout = RayLayoutRecord.from_json(ctx.run.doc(f))
+    if layout is None:
         if ctx.succeeded and ctx.plan.ray_enabled:
             return [Finding("error", "ray_layout.missing", "no ray-layout.json on a successful run", f)]
         return []
     out: list[Finding] = []
-    expected_doc = {str(k): v for k, v in as_dict(doc.get("expected")).items()}
-    actual_doc = {str(k): v for k, v in as_dict(doc.get("actual")).items()}
+    expected_doc, actual_doc = layout.expected, layout.actual
     if ctx.plan.source == "launch" and ctx.plan.nodes and len(ctx.owner_of_node) == len(ctx.plan.nodes):
         want: dict[str, float] = {}
         joined = ctx.plan.ray_nodes
@@ -291,14 +291,13 @@ def check_ray_layout(ctx: AuditContext) -> list[Finding]:
                 json_path="$.actual",
             )
         )
-    if doc.get("passed") is not True:
-        problems = [p for p in as_list(doc.get("problems")) if isinstance(p, str)]
-        detail = "; ".join(problems[:5]) or "no problems listed"
+    if layout.passed is not True:
+        detail = "; ".join(layout.problems[:5]) or "no problems listed"
         out.append(Finding("error", "ray_layout.failed", f"the readiness gate did not pass: {detail}", f))
     return out
 
 
-def _gpus(d: dict[str, object]) -> dict[str, float | None]:
+def _gpus(d: Mapping[str, object]) -> dict[str, float | None]:
     return {k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None for k, v in d.items()}
 
 

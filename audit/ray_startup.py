@@ -8,8 +8,8 @@ import statistics
 from typing import Any
 
 from audit.context import AuditContext
-from audit.views import as_dict
 from schemas import Phase, names, timefmt
+from schemas.records import RayHeadRecord
 
 SHOWN = 16  # rows the text report lists in node order; a larger cluster shows its slowest
 
@@ -37,12 +37,12 @@ def startup_table(ctx: AuditContext) -> dict[str, Any] | None:
         )
     if not rows:
         return None
-    head = as_dict(ctx.run.doc(names.RAY_HEAD))
+    head = RayHeadRecord.from_json(ctx.run.doc(names.RAY_HEAD)) or RayHeadRecord()
     return {
         "nodes": rows,
-        "large_cluster": bool(head.get("large_cluster")),
-        "ray_nodes": head.get("ray_nodes"),
-        "settings": as_dict(head.get("settings")),
+        "large_cluster": bool(head.large_cluster),
+        "ray_nodes": head.ray_nodes,
+        "settings": dict(head.settings),
     }
 
 

@@ -300,3 +300,32 @@ def test_heartbeat_complete_ack_and_driver_stop_round_trip(tmp_path: Path) -> No
     assert records.DriverStopRecord.from_json(_written(tmp_path / "s", names.DRIVER_STOP, stop)) == (
         records.DriverStopRecord("exited", 30.0, 1.235, "x" * records.driver_stop.REASON_MAX, 0)
     )
+
+
+def test_ray_head_and_layout_round_trip(tmp_path: Path) -> None:
+    head = records.ray_head_fields(
+        gcs_address="10.0.0.1:6379", ray_nodes=2, large_cluster=True, settings={"RAY_health_check_period_ms": "5000"}
+    )
+    assert records.RayHeadRecord.from_json(_written(tmp_path / "h", names.RAY_HEAD, head)) == (
+        records.RayHeadRecord("10.0.0.1:6379", 2, True, {"RAY_health_check_period_ms": "5000"})
+    )
+    layout = records.ray_layout_fields(
+        head_address="10.0.0.1",
+        ray_address="10.0.0.1:6379",
+        expected={"10.0.0.1": 2.0, "10.0.0.2": 2.0},
+        actual={"10.0.0.1": 2.0},
+        live_nodes=[{"address": "10.0.0.1", "gpus": 2.0, "node_id": "n1"}],
+        passed=False,
+        problems=["10.0.0.2 missing"],
+        waited_s=1.23456,
+    )
+    assert records.RayLayoutRecord.from_json(_written(tmp_path / "l", names.RAY_LAYOUT, layout)) == (
+        records.RayLayoutRecord(
+            "10.0.0.1",
+            "10.0.0.1:6379",
+            {"10.0.0.1": 2.0, "10.0.0.2": 2.0},
+            {"10.0.0.1": 2.0},
+            False,
+            ("10.0.0.2 missing",),
+        )
+    )

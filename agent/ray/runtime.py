@@ -21,7 +21,7 @@ from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray import large_cluster
 from agent.ray import logs as ray_logs
 from agent.ray import node as ray_node
-from schemas import DriverEnv, FailureKind, names
+from schemas import DriverEnv, FailureKind, names, records
 
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
@@ -107,12 +107,12 @@ class RayRuntime:
             ctx.run.write_artifact(
                 names.RAY_HEAD,
                 ctx.writer,
-                {
-                    "gcs_address": self.gcs_address,
-                    "ray_nodes": max(1, self.ray_nodes),
-                    "large_cluster": self.large,
-                    "settings": self.settings,
-                },
+                records.ray_head_fields(
+                    gcs_address=self.gcs_address,
+                    ray_nodes=max(1, self.ray_nodes),
+                    large_cluster=self.large,
+                    settings=self.settings,
+                ),
             )
             if ray.dashboard:
                 ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
@@ -270,16 +270,16 @@ class RayRuntime:
         ctx.run.write_artifact(
             names.RAY_LAYOUT,
             ctx.writer,
-            {
-                "head_address": ctx.address,
-                "ray_address": self.gcs_address,
-                "expected": check.expected,
-                "actual": check.actual,
-                "live_nodes": check.live_nodes,
-                "passed": check.passed,
-                "problems": check.problems,
-                "waited_s": round(clock.mono() - t0, 3),
-            },
+            records.ray_layout_fields(
+                head_address=ctx.address,
+                ray_address=self.gcs_address,
+                expected=check.expected,
+                actual=check.actual,
+                live_nodes=check.live_nodes,
+                passed=check.passed,
+                problems=check.problems,
+                waited_s=clock.mono() - t0,
+            ),
         )
         if not check.passed:
             raise ctx.fail(FailureKind.LAYOUT, "Ray's live layout differs from the plan: " + "; ".join(check.problems))

@@ -16,6 +16,7 @@ from schemas.records.failure import FailureRecord, failure_fields
 from schemas.records.heartbeat import HeartbeatRecord, heartbeat_fields
 from schemas.records.phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
 from schemas.records.placement import JudgeSlot, PlacementRecord, filesystem_fields, placement_fields
+from schemas.records.ray import RayHeadRecord, RayLayoutRecord, ray_head_fields, ray_layout_fields
 
 __all__ = [
     "AckRecord",
@@ -28,6 +29,8 @@ __all__ = [
     "PhaseSpan",
     "PhasesRecord",
     "PlacementRecord",
+    "RayHeadRecord",
+    "RayLayoutRecord",
     "SchedulerJobRef",
     "ack_fields",
     "address_fields",
@@ -39,4 +42,6 @@ __all__ = [
     "phase_entry",
     "phases_fields",
     "placement_fields",
+    "ray_head_fields",
+    "ray_layout_fields",
 ]

@@ -18,13 +18,14 @@ from audit.views import (
     PhasesRec,
     PlacementRec,
     addresses,
+    cleanups,
     failures,
     phases,
     placements,
     ranks_of,
 )
 from schemas import names, order
-from schemas.records import CompleteRecord
+from schemas.records import CleanupRecord, CompleteRecord
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class AuditContext:
     placements: Mapping[int, PlacementRec]
     phases: Mapping[int, PhasesRec]
     failures: Mapping[int, FailureRec]
+    cleanups: Mapping[int, CleanupRecord]  # the readable ones (ranks_of(run, "cleanup"): every file)
     acked: frozenset[int]
     complete: CompleteRecord | None
     owner_of_node: Mapping[int, int]  # planned node index -> rank that owns it
@@ -117,6 +119,7 @@ def build_context(
         placements=places,
         phases=phases(run),
         failures=fails,
+        cleanups=cleanups(run),
         acked=acked,
         complete=complete,
         owner_of_node=owners,

@@ -10,7 +10,7 @@ from typing import Any
 from audit.context import AuditContext
 from audit.model import Finding, Severity
 from audit.training_evidence import ACCEPTED, TrainingEvidence, thin
-from audit.views import as_dict, as_int, as_list, as_str, rank_of
+from audit.views import as_int, as_list, as_str, rank_of, ranks_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 from schemas.vocab import FsCondition
 
@@ -91,11 +91,10 @@ def check_completion(ctx: AuditContext) -> list[Finding]:
 
 def check_cleanup(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
-    docs = {rank_of(a): a for a in ctx.run.by_schema("cleanup")}
+    present = ranks_of(ctx.run, "cleanup")
     for rank in ctx.expected_ranks:
-        art = docs.get(rank)
         f = names.cleanup(rank)
-        if art is None:
+        if rank not in present:
             out.append(
                 Finding(
                     "error",
@@ -106,15 +105,15 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
                 )
             )
             continue
-        doc = art.doc
-        if doc is None:
+        rec = ctx.cleanups.get(rank)
+        if rec is None:
             continue
-        if as_str(doc.get("writer")) == WriterKind.REAPER:
+        if rec.writer == WriterKind.REAPER:
             out.append(
                 Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank)
             )
         # `outcome` is how this replica ended (not whether teardown worked: leftover_pids says that).
-        outcome = as_str(doc.get("outcome"))
+        outcome = rec.outcome
         if outcome == RunOutcome.FAILURE and ctx.succeeded:
             out.append(
                 Finding(
@@ -148,7 +147,7 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
                     "$.outcome",
                 )
             )
-        leftover = [p for p in as_list(doc.get("leftover_pids")) if as_int(p) is not None]
+        leftover = list(rec.leftover_pids)
         if leftover:
             out.append(
                 Finding(
@@ -160,8 +159,8 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
                     "$.leftover_pids",
                 )
             )
-        for i, g in enumerate(as_list(doc.get("groups"))):
-            if isinstance(g, dict) and g.get("how") == "sigkill":
+        for i, g in enumerate(rec.groups):
+            if g.get("how") == "sigkill":
                 out.append(
                     Finding(
                         "info",
@@ -479,10 +478,9 @@ def _corrupt_heartbeats(ctx: AuditContext) -> list[Finding]:
     """A rank's heartbeat file that its watchers read as bytes no agent writes (cleanup records'
     `corrupt_heartbeats`): another writer in the run directory, or storage that corrupts files."""
     seen: dict[int, dict[int, int]] = {}  # watched rank -> {watcher: reads}
-    for art in ctx.run.by_schema("cleanup"):
-        watcher = rank_of(art)
-        for rank, n in as_dict(as_dict(art.doc).get("corrupt_heartbeats")).items():
-            if watcher is not None and str(rank).isdigit() and isinstance(n, int):
+    for watcher, rec in ctx.cleanups.items():
+        for rank, n in rec.corrupt_heartbeats.items():
+            if str(rank).isdigit() and isinstance(n, int):
                 seen.setdefault(int(rank), {})[watcher] = n
     return [
         Finding(

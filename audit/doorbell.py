@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from audit.load import LoadedRun
-from audit.views import as_dict, as_int, rank_of
+from audit.views import as_dict, as_int
+from schemas.records import CleanupRecord
 
 COUNTS = (
     "rings",
@@ -23,15 +23,14 @@ COUNTS = (
 )
 
 
-def summary(run: LoadedRun) -> dict[str, Any] | None:
+def summary(cleanups: Mapping[int, CleanupRecord]) -> dict[str, Any] | None:
     """{ranks, rings, sent, ..., dropped: {reason: n}} over every cleanup record with a doorbell."""
     ranks: list[int] = []
     totals: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
-    for art in run.by_schema("cleanup"):
-        rank = rank_of(art)
-        bell = as_dict(as_dict(art.doc).get("doorbell"))
-        if rank is None or not bell:
+    for rank, rec in cleanups.items():
+        bell = rec.doorbell
+        if not bell:
             continue
         ranks.append(rank)
         for key in COUNTS:

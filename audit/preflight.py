@@ -109,11 +109,8 @@ def check_gpu_residue(ctx: AuditContext) -> list[Finding]:
     job on that node inherits it."""
     out: list[Finding] = []
     hosts = {r: a.hostname for r, a in ctx.addresses.items()}
-    for art in ctx.run.by_schema("cleanup"):
-        rank = rank_of(art)
-        if rank is None:
-            continue
-        for g in (as_dict(x) for x in as_list((art.doc or {}).get("gpu_residue"))):
+    for rank, rec in ctx.cleanups.items():
+        for g in rec.gpu_residue:
             pids = [as_dict(p) for p in as_list(g.get("pids"))]
             who = (
                 ", ".join(
@@ -131,7 +128,7 @@ def check_gpu_residue(ctx: AuditContext) -> list[Finding]:
                     f"node {node} ({hosts.get(rank) or '?'}): GPU {g.get('index')} ({g.get('uuid')}) still used "
                     f"{_mib(used)} (preflight saw {_mib(before)}) {g.get('waited_s')} s after teardown, pids: {who}; "
                     "the next job on this node inherits them: stop them, or exclude the node",
-                    art.relpath,
+                    rec.relpath,
                     rank,
                     "$.gpu_residue",
                 )

@@ -14,6 +14,7 @@ from audit.load import Artifact, LoadedRun
 from schemas.lenient import Lenient, as_bool, as_devices, as_dict, as_int, as_list, as_num, as_str
 from schemas.records import (
     AddressRecord,
+    CleanupRecord,
     FailureRecord,
     JudgeSlot,
     PhasesRecord,
@@ -37,6 +38,7 @@ __all__ = [
     "as_num",
     "as_str",
     "by_rank",
+    "cleanups",
     "failures",
     "mask_entries",
     "phases",
@@ -95,6 +97,10 @@ def phases(run: LoadedRun) -> dict[int, PhasesRec]:
 
 def failures(run: LoadedRun) -> dict[int, FailureRec]:
     return by_rank(run, "failure", FailureRecord)
+
+
+def cleanups(run: LoadedRun) -> dict[int, CleanupRecord]:
+    return by_rank(run, "cleanup", CleanupRecord)
 
 
 def ranks_of(run: LoadedRun, schema: str) -> set[int]:

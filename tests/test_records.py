@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from schemas import RunDir, Writer, names, records
+from schemas import RunDir, RunOutcome, Writer, names, records
 from schemas.lenient import Lenient, decode, doc_field, nonempty_dict
 
 
@@ -329,3 +329,20 @@ def test_ray_head_and_layout_round_trip(tmp_path: Path) -> None:
             ("10.0.0.2 missing",),
         )
     )
+
+
+def test_cleanup_round_trip_and_damaged_items_keep_their_index(tmp_path: Path) -> None:
+    group = {"name": "driver", "pid": 10, "session": 10, "how": "sigkill", "exit_code": -9, "swept": 0, "seconds": 0.5}
+    fields = records.cleanup_fields(
+        outcome=RunOutcome.FAILURE,
+        groups=[group],
+        leftover_pids=[11],
+        extra={"corrupt_heartbeats": {"2": 1}},
+    )
+    rel = names.cleanup(3)
+    rec = records.CleanupRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
+    assert rec == records.CleanupRecord(3, rel, "agent", "failure", (group,), (11,), {}, {"2": 1}, ())
+    damaged = records.CleanupRecord.from_json(
+        {"groups": [3, {"how": "sigkill"}], "leftover_pids": [1, "2"]}, rank=0, relpath="c"
+    )
+    assert damaged is not None and damaged.groups == ({}, {"how": "sigkill"}) and damaged.leftover_pids == (1,)

@@ -20,7 +20,7 @@ from agent.lifecycle.state import StateMachine
 from agent.lifecycle.steps import TEARDOWN
 from agent.proc.cpu_priority import lower_priority
 from agent.proc.procgroup import escaped_descendants, session_members
-from schemas import AgentState, FailureKind, PhaseOutcome, RunOutcome, names
+from schemas import AgentState, FailureKind, PhaseOutcome, RunOutcome, names, records
 
 __all__ = ["RunResult", "Teardown", "stop_everything"]
 
@@ -115,14 +115,12 @@ class Teardown:
 
     def _cleanup(self, outcome: RunOutcome, running: Running, groups: list[dict[str, Any]]) -> dict[str, Any]:
         """cleanup-RANK.json: the groups, what outlived them, the doorbell's and liveness' counts."""
-        return {
-            "outcome": str(outcome),
-            "groups": groups,
-            "leftover_pids": _leftovers(running, groups),
-            **self.bell.summary(),
-            **_liveness_summary(running),
-            **running.preflight.residue_fields(),
-        }
+        return records.cleanup_fields(
+            outcome=outcome,
+            groups=groups,
+            leftover_pids=_leftovers(running, groups),
+            extra={**self.bell.summary(), **_liveness_summary(running), **running.preflight.residue_fields()},
+        )
 
     def _summary(self, failure: Failure | None) -> None:
         """The last lines of the job log: the outcome, the cause, and where to look next."""

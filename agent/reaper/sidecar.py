@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent.ground.failure import Failure
     from agent.proc.procgroup import session_members
     from schemas import RunOutcome, Writer, WriterKind
+    from schemas.records import cleanup_fields
 
     t0 = clock.mono()
     writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
@@ -302,11 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         keeper.write(
             names.cleanup(args.rank),
             writer,
-            {
-                "outcome": str(RunOutcome.FAILURE),
-                "groups": [r.to_json() for r in records],
-                "leftover_pids": leftovers,
-            },
+            cleanup_fields(outcome=RunOutcome.FAILURE, groups=[r.to_json() for r in records], leftover_pids=leftovers),
         )
     keeper.flush(RECORD_RETRY_S)
     if ringer is not None:

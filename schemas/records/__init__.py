@@ -10,6 +10,7 @@ disagree; tests/test_records.py reads every builder's output back through its re
 from __future__ import annotations
 
 from schemas.records.address import AddressRecord, SchedulerJobRef, address_fields
+from schemas.records.cleanup import CleanupRecord, cleanup_fields
 from schemas.records.completion import AckRecord, CompleteRecord, ack_fields, complete_fields
 from schemas.records.driver_stop import DriverStopRecord, driver_stop_fields
 from schemas.records.failure import FailureRecord, failure_fields
@@ -21,6 +22,7 @@ from schemas.records.ray import RayHeadRecord, RayLayoutRecord, ray_head_fields,
 __all__ = [
     "AckRecord",
     "AddressRecord",
+    "CleanupRecord",
     "CompleteRecord",
     "DriverStopRecord",
     "FailureRecord",
@@ -34,6 +36,7 @@ __all__ = [
     "SchedulerJobRef",
     "ack_fields",
     "address_fields",
+    "cleanup_fields",
     "complete_fields",
     "driver_stop_fields",
     "failure_fields",

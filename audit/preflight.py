@@ -13,8 +13,9 @@ from typing import Any
 
 from audit.context import AuditContext
 from audit.model import Finding
-from audit.views import as_dict, as_int, as_list, as_str, rank_of
+from audit.views import as_dict, as_int, as_list, by_rank
 from schemas import names
+from schemas.records import PreflightRecord
 
 MAX_NAMED = 64  # hosts named on one exclude line before "..." (the JSON has them all)
 
@@ -33,14 +34,17 @@ class UnfitNode:
 
 
 def unfit_node(rank: int, doc: Mapping[str, Any]) -> UnfitNode | None:
-    """The node of one preflight record, when a check whose mode is "fail" failed there."""
-    if doc.get("passed") is not False:
+    """The node of one preflight document, when a check whose mode is "fail" failed there."""
+    rec = PreflightRecord.from_json(doc, rank=rank, relpath=names.preflight(rank))
+    return _unfit(rec) if rec is not None else None
+
+
+def _unfit(rec: PreflightRecord) -> UnfitNode | None:
+    if rec.passed is not False:
         return None
-    failed = tuple(
-        str(c.get("check")) for c in (as_dict(x) for x in as_list(doc.get("checks"))) if c.get("status") == "failed"
-    )
-    host = as_str(doc.get("scheduler_node")) or as_str(doc.get("hostname")) or as_str(doc.get("address")) or "?"
-    return UnfitNode(rank, as_int(doc.get("node_index")), host, failed)
+    failed = tuple(str(c.get("check")) for c in rec.checks if c.get("status") == "failed")
+    host = rec.scheduler_node or rec.hostname or rec.address or "?"
+    return UnfitNode(rec.rank, rec.node_index, host, failed)
 
 
 def exclude_line(scheduler: str | None, nodes: Iterable[UnfitNode]) -> str:
@@ -53,12 +57,7 @@ def exclude_line(scheduler: str | None, nodes: Iterable[UnfitNode]) -> str:
 
 
 def unfit_nodes(ctx: AuditContext) -> list[UnfitNode]:
-    out = []
-    for art in ctx.run.by_schema("preflight"):
-        rank = rank_of(art)
-        node = unfit_node(rank, art.doc or {}) if rank is not None else None
-        if node is not None:
-            out.append(node)
+    out = [node for rec in by_rank(ctx.run, "preflight", PreflightRecord).values() if (node := _unfit(rec))]
     return sorted(out, key=lambda n: n.rank)
 
 
@@ -71,20 +70,17 @@ def check_preflight(ctx: AuditContext) -> list[Finding]:
     [warning], with the ranks it warned on and the first of them's words."""
     out: list[Finding] = []
     warned: dict[str, list[tuple[int, str]]] = {}
-    for art in sorted(ctx.run.by_schema("preflight"), key=lambda a: rank_of(a) or 0):
-        rank, doc = rank_of(art), art.doc or {}
-        if rank is None:
-            continue
-        for c in (as_dict(x) for x in as_list(doc.get("checks"))):
+    for rank, rec in sorted(by_rank(ctx.run, "preflight", PreflightRecord).items()):
+        for c in rec.checks:
             problems = [str(p) for p in as_list(c.get("problems"))]
             if c.get("status") == "failed":
-                where = f"node {doc.get('node_index')} ({doc.get('hostname')}, {doc.get('address')})"
+                where = f"node {rec.node_index} ({rec.hostname}, {rec.address})"
                 out.append(
                     Finding(
                         "error",
                         "preflight.failed",
                         f"{where}: {c.get('check')}: {'; '.join(problems)[:1500]}",
-                        art.relpath,
+                        rec.relpath,
                         rank,
                     )
                 )

@@ -346,3 +346,20 @@ def test_cleanup_round_trip_and_damaged_items_keep_their_index(tmp_path: Path) -
         {"groups": [3, {"how": "sigkill"}], "leftover_pids": [1, "2"]}, rank=0, relpath="c"
     )
     assert damaged is not None and damaged.groups == ({}, {"how": "sigkill"}) and damaged.leftover_pids == (1,)
+
+
+def test_preflight_round_trip(tmp_path: Path) -> None:
+    check = {"check": "shm", "mode": "fail", "status": "failed", "seconds": 0.1, "summary": "s", "problems": ["small"]}
+    fields = records.preflight_fields(
+        node_index=1,
+        address="10.0.0.2",
+        hostname="h" * 300,
+        scheduler_node="n2",
+        passed=False,
+        seconds=0.1234567,
+        checks=[check],
+    )
+    assert "gpus" not in fields  # only when NVML told
+    rel = names.preflight(3)
+    rec = records.PreflightRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
+    assert rec == records.PreflightRecord(3, rel, 1, "10.0.0.2", "h" * 255, "n2", False, (check,))

@@ -19,6 +19,7 @@ from agent.preflight.network import check_network
 from agent.preflight.outcome import CheckResult, Observed, cap, decide
 from agent.preflight.shm import check_shm
 from launch.spec.config import PreflightConfig
+from schemas import records
 from schemas.vocab import CheckStatus, PreflightCheck
 
 MAX_CAUSE = 1500
@@ -66,18 +67,16 @@ class Report:
     def fields(self) -> dict[str, Any]:
         """preflight-RANK.json (without the header RunDir stamps)."""
         i = self.inputs
-        out: dict[str, Any] = {
-            "node_index": i.node_index,
-            "address": i.address,
-            "hostname": i.hostname[:255],
-            "scheduler_node": i.scheduler_node,
-            "passed": self.passed,
-            "seconds": round(self.seconds, 6),
-            "checks": [r.to_json() for r in self.results],
-        }
-        if self.gpus:
-            out["gpus"] = [g.to_json() for g in self.gpus]
-        return out
+        return records.preflight_fields(
+            node_index=i.node_index,
+            address=i.address,
+            hostname=i.hostname,
+            scheduler_node=i.scheduler_node,
+            passed=self.passed,
+            seconds=self.seconds,
+            checks=[r.to_json() for r in self.results],
+            gpus=[g.to_json() for g in self.gpus],
+        )
 
     def cause(self) -> str:
         """The failure's cause: the node, then each failed check with its first problem."""

@@ -17,6 +17,7 @@ from schemas.records.failure import FailureRecord, failure_fields
 from schemas.records.heartbeat import HeartbeatRecord, heartbeat_fields
 from schemas.records.phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
 from schemas.records.placement import JudgeSlot, PlacementRecord, filesystem_fields, placement_fields
+from schemas.records.preflight import PreflightRecord, preflight_fields
 from schemas.records.ray import RayHeadRecord, RayLayoutRecord, ray_head_fields, ray_layout_fields
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "PhaseSpan",
     "PhasesRecord",
     "PlacementRecord",
+    "PreflightRecord",
     "RayHeadRecord",
     "RayLayoutRecord",
     "SchedulerJobRef",
@@ -45,6 +47,7 @@ __all__ = [
     "phase_entry",
     "phases_fields",
     "placement_fields",
+    "preflight_fields",
     "ray_head_fields",
     "ray_layout_fields",
 ]

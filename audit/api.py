@@ -59,9 +59,10 @@ from audit.schema_check import check_schemas
 from audit.stacks import Summary as StacksSummary
 from audit.stacks import summarise as summarise_stacks
 from audit.training_evidence import read_evidence
-from audit.views import as_int, as_str, by_rank, rank_of
+from audit.views import by_rank, rank_of
 from launch.spec.load import restore_key_order
 from schemas import names
+from schemas.lenient import as_int, as_str
 from schemas.records import HeartbeatRecord
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]

@@ -8,8 +8,9 @@ from typing import Any
 
 from audit.context import AuditContext
 from audit.model import Finding
-from audit.views import as_bool, as_devices, as_dict, as_int, as_list, as_str, rank_of
+from audit.views import rank_of
 from schemas import names
+from schemas.lenient import as_bool, as_devices, as_dict, as_int, as_list, as_str
 
 
 def check_registry(ctx: AuditContext) -> list[Finding]:

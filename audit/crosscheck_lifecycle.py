@@ -10,8 +10,9 @@ from typing import Any
 from audit.context import AuditContext
 from audit.model import Finding, Severity
 from audit.training_evidence import ACCEPTED, TrainingEvidence, thin
-from audit.views import as_int, as_list, as_str, rank_of, ranks_of
+from audit.views import rank_of, ranks_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
+from schemas.lenient import as_int, as_list, as_str
 from schemas.vocab import FsCondition
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from audit.context import AuditContext
 from audit.model import Finding
-from audit.views import as_dict, as_list, as_str
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import load_spec
 from schemas import names
+from schemas.lenient import as_dict, as_list, as_str
 
 
 def is_regrade(ctx: AuditContext) -> bool:

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from audit.views import as_dict, as_int
+from schemas.lenient import as_dict, as_int
 from schemas.records import CleanupRecord
 
 COUNTS = (

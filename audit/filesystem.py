@@ -14,8 +14,9 @@ from typing import Any
 from audit.context import AuditContext
 from audit.load import LoadedRun
 from audit.model import Finding
-from audit.views import as_dict, as_list, as_str, rank_of
+from audit.views import rank_of
 from schemas import names
+from schemas.lenient import as_dict, as_list, as_str
 
 MAX_GROUPS = 64  # a heterogeneous cluster lists a few mounts; more are summarised by the first ones
 

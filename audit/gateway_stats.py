@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from audit.views import as_str
+from schemas.lenient import as_str
 
 __all__ = ["MAX_SERIES", "gateway_summary", "percentile"]
 

@@ -29,8 +29,8 @@ from audit.lines import LineReader
 from audit.load import LoadedRun
 from audit.model import Finding
 from audit.safedir import SafeDir, UnsafeFile
-from audit.views import as_dict, as_list, as_str
 from schemas import names
+from schemas.lenient import as_dict, as_list, as_str
 
 # One access-log line: uvicorn's `"METHOD PATH HTTP/1.1" STATUS`, which SGLang and the
 # reference judge both print.

@@ -13,8 +13,9 @@ from typing import Any
 
 from audit.context import AuditContext
 from audit.model import Finding
-from audit.views import as_dict, as_int, as_list, by_rank
+from audit.views import by_rank
 from schemas import names
+from schemas.lenient import as_dict, as_int, as_list
 from schemas.records import PreflightRecord
 
 MAX_NAMED = 64  # hosts named on one exclude line before "..." (the JSON has them all)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from audit.load import LoadedRun
 from audit.model import Finding
-from audit.views import as_int, as_str
 from schemas import violations
+from schemas.lenient import as_int, as_str
 
 MAX_VIOLATIONS_PER_FILE = 20  # a wholly wrong file would otherwise bury every other finding
 

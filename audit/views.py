@@ -11,32 +11,21 @@ from __future__ import annotations
 from typing import TypeVar
 
 from audit.load import Artifact, LoadedRun
-from schemas.lenient import Lenient, as_bool, as_devices, as_dict, as_int, as_list, as_num, as_str
+from schemas.lenient import Lenient, as_int
 from schemas.records import (
     AddressRecord,
     CleanupRecord,
     FailureRecord,
-    JudgeSlot,
     PhasesRecord,
     PlacementRecord,
-    SchedulerJobRef,
 )
 
 __all__ = [
     "AddressRec",
     "FailureRec",
-    "JudgeSlot",
     "PhasesRec",
     "PlacementRec",
-    "SchedulerJobRef",
     "addresses",
-    "as_bool",
-    "as_devices",
-    "as_dict",
-    "as_int",
-    "as_list",
-    "as_num",
-    "as_str",
     "by_rank",
     "cleanups",
     "failures",

@@ -4,16 +4,17 @@ A document that fails its schema is still worth reading (a failure record with o
 still names the first cause), so nothing here trusts a type or raises on any value: a missing or
 wrongly typed field reads as its default. The rules are written once, driven by each field's type:
 
-| field type                        | reads as                                                     |
-|-----------------------------------|--------------------------------------------------------------|
-| `str | None`, `int | None`, ...   | the value when it has that type (bool is no int), else None  |
-| `float | None`                    | a finite number (an int too), else None                      |
-| `str` (with a default)            | a non-empty string, else the default                         |
-| `tuple[T, ...]`                   | the items that read as T (others dropped)                    |
-| `tuple[T, ...] | None`            | every item read as T, else None (one bad item spoils it)      |
-| `Mapping[str, T]`                 | the entries whose value reads as T; `Any`: the object as is  |
-| `dict[str, Any] | None`           | the object, else None                                        |
-| a record `R` / `R | None`         | `R` read from the object (from {} when it is none)           |
+| field type                       | reads as                                                       |
+|----------------------------------|----------------------------------------------------------------|
+| `str | None`, `int | None`, ...  | the value when it has that type (bool is no int), else None    |
+| `float | None`                   | a finite number (an int too), else None                        |
+| `str`                            | a non-empty string, else the default                           |
+| `tuple[T, ...]`                  | the items that read as T, others dropped (any string is a str) |
+| `tuple[T, ...] | None`           | every item read as T, else None (one bad item spoils it)       |
+| `Mapping[str, T]`                | the entries whose value reads as T                             |
+| `Mapping[str, Any]`, `dict[...]` | the object as is, else {} (a tuple of them keeps every item)   |
+| `dict[str, Any] | None`          | the object, else None                                          |
+| a record `R`, `R | None`         | `R` read from the object (from {} when it is none)             |
 
 A field without a default is required: a record missing one reads as None (dropped from the
 tuple or mapping that holds it). `doc_field` overrides a field's key, where it sits (`path`),
@@ -148,7 +149,8 @@ def decode(cls: type[T], doc: object, **given: Any) -> T | None:
     if not isinstance(doc, dict):
         return None
     values = []
-    for name, key, path, read, is_given, default, factory in _fields(cls):  # type: ignore[arg-type]  # mypy: a TypeVar class is not Hashable (it is)
+    # The ignore: mypy does not take a TypeVar's class for Hashable (every class is).
+    for name, key, path, read, is_given, default, factory in _fields(cls):  # type: ignore[arg-type]
         if is_given:
             value = given.get(name)
         else:

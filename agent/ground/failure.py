@@ -24,7 +24,7 @@ class Failure:
     log: str | None = None
     reacting_to: dict[str, Any] | None = None
     peers: tuple[int, ...] = ()
-    # The facts behind `cause`, as fields the audit reads (schemas/records.py says which is which).
+    # The facts behind `cause`, as fields the audit reads (schemas/records/failure.py says which is which).
     exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
     child: str | None = None  # which supervised child exited
     judge: str | None = None  # the judge concerned (a managed judge's exit or health, a degraded binding's)

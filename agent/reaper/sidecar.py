@@ -31,7 +31,9 @@ from schemas import FailureKind, RunDir, names
 if TYPE_CHECKING:
     import psutil
 
+    from agent.coord.durable import RecordKeeper
     from agent.proc.procgroup import StopRecord
+    from schemas import Writer
 
 # An idle reaper (every agent has one) only reads its agent's lines and heartbeat. What it needs to
 # act (psutil, the record writers, jsonschema) is imported when it acts: that keeps it near a
@@ -219,7 +221,7 @@ def _ring_for_the_agent(
     return ringer
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="gym-agent-reaper")
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--rank", type=int, required=True)
@@ -230,12 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heartbeat-timeout", type=float, default=0.0, help="fence a hung agent (0: never)")
     ap.add_argument("--poll", type=float, default=1.0)
     ap.add_argument("--agent-started", type=float, default=None, help="the agent's start (this host's monotonic clock)")
-    args = ap.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C must not kill the cleaner
-    state = ReaperState()
-    closed = threading.Event()
-    threading.Thread(target=_read_channel, args=(state, closed), daemon=True).start()
-    run = RunDir.open(args.run_dir)
+    return ap.parse_args(argv)
+
+
+def _watch(args: argparse.Namespace, run: RunDir, state: ReaperState, closed: threading.Event) -> str | None:
+    """Wait until the agent closes our stdin, or (with --heartbeat-timeout) fence it when it hangs.
+    Returns why it was fenced, or None."""
     hang = None
     if args.heartbeat_timeout:
         hang = HangWatch(run, args.rank, args.incarnation, args.heartbeat_timeout, args.poll)
@@ -255,41 +257,55 @@ def main(argv: list[str] | None = None) -> int:
                 pass
             closed.wait(10)  # its end of our stdin closes as it dies
             break
-    if state.done and not fenced:
-        return 0
-    # The agent is gone (or fenced): record first (peers react to it), then stop everything.
-    from agent.coord.durable import RecordKeeper
+    return fenced
+
+
+def _record_failure(
+    args: argparse.Namespace,
+    run: RunDir,
+    writer: Writer,
+    keeper: RecordKeeper,
+    state: ReaperState,
+    fenced: str | None,
+    t0: float,
+) -> threading.Thread | None:
+    """The dead or fenced agent's failure record, unless it wrote its own; its doorbell peers are
+    rung beside it. Returns the ringing thread, if any."""
     from agent.coord.failure_record import write_failure_record
     from agent.ground.failure import Failure
+
+    mine = run.read_json(names.failure(args.rank))
+    if mine and mine.get("incarnation") == args.incarnation:
+        return None
+    if fenced:
+        cause = (
+            f"agent process {args.agent_pid} of rank {args.rank} hung during phase {state.phase}: "
+            f"{fenced}; its reaper fenced the node (killed the agent and its process groups)"
+        )
+    else:
+        cause = (
+            f"agent process {args.agent_pid} of rank {args.rank} died without cleaning up "
+            f"(killed or crashed) during phase {state.phase}"
+        )
+    failure = Failure(
+        kind=FailureKind.AGENT_DIED,
+        cause=cause,
+        phase=state.phase,
+        log=names.agent_log(args.rank),
+        monotonic_time=t0,
+    )
+    ringer = _ring_for_the_agent(state.doorbell, args.rank, args.incarnation, failure)
+    write_failure_record(run, writer, args.rank, failure, state.phase, keeper, started_mono=args.agent_started)
+    return ringer
+
+
+def _clean_up(args: argparse.Namespace, run: RunDir, writer: Writer, keeper: RecordKeeper, state: ReaperState) -> None:
+    """Stop every recorded session and escaped process, remove the agent's temp dirs, then write
+    the cleanup record unless the agent wrote its own."""
     from agent.proc.procgroup import session_members
-    from schemas import RunOutcome, Writer, WriterKind
+    from schemas import RunOutcome
     from schemas.records import cleanup_fields
 
-    t0 = clock.mono()
-    writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
-    keeper = RecordKeeper(run, lambda line: print(f"gym-agent-reaper: [rank {args.rank}] {line}", flush=True))
-    ringer: threading.Thread | None = None
-    mine = run.read_json(names.failure(args.rank))
-    if not (mine and mine.get("incarnation") == args.incarnation):
-        if fenced:
-            cause = (
-                f"agent process {args.agent_pid} of rank {args.rank} hung during phase {state.phase}: "
-                f"{fenced}; its reaper fenced the node (killed the agent and its process groups)"
-            )
-        else:
-            cause = (
-                f"agent process {args.agent_pid} of rank {args.rank} died without cleaning up "
-                f"(killed or crashed) during phase {state.phase}"
-            )
-        failure = Failure(
-            kind=FailureKind.AGENT_DIED,
-            cause=cause,
-            phase=state.phase,
-            log=names.agent_log(args.rank),
-            monotonic_time=t0,
-        )
-        ringer = _ring_for_the_agent(state.doorbell, args.rank, args.incarnation, failure)
-        write_failure_record(run, writer, args.rank, failure, state.phase, keeper, started_mono=args.agent_started)
     records = _stop_all(dict(state.sessions), args.grace)
     escaped = _kill_strays(state.strays)
     if escaped is not None:
@@ -305,6 +321,27 @@ def main(argv: list[str] | None = None) -> int:
             writer,
             cleanup_fields(outcome=RunOutcome.FAILURE, groups=[r.to_json() for r in records], leftover_pids=leftovers),
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal ^C must not kill the cleaner
+    state = ReaperState()
+    closed = threading.Event()
+    threading.Thread(target=_read_channel, args=(state, closed), daemon=True).start()
+    run = RunDir.open(args.run_dir)
+    fenced = _watch(args, run, state, closed)
+    if state.done and not fenced:
+        return 0
+    # The agent is gone (or fenced): record first (peers react to it), then stop everything.
+    from agent.coord.durable import RecordKeeper
+    from schemas import Writer, WriterKind
+
+    t0 = clock.mono()
+    writer = Writer(args.fingerprint, args.rank, args.incarnation, kind=WriterKind.REAPER)
+    keeper = RecordKeeper(run, lambda line: print(f"gym-agent-reaper: [rank {args.rank}] {line}", flush=True))
+    ringer = _record_failure(args, run, writer, keeper, state, fenced, t0)
+    _clean_up(args, run, writer, keeper, state)
     keeper.flush(RECORD_RETRY_S)
     if ringer is not None:
         ringer.join(0.2)  # its last copy goes out 0.1 s after the first

@@ -108,51 +108,12 @@ def capture(
     started_at = clock.wall()
     deadline = t0 + timeout
     path = py_spy if py_spy is not None else pyspy.find()
-    dumps: dict[int, pyspy.Dump] = {}
     pythons = [t for t in targets if t.python]
-    if path is not None and pythons:
-        runner = pyspy.Runner(path, nonblocking=nonblocking)
-        pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="py-spy")
-        futures: dict[Future[pyspy.Dump], int] = {}
-
-        def one(pid: int) -> pyspy.Dump:
-            return runner.dump(pid, min(PER_PROCESS_S, deadline - clock.mono()))
-
-        for t in pythons:
-            futures[pool.submit(one, t.pid)] = t.pid
-        pending = set(futures)
-        while pending and clock.mono() < deadline:
-            done, pending = wait(pending, timeout=max(0.0, deadline - clock.mono()), return_when=FIRST_COMPLETED)
-            for f in done:
-                dumps[futures[f]] = f.result()
-        runner.close()  # past the bound: whatever still runs is killed
-        pool.shutdown(wait=False, cancel_futures=True)
-        for f in pending:
-            dumps.setdefault(futures[f], pyspy.Dump(problem=f"not taken within stack_dump_timeout {timeout:g}s"))
-    processes = []
-    denied: str | None = None
-    read_by_py_spy = 0
-    fallbacks = 0
-    for t in targets:
-        if not t.python:
-            processes.append(_entry(t, StackMethod.NONE, None, f"not a Python process ({t.name})"))
-            continue
-        dump = dumps.get(t.pid)
-        if dump is not None and dump.threads is not None:
-            read_by_py_spy += 1
-            processes.append(_entry(t, StackMethod.PY_SPY, dump.threads, None))
-            continue
-        if dump is not None and dump.denied and denied is None:
-            denied = dump.problem
-        problem = pyspy.MISSING if path is None else (dump.problem if dump is not None else None) or "not taken"
-        own = _fallback(t, dump_dir, deadline)
-        if own is not None:
-            fallbacks += 1
-            processes.append(_entry(t, StackMethod.FAULTHANDLER, own, f"{problem}; {FALLBACK_NOTE}"))
-            continue
-        if dump_dir is not None and driver_local.armed(dump_dir, t.pid) is None:
-            problem += " (and it did not import agent.driver_api, whose fallback dump needs no ptrace)"
-        processes.append(_entry(t, StackMethod.NONE, None, problem))
+    dumps = _dump_all(pythons, path, deadline, timeout, nonblocking) if path is not None and pythons else {}
+    processes = [_process(t, dumps.get(t.pid), path, dump_dir, deadline) for t in targets]
+    denied = _ptrace_refusal(targets, dumps)
+    read_by_py_spy = sum(1 for p in processes if p["method"] == StackMethod.PY_SPY)
+    fallbacks = sum(1 for p in processes if p["method"] == StackMethod.FAULTHANDLER)
     fields: dict[str, Any] = {
         "reason": str(reason),
         "request": request,
@@ -179,6 +140,60 @@ def capture(
     _fit(fields)
     with_stacks = sum(1 for p in processes if p["threads"])
     return Capture(fields, len(processes), with_stacks, clock.mono() - t0)
+
+
+def _dump_all(
+    pythons: list[Target], path: str, deadline: float, timeout: float, nonblocking: bool
+) -> dict[int, pyspy.Dump]:
+    """py-spy's dump of every Python process, a few at once, all within the deadline; the ones not
+    taken by then say so."""
+    dumps: dict[int, pyspy.Dump] = {}
+    runner = pyspy.Runner(path, nonblocking=nonblocking)
+    pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="py-spy")
+    futures: dict[Future[pyspy.Dump], int] = {}
+
+    def one(pid: int) -> pyspy.Dump:
+        return runner.dump(pid, min(PER_PROCESS_S, deadline - clock.mono()))
+
+    for t in pythons:
+        futures[pool.submit(one, t.pid)] = t.pid
+    pending = set(futures)
+    while pending and clock.mono() < deadline:
+        done, pending = wait(pending, timeout=max(0.0, deadline - clock.mono()), return_when=FIRST_COMPLETED)
+        for f in done:
+            dumps[futures[f]] = f.result()
+    runner.close()  # past the bound: whatever still runs is killed
+    pool.shutdown(wait=False, cancel_futures=True)
+    for f in pending:
+        dumps.setdefault(futures[f], pyspy.Dump(problem=f"not taken within stack_dump_timeout {timeout:g}s"))
+    return dumps
+
+
+def _process(
+    t: Target, dump: pyspy.Dump | None, path: str | None, dump_dir: str | None, deadline: float
+) -> dict[str, Any]:
+    """One process's entry: py-spy's stacks, else the process's own dump, else why there are none."""
+    if not t.python:
+        return _entry(t, StackMethod.NONE, None, f"not a Python process ({t.name})")
+    if dump is not None and dump.threads is not None:
+        return _entry(t, StackMethod.PY_SPY, dump.threads, None)
+    problem = pyspy.MISSING if path is None else (dump.problem if dump is not None else None) or "not taken"
+    own = _fallback(t, dump_dir, deadline)
+    if own is not None:
+        return _entry(t, StackMethod.FAULTHANDLER, own, f"{problem}; {FALLBACK_NOTE}")
+    if dump_dir is not None and driver_local.armed(dump_dir, t.pid) is None:
+        problem += " (and it did not import agent.driver_api, whose fallback dump needs no ptrace)"
+    return _entry(t, StackMethod.NONE, None, problem)
+
+
+def _ptrace_refusal(targets: list[Target], dumps: dict[int, pyspy.Dump]) -> str | None:
+    """The first refusal py-spy met (in the targets' order) on a process it could not read."""
+    denied: str | None = None
+    for t in targets:
+        dump = dumps.get(t.pid)
+        if t.python and dump is not None and dump.threads is None and dump.denied and denied is None:
+            denied = dump.problem
+    return denied
 
 
 def _fallback(t: Target, dump_dir: str | None, deadline: float) -> list[dict[str, Any]] | None:

@@ -50,12 +50,9 @@ def _free(root: Path) -> tuple[int, int]:
     return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
 
 
-def check_shm(min_free: int, clean: bool, job_started: float, root: Path = SHM) -> Observed:
-    """Free space and leftover segments of `root` (the node's /dev/shm)."""
-    try:
-        free, total = _free(root)
-    except OSError as exc:
-        return Observed(f"cannot read {root} ({exc.strerror or exc})", (f"{root} cannot be read: {exc}",))
+def _leftovers(root: Path, clean: bool, job_started: float) -> list[dict[str, Any]]:
+    """The known leftover segments in `root`; with `clean`, the ones this user may remove are
+    removed (and marked so)."""
     segments: list[dict[str, Any]] = []
     me = os.geteuid()
     now = time.time()
@@ -88,6 +85,16 @@ def check_shm(min_free: int, clean: bool, job_started: float, root: Path = SHM) 
                 segments.append(seg)
     finally:
         os.close(fd)
+    return segments
+
+
+def check_shm(min_free: int, clean: bool, job_started: float, root: Path = SHM) -> Observed:
+    """Free space and leftover segments of `root` (the node's /dev/shm)."""
+    try:
+        free, total = _free(root)
+    except OSError as exc:
+        return Observed(f"cannot read {root} ({exc.strerror or exc})", (f"{root} cannot be read: {exc}",))
+    segments = _leftovers(root, clean, job_started)
     removed = [s for s in segments if s["removed"]]
     if removed:
         free, total = _free(root)

@@ -61,26 +61,52 @@ class RayRuntime:
         self._extra_env = dict(extra_env or {})
         ray = ctx.config.ray
         if ray.dashboard and topo.is_head:
-            missing = ray_node.dashboard_missing()
-            if missing:
-                raise ctx.fail(
-                    FailureKind.PLACEMENT,
-                    f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
-                    "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
-                )
+            self._check_dashboard()
         exported = exported_ray_address(ray.name)
         fixed = self._fixed_head_port(exported) if topo.is_head and exported else None
         self.temp_dir = ray_node.short_temp_dir()
         ctx.reaper.temp_dir(self.temp_dir)  # removed by the reaper if we are SIGKILLed
         if not topo.is_head:
-            ctx.wait_startup("the Ray head's address", self._head_known)
-            if exported and exported != self.gcs_address:
-                raise ctx.fail(
-                    FailureKind.PLACEMENT,
-                    f"the Ray head bound {self.gcs_address} (ray-head.json), but the job exported "
-                    f"{DriverEnv.ray_address(ray.name)}={exported}: the job's steps would reach another address",
-                )
+            self._await_head(exported)
         t0 = clock.mono()
+        attempt, ports = self._start_on_probation(topo, exported, fixed)
+        if topo.is_head:
+            self._publish_head(ports)
+        took = f"up in {clock.mono() - t0:.1f} s"
+        if attempt > 1:
+            took += f" at start {attempt} ({'; '.join(self.exits)})"
+        return took + (f"; large-cluster settings ({self.ray_nodes} Ray nodes)" if self.large else "")
+
+    def _check_dashboard(self) -> None:
+        """The head serves Ray's dashboard only when this node's Ray can: fail before starting."""
+        ctx = self.ctx
+        missing = ray_node.dashboard_missing()
+        if missing:
+            raise ctx.fail(
+                FailureKind.PLACEMENT,
+                f"ray.dashboard = true but this node's Ray cannot serve it ({missing}); install "
+                "ray[default] in the image (pip install 'gym-agent[dashboard]') or set ray.dashboard = false",
+            )
+
+    def _await_head(self, exported: str | None) -> None:
+        """A worker waits for the head's address (ray-head.json), which must be the one the job
+        exported, if it exported one."""
+        ctx = self.ctx
+        ctx.wait_startup("the Ray head's address", self._head_known)
+        if exported and exported != self.gcs_address:
+            raise ctx.fail(
+                FailureKind.PLACEMENT,
+                f"the Ray head bound {self.gcs_address} (ray-head.json), but the job exported "
+                f"{DriverEnv.ray_address(ctx.config.ray.name)}={exported}: the job's steps would reach another address",
+            )
+
+    def _start_on_probation(
+        self, topo: Topology, exported: str | None, fixed: int | None
+    ) -> tuple[int, ray_node.RayPorts]:
+        """`ray start` until one stays up, each time on new ports (the fixed head block excepted);
+        fails the run after the last attempt. Returns the attempt that stayed up and its ports."""
+        ctx = self.ctx
+        ray = ctx.config.ray
         attempts = large_cluster.RETRY_ATTEMPTS if self.large else RAY_START_ATTEMPTS
         for attempt in range(1, attempts + 1):
             if self.large and not topo.is_head:
@@ -95,31 +121,29 @@ class RayRuntime:
             if topo.is_head:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
             if self._spawn(topo, ports):
-                break
-            if attempt == attempts:
-                raise ctx.fail(
-                    FailureKind.CHILD_EXIT,
-                    f"ray start ended before its node was up {attempt} times ({'; '.join(self.exits)}): a port "
-                    "taken by another process, or Ray's raylet missing its registration wait on a busy host",
-                    log=names.ray_log(ctx.rank),
-                )
-        if topo.is_head:
-            ctx.run.write_artifact(
-                names.RAY_HEAD,
-                ctx.writer,
-                records.ray_head_fields(
-                    gcs_address=self.gcs_address,
-                    ray_nodes=max(1, self.ray_nodes),
-                    large_cluster=self.large,
-                    settings=self.settings,
-                ),
-            )
-            if ray.dashboard:
-                ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
-        took = f"up in {clock.mono() - t0:.1f} s"
-        if attempt > 1:
-            took += f" at start {attempt} ({'; '.join(self.exits)})"
-        return took + (f"; large-cluster settings ({self.ray_nodes} Ray nodes)" if self.large else "")
+                return attempt, ports
+        raise ctx.fail(
+            FailureKind.CHILD_EXIT,
+            f"ray start ended before its node was up {attempts} times ({'; '.join(self.exits)}): a port "
+            "taken by another process, or Ray's raylet missing its registration wait on a busy host",
+            log=names.ray_log(ctx.rank),
+        )
+
+    def _publish_head(self, ports: ray_node.RayPorts) -> None:
+        """The head's record for the workers (ray-head.json), and where its dashboard is."""
+        ctx = self.ctx
+        ctx.run.write_artifact(
+            names.RAY_HEAD,
+            ctx.writer,
+            records.ray_head_fields(
+                gcs_address=self.gcs_address,
+                ray_nodes=max(1, self.ray_nodes),
+                large_cluster=self.large,
+                settings=self.settings,
+            ),
+        )
+        if ctx.config.ray.dashboard:
+            ctx.out(f"Ray dashboard: http://{ctx.address}:{ports.dashboard}")
 
     def _join_backoff(self, attempt: int) -> None:
         """A large cluster's worker spreads its start out (the first) and backs off (the others),
@@ -167,36 +191,8 @@ class RayRuntime:
         which is retried with new ports instead of failing the run. A fixed probation time is
         not enough: on a loaded host a node can take several seconds to bind its last port."""
         ctx = self.ctx
-        ray = ctx.config.ray
-        node = topo.node
-        vis = ctx.visible_devices
-        spec = ray_node.RayNodeSpec(
-            is_head=topo.is_head,
-            address=ctx.address,
-            head_address=self.gcs_address,
-            ports=ports,
-            num_gpus=node.ray_gpus,
-            num_cpus=ray.num_cpus,
-            object_store_memory=ray.object_store_memory,
-            temp_dir=self.temp_dir,
-            resources=self._resources(topo),
-            extra_args=ray.extra_args,
-            dashboard=ray.dashboard and topo.is_head,
-        )
-        env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in node.ray_devices), self.temp_dir)
-        if self.large:
-            wanted = large_cluster.settings(topo.is_head)
-            self.settings = large_cluster.apply(env, wanted, {**os.environ, **ctx.config.launch.env})
-        # Seed 001: the head's host:port is in the job's environment on every Ray node, so a task or
-        # actor anywhere in the cluster finds it as GYM_RAY_ADDRESS_<NAME> (the driver gets it too).
-        env[DriverEnv.ray_address(ray.name)] = self.gcs_address
-        # As open-instruct's MILES launcher starts Ray: Ray workers on this node inherit these.
-        env[DriverEnv.RAY_NODE_IP_ADDRESS] = ctx.address
-        env[DriverEnv.MILES_REPLICA_RANK] = str(ctx.rank)
-        env[DriverEnv.MILES_REPLICA_COUNT] = str(self.replicas)
-        env.update(self._extra_env)
-        if ctx.local_dir is not None:  # a task or actor that imports agent.driver_api arms the fallback dump
-            env[DriverEnv.STACK_DUMP_DIR] = ctx.local_dir
+        spec = self._node_spec(topo, ports)
+        env = self._node_env(topo)
         early: list[int] = []
         log = names.ray_log(ctx.rank)
         ray_node.forget_started(self.temp_dir)
@@ -208,6 +204,52 @@ class RayRuntime:
             policy=ExitPolicy(FailureKind.CHILD_EXIT, log, on_exit=early.append),
             term_leader_only=True,
         )
+        if not self._wait_up(topo, ports, early, log):
+            return False
+        ctx.supervisor.set_policy(group, ExitPolicy(FailureKind.CHILD_EXIT, log))
+        return True
+
+    def _node_spec(self, topo: Topology, ports: ray_node.RayPorts) -> ray_node.RayNodeSpec:
+        ctx = self.ctx
+        ray = ctx.config.ray
+        return ray_node.RayNodeSpec(
+            is_head=topo.is_head,
+            address=ctx.address,
+            head_address=self.gcs_address,
+            ports=ports,
+            num_gpus=topo.node.ray_gpus,
+            num_cpus=ray.num_cpus,
+            object_store_memory=ray.object_store_memory,
+            temp_dir=self.temp_dir,
+            resources=self._resources(topo),
+            extra_args=ray.extra_args,
+            dashboard=ray.dashboard and topo.is_head,
+        )
+
+    def _node_env(self, topo: Topology) -> dict[str, str]:
+        """`ray start`'s environment, which every Ray worker on this node inherits."""
+        ctx = self.ctx
+        vis = ctx.visible_devices
+        env = ray_node.ray_env(child_env({}), ",".join(vis[i] for i in topo.node.ray_devices), self.temp_dir)
+        if self.large:
+            wanted = large_cluster.settings(topo.is_head)
+            self.settings = large_cluster.apply(env, wanted, {**os.environ, **ctx.config.launch.env})
+        # Seed 001: the head's host:port is in the job's environment on every Ray node, so a task or
+        # actor anywhere in the cluster finds it as GYM_RAY_ADDRESS_<NAME> (the driver gets it too).
+        env[DriverEnv.ray_address(ctx.config.ray.name)] = self.gcs_address
+        # As open-instruct's MILES launcher starts Ray: Ray workers on this node inherit these.
+        env[DriverEnv.RAY_NODE_IP_ADDRESS] = ctx.address
+        env[DriverEnv.MILES_REPLICA_RANK] = str(ctx.rank)
+        env[DriverEnv.MILES_REPLICA_COUNT] = str(self.replicas)
+        env.update(self._extra_env)
+        if ctx.local_dir is not None:  # a task or actor that imports agent.driver_api arms the fallback dump
+            env[DriverEnv.STACK_DUMP_DIR] = ctx.local_dir
+        return env
+
+    def _wait_up(self, topo: Topology, ports: ray_node.RayPorts, early: list[int], log: str) -> bool:
+        """Probation: True once the node is up, False when `ray start` exited first (`early`
+        holds its exit code; why is kept in `exits`); fails the run when neither comes in time."""
+        ctx = self.ctx
         t0 = clock.mono()
         limit = max(RAY_UP_MIN_WAIT_S, ctx.deadline - t0)
         ports_open = False
@@ -229,7 +271,6 @@ class RayRuntime:
             when = "after its ports opened, before it registered" if ports_open else "before its ports opened"
             self.exits.append(f"exit code {early[0]} {when}")
             return False
-        ctx.supervisor.set_policy(group, ExitPolicy(FailureKind.CHILD_EXIT, log))
         return True
 
     # -- readiness -------------------------------------------------------------------------------

@@ -333,6 +333,25 @@ def probe_live_nodes(
         "--timeout",
         str(max(1.0, timeout - 5)),
     ]
+    returncode, stdout, stderr = _run_probe(argv, timeout, abort, progress, progress_every)
+    stderr = "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(PROGRESS_MARK))
+    if log_fd is not None and stderr:
+        os.write(log_fd, stderr.encode()[-20000:])
+    if returncode != 0:
+        raise RuntimeError(f"Ray probe failed (exit {returncode}): {stderr.strip()[-500:]}")
+    nodes: list[dict[str, Any]] = json.loads(stdout.strip().splitlines()[-1])
+    return nodes
+
+
+def _run_probe(
+    argv: list[str],
+    timeout: float,
+    abort: Callable[[], bool],
+    progress: Callable[[str], None] | None,
+    progress_every: float,
+) -> tuple[int, str, str]:
+    """The probe child in its own session, polled until it ends; an abort or the timeout raises.
+    Its session is swept either way. Returns its exit code, stdout and stderr."""
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         with signals.unblocked():
             proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
@@ -360,11 +379,4 @@ def probe_live_nodes(
             sweep_session(proc.pid)
         out_f.seek(0)
         err_f.seek(0)
-        stdout, stderr = out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")
-    stderr = "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(PROGRESS_MARK))
-    if log_fd is not None and stderr:
-        os.write(log_fd, stderr.encode()[-20000:])
-    if proc.returncode != 0:
-        raise RuntimeError(f"Ray probe failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
-    nodes: list[dict[str, Any]] = json.loads(stdout.strip().splitlines()[-1])
-    return nodes
+        return proc.returncode, out_f.read().decode(errors="replace"), err_f.read().decode(errors="replace")

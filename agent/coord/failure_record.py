@@ -4,6 +4,7 @@ killed agent)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from agent.coord.durable import RecordKeeper, held_by_another_incarnation
 from agent.ground.failure import Failure
@@ -58,20 +59,27 @@ def write_failure_record(
     except OSError:
         return keeper.write(names.failure(rank), writer, fields) if keeper is not None else False
     except ValueError as exc:
-        print(f"gym-agent: [rank {rank}] failure record rejected by its schema: {exc}", file=sys.stderr, flush=True)
-        # Only the fields that cannot be wrong: a bad fact must not sink its own report.
-        fallback = records.failure_fields(
-            kind=FailureKind.INTERNAL,
-            cause=f"the failure record did not match its schema ({exc}); it said: "
-            f"{fields['kind']!r}: {fields['cause']!r}",
-            phase=str(fields["phase"]),
-            wall_time=failure.wall_time,
-            monotonic_time=failure.monotonic_time,
-            log=names.agent_log(rank),
-            reacting_to=None,
-        )
-        try:
-            run.write_artifact(names.failure(rank), writer, fallback)
-            return True
-        except OSError:
-            return False
+        return _write_internal_instead(run, writer, rank, failure, fields, exc)
+
+
+def _write_internal_instead(
+    run: RunDir, writer: Writer, rank: int, failure: Failure, fields: dict[str, Any], exc: ValueError
+) -> bool:
+    """The record its schema rejected (`fields`), reported on stderr and replaced by an `internal`
+    record that quotes it."""
+    print(f"gym-agent: [rank {rank}] failure record rejected by its schema: {exc}", file=sys.stderr, flush=True)
+    # Only the fields that cannot be wrong: a bad fact must not sink its own report.
+    fallback = records.failure_fields(
+        kind=FailureKind.INTERNAL,
+        cause=f"the failure record did not match its schema ({exc}); it said: {fields['kind']!r}: {fields['cause']!r}",
+        phase=str(fields["phase"]),
+        wall_time=failure.wall_time,
+        monotonic_time=failure.monotonic_time,
+        log=names.agent_log(rank),
+        reacting_to=None,
+    )
+    try:
+        run.write_artifact(names.failure(rank), writer, fallback)
+        return True
+    except OSError:
+        return False

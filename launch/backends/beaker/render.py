@@ -71,7 +71,30 @@ def _problems(request: RenderRequest) -> list[Problem]:
     out: list[Problem] = []
     if not beaker.image:
         out.append(Problem("launch.beaker.image", "is required for Beaker: the image every replica runs"))
-    if plan.replicas > 1 and config.gpus_per_replica != BEAKER_NODE_GPUS:
+    out += _node_problems(config, plan.replicas)
+    out += _where_problems(config, plan.replicas)
+    if beaker.preemptible is not None and (beaker.min_runtime is not None or beaker.auto_resume is not None):
+        out.append(
+            Problem(
+                "launch.beaker.preemptible",
+                "is Beaker's legacy field and cannot be combined with min_runtime or auto_resume (Beaker refuses "
+                "both); remove preemptible",
+            )
+        )
+    out += _output_root_problems(request)
+    out += _pool_problems(config)
+    for table in ("env", "secrets"):
+        names: Mapping[str, str] = getattr(config.launch, table)
+        for name in names:
+            if name in RESERVED_ENV or name.startswith(RESERVED_PREFIXES):
+                out.append(Problem(f"launch.{table}.{name}", "is set by the Beaker task or by Beaker; remove it"))
+    return out
+
+
+def _node_problems(config: RunConfig, replicas: int) -> list[Problem]:
+    """A Beaker replica group takes whole eight-GPU nodes."""
+    out: list[Problem] = []
+    if replicas > 1 and config.gpus_per_replica != BEAKER_NODE_GPUS:
         out.append(
             Problem(
                 "launch.gpus_per_replica",
@@ -81,6 +104,14 @@ def _problems(request: RenderRequest) -> list[Problem]:
         )
     if config.node_gpus != BEAKER_NODE_GPUS:
         out.append(Problem("launch.node_gpus", "Beaker replica groups need full eight-GPU nodes; set node_gpus = 8"))
+    return out
+
+
+def _where_problems(config: RunConfig, replicas: int) -> list[Problem]:
+    """Where the replicas run: Beaker cluster(s) or a hostname allowlist, one or the other, and
+    a host for each replica."""
+    beaker = config.launch.beaker
+    out: list[Problem] = []
     if beaker.cluster and config.hostnames:
         out.append(
             Problem(
@@ -93,22 +124,21 @@ def _problems(request: RenderRequest) -> list[Problem]:
         out.append(
             Problem("launch.beaker.cluster", "is required for Beaker (or set launch.hostnames): where replicas run")
         )
-    if config.hostnames and len(config.hostnames) < plan.replicas:
+    if config.hostnames and len(config.hostnames) < replicas:
         out.append(
             Problem(
                 "launch.hostnames",
-                f"lists {len(config.hostnames)} host(s) for {plan.replicas} replicas; each replica needs its own "
+                f"lists {len(config.hostnames)} host(s) for {replicas} replicas; each replica needs its own "
                 "node: list at least as many hosts as replicas",
             )
         )
-    if beaker.preemptible is not None and (beaker.min_runtime is not None or beaker.auto_resume is not None):
-        out.append(
-            Problem(
-                "launch.beaker.preemptible",
-                "is Beaker's legacy field and cannot be combined with min_runtime or auto_resume (Beaker refuses "
-                "both); remove preemptible",
-            )
-        )
+    return out
+
+
+def _output_root_problems(request: RenderRequest) -> list[Problem]:
+    """The replicas coordinate through the output root: an absolute path every replica mounts."""
+    config, plan = request.config, request.plan
+    out: list[Problem] = []
     if not posixpath.isabs(request.output_root_given):
         out.append(
             Problem(
@@ -127,12 +157,6 @@ def _problems(request: RenderRequest) -> list[Problem]:
                     "the replicas coordinate through it, so it must be on a filesystem every replica mounts",
                 )
             )
-    out += _pool_problems(config)
-    for table in ("env", "secrets"):
-        names: Mapping[str, str] = getattr(config.launch, table)
-        for name in names:
-            if name in RESERVED_ENV or name.startswith(RESERVED_PREFIXES):
-                out.append(Problem(f"launch.{table}.{name}", "is set by the Beaker task or by Beaker; remove it"))
     return out
 
 
@@ -193,45 +217,19 @@ def _env_vars(config: RunConfig, spec_json: str) -> list[dict[str, str]]:
 def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
     config, plan = request.config, request.plan
     beaker = config.launch.beaker
-    # With one replica there is no replica group, so no BEAKER_REPLICA_* variables: it says who it is.
-    alone = plan.replicas == 1
-    command = agent_argv(
-        (AGENT,),
-        request.uuid,
-        request.output_root,
-        expect_fingerprint=config.fingerprint,
-        rank="0" if alone else None,
-        replicas=1 if alone else None,
-        # --resume continues a run another launch started; restart mode alone would refuse it.
-        resume=request.resume,
-    )
-    context: dict[str, Any] = {}
-    if beaker.priority is not None:
-        context["priority"] = beaker.priority
-    if beaker.preemptible is not None:
-        context["preemptible"] = beaker.preemptible
-    if beaker.min_runtime is not None:
-        context["minRuntime"] = beaker_duration(beaker.min_runtime)
-    if beaker.auto_resume is not None:
-        context["autoResume"] = beaker.auto_resume
     resources: dict[str, Any] = {"gpuCount": plan.gpus_per_replica}
     if beaker.shared_memory is not None:
         resources["sharedMemory"] = beaker.shared_memory
-    if beaker.cluster:
-        clusters = [beaker.cluster] if isinstance(beaker.cluster, str) else list(beaker.cluster)
-        constraints = {"cluster": clusters}
-    else:
-        constraints = {"hostname": list(config.hostnames)}
     out: dict[str, Any] = {
         "name": config.name,
         "image": {"beaker": beaker.image},
-        "command": list(command),
+        "command": _command(request),
         "envVars": _env_vars(config, spec_json),
         "datasets": [{"mountPath": m["mount_path"], "source": {"weka": m["weka"]}} for m in config.launch.weka_mounts],
         "result": {"path": RESULT_PATH},
         "resources": resources,
-        "context": context,
-        "constraints": constraints,
+        "context": _context(config),
+        "constraints": _constraints(config),
         # Peers and Ray reach each other on the nodes' own addresses.
         "hostNetworking": True,
     }
@@ -251,6 +249,48 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
     if beaker.timeout is not None:
         out["timeout"] = beaker_duration(beaker.timeout)
     return out
+
+
+def _command(request: RenderRequest) -> list[str]:
+    """Every replica's gym-agent command line."""
+    config, plan = request.config, request.plan
+    # With one replica there is no replica group, so no BEAKER_REPLICA_* variables: it says who it is.
+    alone = plan.replicas == 1
+    command = agent_argv(
+        (AGENT,),
+        request.uuid,
+        request.output_root,
+        expect_fingerprint=config.fingerprint,
+        rank="0" if alone else None,
+        replicas=1 if alone else None,
+        # --resume continues a run another launch started; restart mode alone would refuse it.
+        resume=request.resume,
+    )
+    return list(command)
+
+
+def _context(config: RunConfig) -> dict[str, Any]:
+    """The task's scheduling context: priority, preemption, minimum runtime, auto-resume."""
+    beaker = config.launch.beaker
+    context: dict[str, Any] = {}
+    if beaker.priority is not None:
+        context["priority"] = beaker.priority
+    if beaker.preemptible is not None:
+        context["preemptible"] = beaker.preemptible
+    if beaker.min_runtime is not None:
+        context["minRuntime"] = beaker_duration(beaker.min_runtime)
+    if beaker.auto_resume is not None:
+        context["autoResume"] = beaker.auto_resume
+    return context
+
+
+def _constraints(config: RunConfig) -> dict[str, list[str]]:
+    """Where the replicas may run: the cluster(s), else the hostname allowlist."""
+    beaker = config.launch.beaker
+    if beaker.cluster:
+        clusters = [beaker.cluster] if isinstance(beaker.cluster, str) else list(beaker.cluster)
+        return {"cluster": clusters}
+    return {"hostname": list(config.hostnames)}
 
 
 def render(request: RenderRequest) -> Rendered:

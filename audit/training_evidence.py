@@ -195,20 +195,37 @@ def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceRead
     for rank, leaf in ranks:
         rel = f"{save_dir}/{leaf}"
         r.files.append(rel)
-        steps = per_rank.setdefault(rank, set())
-        for n, doc in _objects(safe, rel, found):
-            if doc.get("event") != MILES_OPTIMIZER_EVENT or doc.get("optimizer_skipped") is True:
-                continue
-            step = miles_step(doc)
-            if step is not None:
-                steps.add(step)
-                r.steps.add(step)
-            if MILES_LOSS_FIELD in doc:
-                r.loss(doc[MILES_LOSS_FIELD], f"{rel}:{n}", step)
-            published = doc.get("published_step")
-            if isinstance(published, int) and not isinstance(published, bool) and published >= 1:
-                r.refresh_values.add(published)
-                r.refresh_steps.add(published)
+        per_rank.setdefault(rank, set()).update(_read_contract(safe, rel, r, found))
+    _read_publications(safe, save_dir, r, found)
+    gaps = _step_gaps(per_rank, max(r.steps, default=0))
+    missing = "" if ranks else f"no {save_dir}/{MILES_CONTRACT_GLOB}"
+    if ranks and not r.steps:
+        missing = f'no `event: "optimizer"` line with a step >= 1 in {save_dir}/{MILES_CONTRACT_GLOB}'
+    return r.frozen(True, missing, gaps)
+
+
+def _read_contract(safe: SafeDir, rel: str, r: _Reading, found: list[Finding]) -> set[int]:
+    """One rank's contract records: its optimizer steps (returned, and counted in `r` with their
+    losses and the publications they name)."""
+    steps: set[int] = set()
+    for n, doc in _objects(safe, rel, found):
+        if doc.get("event") != MILES_OPTIMIZER_EVENT or doc.get("optimizer_skipped") is True:
+            continue
+        step = miles_step(doc)
+        if step is not None:
+            steps.add(step)
+            r.steps.add(step)
+        if MILES_LOSS_FIELD in doc:
+            r.loss(doc[MILES_LOSS_FIELD], f"{rel}:{n}", step)
+        published = doc.get("published_step")
+        if isinstance(published, int) and not isinstance(published, bool) and published >= 1:
+            r.refresh_values.add(published)
+            r.refresh_steps.add(published)
+    return steps
+
+
+def _read_publications(safe: SafeDir, save_dir: str, r: _Reading, found: list[Finding]) -> None:
+    """The weight publications to the rollout engines (publication.jsonl), counted as refreshes."""
     pub = f"{save_dir}/{MILES_PUBLICATION}"
     for _n, doc in _objects(safe, pub, found):
         version = doc.get("version")
@@ -216,16 +233,16 @@ def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceRead
             r.refresh_values.add(version)
         if pub not in r.files:
             r.files.append(pub)
+
+
+def _step_gaps(per_rank: dict[int, set[int]], top: int) -> list[str]:
+    """The ranks that lack some of the steps 1..top (a rank that recorded none is not a gap)."""
     gaps = []
-    top = max(r.steps, default=0)
     for rank, steps in sorted(per_rank.items()):
         lacking = sorted(set(range(1, top + 1)) - steps)
         if lacking and steps:
             gaps.append(f"rank {rank} lacks steps {lacking[:10]}")
-    missing = "" if ranks else f"no {save_dir}/{MILES_CONTRACT_GLOB}"
-    if ranks and not r.steps:
-        missing = f'no `event: "optimizer"` line with a step >= 1 in {save_dir}/{MILES_CONTRACT_GLOB}'
-    return r.frozen(True, missing, gaps)
+    return gaps
 
 
 def read_metrics(safe: SafeDir, cfg: EvidenceConfig, found: list[Finding]) -> SourceReading:

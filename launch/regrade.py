@@ -380,6 +380,69 @@ def _served_qos(config: RunConfig) -> tuple[str | None, str]:
     return None, PARTITION_DEFAULT
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """What one kind of judge job keeps of the run (pools, QOS, services) and what it leaves: the
+    run's pools it drops, and the notes on what of the run it does not use."""
+
+    pools: tuple[PoolShape, ...]
+    qos: str | None
+    qos_source: str
+    services: tuple[str, ...]
+    dropped: list[str]
+    unused: list[str]
+
+
+def _served_job(config: RunConfig, placement: Placement) -> _Kept:
+    """A served-judge job: the judges' own pools in their saved shape, the run's job-level QOS."""
+    unused: list[str] = []
+    dropped = [p.name for p in config.pool_list]
+    pools = tuple(_shape(p) for p in _kept_pools(config))
+    qos, qos_source = _served_qos(config)
+    if placement.judge_partition or placement.judge_qos:
+        unused.append(CPU_PLACEMENT_UNUSED)
+    services = tuple(j.name for j in served_judges(config))
+    dropped = [n for n in dropped if n not in {p.name for p in pools}]
+    return _Kept(pools, qos, qos_source, services, dropped, unused)
+
+
+def _own_compute_job(config: RunConfig, placement: Placement, partition: str | None) -> _Kept:
+    """A CPU-only run's job is its own compute: every saved pool, its own QOS."""
+    unused: list[str] = []
+    pools = tuple(_shape(p) for p in config.pool_list)
+    qos, qos_source = _cpu_qos(config, placement, partition)
+    if placement.judge_partition or placement.judge_qos:
+        unused.append(OWN_COMPUTE_UNUSED)
+    return _Kept(pools, qos, qos_source, (), [], unused)
+
+
+def _cpu_job(config: RunConfig, placement: Placement, partition: str) -> _Kept:
+    """A CPU profile's job: one node of the CPU partition; the run's GPU QOS and GPU directives do
+    not follow it."""
+    unused: list[str] = []
+    dropped = [p.name for p in config.pool_list]
+    cpu_pool = _cpu_pool(config)
+    pools = (PoolShape(JUDGE_POOL, 1, 0, partition, None),)
+    qos, qos_source = _cpu_qos(config, placement, partition)
+    pools = (dataclasses.replace(pools[0], qos=qos),)
+    if config.launch.slurm.qos and qos != config.launch.slurm.qos:
+        unused.append(
+            f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
+            "(a GPU QOS can refuse a job without GPUs)"
+        )
+    if cpu_pool is not None and cpu_pool.partition == partition:
+        dropped = [n for n in dropped if n != cpu_pool.name]
+    if placement.judge_partition and partition != placement.judge_partition:
+        unused.append(
+            f"--judge-partition {placement.judge_partition}: the saved CPU pool's partition {partition} "
+            "comes first (seed 003)"
+        )
+    gpu_only = [d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)]
+    if gpu_only:
+        unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
+    return _Kept(pools, qos, qos_source, (), dropped, unused)
+
+
 def derive_profile(config: RunConfig, placement: Placement, max_time: str | None) -> Profile:
     """The profile of a judge-only job of ``config``; ``max_time`` is the MaxTime of the partition
     ``target_partition`` names (None: unknown). Raises RegradeRefused."""
@@ -389,48 +452,17 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
     unused: list[str] = []
     if config.launch.hostnames:
         unused.append("launch.hostnames: the run's node list (the judge job takes the nodes Slurm gives it)")
-    dropped = [p.name for p in config.pool_list]
     if kind == SERVED_JUDGE:
-        pools = tuple(_shape(p) for p in _kept_pools(config))
-        qos, qos_source = _served_qos(config)
-        if placement.judge_partition or placement.judge_qos:
-            unused.append(CPU_PLACEMENT_UNUSED)
-        services = tuple(j.name for j in served_judges(config))
-        dropped = [n for n in dropped if n not in {p.name for p in pools}]
+        kept = _served_job(config, placement)
     elif is_cpu_only(config):
-        pools = tuple(_shape(p) for p in config.pool_list)
-        qos, qos_source = _cpu_qos(config, placement, partition)
-        services = ()
-        dropped = []
-        if placement.judge_partition or placement.judge_qos:
-            unused.append(OWN_COMPUTE_UNUSED)
+        kept = _own_compute_job(config, placement, partition)
     else:
         assert partition is not None  # target_partition refuses a CPU profile without one
-        cpu_pool = _cpu_pool(config)
-        pools = (PoolShape(JUDGE_POOL, 1, 0, partition, None),)
-        qos, qos_source = _cpu_qos(config, placement, partition)
-        pools = (dataclasses.replace(pools[0], qos=qos),)
-        services = ()
-        if config.launch.slurm.qos and qos != config.launch.slurm.qos:
-            unused.append(
-                f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
-                "(a GPU QOS can refuse a job without GPUs)"
-            )
-        if cpu_pool is not None and cpu_pool.partition == partition:
-            dropped = [n for n in dropped if n != cpu_pool.name]
-        if placement.judge_partition and partition != placement.judge_partition:
-            unused.append(
-                f"--judge-partition {placement.judge_partition}: the saved CPU pool's partition {partition} "
-                "comes first (seed 003)"
-            )
-        gpu_only = [
-            d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)
-        ]
-        if gpu_only:
-            unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
-    if dropped:
-        unused.append(f"pools {', '.join(dropped)}: not the judge job's (it has no trainer, no rollout)")
-    dangling = dangling_driver_env(config, {p.name for p in pools})
+        kept = _cpu_job(config, placement, partition)
+    unused += kept.unused
+    if kept.dropped:
+        unused.append(f"pools {', '.join(kept.dropped)}: not the judge job's (it has no trainer, no rollout)")
+    dangling = dangling_driver_env(config, {p.name for p in kept.pools})
     if dangling:
         unused.append(f"driver.env {', '.join(dangling)}: they read the node list of a pool the job does not have")
     unused.append("trainer, rollout and the policy model: a judge-only job grades saved answers")
@@ -438,13 +470,13 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
         kind,
         partition,
         source,
-        qos,
-        qos_source,
+        kept.qos,
+        kept.qos_source,
         walltime,
         bounds,
         walltime_source,
-        pools,
-        services,
+        kept.pools,
+        kept.services,
         external,
         tuple(unused),
     )

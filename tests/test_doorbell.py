@@ -57,13 +57,27 @@ def test_round_trip() -> None:
     assert decode(data, SECRET, "run-1") == RING
     check_peer(RING, 1, PEERS)  # known ranks at their incarnations: accepted
     for notice in (
-        Notice(NoticeType.ALIVE, "run-1", 1, 2, "aaaa", 9, 1.5, hb_seq=41, fs_busy=12.25),
-        Notice(NoticeType.COMPLETE, "run-1", 1, 0, "bbbb", 3, 1.5),
+        Notice(
+            type=NoticeType.ALIVE,
+            run="run-1",
+            attempt=1,
+            sender=2,
+            incarnation="aaaa",
+            seq=9,
+            sent_at=1.5,
+            hb_seq=41,
+            fs_busy=12.25,
+        ),
+        Notice(type=NoticeType.COMPLETE, run="run-1", attempt=1, sender=0, incarnation="bbbb", seq=3, sent_at=1.5),
     ):
         assert decode(encode(notice, SECRET), SECRET, "run-1") == notice
         check_peer(notice, 1, PEERS)
     with pytest.raises(Dropped):
-        check_peer(Notice(NoticeType.ALIVE, "run-1", 1, 2, "old0", 9, 1.5), 1, PEERS)
+        check_peer(
+            Notice(type=NoticeType.ALIVE, run="run-1", attempt=1, sender=2, incarnation="old0", seq=9, sent_at=1.5),
+            1,
+            PEERS,
+        )
 
 
 def test_wrong_secret_truncated_altered_and_oversize_are_dropped() -> None:
@@ -291,7 +305,17 @@ def test_beacons_go_to_the_watchers_and_complete_wakes_every_peer() -> None:
         a.complete()
         wait_for(lambda: any(n.type is NoticeType.COMPLETE for n in got[1]))
         assert all(n.type is NoticeType.COMPLETE for n in got[1])  # no beacon to a rank that does not watch
-        forged = Notice(NoticeType.ALIVE, "run-1", 1, 1, "inc1", 1, 0.0, 1, 0.0)
+        forged = Notice(
+            type=NoticeType.ALIVE,
+            run="run-1",
+            attempt=1,
+            sender=1,
+            incarnation="inc1",
+            seq=1,
+            sent_at=0.0,
+            hb_seq=1,
+            fs_busy=0.0,
+        )
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as foreign:
             foreign.sendto(encode(forged, bytes(32)), ("127.0.0.1", a.port))
         wait_for(lambda: a.dropped["bad_mac"] == 1)

@@ -183,7 +183,17 @@ def make_ticked(
 
 
 def alive(sender: int, hb_seq: int, fs_busy: float = 0.0) -> Notice:
-    return Notice(NoticeType.ALIVE, "ticked", 1, sender, f"p{sender}", hb_seq, 0.0, hb_seq, fs_busy)
+    return Notice(
+        type=NoticeType.ALIVE,
+        run="ticked",
+        attempt=1,
+        sender=sender,
+        incarnation=f"p{sender}",
+        seq=hb_seq,
+        sent_at=0.0,
+        hb_seq=hb_seq,
+        fs_busy=fs_busy,
+    )
 
 
 def test_a_peer_alive_on_the_doorbell_is_ridden_out_then_fails_as_fs_stall(tmp_path: Path) -> None:

@@ -62,9 +62,9 @@ class Dropped(Exception):
 
 
 @dataclass(frozen=True)
-class Ring:
-    """One ring: `sender` tells that `failed_rank` (itself, or the peer whose failure it reacts
-    to) failed with `kind`: `cause`."""
+class Envelope:
+    """What every ring and notice carries: the run and attempt, who sent it (rank and
+    incarnation), its sequence number and its wall time (logged, never compared)."""
 
     run: str
     attempt: int
@@ -72,6 +72,13 @@ class Ring:
     incarnation: str
     seq: int
     sent_at: float
+
+
+@dataclass(frozen=True)
+class Ring(Envelope):
+    """One ring: `sender` tells that `failed_rank` (itself, or the peer whose failure it reacts
+    to) failed with `kind`: `cause`."""
+
     failed_rank: int
     failed_incarnation: str
     kind: str
@@ -96,17 +103,11 @@ class NoticeType(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(Envelope):
     """`sender` is alive (its heartbeat `hb_seq`; its filesystem call hanging for `fs_busy` s),
     or its driver completed."""
 
     type: NoticeType
-    run: str
-    attempt: int
-    sender: int
-    incarnation: str
-    seq: int
-    sent_at: float
     hb_seq: int = 0
     fs_busy: float = 0.0
 

@@ -147,7 +147,15 @@ ICMP_ERRNOS = (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH)
 def _send(
     who: Prober, sock: socket.socket, t: _Target, targets: dict[int, _Target], by_addr: dict[tuple[Any, ...], int]
 ) -> None:
-    probe = Notice(NoticeType.PROBE, who.run, who.attempt, who.rank, who.incarnation, t.seq, clock.wall())
+    probe = Notice(
+        type=NoticeType.PROBE,
+        run=who.run,
+        attempt=who.attempt,
+        sender=who.rank,
+        incarnation=who.incarnation,
+        seq=t.seq,
+        sent_at=clock.wall(),
+    )
     t.sent_at = t.sent_at or time.monotonic()
     for _ in range(2):
         try:

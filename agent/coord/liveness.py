@@ -385,14 +385,11 @@ class Liveness(threading.Thread):
             self._write_failing_since = now
         failing = now - self._write_failing_since
         if failing >= self.hb_timeout / 2:
-            self.signal.trip(
-                Failure(
-                    kind=FailureKind.RUN_DIR,
-                    cause=f"{describe(exc)} (this agent's heartbeat writes failed for {failing:.1f}s; "
-                    "free space on, or fix, the run directory's filesystem)",
-                    phase=str(self.phase()),
-                    fs_condition=fs_condition(exc),
-                )
+            self._trip(
+                FailureKind.RUN_DIR,
+                f"{describe(exc)} (this agent's heartbeat writes failed for {failing:.1f}s; "
+                "free space on, or fix, the run directory's filesystem)",
+                fs_condition=fs_condition(exc),
             )
 
     def _ride_out_own_pause(self, now: float) -> None:
@@ -452,16 +449,11 @@ class Liveness(threading.Thread):
                     age.changed_at = min(now, max(view.beacon_at + self.hb_interval, before or 0.0))
             still = now - max(age.changed_at, view.beacon_at or age.changed_at)
             if still > self.beacon_timeout:
-                self.signal.trip(
-                    Failure(
-                        kind=FailureKind.PEER_SILENT,
-                        cause=f"rank {peer}: no beacon and no heartbeat for {still:.1f}s (beacon_timeout "
-                        f"{self.beacon_timeout:g}s; its last beacon carried heartbeat seq {view.beacon_seq}, "
-                        f"its file shows seq {age.seq}){age.describe_corrupt()}",
-                        phase=str(self.phase()),
-                        reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
-                        peers=(peer,),
-                    )
+                self._silent(
+                    peer,
+                    f"rank {peer}: no beacon and no heartbeat for {still:.1f}s (beacon_timeout "
+                    f"{self.beacon_timeout:g}s; its last beacon carried heartbeat seq {view.beacon_seq}, "
+                    f"its file shows seq {age.seq}){age.describe_corrupt()}",
                 )
                 return True
             if not view.late_said:
@@ -506,15 +498,10 @@ class Liveness(threading.Thread):
                 if self._beacon_fresh(view, now):
                     self._ride_out_still_file(peer, view, now)
                     continue
-                self.signal.trip(
-                    Failure(
-                        kind=FailureKind.PEER_SILENT,
-                        cause=f"rank {peer}'s heartbeat has not changed for {age.still_for(now):.1f}s "
-                        f"(heartbeat_timeout {self.hb_timeout:g}s); last seq {age.seq}{age.describe_corrupt()}",
-                        phase=str(self.phase()),
-                        reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
-                        peers=(peer,),
-                    )
+                self._silent(
+                    peer,
+                    f"rank {peer}'s heartbeat has not changed for {age.still_for(now):.1f}s "
+                    f"(heartbeat_timeout {self.hb_timeout:g}s); last seq {age.seq}{age.describe_corrupt()}",
                 )
 
     def _ride_out_still_file(self, peer: int, view: _PeerView, now: float) -> None:
@@ -526,16 +513,13 @@ class Liveness(threading.Thread):
         hung = f"its filesystem call has hung {busy:.0f}s" if busy else "no call of its own reported hanging"
         bound = (self.fs_stall_timeout if self.fs_stall_timeout is not None else 300.0) + self.hb_timeout
         if still > bound:
-            self.signal.trip(
-                Failure(
-                    kind=FailureKind.FS_STALL,
-                    cause=f"rank {peer} answers on the doorbell ({hung}, heartbeat seq {view.beacon_seq}) but its "
-                    f"heartbeat file in {self.run_dir.path} has not changed for {still:.0f}s: the shared "
-                    f"filesystem does not carry its writes to this host (fs_stall_timeout "
-                    f"{bound - self.hb_timeout:g}s){view.age.describe_corrupt()}",
-                    phase=str(self.phase()),
-                    peers=(peer,),
-                )
+            self._trip(
+                FailureKind.FS_STALL,
+                f"rank {peer} answers on the doorbell ({hung}, heartbeat seq {view.beacon_seq}) but its "
+                f"heartbeat file in {self.run_dir.path} has not changed for {still:.0f}s: the shared "
+                f"filesystem does not carry its writes to this host (fs_stall_timeout "
+                f"{bound - self.hb_timeout:g}s){view.age.describe_corrupt()}",
+                peers=(peer,),
             )
             return
         if not view.riding:
@@ -589,20 +573,17 @@ class Liveness(threading.Thread):
             else:
                 self._walltime_warning()
             return
-        self.signal.trip(
-            Failure(
-                kind=FailureKind.PEER_FAILURE,
-                cause=f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
-                phase=str(self.phase()),
-                reacting_to={
-                    "rank": peer,
-                    "incarnation": str(doc.get("incarnation")),
-                    "kind": str(doc.get("kind")),
-                },
-                peers=(peer,),
-                reacted_cause=str(doc.get("cause")),
-                heard_on_doorbell=heard,
-            )
+        self._trip(
+            FailureKind.PEER_FAILURE,
+            f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
+            reacting_to={
+                "rank": peer,
+                "incarnation": str(doc.get("incarnation")),
+                "kind": str(doc.get("kind")),
+            },
+            peers=(peer,),
+            reacted_cause=str(doc.get("cause")),
+            heard_on_doorbell=heard,
         )
 
     def ring_received(self, ring: Ring) -> None:
@@ -635,6 +616,19 @@ class Liveness(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - the warning still stops the run
             log.warning("walltime warning: %s: %s", type(exc).__name__, exc)
         self.signal.trip(failure)
+
+    def _trip(self, kind: FailureKind, cause: str, **facts: Any) -> None:
+        """This agent's failure, in the phase it is in now."""
+        self.signal.trip(Failure(kind=kind, cause=cause, phase=str(self.phase()), **facts))
+
+    def _silent(self, peer: int, cause: str) -> None:
+        """A watched peer went silent: a reaction naming it, so the audit follows it to that rank."""
+        self._trip(
+            FailureKind.PEER_SILENT,
+            cause,
+            reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
+            peers=(peer,),
+        )
 
     def _first_cause(self, peer: int, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """A record that only reacts to another (peer_failure) is followed to the one it names, a

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
@@ -91,116 +91,88 @@ def _problems(request: RenderRequest) -> list[Problem]:
     return out
 
 
-def _node_problems(config: RunConfig, replicas: int) -> list[Problem]:
+def _node_problems(config: RunConfig, replicas: int) -> Iterator[Problem]:
     """A Beaker replica group takes whole eight-GPU nodes."""
-    out: list[Problem] = []
     if replicas > 1 and config.gpus_per_replica != BEAKER_NODE_GPUS:
-        out.append(
-            Problem(
-                "launch.gpus_per_replica",
-                f"is {config.gpus_per_replica}, but a Beaker replica group takes whole nodes of "
-                f"{BEAKER_NODE_GPUS} GPUs (replicas could otherwise share a physical host); set it to 8",
-            )
+        yield Problem(
+            "launch.gpus_per_replica",
+            f"is {config.gpus_per_replica}, but a Beaker replica group takes whole nodes of "
+            f"{BEAKER_NODE_GPUS} GPUs (replicas could otherwise share a physical host); set it to 8",
         )
     if config.node_gpus != BEAKER_NODE_GPUS:
-        out.append(Problem("launch.node_gpus", "Beaker replica groups need full eight-GPU nodes; set node_gpus = 8"))
-    return out
+        yield Problem("launch.node_gpus", "Beaker replica groups need full eight-GPU nodes; set node_gpus = 8")
 
 
-def _where_problems(config: RunConfig, replicas: int) -> list[Problem]:
+def _where_problems(config: RunConfig, replicas: int) -> Iterator[Problem]:
     """Where the replicas run: Beaker cluster(s) or a hostname allowlist, one or the other, and
     a host for each replica."""
     beaker = config.launch.beaker
-    out: list[Problem] = []
     if beaker.cluster and config.hostnames:
-        out.append(
-            Problem(
-                "launch.beaker.cluster",
-                "and launch.hostnames are both set; they are exclusive Beaker constraints: keep the cluster(s) "
-                "or the hostname allowlist, not both",
-            )
+        yield Problem(
+            "launch.beaker.cluster",
+            "and launch.hostnames are both set; they are exclusive Beaker constraints: keep the cluster(s) "
+            "or the hostname allowlist, not both",
         )
     elif not beaker.cluster and not config.hostnames:
-        out.append(
-            Problem("launch.beaker.cluster", "is required for Beaker (or set launch.hostnames): where replicas run")
-        )
+        yield Problem("launch.beaker.cluster", "is required for Beaker (or set launch.hostnames): where replicas run")
     if config.hostnames and len(config.hostnames) < replicas:
-        out.append(
-            Problem(
-                "launch.hostnames",
-                f"lists {len(config.hostnames)} host(s) for {replicas} replicas; each replica needs its own "
-                "node: list at least as many hosts as replicas",
-            )
+        yield Problem(
+            "launch.hostnames",
+            f"lists {len(config.hostnames)} host(s) for {replicas} replicas; each replica needs its own "
+            "node: list at least as many hosts as replicas",
         )
-    return out
 
 
-def _output_root_problems(request: RenderRequest) -> list[Problem]:
+def _output_root_problems(request: RenderRequest) -> Iterator[Problem]:
     """The replicas coordinate through the output root: an absolute path every replica mounts."""
     config, plan = request.config, request.plan
-    out: list[Problem] = []
     if not posixpath.isabs(request.output_root_given):
-        out.append(
-            Problem(
-                "output.root",
-                f"is relative ({request.output_root_given!r}); a Beaker run needs an absolute path on a shared "
-                "filesystem mounted in every replica (pass --output-root /weka/... or set output.root)",
-            )
+        yield Problem(
+            "output.root",
+            f"is relative ({request.output_root_given!r}); a Beaker run needs an absolute path on a shared "
+            "filesystem mounted in every replica (pass --output-root /weka/... or set output.root)",
         )
     else:
         mounts = [m["mount_path"] for m in config.launch.weka_mounts]
         if plan.replicas > 1 and mounts and not any(_under(request.output_root, m) for m in mounts):
-            out.append(
-                Problem(
-                    "output.root",
-                    f"{request.output_root} is not inside any launch.weka_mounts mount_path ({', '.join(mounts)}); "
-                    "the replicas coordinate through it, so it must be on a filesystem every replica mounts",
-                )
+            yield Problem(
+                "output.root",
+                f"{request.output_root} is not inside any launch.weka_mounts mount_path ({', '.join(mounts)}); "
+                "the replicas coordinate through it, so it must be on a filesystem every replica mounts",
             )
-    return out
 
 
-def _pool_problems(config: RunConfig) -> list[Problem]:
+def _pool_problems(config: RunConfig) -> Iterator[Problem]:
     """What a Beaker replica group cannot express: it is one task of one shape on every replica,
     queued on clusters (launch.beaker.cluster), not on Slurm partitions."""
-    out: list[Problem] = []
     gpu = [p for p in config.pool_list if not p.cpu_only]
     for pool in config.pool_list:
         for k in ("partition", "qos"):
             if getattr(pool, k) is not None:
-                out.append(
-                    Problem(
-                        f"pools.{pool.name}.{k}",
-                        f"is a Slurm {k}; a Beaker replica group has none (it runs on launch.beaker.cluster): "
-                        "remove it, or submit with --backend slurm",
-                    )
+                yield Problem(
+                    f"pools.{pool.name}.{k}",
+                    f"is a Slurm {k}; a Beaker replica group has none (it runs on launch.beaker.cluster): "
+                    "remove it, or submit with --backend slurm",
                 )
         if pool.tasks_per_node != 1:
-            out.append(
-                Problem(
-                    f"pools.{pool.name}.tasks_per_node",
-                    f"is {pool.tasks_per_node}: Slurm task slots; a Beaker replica runs one task (set it to 1, or "
-                    "submit with --backend slurm)",
-                )
+            yield Problem(
+                f"pools.{pool.name}.tasks_per_node",
+                f"is {pool.tasks_per_node}: Slurm task slots; a Beaker replica runs one task (set it to 1, or "
+                "submit with --backend slurm)",
             )
         if not pool.cpu_only and pool.gpus_per_node != config.gpus_per_replica:
-            out.append(
-                Problem(
-                    f"pools.{pool.name}.gpus_per_node",
-                    f"is {pool.gpus_per_node} but launch.gpus_per_replica is {config.gpus_per_replica}: every "
-                    "replica of a Beaker replica group has the same GPUs; submit with --backend slurm",
-                )
+            yield Problem(
+                f"pools.{pool.name}.gpus_per_node",
+                f"is {pool.gpus_per_node} but launch.gpus_per_replica is {config.gpus_per_replica}: every "
+                "replica of a Beaker replica group has the same GPUs; submit with --backend slurm",
             )
         if pool.cpu_only and gpu:
-            out.append(
-                Problem(
-                    f"pools.{pool.name}.gpus_per_node",
-                    f"is 0 beside GPU pools ({', '.join(p.name for p in gpu)}): every replica of a Beaker replica "
-                    "group has the same GPUs, so a CPU pool beside GPU pools needs a Slurm heterogeneous job "
-                    "(--backend slurm)",
-                )
+            yield Problem(
+                f"pools.{pool.name}.gpus_per_node",
+                f"is 0 beside GPU pools ({', '.join(p.name for p in gpu)}): every replica of a Beaker replica "
+                "group has the same GPUs, so a CPU pool beside GPU pools needs a Slurm heterogeneous job "
+                "(--backend slurm)",
             )
-    return out
 
 
 def _env_vars(config: RunConfig, spec_json: str) -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from launch.backends.base import Rendered, RenderRequest, agent_argv
@@ -52,71 +52,55 @@ def _accelerator_count(spelled: str) -> int | None:
     return int(count) if count else None
 
 
-def _mount_problems(request: RenderRequest) -> list[Problem]:
+def _mount_problems(request: RenderRequest) -> Iterator[Problem]:
     sky = request.config.launch.skypilot
     mount, plan = sky.mount, request.plan
-    out: list[Problem] = []
     if mount.volume and mount.host_path:
-        out.append(Problem("launch.skypilot.mount.host_path", "and volume are both set; the mount is one of them"))
+        yield Problem("launch.skypilot.mount.host_path", "and volume are both set; the mount is one of them")
     if (mount.volume or mount.host_path) and not mount.path:
-        out.append(
-            Problem("launch.skypilot.mount.path", "is required with volume or host_path: where every node mounts it")
-        )
+        yield Problem("launch.skypilot.mount.path", "is required with volume or host_path: where every node mounts it")
     if mount.path and not (mount.volume or mount.host_path):
-        out.append(
-            Problem(
-                "launch.skypilot.mount.path",
-                "names no filesystem: add volume (a SkyPilot volume) or host_path (Slurm: the nodes' own shared "
-                "filesystem)",
-            )
+        yield Problem(
+            "launch.skypilot.mount.path",
+            "names no filesystem: add volume (a SkyPilot volume) or host_path (Slurm: the nodes' own shared "
+            "filesystem)",
         )
     if mount.host_path and not (sky.infra and SLURM_INFRA.fullmatch(sky.infra)):
-        out.append(
-            Problem(
-                "launch.skypilot.mount.host_path",
-                'is bound by SkyPilot only for tasks on Slurm (infra = "slurm/CLUSTER"); on Kubernetes create a '
-                "SkyPilot volume of type k8s-hostpath (or a ReadWriteMany PVC) and name it in volume",
-            )
+        yield Problem(
+            "launch.skypilot.mount.host_path",
+            'is bound by SkyPilot only for tasks on Slurm (infra = "slurm/CLUSTER"); on Kubernetes create a '
+            "SkyPilot volume of type k8s-hostpath (or a ReadWriteMany PVC) and name it in volume",
         )
     if mount.volume and sky.infra and not VOLUME_INFRA.fullmatch(sky.infra):
-        out.append(
-            Problem(
-                "launch.skypilot.mount.volume",
-                f"is a SkyPilot volume, which exists on Kubernetes and RunPod only, but infra is {sky.infra!r}; "
-                "set infra to the volume's Kubernetes context (k8s/CONTEXT)",
-            )
+        yield Problem(
+            "launch.skypilot.mount.volume",
+            f"is a SkyPilot volume, which exists on Kubernetes and RunPod only, but infra is {sky.infra!r}; "
+            "set infra to the volume's Kubernetes context (k8s/CONTEXT)",
         )
     if not posixpath.isabs(request.output_root_given):
-        out.append(
-            Problem(
-                "output.root",
-                f"is relative ({request.output_root_given!r}); a SkyPilot run needs an absolute path inside "
-                "launch.skypilot.mount.path (pass --output-root /shared/... or set output.root)",
-            )
+        yield Problem(
+            "output.root",
+            f"is relative ({request.output_root_given!r}); a SkyPilot run needs an absolute path inside "
+            "launch.skypilot.mount.path (pass --output-root /shared/... or set output.root)",
         )
     elif mount.path and not _under(request.output_root, mount.path):
-        out.append(
-            Problem(
-                "output.root",
-                f"{request.output_root} is not inside launch.skypilot.mount.path ({mount.path}); the replicas "
-                "coordinate through it, so it must be on the filesystem every node mounts",
-            )
+        yield Problem(
+            "output.root",
+            f"{request.output_root} is not inside launch.skypilot.mount.path ({mount.path}); the replicas "
+            "coordinate through it, so it must be on the filesystem every node mounts",
         )
     elif plan.replicas > 1 and not mount.path:
-        out.append(
-            Problem(
-                "launch.skypilot.mount",
-                f"is required for {plan.replicas} nodes: the replicas coordinate through {request.output_root}, "
-                "which must be one shared POSIX filesystem; set path and volume (or host_path on Slurm)",
-            )
+        yield Problem(
+            "launch.skypilot.mount",
+            f"is required for {plan.replicas} nodes: the replicas coordinate through {request.output_root}, "
+            "which must be one shared POSIX filesystem; set path and volume (or host_path on Slurm)",
         )
-    return out
 
 
 def _problems(request: RenderRequest) -> list[Problem]:
     config, plan = request.config, request.plan
     sky = config.launch.skypilot
-    out = _mount_problems(request)
+    out = list(_mount_problems(request))
     if plan.gpus_per_replica and not sky.accelerators:
         out.append(
             Problem(

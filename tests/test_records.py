@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from schemas import RunDir, RunOutcome, Writer, names, records
-from schemas.lenient import Lenient, decode, doc_field, nonempty_dict
+from schemas.lenient import ABSENT, Absent, Lenient, decode, doc_field, nonempty_dict
 
 
 @dataclass(frozen=True)
@@ -328,3 +328,105 @@ def test_preflight_round_trip(tmp_path: Path) -> None:
     rel = names.preflight(3)
     rec = records.PreflightRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
     assert rec == records.PreflightRecord(3, rel, 1, "10.0.0.2", "h" * 255, "n2", False, (check,))
+
+
+@dataclass(frozen=True)
+class Keyed(Lenient):
+    upstream: str | None | Absent = ABSENT
+
+
+def test_an_absent_key_is_told_from_an_explicit_null() -> None:
+    assert Keyed.from_json({}) == Keyed(ABSENT)
+    assert Keyed.from_json({"upstream": None}) == Keyed(None)
+    assert Keyed.from_json({"upstream": 3}) == Keyed(None)  # present, unreadable
+    assert Keyed.from_json({"upstream": "http://j"}) == Keyed("http://j")
+
+
+def test_registry_round_trip(tmp_path: Path) -> None:
+    common: dict[str, Any] = {
+        "backend": None,
+        "model": "m",
+        "timeout": 30,
+        "max_context_length": None,
+        "context_check": "none",
+        "max_concurrent_calls": 4,
+    }
+    managed = records.registry_judge(
+        mode="managed", endpoint="http://g:1", upstream="http://j:2", rank=1, devices=(0,), **common
+    )
+    external = records.registry_judge(
+        mode="external", endpoint="http://g:3", upstream="http://x", rank=None, devices=(), **common
+    )
+    judging = {"grades_max_bytes": 1, "grades_keep": 0, "degraded_window": 1, "degraded_max_share": 0.5}
+    fields = records.registry_fields(
+        judges={"a": managed, "b": external}, rubrics={}, bindings={"v": ("a", "r")}, judging=judging
+    )
+    rec = records.RegistryRecord.from_json(_written(tmp_path, names.REGISTRY, fields))
+    assert rec == records.RegistryRecord(
+        judges={
+            "a": records.RegistryJudge("managed", "http://g:1", "http://j:2", 1),
+            "b": records.RegistryJudge("external", "http://g:3", "http://x", None),
+        },
+        rubrics={},
+        bindings={"v": records.RegistryBinding("a", "r")},
+    )
+    before_gateways = records.RegistryRecord.from_json({"judges": {"a": {"endpoint": "http://j"}}})
+    assert before_gateways is not None and before_gateways.judges["a"].upstream is ABSENT
+
+
+def test_judge_endpoint_and_gateway_round_trip(tmp_path: Path) -> None:
+    ep = records.judge_endpoint_fields(
+        name="a",
+        backend="reference",
+        model="m",
+        endpoint="http://h:2",
+        host="h",
+        port=2,
+        pid=9,
+        devices=(0, 1),
+        argv=("x",),
+        ready_after_s=1.23456,
+        log="judge-a-3.log",
+    )
+    rel = names.judge_endpoint("a", 3)
+    rec = records.JudgeEndpointRecord.from_json(_written(tmp_path / "e", rel, ep), judge="a", rank=3, relpath=rel)
+    assert rec == records.JudgeEndpointRecord("a", 3, rel, "http://h:2", (0, 1), True)
+    gw = records.gateway_fields(
+        judge="a",
+        mode="managed",
+        endpoint="http://h:5",
+        host="h",
+        port=5,
+        pid=10,
+        upstream=None,
+        max_concurrent_calls=4,
+        requests_log=names.gateway_log("a"),
+        log="gateway-a-3.log",
+    )
+    rel = names.gateway_record("a")
+    got = records.GatewayRecord.from_json(_written(tmp_path / "g", rel, gw), judge="a", relpath=rel)
+    assert got == records.GatewayRecord("a", rel, "http://h:5", None)
+
+
+def test_canaries_round_trip_and_quoted_values_as_written(tmp_path: Path) -> None:
+    sample = {"repetition": 0, "answer": "known-good", "score": 1.0, "reply_excerpt": "SCORE: 1", "latency_s": 0.1}
+    binding = records.canary_binding(
+        verifier="v",
+        judge="a",
+        rubric="r",
+        model="m",
+        model_listed=True,
+        listed_models=("m",),
+        passed=True,
+        reason="ok",
+        samples=[sample],
+    )
+    rnd = records.canary_round(judge="a", at="2026-01-01T00:00:00.000Z", passed=True, bindings=[binding])
+    fields = records.canaries_fields(passed=True, repetitions=1, bindings=[binding], rounds=[rnd])
+    rec = records.CanariesRecord.from_json(_written(tmp_path, names.CANARIES, fields))
+    item = records.CanaryBinding("v", "a", "r", True, True, "ok", (sample,), "a", "r")
+    assert rec == records.CanariesRecord(True, (item,), (records.CanaryRound("a", True, (item,)),))
+    assert set(records.canaries_fields(passed=True, bindings=[])) == {"passed", "bindings"}
+    damaged = records.CanariesRecord.from_json({"bindings": [3, {"verifier": "v", "judge": 4}]})
+    assert damaged is not None and len(damaged.bindings) == 2  # a damaged item keeps its index
+    assert (damaged.bindings[1].judge, damaged.bindings[1].judge_as_written) == (None, 4)

@@ -430,3 +430,17 @@ def test_canaries_round_trip_and_quoted_values_as_written(tmp_path: Path) -> Non
     damaged = records.CanariesRecord.from_json({"bindings": [3, {"verifier": "v", "judge": 4}]})
     assert damaged is not None and len(damaged.bindings) == 2  # a damaged item keeps its index
     assert (damaged.bindings[1].judge, damaged.bindings[1].judge_as_written) == (None, 4)
+
+
+def test_driver_result_round_trip_keeps_the_quoted_counts_as_written(tmp_path: Path) -> None:
+    given = {"optimizer_steps": 2, "final_loss": 0.5, "policy_version": 2, "policy_refreshes": 1, "judge_replies": 0}
+    fields = records.driver_result_fields({**given, "losses": [0.7, 0.5]})
+    rec = records.DriverResultRecord.from_json(_written(tmp_path, names.DRIVER_RESULT, fields))
+    assert rec == records.DriverResultRecord(2, 1, 0, (0.7, 0.5), 0.5, "agent", 2, 1, 0)
+    with pytest.raises(ValueError, match="finite"):
+        records.driver_result_fields({**given, "losses": [float("nan")]})
+    damaged = records.DriverResultRecord.from_json({"optimizer_steps": "x", "losses": [1, "a"], "final_loss": None})
+    assert damaged is not None and (damaged.optimizer_steps, damaged.optimizer_steps_as_written) == (None, "x")
+    assert (damaged.losses, damaged.final_loss) == ((1, "a"), None)
+    assert records.DriverResultRecord.from_json({}) == records.DriverResultRecord(final_loss=ABSENT)
+

@@ -20,6 +20,7 @@ from schemas.records.canaries import (
 )
 from schemas.records.cleanup import CleanupRecord, cleanup_fields
 from schemas.records.completion import AckRecord, CompleteRecord, ack_fields, complete_fields
+from schemas.records.driver_result import DriverResultRecord, driver_result_fields
 from schemas.records.driver_stop import DriverStopRecord, driver_stop_fields
 from schemas.records.failure import FailureRecord, failure_fields
 from schemas.records.heartbeat import HeartbeatRecord, heartbeat_fields
@@ -44,6 +45,7 @@ __all__ = [
     "CanaryRound",
     "CleanupRecord",
     "CompleteRecord",
+    "DriverResultRecord",
     "DriverStopRecord",
     "FailureRecord",
     "GatewayRecord",
@@ -67,6 +69,7 @@ __all__ = [
     "canary_round",
     "cleanup_fields",
     "complete_fields",
+    "driver_result_fields",
     "driver_stop_fields",
     "failure_fields",
     "filesystem_fields",

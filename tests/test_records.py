@@ -444,3 +444,12 @@ def test_driver_result_round_trip_keeps_the_quoted_counts_as_written(tmp_path: P
     assert (damaged.losses, damaged.final_loss) == ((1, "a"), None)
     assert records.DriverResultRecord.from_json({}) == records.DriverResultRecord(final_loss=ABSENT)
 
+
+def test_submission_round_trip(tmp_path: Path) -> None:
+    fields = records.submission_fields(
+        backend="slurm", job_id="77", job_file="job.sbatch", command=("sbatch", "job.sbatch"), submitted_at=1.5
+    )
+    rec = records.SubmissionRecord.from_json(_written(tmp_path, names.SUBMISSION, fields))
+    assert rec == records.SubmissionRecord("slurm", "77", "slurm")
+    damaged = records.SubmissionRecord.from_json({"backend": 3, "job_id": ""})
+    assert damaged == records.SubmissionRecord(None, "", 3)

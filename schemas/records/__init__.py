@@ -36,6 +36,7 @@ from schemas.records.registry import (
     registry_fields,
     registry_judge,
 )
+from schemas.records.submission import SubmissionRecord, submission_fields
 
 __all__ = [
     "AckRecord",
@@ -62,6 +63,7 @@ __all__ = [
     "RegistryJudge",
     "RegistryRecord",
     "SchedulerJobRef",
+    "SubmissionRecord",
     "ack_fields",
     "address_fields",
     "canaries_fields",
@@ -84,4 +86,5 @@ __all__ = [
     "ray_layout_fields",
     "registry_fields",
     "registry_judge",
+    "submission_fields",
 ]

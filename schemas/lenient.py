@@ -19,7 +19,8 @@ wrongly typed field reads as its default. The rules are written once, driven by 
 A field without a default is required: a record missing one reads as None (dropped from the
 tuple or mapping that holds it). `doc_field` overrides a field's key, where it sits (`path`),
 or its reading (`read`); `given` fields come from the caller (where the file was found), never
-from the document. `read=as_written` keeps the value as written, for a finding that quotes it.
+from the document. `read=as_written` keeps the value as written, for a finding that quotes it
+(`items_as_written`: a list's items).
 
 A field typed `T | None | Absent` with the default `ABSENT` tells an absent key (ABSENT) from
 one present (read as `T | None`: an explicit null, or a wrong type, is None): for the readers
@@ -53,6 +54,7 @@ __all__ = [
     "as_written",
     "decode",
     "doc_field",
+    "items_as_written",
     "nonempty_dict",
 ]
 
@@ -108,6 +110,11 @@ def nonempty_dict(v: Any) -> dict[str, Any] | None:
 def as_written(v: Any) -> Any:
     """The value as written (a field that a finding quotes, whatever its type)."""
     return v
+
+
+def items_as_written(v: Any) -> tuple[Any, ...]:
+    """A list's items as written, whatever their types (a finding names them, or their index)."""
+    return tuple(as_list(v))
 
 
 class Absent(enum.Enum):

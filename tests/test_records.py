@@ -453,3 +453,28 @@ def test_submission_round_trip(tmp_path: Path) -> None:
     assert rec == records.SubmissionRecord("slurm", "77", "slurm")
     damaged = records.SubmissionRecord.from_json({"backend": 3, "job_id": ""})
     assert damaged == records.SubmissionRecord(None, "", 3)
+
+
+def test_regrade_round_trip(tmp_path: Path) -> None:
+    profile = {
+        "kind": "cpu",
+        "partition": None,
+        "partition_source": "default",
+        "qos": None,
+        "qos_source": "default",
+        "walltime": "01:00:00",
+        "walltime_bounds": ["default"],
+        "walltime_source": "default",
+    }
+    fields = records.regrade_fields(
+        source_run_dir="/out/cluster/u-0",
+        source_uuid="u-0",
+        source_name="n",
+        source_fingerprint="f" * 64,
+        command="grade",
+        profile=profile,
+    )
+    rec = records.RegradeRecord.from_json(fields)  # the schema's profile has more required fields
+    assert rec == records.RegradeRecord("/out/cluster/u-0", "cpu", (), "f" * 64)
+    damaged = records.RegradeRecord.from_json({"profile": {"services": ["a", 3]}, "source_fingerprint": 7})
+    assert damaged == records.RegradeRecord(None, None, ("a", 3), 7)

@@ -36,6 +36,7 @@ from schemas.records.registry import (
     registry_fields,
     registry_judge,
 )
+from schemas.records.regrade import RegradeRecord, regrade_fields
 from schemas.records.submission import SubmissionRecord, submission_fields
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "PreflightRecord",
     "RayHeadRecord",
     "RayLayoutRecord",
+    "RegradeRecord",
     "RegistryBinding",
     "RegistryJudge",
     "RegistryRecord",
@@ -84,6 +86,7 @@ __all__ = [
     "preflight_fields",
     "ray_head_fields",
     "ray_layout_fields",
+    "regrade_fields",
     "registry_fields",
     "registry_judge",
     "submission_fields",

@@ -8,14 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.lenient import ABSENT, Lenient, as_list, as_written, doc_field
+from schemas.lenient import ABSENT, Lenient, as_written, doc_field, items_as_written
 
 __all__ = ["DriverResultRecord", "driver_result_fields"]
-
-
-def _items(v: Any) -> tuple[Any, ...]:
-    # Every item as written: a finding names the non-finite ones by their index.
-    return tuple(as_list(v))
 
 
 @dataclass(frozen=True)
@@ -26,7 +21,7 @@ class DriverResultRecord(Lenient):
     optimizer_steps: int | None = None
     policy_refreshes: int | None = None
     judge_replies: int | None = None
-    losses: tuple[Any, ...] = doc_field(read=_items, default=())  # as written, finite or not
+    losses: tuple[Any, ...] = doc_field(read=items_as_written, default=())  # a finding names the bad by index
     final_loss: Any = doc_field(read=as_written, default=ABSENT)  # as written; ABSENT: not written
     writer: str | None = None
     optimizer_steps_as_written: Any = doc_field(key="optimizer_steps", read=as_written, default=None)

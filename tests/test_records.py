@@ -478,3 +478,18 @@ def test_regrade_round_trip(tmp_path: Path) -> None:
     assert rec == records.RegradeRecord("/out/cluster/u-0", "cpu", (), "f" * 64)
     damaged = records.RegradeRecord.from_json({"profile": {"services": ["a", 3]}, "source_fingerprint": 7})
     assert damaged == records.RegradeRecord(None, None, ("a", 3), 7)
+
+
+def test_attempt_records_round_trip(tmp_path: Path) -> None:
+    checkpoints = {"files": 1, "bytes": 2, "newest": None}
+    claim = records.claim_fields(token="t1", previous=1, mode="resume", checkpoints=checkpoints, previous_cause=None)
+    got = records.AttemptRecord.from_json(_written(tmp_path / "c", names.attempt_claim(2), claim))
+    assert got == records.AttemptRecord("claimed", "t1", "resume", None)
+    ready = records.attempt_fields(state="ready", token="t1", previous=1, archived=("a",))
+    assert records.AttemptRecord.from_json(_written(tmp_path / "r", names.attempt_ready(2), ready)) == (
+        records.AttemptRecord("ready", "t1")
+    )
+    refused = records.refused_fields(token="t2", previous=1, reason="over the caps")
+    assert records.AttemptRecord.from_json(_written(tmp_path / "x", names.attempt_refused(2), refused)) == (
+        records.AttemptRecord("refused", "t2", None, "over the caps")
+    )

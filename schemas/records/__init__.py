@@ -10,6 +10,7 @@ disagree; tests/test_records.py reads every builder's output back through its re
 from __future__ import annotations
 
 from schemas.records.address import AddressRecord, SchedulerJobRef, address_fields
+from schemas.records.attempt import AttemptRecord, attempt_fields, claim_fields, refused_fields
 from schemas.records.canaries import (
     CanariesRecord,
     CanaryBinding,
@@ -42,6 +43,7 @@ from schemas.records.submission import SubmissionRecord, submission_fields
 __all__ = [
     "AckRecord",
     "AddressRecord",
+    "AttemptRecord",
     "CanariesRecord",
     "CanaryBinding",
     "CanaryRound",
@@ -68,9 +70,11 @@ __all__ = [
     "SubmissionRecord",
     "ack_fields",
     "address_fields",
+    "attempt_fields",
     "canaries_fields",
     "canary_binding",
     "canary_round",
+    "claim_fields",
     "cleanup_fields",
     "complete_fields",
     "driver_result_fields",
@@ -86,6 +90,7 @@ __all__ = [
     "preflight_fields",
     "ray_head_fields",
     "ray_layout_fields",
+    "refused_fields",
     "regrade_fields",
     "registry_fields",
     "registry_judge",

@@ -34,43 +34,26 @@ def check_registry(ctx: AuditContext) -> list[Finding]:
     return _registry_bindings(ctx, reg) + _registry_names(reg) + _registry_judges(ctx, reg)
 
 
+def _binding_error(code: str, verifier: str, text: str) -> Finding:
+    return Finding("error", code, f"binding {verifier!r} {text}", names.REGISTRY, json_path=f"$.bindings.{verifier}")
+
+
 def _registry_bindings(ctx: AuditContext, reg: RegistryRecord) -> list[Finding]:
     """The registry's bindings against the spec's: missing, unexpected, different."""
-    f = names.REGISTRY
     got = {v: (b.judge, b.rubric) for v, b in reg.bindings.items()}
     want = {b.verifier: (b.judge, b.rubric) for b in ctx.plan.bindings}
-    out = [
-        Finding(
-            "error",
-            "registry.binding_missing",
-            f"binding {verifier!r} from the spec is missing",
-            f,
-            json_path=f"$.bindings.{verifier}",
-        )
-        for verifier in sorted(set(want) - set(got))
+    missing = [
+        _binding_error("registry.binding_missing", v, "from the spec is missing") for v in sorted(set(want) - set(got))
     ]
-    out += [
-        Finding(
-            "error",
-            "registry.binding_unexpected",
-            f"binding {verifier!r} is not in the spec",
-            f,
-            json_path=f"$.bindings.{verifier}",
-        )
-        for verifier in sorted(set(got) - set(want))
+    unexpected = [
+        _binding_error("registry.binding_unexpected", v, "is not in the spec") for v in sorted(set(got) - set(want))
     ]
-    out += [
-        Finding(
-            "error",
-            "registry.binding_mismatch",
-            f"binding {verifier!r} is {got[verifier]} but the spec says {want[verifier]}",
-            f,
-            json_path=f"$.bindings.{verifier}",
-        )
-        for verifier in sorted(set(got) & set(want))
-        if got[verifier] != want[verifier]
+    mismatch = [
+        _binding_error("registry.binding_mismatch", v, f"is {got[v]} but the spec says {want[v]}")
+        for v in sorted(set(got) & set(want))
+        if got[v] != want[v]
     ]
-    return out
+    return missing + unexpected + mismatch
 
 
 def _registry_names(reg: RegistryRecord) -> list[Finding]:

@@ -13,7 +13,7 @@ from audit.training_evidence import ACCEPTED, TrainingEvidence, thin
 from audit.views import rank_of, ranks_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
 from schemas.lenient import ABSENT, as_str
-from schemas.records import DriverResultRecord
+from schemas.records import CleanupRecord, DriverResultRecord
 from schemas.vocab import FsCondition
 
 
@@ -95,85 +95,79 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
     present = ranks_of(ctx.run, "cleanup")
     for rank in ctx.expected_ranks:
-        f = names.cleanup(rank)
         if rank not in present:
             out.append(
                 Finding(
                     "error",
                     "cleanup.missing",
                     "no cleanup record: nobody can tell whether its processes (and GPU memory) were released",
-                    f,
+                    names.cleanup(rank),
                     rank,
                 )
             )
             continue
         rec = ctx.cleanups.get(rank)
-        if rec is None:
-            continue
-        if rec.writer == WriterKind.REAPER:
-            out.append(
-                Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank)
-            )
-        # `outcome` is how this replica ended (not whether teardown worked: leftover_pids says that).
-        outcome = rec.outcome
-        if outcome == RunOutcome.FAILURE and ctx.succeeded:
-            out.append(
-                Finding(
-                    "error",
-                    "cleanup.outcome_mismatch",
-                    "says failure on a run that succeeded",
-                    f,
-                    rank,
-                    "$.outcome",
-                )
-            )
-        elif outcome == RunOutcome.SUCCESS and rank in ctx.failures:
-            out.append(
-                Finding(
-                    "error",
-                    "cleanup.outcome_mismatch",
-                    "says success, but the rank wrote a failure record",
-                    f,
-                    rank,
-                    "$.outcome",
-                )
-            )
-        elif outcome == RunOutcome.FAILURE and not ctx.failures:
-            out.append(
-                Finding(
-                    "warning",
-                    "cleanup.failure_without_record",
-                    "says failure, but no rank wrote a failure record",
-                    f,
-                    rank,
-                    "$.outcome",
-                )
-            )
-        leftover = list(rec.leftover_pids)
-        if leftover:
-            out.append(
-                Finding(
-                    "error",
-                    "cleanup.leftover",
-                    f"processes {leftover[:10]} survived teardown (orphans keep GPU memory)",
-                    f,
-                    rank,
-                    "$.leftover_pids",
-                )
-            )
-        for i, g in enumerate(rec.groups):
-            if g.get("how") == "sigkill":
-                out.append(
-                    Finding(
-                        "info",
-                        "cleanup.sigkill",
-                        f"group {g.get('name')!r} ignored SIGTERM and was killed",
-                        f,
-                        rank,
-                        f"$.groups[{i}]",
-                    )
-                )
+        if rec is not None:
+            out += _cleanup_record(ctx, rank, rec)
     return out
+
+
+def _cleanup_record(ctx: AuditContext, rank: int, rec: CleanupRecord) -> list[Finding]:
+    """One rank's cleanup record: who wrote it, its outcome, what survived, what was killed."""
+    f = names.cleanup(rank)
+    out: list[Finding] = []
+    if rec.writer == WriterKind.REAPER:
+        out.append(Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank))
+    out += _cleanup_outcome(ctx, rank, rec.outcome)
+    leftover = list(rec.leftover_pids)
+    if leftover:
+        out.append(
+            Finding(
+                "error",
+                "cleanup.leftover",
+                f"processes {leftover[:10]} survived teardown (orphans keep GPU memory)",
+                f,
+                rank,
+                "$.leftover_pids",
+            )
+        )
+    for i, g in enumerate(rec.groups):
+        if g.get("how") == "sigkill":
+            text = f"group {g.get('name')!r} ignored SIGTERM and was killed"
+            out.append(Finding("info", "cleanup.sigkill", text, f, rank, f"$.groups[{i}]"))
+    return out
+
+
+def _cleanup_outcome(ctx: AuditContext, rank: int, outcome: str | None) -> list[Finding]:
+    """`outcome` is how this replica ended (not whether teardown worked: leftover_pids says that)."""
+    f = names.cleanup(rank)
+    if outcome == RunOutcome.FAILURE and ctx.succeeded:
+        return [
+            Finding("error", "cleanup.outcome_mismatch", "says failure on a run that succeeded", f, rank, "$.outcome")
+        ]
+    if outcome == RunOutcome.SUCCESS and rank in ctx.failures:
+        return [
+            Finding(
+                "error",
+                "cleanup.outcome_mismatch",
+                "says success, but the rank wrote a failure record",
+                f,
+                rank,
+                "$.outcome",
+            )
+        ]
+    if outcome == RunOutcome.FAILURE and not ctx.failures:
+        return [
+            Finding(
+                "warning",
+                "cleanup.failure_without_record",
+                "says failure, but no rank wrote a failure record",
+                f,
+                rank,
+                "$.outcome",
+            )
+        ]
+    return []
 
 
 def _finite(v: object) -> bool:

@@ -381,6 +381,46 @@ def _served_qos(config: RunConfig) -> tuple[str | None, str]:
     return None, PARTITION_DEFAULT
 
 
+@dataclass(frozen=True)
+class _CpuJudgePool:
+    """The judge job's one CPU pool on a GPU run: what it runs on and what of the run it leaves."""
+
+    pool: PoolShape
+    qos: str | None
+    qos_source: str
+    drops: str | None  # the saved CPU pool it stands for (on the same partition)
+    unused: tuple[str, ...]
+
+
+def _cpu_judge_pool(config: RunConfig, placement: Placement, partition: str) -> _CpuJudgePool:
+    """A CPU profile for a run with GPUs: one CPU node on `partition`, the run's GPU QOS and
+    directives left out."""
+    cpu_pool = _cpu_pool(config)
+    qos, qos_source = _cpu_qos(config, placement, partition)
+    unused: list[str] = []
+    if config.launch.slurm.qos and qos != config.launch.slurm.qos:
+        unused.append(
+            f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
+            "(a GPU QOS can refuse a job without GPUs)"
+        )
+    if placement.judge_partition and partition != placement.judge_partition:
+        unused.append(
+            f"--judge-partition {placement.judge_partition}: the saved CPU pool's partition {partition} "
+            "comes first (seed 003)"
+        )
+    gpu_only = [d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)]
+    if gpu_only:
+        unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
+    same_partition = cpu_pool is not None and cpu_pool.partition == partition
+    return _CpuJudgePool(
+        PoolShape(JUDGE_POOL, 1, 0, partition, qos),
+        qos,
+        qos_source,
+        cpu_pool.name if same_partition and cpu_pool is not None else None,
+        tuple(unused),
+    )
+
+
 def derive_profile(config: RunConfig, placement: Placement, max_time: str | None) -> Profile:
     """The profile of a judge-only job of ``config``; ``max_time`` is the MaxTime of the partition
     ``target_partition`` names (None: unknown). Raises RegradeRefused."""
@@ -407,28 +447,10 @@ def derive_profile(config: RunConfig, placement: Placement, max_time: str | None
             unused.append(OWN_COMPUTE_UNUSED)
     else:
         assert partition is not None  # target_partition refuses a CPU profile without one
-        cpu_pool = _cpu_pool(config)
-        pools = (PoolShape(JUDGE_POOL, 1, 0, partition, None),)
-        qos, qos_source = _cpu_qos(config, placement, partition)
-        pools = (dataclasses.replace(pools[0], qos=qos),)
-        services = ()
-        if config.launch.slurm.qos and qos != config.launch.slurm.qos:
-            unused.append(
-                f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
-                "(a GPU QOS can refuse a job without GPUs)"
-            )
-        if cpu_pool is not None and cpu_pool.partition == partition:
-            dropped = [n for n in dropped if n != cpu_pool.name]
-        if placement.judge_partition and partition != placement.judge_partition:
-            unused.append(
-                f"--judge-partition {placement.judge_partition}: the saved CPU pool's partition {partition} "
-                "comes first (seed 003)"
-            )
-        gpu_only = [
-            d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)
-        ]
-        if gpu_only:
-            unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
+        cpu = _cpu_judge_pool(config, placement, partition)
+        pools, qos, qos_source, services = (cpu.pool,), cpu.qos, cpu.qos_source, ()
+        dropped = [n for n in dropped if n != cpu.drops]
+        unused += cpu.unused
     if dropped:
         unused.append(f"pools {', '.join(dropped)}: not the judge job's (it has no trainer, no rollout)")
     dangling = dangling_driver_env(config, {p.name for p in pools})

@@ -10,13 +10,12 @@ agent can still record that process's stacks when the run hangs.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from agent.proc import driver_local
-from schemas import DriverEnv, RunDir, Writer, WriterKind, names
+from schemas import DriverEnv, RunDir, Writer, WriterKind, names, records
 
 __all__ = ["connect_ray", "plan", "progress", "registry", "run_file", "write_result"]
 
@@ -86,9 +85,7 @@ def registry() -> dict[str, Any]:
 
 def write_result(**fields: Any) -> dict[str, Any]:
     """Write driver-result.json: the driver's own evidence (steps, finite loss, refreshes, judge replies)."""
-    losses = fields.get("losses", [])
-    if any(not math.isfinite(x) for x in losses) or not math.isfinite(fields.get("final_loss", 0.0)):
-        raise ValueError("losses must be finite")
+    body = records.driver_result_fields(fields)
     run = RunDir.open(Path(os.environ[DriverEnv.RUN_DIR]))
     writer = Writer(
         os.environ[DriverEnv.FINGERPRINT],
@@ -97,6 +94,6 @@ def write_result(**fields: Any) -> dict[str, Any]:
         kind=WriterKind.DRIVER,
     )
     try:
-        return run.write_artifact(names.DRIVER_RESULT, writer, fields)
+        return run.write_artifact(names.DRIVER_RESULT, writer, body)
     finally:
         run.close()

@@ -62,8 +62,8 @@ from audit.training_evidence import read_evidence
 from audit.views import by_rank, rank_of
 from launch.spec.load import restore_key_order
 from schemas import names
-from schemas.lenient import as_int, as_str
-from schemas.records import HeartbeatRecord
+from schemas.lenient import as_str
+from schemas.records import DriverResultRecord, HeartbeatRecord
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
 
@@ -110,8 +110,8 @@ def _with_evidence(ctx: AuditContext, safe: SafeDir) -> AuditContext:
     rank = ctx.driver_rank
     log = names.driver_log(rank) if rank is not None else None
     training = read_evidence(safe, ctx.plan.evidence, log)
-    result = ctx.run.doc(names.DRIVER_RESULT) or {}
-    claimed = as_int(result.get("judge_replies")) if result else None
+    result = DriverResultRecord.from_json(ctx.run.doc(names.DRIVER_RESULT))
+    claimed = result.judge_replies if result is not None else None
     replies = count_replies(safe, ctx.run, ctx.plan.bound_judges, ctx.plan.judge_modes, claimed)
     return dataclasses.replace(ctx, training=training, replies=replies)
 

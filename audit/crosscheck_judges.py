@@ -4,91 +4,92 @@ that silently grades everything 0 is the failure this exists to catch)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from audit.context import AuditContext
 from audit.model import Finding
 from audit.views import rank_of
+from launch.spec.config import Binding
 from schemas import names
-from schemas.lenient import as_bool, as_devices, as_dict, as_int, as_list, as_str
+from schemas.lenient import ABSENT
+from schemas.records import (
+    CanariesRecord,
+    CanaryBinding,
+    GatewayRecord,
+    JudgeEndpointRecord,
+    RegistryJudge,
+    RegistryRecord,
+)
+
+
+def _registry(ctx: AuditContext) -> RegistryRecord | None:
+    return RegistryRecord.from_json(ctx.run.doc(names.REGISTRY))
 
 
 def check_registry(ctx: AuditContext) -> list[Finding]:
     f = names.REGISTRY
-    doc = ctx.run.doc(f)
-    plan = ctx.plan
-    if doc is None:
+    reg = _registry(ctx)
+    if reg is None:
         if ctx.succeeded:
             return [Finding("error", "registry.missing", "no registry.json on a successful run", f)]
         return []
+    return _registry_bindings(ctx, reg) + _registry_names(reg) + _registry_judges(ctx, reg)
+
+
+def _binding_error(code: str, verifier: str, text: str) -> Finding:
+    return Finding("error", code, f"binding {verifier!r} {text}", names.REGISTRY, json_path=f"$.bindings.{verifier}")
+
+
+def _registry_bindings(ctx: AuditContext, reg: RegistryRecord) -> list[Finding]:
+    """The registry's bindings against the spec's: missing, unexpected, different."""
+    got = {v: (b.judge, b.rubric) for v, b in reg.bindings.items()}
+    want = {b.verifier: (b.judge, b.rubric) for b in ctx.plan.bindings}
+    missing = [
+        _binding_error("registry.binding_missing", v, "from the spec is missing") for v in sorted(set(want) - set(got))
+    ]
+    unexpected = [
+        _binding_error("registry.binding_unexpected", v, "is not in the spec") for v in sorted(set(got) - set(want))
+    ]
+    mismatch = [
+        _binding_error("registry.binding_mismatch", v, f"is {got[v]} but the spec says {want[v]}")
+        for v in sorted(set(got) & set(want))
+        if got[v] != want[v]
+    ]
+    return missing + unexpected + mismatch
+
+
+def _registry_names(reg: RegistryRecord) -> list[Finding]:
+    """Every binding names a registered judge and rubric."""
+    f = names.REGISTRY
     out: list[Finding] = []
-    judges = as_dict(doc.get("judges"))
-    rubrics = as_dict(doc.get("rubrics"))
-    got = {
-        str(v): (as_str(as_dict(b).get("judge")), as_str(as_dict(b).get("rubric")))
-        for v, b in as_dict(doc.get("bindings")).items()
-    }
-    want = {b.verifier: (b.judge, b.rubric) for b in plan.bindings}
-    for verifier in sorted(set(want) - set(got)):
-        out.append(
-            Finding(
-                "error",
-                "registry.binding_missing",
-                f"binding {verifier!r} from the spec is missing",
-                f,
-                json_path=f"$.bindings.{verifier}",
-            )
-        )
-    for verifier in sorted(set(got) - set(want)):
-        out.append(
-            Finding(
-                "error",
-                "registry.binding_unexpected",
-                f"binding {verifier!r} is not in the spec",
-                f,
-                json_path=f"$.bindings.{verifier}",
-            )
-        )
-    for verifier in sorted(set(got) & set(want)):
-        if got[verifier] != want[verifier]:
+    for verifier, b in sorted(reg.bindings.items()):
+        if b.judge is not None and b.judge not in reg.judges:
             out.append(
                 Finding(
-                    "error",
-                    "registry.binding_mismatch",
-                    f"binding {verifier!r} is {got[verifier]} but the spec says {want[verifier]}",
-                    f,
-                    json_path=f"$.bindings.{verifier}",
+                    "error", "registry.unknown_judge", f"binding {verifier!r} uses unregistered judge {b.judge!r}", f
                 )
             )
-    for verifier, (judge, rubric) in sorted(got.items()):
-        if judge is not None and judge not in judges:
+        if b.rubric is not None and b.rubric not in reg.rubrics:
             out.append(
                 Finding(
-                    "error",
-                    "registry.unknown_judge",
-                    f"binding {verifier!r} uses unregistered judge {judge!r}",
-                    f,
+                    "error", "registry.unknown_rubric", f"binding {verifier!r} uses unregistered rubric {b.rubric!r}", f
                 )
             )
-        if rubric is not None and rubric not in rubrics:
-            out.append(
-                Finding(
-                    "error",
-                    "registry.unknown_rubric",
-                    f"binding {verifier!r} uses unregistered rubric {rubric!r}",
-                    f,
-                )
-            )
-    for name, entry in sorted(judges.items()):
-        entry = as_dict(entry)
-        mode = as_str(entry.get("mode"))
-        want_mode = plan.judge_modes.get(str(name))
+    return out
+
+
+def _registry_judges(ctx: AuditContext, reg: RegistryRecord) -> list[Finding]:
+    """Each judge's mode as the spec says, and a managed judge on the rank the plan gave it."""
+    f = names.REGISTRY
+    plan = ctx.plan
+    out: list[Finding] = []
+    for name, entry in sorted(reg.judges.items()):
+        mode = entry.mode
+        want_mode = plan.judge_modes.get(name)
         if want_mode is not None and mode is not None and mode != want_mode:
             out.append(Finding("error", "registry.judge_mode", f"judge {name!r} is {mode}, spec says {want_mode}", f))
         if mode == "managed" and name in plan.managed_bound_judges and plan.source == "launch":
-            node = plan.judge_node(str(name))
+            node = plan.judge_node(name)
             host = ctx.owner_of_node.get(node) if node is not None else None
-            rank = as_int(entry.get("rank"))
+            rank = entry.rank
             if host is not None and rank is not None and rank != host:
                 out.append(
                     Finding(
@@ -102,166 +103,178 @@ def check_registry(ctx: AuditContext) -> list[Finding]:
     return out
 
 
-def check_judge_endpoints(ctx: AuditContext) -> list[Finding]:
-    out: list[Finding] = []
-    plan = ctx.plan
-    registry = as_dict(as_dict(ctx.run.doc(names.REGISTRY)).get("judges"))
-    seen: set[tuple[str, int]] = set()
+def _judge_endpoints(ctx: AuditContext) -> list[JudgeEndpointRecord]:
+    """Every readable judge-NAME-RANK.json, in the run's order."""
+    out = []
     for art in ctx.run.by_schema("judge-endpoint"):
         rank = rank_of(art)
-        if art.judge is None or rank is None or art.doc is None:
+        if art.judge is None or rank is None:
             continue
-        seen.add((art.judge, rank))
-        node = plan.judge_node(art.judge)
+        rec = JudgeEndpointRecord.from_json(art.doc, judge=art.judge, rank=rank, relpath=art.relpath)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def check_judge_endpoints(ctx: AuditContext) -> list[Finding]:
+    out: list[Finding] = []
+    judges = (_registry(ctx) or RegistryRecord()).judges
+    seen: set[tuple[str, int]] = set()
+    for rec in _judge_endpoints(ctx):
+        seen.add((rec.judge, rec.rank))
+        out += _judge_endpoint(ctx, rec, judges.get(rec.judge))
+    return out + _judge_endpoints_missing(ctx, seen)
+
+
+def _judge_endpoint(ctx: AuditContext, rec: JudgeEndpointRecord, reg: RegistryJudge | None) -> list[Finding]:
+    """One judge's endpoint record against the plan (its rank and devices) and the registry."""
+    plan = ctx.plan
+    judge, rank, rel = rec.judge, rec.rank, rec.relpath
+    if plan.source == "launch" and judge not in plan.managed_bound_judges:
+        return [Finding("error", "judge.unexpected", f"judge {judge!r} is not a bound managed judge", rel, rank)]
+    out: list[Finding] = []
+    node = plan.judge_node(judge)
+    host = ctx.owner_of_node.get(node) if node is not None else None
+    if host is not None and host != rank:
+        out.append(
+            Finding(
+                "error",
+                "judge.wrong_rank",
+                f"judge {judge!r} ran on rank {rank}, but the plan puts it on rank {host}",
+                rel,
+                rank,
+            )
+        )
+    if node is not None and plan.source == "launch" and rec.devices is not None:
+        want = sorted(plan.nodes[node].judges.get(judge, ()))
+        if want and sorted(rec.devices) != want:
+            out.append(
+                Finding(
+                    "error",
+                    "judge.devices",
+                    f"judge {judge!r} used devices {sorted(rec.devices)}, the plan gave it {want}",
+                    rel,
+                    rank,
+                    "$.devices",
+                )
+            )
+    # The registry's endpoint is the judge's gateway; the judge itself is its upstream (a registry
+    # written before gateways has only the endpoint).
+    reg_endpoint = None if reg is None else reg.endpoint if reg.upstream is ABSENT else reg.upstream
+    if rec.endpoint and reg_endpoint and rec.endpoint != reg_endpoint:
+        out.append(
+            Finding(
+                "error",
+                "judge.endpoint_mismatch",
+                f"endpoint {rec.endpoint} differs from the registry's {reg_endpoint}",
+                rel,
+                rank,
+                "$.endpoint",
+            )
+        )
+    if ctx.succeeded and rec.ready is not True:
+        out.append(Finding("error", "judge.not_ready", "judge never became ready on a successful run", rel, rank))
+    return out
+
+
+def _judge_endpoints_missing(ctx: AuditContext, seen: set[tuple[str, int]]) -> list[Finding]:
+    """A bound managed judge whose host got as far as starting judges wrote its endpoint record."""
+    plan = ctx.plan
+    if plan.source != "launch":
+        return []
+    out: list[Finding] = []
+    for judge in sorted(plan.managed_bound_judges):
+        node = plan.judge_node(judge)
         host = ctx.owner_of_node.get(node) if node is not None else None
-        if plan.source == "launch" and art.judge not in plan.managed_bound_judges:
-            out.append(
-                Finding(
-                    "error",
-                    "judge.unexpected",
-                    f"judge {art.judge!r} is not a bound managed judge",
-                    art.relpath,
-                    rank,
-                )
-            )
+        if host is None or (judge, host) in seen:
             continue
-        if host is not None and host != rank:
+        if ctx.succeeded or ctx.phase_started(host, "judge_health"):
             out.append(
                 Finding(
                     "error",
-                    "judge.wrong_rank",
-                    f"judge {art.judge!r} ran on rank {rank}, but the plan puts it on rank {host}",
-                    art.relpath,
-                    rank,
+                    "judge.endpoint_missing",
+                    f"managed judge {judge!r} has no endpoint record on its host rank {host}",
+                    names.judge_endpoint(judge, host),
+                    host,
                 )
             )
-        devices = as_devices(art.doc.get("devices"))
-        if node is not None and plan.source == "launch" and devices is not None:
-            want = sorted(plan.nodes[node].judges.get(art.judge, ()))
-            if want and sorted(devices) != want:
-                out.append(
-                    Finding(
-                        "error",
-                        "judge.devices",
-                        f"judge {art.judge!r} used devices {sorted(devices)}, the plan gave it {want}",
-                        art.relpath,
-                        rank,
-                        "$.devices",
-                    )
-                )
-        reg = as_dict(registry.get(art.judge))
-        # The registry's endpoint is the judge's gateway; the judge itself is its upstream (a registry
-        # written before gateways has only the endpoint).
-        endpoint = as_str(art.doc.get("endpoint"))
-        reg_endpoint = as_str(reg.get("upstream")) if "upstream" in reg else as_str(reg.get("endpoint"))
-        if endpoint and reg_endpoint and endpoint != reg_endpoint:
-            out.append(
-                Finding(
-                    "error",
-                    "judge.endpoint_mismatch",
-                    f"endpoint {endpoint} differs from the registry's {reg_endpoint}",
-                    art.relpath,
-                    rank,
-                    "$.endpoint",
-                )
-            )
-        if ctx.succeeded and as_bool(art.doc.get("ready")) is not True:
-            out.append(
-                Finding(
-                    "error",
-                    "judge.not_ready",
-                    "judge never became ready on a successful run",
-                    art.relpath,
-                    rank,
-                )
-            )
-    if plan.source == "launch":
-        for judge in sorted(plan.managed_bound_judges):
-            node = plan.judge_node(judge)
-            host = ctx.owner_of_node.get(node) if node is not None else None
-            if host is None or (judge, host) in seen:
-                continue
-            # Expected once the host got as far as starting judges.
-            if ctx.succeeded or ctx.phase_started(host, "judge_health"):
-                out.append(
-                    Finding(
-                        "error",
-                        "judge.endpoint_missing",
-                        f"managed judge {judge!r} has no endpoint record on its host rank {host}",
-                        names.judge_endpoint(judge, host),
-                        host,
-                    )
-                )
     return out
 
 
 def check_canaries(ctx: AuditContext) -> list[Finding]:
     f = names.CANARIES
-    doc = ctx.run.doc(f)
-    bindings = ctx.plan.bindings
+    doc = CanariesRecord.from_json(ctx.run.doc(f))
     if doc is None:
-        if ctx.succeeded and bindings:
+        if ctx.succeeded and ctx.plan.bindings:
             return [Finding("error", "canary.missing", "no judge-canaries.json although the spec binds judges", f)]
         return []
-    out: list[Finding] = []
-    entries: dict[str, dict[str, Any]] = {}
-    for i, item in enumerate(as_list(doc.get("bindings"))):
-        item = as_dict(item)
-        verifier = as_str(item.get("verifier"))
-        if verifier is None:
-            continue
-        entries[verifier] = item
-        if verifier not in {b.verifier for b in bindings}:
-            out.append(
-                Finding(
-                    "warning",
-                    "canary.unknown_binding",
-                    f"canary for {verifier!r}, which the spec does not bind",
-                    f,
-                    json_path=f"$.bindings[{i}]",
-                )
-            )
-    for b in bindings:
+    entries, out = _canary_entries(ctx, doc)
+    for b in ctx.plan.bindings:
         item = entries.get(b.verifier)
         if item is None:
             out.append(Finding("error", "canary.binding_missing", f"no canary for binding {b.verifier!r}", f))
             continue
-        if (as_str(item.get("judge")), as_str(item.get("rubric"))) != (b.judge, b.rubric):
+        out += _canary_binding(b, item)
+    return out + _canaries_verdict(doc, out)
+
+
+def _canary_entries(ctx: AuditContext, doc: CanariesRecord) -> tuple[dict[str, CanaryBinding], list[Finding]]:
+    """The canaries by verifier, and a warning for each the spec does not bind."""
+    bound = {b.verifier for b in ctx.plan.bindings}
+    entries: dict[str, CanaryBinding] = {}
+    out: list[Finding] = []
+    for i, item in enumerate(doc.bindings):
+        if item.verifier is None:
+            continue
+        entries[item.verifier] = item
+        if item.verifier not in bound:
             out.append(
                 Finding(
-                    "error",
-                    "canary.binding_mismatch",
-                    f"canary for {b.verifier!r} used {item.get('judge')!r}/{item.get('rubric')!r}, "
-                    f"the spec binds {b.judge!r}/{b.rubric!r}",
-                    f,
+                    "warning",
+                    "canary.unknown_binding",
+                    f"canary for {item.verifier!r}, which the spec does not bind",
+                    names.CANARIES,
+                    json_path=f"$.bindings[{i}]",
                 )
             )
-        if as_bool(item.get("model_listed")) is not True:
-            out.append(
-                Finding(
-                    "error",
-                    "canary.model_not_listed",
-                    f"judge {b.judge!r} did not list its model ({b.verifier})",
-                    f,
-                )
-            )
-        if as_bool(item.get("passed")) is not True:
-            reason = as_str(item.get("reason")) or "no reason recorded"
-            out.append(
-                Finding("error", "canary.binding_failed", f"binding {b.verifier!r} failed its canary: {reason}", f)
-            )
-    if as_bool(doc.get("passed")) is not True and not any(x.code == "canary.binding_failed" for x in out):
+    return entries, out
+
+
+def _canary_binding(b: Binding, item: CanaryBinding) -> list[Finding]:
+    """One binding's canary: the spec's judge and rubric, its model listed, passed."""
+    f = names.CANARIES
+    out: list[Finding] = []
+    if (item.judge, item.rubric) != (b.judge, b.rubric):
         out.append(
             Finding(
                 "error",
-                "canary.failed",
-                "judge-canaries.json says the canaries did not pass",
+                "canary.binding_mismatch",
+                f"canary for {b.verifier!r} used {item.judge_as_written!r}/{item.rubric_as_written!r}, "
+                f"the spec binds {b.judge!r}/{b.rubric!r}",
                 f,
-                json_path="$.passed",
             )
         )
-    elif as_bool(doc.get("passed")) is True and any(x.severity == "error" for x in out):
+    if item.model_listed is not True:
         out.append(
+            Finding("error", "canary.model_not_listed", f"judge {b.judge!r} did not list its model ({b.verifier})", f)
+        )
+    if item.passed is not True:
+        reason = item.reason or "no reason recorded"
+        out.append(Finding("error", "canary.binding_failed", f"binding {b.verifier!r} failed its canary: {reason}", f))
+    return out
+
+
+def _canaries_verdict(doc: CanariesRecord, found: list[Finding]) -> list[Finding]:
+    """The file's own verdict (`passed`) against what its bindings show."""
+    f = names.CANARIES
+    if doc.passed is not True and not any(x.code == "canary.binding_failed" for x in found):
+        return [
+            Finding(
+                "error", "canary.failed", "judge-canaries.json says the canaries did not pass", f, json_path="$.passed"
+            )
+        ]
+    if doc.passed is True and any(x.severity == "error" for x in found):
+        return [
             Finding(
                 "error",
                 "canary.inconsistent",
@@ -269,8 +282,8 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
                 f,
                 json_path="$.passed",
             )
-        )
-    return out
+        ]
+    return []
 
 
 def _reply_detail(ctx: AuditContext) -> str:
@@ -342,13 +355,17 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
 def check_gateways(ctx: AuditContext) -> list[Finding]:
     """Every bound judge has its gateway record, and the registry hands out that gateway."""
     out: list[Finding] = []
-    registry = ctx.run.doc(names.REGISTRY)
-    judges = as_dict(as_dict(registry).get("judges"))
-    records = {art.judge: art for art in ctx.run.by_schema("gateway") if art.judge is not None and art.doc}
+    registry = _registry(ctx)
+    judges = (registry or RegistryRecord()).judges
+    gateways = {
+        art.judge: GatewayRecord.from_json(art.doc, judge=art.judge, relpath=art.relpath)
+        for art in ctx.run.by_schema("gateway")
+        if art.judge is not None and art.doc
+    }
     for judge in sorted({b.judge for b in ctx.plan.bindings}):
-        art = records.get(judge)
-        if art is None:
-            if ctx.succeeded and registry is not None and "upstream" in as_dict(judges.get(judge)):
+        rec, reg = gateways.get(judge), judges.get(judge)
+        if rec is None:
+            if ctx.succeeded and reg is not None and reg.upstream is not ABSENT:
                 out.append(
                     Finding(
                         "error",
@@ -358,8 +375,7 @@ def check_gateways(ctx: AuditContext) -> list[Finding]:
                     )
                 )
             continue
-        assert art.doc is not None
-        gateway, reg_endpoint = as_str(art.doc.get("endpoint")), as_str(as_dict(judges.get(judge)).get("endpoint"))
+        gateway, reg_endpoint = rec.endpoint, reg.endpoint if reg is not None else None
         if gateway and reg_endpoint and gateway != reg_endpoint:
             out.append(
                 Finding(

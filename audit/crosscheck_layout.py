@@ -77,80 +77,90 @@ def check_placements(ctx: AuditContext) -> list[Finding]:
     for n in plan.nodes:
         planned_nodes.setdefault(n.index, n)  # a lookup per rank, not a scan: 8192 ranks
     for rank, rec in sorted(ctx.placements.items()):
-        f = rec.relpath
-        addr = ctx.addresses.get(rank)
-        if addr and addr.address and rec.address and addr.address != rec.address:
-            out.append(
-                Finding(
-                    "error",
-                    "placement.address",
-                    f"placement address {rec.address} differs from rendezvous address {addr.address}",
-                    f,
-                    rank,
-                    "$.address",
-                )
-            )
         owned = ctx.node_of_rank.get(rank)
-        if rec.node_index is not None and owned is not None and rec.node_index != owned:
-            out.append(
-                Finding(
-                    "error",
-                    "placement.node_index",
-                    f"claims planned node {rec.node_index}, but its address sorts to node {owned}",
-                    f,
-                    rank,
-                    "$.node_index",
-                )
-            )
         planned = planned_nodes.get(owned) if owned is not None else None
-        if planned is not None and planned.pool is not None and rec.pool != planned.pool:
-            # A pinned service must land on its pool (seed 001): the node the address order gave
-            # this rank is in another pool than the one its agent ran it as.
-            out.append(
-                Finding(
-                    "error",
-                    "placement.pool",
-                    f"ran as pool {rec.pool}, but planned node {owned} is in pool {planned.pool}",
-                    f,
-                    rank,
-                    "$.pool",
-                )
-            )
-        groups: dict[str, tuple[int, ...]] = {"ray": rec.ray_devices or ()}
-        for name, slot in sorted(rec.judges.items()):
-            groups[f"judge {name}"] = slot.devices or ()
-        groups["unused"] = rec.unused_devices or ()
-        for problem in _overlaps(groups):
-            out.append(Finding("error", "devices.overlap", problem, f, rank))
-        capacity = plan.gpus_per_replica
-        if capacity is not None:
-            for role, devices in groups.items():
-                bad = [d for d in devices if not 0 <= d < capacity]
-                if bad:
-                    out.append(
-                        Finding(
-                            "error",
-                            "devices.out_of_range",
-                            f"{role} devices {bad} outside 0..{capacity - 1}",
-                            f,
-                            rank,
-                        )
-                    )
-        out.extend(_check_masks(rec, f, rank))
-        if rec.ray_devices is not None and rec.ray_num_gpus is not None and rec.ray_num_gpus != len(rec.ray_devices):
-            out.append(
-                Finding(
-                    "error",
-                    "devices.num_gpus",
-                    f"Ray advertises {rec.ray_num_gpus} GPUs but owns {len(rec.ray_devices)} devices",
-                    f,
-                    rank,
-                    "$.ray.num_gpus",
-                )
-            )
+        out += _placement_identity(ctx, rank, rec, owned, planned)
+        out += _placement_devices(ctx, rank, rec)
         node = rec.node_index if rec.node_index is not None else owned
         if plan.source == "launch" and node is not None:
             out.extend(_check_against_plan(ctx, rec, node))
+    return out
+
+
+def _placement_identity(
+    ctx: AuditContext, rank: int, rec: PlacementRec, owned: int | None, planned: NodePlan | None
+) -> list[Finding]:
+    """The placement's address, node and pool against the rendezvous and the plan."""
+    f = rec.relpath
+    out: list[Finding] = []
+    addr = ctx.addresses.get(rank)
+    if addr and addr.address and rec.address and addr.address != rec.address:
+        out.append(
+            Finding(
+                "error",
+                "placement.address",
+                f"placement address {rec.address} differs from rendezvous address {addr.address}",
+                f,
+                rank,
+                "$.address",
+            )
+        )
+    if rec.node_index is not None and owned is not None and rec.node_index != owned:
+        out.append(
+            Finding(
+                "error",
+                "placement.node_index",
+                f"claims planned node {rec.node_index}, but its address sorts to node {owned}",
+                f,
+                rank,
+                "$.node_index",
+            )
+        )
+    if planned is not None and planned.pool is not None and rec.pool != planned.pool:
+        # A pinned service must land on its pool (seed 001): the node the address order gave
+        # this rank is in another pool than the one its agent ran it as.
+        out.append(
+            Finding(
+                "error",
+                "placement.pool",
+                f"ran as pool {rec.pool}, but planned node {owned} is in pool {planned.pool}",
+                f,
+                rank,
+                "$.pool",
+            )
+        )
+    return out
+
+
+def _placement_devices(ctx: AuditContext, rank: int, rec: PlacementRec) -> list[Finding]:
+    """The node's device groups: disjoint, in range, masks as said, Ray's count its devices."""
+    f = rec.relpath
+    out: list[Finding] = []
+    groups: dict[str, tuple[int, ...]] = {"ray": rec.ray_devices or ()}
+    for name, slot in sorted(rec.judges.items()):
+        groups[f"judge {name}"] = slot.devices or ()
+    groups["unused"] = rec.unused_devices or ()
+    for problem in _overlaps(groups):
+        out.append(Finding("error", "devices.overlap", problem, f, rank))
+    capacity = ctx.plan.gpus_per_replica
+    if capacity is not None:
+        for role, devices in groups.items():
+            bad = [d for d in devices if not 0 <= d < capacity]
+            if bad:
+                text = f"{role} devices {bad} outside 0..{capacity - 1}"
+                out.append(Finding("error", "devices.out_of_range", text, f, rank))
+    out.extend(_check_masks(rec, f, rank))
+    if rec.ray_devices is not None and rec.ray_num_gpus is not None and rec.ray_num_gpus != len(rec.ray_devices):
+        out.append(
+            Finding(
+                "error",
+                "devices.num_gpus",
+                f"Ray advertises {rec.ray_num_gpus} GPUs but owns {len(rec.ray_devices)} devices",
+                f,
+                rank,
+                "$.ray.num_gpus",
+            )
+        )
     return out
 
 

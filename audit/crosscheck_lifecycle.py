@@ -12,7 +12,8 @@ from audit.model import Finding, Severity
 from audit.training_evidence import ACCEPTED, TrainingEvidence, thin
 from audit.views import rank_of, ranks_of
 from schemas import AgentState, Phase, PhaseOutcome, RunOutcome, WriterKind, names
-from schemas.lenient import as_int, as_list, as_str
+from schemas.lenient import ABSENT, as_str
+from schemas.records import CleanupRecord, DriverResultRecord
 from schemas.vocab import FsCondition
 
 
@@ -94,85 +95,79 @@ def check_cleanup(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []
     present = ranks_of(ctx.run, "cleanup")
     for rank in ctx.expected_ranks:
-        f = names.cleanup(rank)
         if rank not in present:
             out.append(
                 Finding(
                     "error",
                     "cleanup.missing",
                     "no cleanup record: nobody can tell whether its processes (and GPU memory) were released",
-                    f,
+                    names.cleanup(rank),
                     rank,
                 )
             )
             continue
         rec = ctx.cleanups.get(rank)
-        if rec is None:
-            continue
-        if rec.writer == WriterKind.REAPER:
-            out.append(
-                Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank)
-            )
-        # `outcome` is how this replica ended (not whether teardown worked: leftover_pids says that).
-        outcome = rec.outcome
-        if outcome == RunOutcome.FAILURE and ctx.succeeded:
-            out.append(
-                Finding(
-                    "error",
-                    "cleanup.outcome_mismatch",
-                    "says failure on a run that succeeded",
-                    f,
-                    rank,
-                    "$.outcome",
-                )
-            )
-        elif outcome == RunOutcome.SUCCESS and rank in ctx.failures:
-            out.append(
-                Finding(
-                    "error",
-                    "cleanup.outcome_mismatch",
-                    "says success, but the rank wrote a failure record",
-                    f,
-                    rank,
-                    "$.outcome",
-                )
-            )
-        elif outcome == RunOutcome.FAILURE and not ctx.failures:
-            out.append(
-                Finding(
-                    "warning",
-                    "cleanup.failure_without_record",
-                    "says failure, but no rank wrote a failure record",
-                    f,
-                    rank,
-                    "$.outcome",
-                )
-            )
-        leftover = list(rec.leftover_pids)
-        if leftover:
-            out.append(
-                Finding(
-                    "error",
-                    "cleanup.leftover",
-                    f"processes {leftover[:10]} survived teardown (orphans keep GPU memory)",
-                    f,
-                    rank,
-                    "$.leftover_pids",
-                )
-            )
-        for i, g in enumerate(rec.groups):
-            if g.get("how") == "sigkill":
-                out.append(
-                    Finding(
-                        "info",
-                        "cleanup.sigkill",
-                        f"group {g.get('name')!r} ignored SIGTERM and was killed",
-                        f,
-                        rank,
-                        f"$.groups[{i}]",
-                    )
-                )
+        if rec is not None:
+            out += _cleanup_record(ctx, rank, rec)
     return out
+
+
+def _cleanup_record(ctx: AuditContext, rank: int, rec: CleanupRecord) -> list[Finding]:
+    """One rank's cleanup record: who wrote it, its outcome, what survived, what was killed."""
+    f = names.cleanup(rank)
+    out: list[Finding] = []
+    if rec.writer == WriterKind.REAPER:
+        out.append(Finding("info", "cleanup.by_reaper", "written by the reaper: the agent itself was killed", f, rank))
+    out += _cleanup_outcome(ctx, rank, rec.outcome)
+    leftover = list(rec.leftover_pids)
+    if leftover:
+        out.append(
+            Finding(
+                "error",
+                "cleanup.leftover",
+                f"processes {leftover[:10]} survived teardown (orphans keep GPU memory)",
+                f,
+                rank,
+                "$.leftover_pids",
+            )
+        )
+    for i, g in enumerate(rec.groups):
+        if g.get("how") == "sigkill":
+            text = f"group {g.get('name')!r} ignored SIGTERM and was killed"
+            out.append(Finding("info", "cleanup.sigkill", text, f, rank, f"$.groups[{i}]"))
+    return out
+
+
+def _cleanup_outcome(ctx: AuditContext, rank: int, outcome: str | None) -> list[Finding]:
+    """`outcome` is how this replica ended (not whether teardown worked: leftover_pids says that)."""
+    f = names.cleanup(rank)
+    if outcome == RunOutcome.FAILURE and ctx.succeeded:
+        return [
+            Finding("error", "cleanup.outcome_mismatch", "says failure on a run that succeeded", f, rank, "$.outcome")
+        ]
+    if outcome == RunOutcome.SUCCESS and rank in ctx.failures:
+        return [
+            Finding(
+                "error",
+                "cleanup.outcome_mismatch",
+                "says success, but the rank wrote a failure record",
+                f,
+                rank,
+                "$.outcome",
+            )
+        ]
+    if outcome == RunOutcome.FAILURE and not ctx.failures:
+        return [
+            Finding(
+                "warning",
+                "cleanup.failure_without_record",
+                "says failure, but no rank wrote a failure record",
+                f,
+                rank,
+                "$.outcome",
+            )
+        ]
+    return []
 
 
 def _finite(v: object) -> bool:
@@ -188,7 +183,7 @@ def _training_required(ctx: AuditContext) -> str | None:
 
 def training_summary(ctx: AuditContext) -> dict[str, Any]:
     """The report's account of the evidence of training: where it came from and what it showed."""
-    doc = ctx.run.doc(names.DRIVER_RESULT)
+    doc = _driver_result_record(ctx)
     why_not = _training_required(ctx)
     ev = ctx.training
     if doc is not None:
@@ -204,10 +199,8 @@ def training_summary(ctx: AuditContext) -> dict[str, Any]:
         "not_required_because": why_not,
         "source": source,
         "driver_result": doc is not None,
-        "optimizer_steps": as_int(doc.get("optimizer_steps"))
-        if doc is not None
-        else (ev.steps if ev.declared else None),
-        "policy_refreshes": as_int(doc.get("policy_refreshes"))
+        "optimizer_steps": doc.optimizer_steps if doc is not None else (ev.steps if ev.declared else None),
+        "policy_refreshes": doc.policy_refreshes
         if doc is not None
         else (ev.refreshes if ev.declared and ev.refresh_checkable else None),
         "evidence": {"declared": ev.declared, "sources": [r.to_json() for r in ev.sources]},
@@ -217,11 +210,11 @@ def training_summary(ctx: AuditContext) -> dict[str, Any]:
     }
 
 
-def _training_series(doc: dict[str, Any] | None, ev: TrainingEvidence) -> dict[str, Any] | None:
+def _training_series(doc: DriverResultRecord | None, ev: TrainingEvidence) -> dict[str, Any] | None:
     """Loss per step and the refreshes, for the HTML report's chart: driver-result.json's `losses`
     (one per step), else the declared source that showed the most steps with a loss."""
     if doc is not None:
-        losses = [x for x in as_list(doc.get("losses")) if _finite(x)]
+        losses = [x for x in doc.losses if _finite(x)]
         if losses:
             points = thin([(float(i), float(x)) for i, x in enumerate(losses, 1)])
             return {"source": names.DRIVER_RESULT, "points": [list(p) for p in points], "refresh_at": []}
@@ -235,8 +228,7 @@ def _training_series(doc: dict[str, Any] | None, ev: TrainingEvidence) -> dict[s
 def check_driver(ctx: AuditContext) -> list[Finding]:
     """Process exit alone is not success: the driver must show it trained, in driver-result.json
     or in the trainer's own records the spec declares ([driver.evidence])."""
-    f = names.DRIVER_RESULT
-    doc = ctx.run.doc(f)
+    doc = _driver_result_record(ctx)
     finished = ctx.complete is not None or ctx.succeeded
     out = _evidence_findings(ctx) if doc is not None or finished else []
     why_not = _training_required(ctx)
@@ -355,11 +347,15 @@ def _judge_replies_shown(ctx: AuditContext) -> list[Finding]:
     ]
 
 
-def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
+def _driver_result_record(ctx: AuditContext) -> DriverResultRecord | None:
+    return DriverResultRecord.from_json(ctx.run.doc(names.DRIVER_RESULT))
+
+
+def _driver_result(ctx: AuditContext, doc: DriverResultRecord) -> list[Finding]:
     f = names.DRIVER_RESULT
     out: list[Finding] = []
-    steps = doc.get("optimizer_steps")
-    if not ((n := as_int(steps)) is not None and n > 0):
+    steps = doc.optimizer_steps_as_written
+    if not ((n := doc.optimizer_steps) is not None and n > 0):
         out.append(
             Finding(
                 "error",
@@ -369,15 +365,14 @@ def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
                 json_path="$.optimizer_steps",
             )
         )
-    losses = doc.get("losses")
-    bad = [i for i, x in enumerate(as_list(losses)) if not _finite(x)]
-    if bad or ("final_loss" in doc and not _finite(doc.get("final_loss"))):
+    bad = [i for i, x in enumerate(doc.losses) if not _finite(x)]
+    if bad or (doc.final_loss is not ABSENT and not _finite(doc.final_loss)):
         where = f"losses at steps {bad[:5]}" if bad else "final_loss"
         out.append(Finding("error", "driver.nonfinite_loss", f"{where} not finite", f, json_path="$.losses"))
-    refreshes = doc.get("policy_refreshes")
+    refreshes = doc.policy_refreshes_as_written
     if _refresh_none(ctx):
         out.append(_REFRESH_NONE)
-    elif not ((n := as_int(refreshes)) is not None and n >= 1):
+    elif not ((n := doc.policy_refreshes) is not None and n >= 1):
         out.append(
             Finding(
                 "error",
@@ -387,8 +382,8 @@ def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
                 json_path="$.policy_refreshes",
             )
         )
-    replies = doc.get("judge_replies")
-    if ctx.plan.bindings and not ((n := as_int(replies)) is not None and n > 0):
+    replies = doc.judge_replies_as_written
+    if ctx.plan.bindings and not ((n := doc.judge_replies) is not None and n > 0):
         out.append(
             Finding(
                 "error",
@@ -398,8 +393,8 @@ def _driver_result(ctx: AuditContext, doc: dict[str, Any]) -> list[Finding]:
                 json_path="$.judge_replies",
             )
         )
-    if as_str(doc.get("writer")) not in (None, WriterKind.DRIVER):
-        out.append(Finding("warning", "driver.writer", f"written by {doc.get('writer')!r}, not the driver", f))
+    if doc.writer not in (None, WriterKind.DRIVER):
+        out.append(Finding("warning", "driver.writer", f"written by {doc.writer!r}, not the driver", f))
     return out
 
 

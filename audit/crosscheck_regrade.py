@@ -11,7 +11,7 @@ from audit.model import Finding
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import load_spec
 from schemas import names
-from schemas.lenient import as_dict, as_list, as_str
+from schemas.records import RegradeRecord
 
 
 def is_regrade(ctx: AuditContext) -> bool:
@@ -20,25 +20,24 @@ def is_regrade(ctx: AuditContext) -> bool:
 
 def check_regrade(ctx: AuditContext) -> list[Finding]:
     f = names.REGRADE
-    doc = ctx.run.doc(f)
+    doc = RegradeRecord.from_json(ctx.run.doc(f))
     if doc is None:
         return []
-    source = as_str(doc.get("source_run_dir")) or ""
-    profile = as_dict(doc.get("profile"))
-    kind = as_str(profile.get("kind")) or "?"
+    source = doc.source_run_dir or ""
+    kind = doc.kind or "?"
     out = [Finding("info", "regrade.source", f"a judge-only job ({kind} profile) grading run {source} again", f)]
     try:
         fingerprint = load_spec(Path(source) / names.SPEC).fingerprint
     except (UsageError, SpecError) as exc:
         out.append(Finding("error", "regrade.source_missing", f"the source run's spec cannot be read: {exc}", f))
     else:
-        if fingerprint != doc.get("source_fingerprint"):
+        if fingerprint != doc.source_fingerprint:
             out.append(
                 Finding(
                     "error",
                     "regrade.source_mismatch",
                     f"the source run's spec has fingerprint {fingerprint[:16]}, the record "
-                    f"{str(doc.get('source_fingerprint'))[:16]}: the run was changed or is another one",
+                    f"{str(doc.source_fingerprint)[:16]}: the run was changed or is another one",
                     f,
                     json_path="$.source_fingerprint",
                 )
@@ -48,7 +47,7 @@ def check_regrade(ctx: AuditContext) -> list[Finding]:
         out.append(
             Finding("error", "regrade.policy_nodes", f"the job's plan gives nodes {policy} trainer or rollout GPUs", f)
         )
-    services = sorted(str(s) for s in as_list(profile.get("services")))
+    services = sorted(str(s) for s in doc.services)
     if ctx.plan.source == "launch" and services != sorted(ctx.plan.managed_bound_judges):
         out.append(
             Finding(

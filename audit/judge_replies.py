@@ -30,7 +30,8 @@ from audit.load import LoadedRun
 from audit.model import Finding
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
-from schemas.lenient import as_dict, as_list, as_str
+from schemas.lenient import as_str
+from schemas.records import CanariesRecord
 
 # One access-log line: uvicorn's `"METHOD PATH HTTP/1.1" STATUS`, which SGLang and the
 # reference judge both print.
@@ -163,16 +164,11 @@ def canary_replies(canaries: Mapping[str, Any] | None) -> dict[str, int]:
     """judge -> canary samples the judge answered (a reply excerpt was recorded), before training
     and in the rounds during it."""
     out: dict[str, int] = defaultdict(int)
-    doc = as_dict(canaries)
-    items = as_list(doc.get("bindings")) + [
-        b for r in as_list(doc.get("rounds")) for b in as_list(as_dict(r).get("bindings"))
-    ]
-    for item in items:
-        item = as_dict(item)
-        judge = as_str(item.get("judge"))
-        if judge is None:
+    doc = CanariesRecord.from_json(canaries) or CanariesRecord()
+    for item in (*doc.bindings, *(b for r in doc.rounds for b in r.bindings)):
+        if item.judge is None:
             continue
-        out[judge] += sum(1 for s in as_list(item.get("samples")) if isinstance(as_dict(s).get("reply_excerpt"), str))
+        out[item.judge] += sum(1 for s in item.samples if isinstance(s.get("reply_excerpt"), str))
     return dict(out)
 
 

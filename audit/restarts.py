@@ -10,6 +10,7 @@ import orjson
 from audit.model import Finding
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
+from schemas.records import AttemptRecord
 
 REFUSED = "attempt.refused"  # the finding's code
 
@@ -35,7 +36,8 @@ def refused_findings(safe: SafeDir, path: Path) -> list[Finding]:
             doc = orjson.loads(safe.read_capped(rel))
         except (UnsafeFile, OSError, orjson.JSONDecodeError):
             continue
-        reason = doc.get("reason") if isinstance(doc, dict) else None
+        rec = AttemptRecord.from_json(doc)
+        reason = rec.reason if rec is not None else None
         out.append(Finding("error", REFUSED, f"attempt {n} was refused: {reason or '(no reason)'}", rel))
     return out
 
@@ -47,7 +49,5 @@ def how_entered(safe: SafeDir, n: int) -> tuple[str | None, str | None]:
         doc = orjson.loads(safe.read_capped(names.attempt_claim(n)))
     except (UnsafeFile, OSError, orjson.JSONDecodeError):
         return None, None
-    if not isinstance(doc, dict):
-        return None, None
-    mode, token = doc.get("mode"), doc.get("token")
-    return (mode if isinstance(mode, str) else None), (token if isinstance(token, str) else None)
+    rec = AttemptRecord.from_json(doc)
+    return (rec.mode, rec.token) if rec is not None else (None, None)

@@ -24,6 +24,7 @@ from audit.views import AddressRec, FailureRec
 from launch.backends.answers import SchedulerEnding
 from launch.backends.slurm.ending import TAIL_BYTES, output_job_id, parse_slurm_output
 from schemas import FailureKind, names
+from schemas.records import SubmissionRecord
 
 __all__ = [
     "as_first_cause",
@@ -142,13 +143,15 @@ def as_first_cause(
     )
 
 
+def _submission(run: LoadedRun) -> SubmissionRecord | None:
+    return SubmissionRecord.from_json(run.doc(names.SUBMISSION))
+
+
 def job_id_of(run: LoadedRun) -> str | None:
-    doc = run.doc(names.SUBMISSION)
-    job = doc.get("job_id") if isinstance(doc, dict) else None
-    return job if isinstance(job, str) else None
+    rec = _submission(run)
+    return rec.job_id if rec is not None else None
 
 
 def backend_of(run: LoadedRun) -> str | None:
-    doc = run.doc(names.SUBMISSION)
-    backend = doc.get("backend") if isinstance(doc, dict) else None
-    return backend if isinstance(backend, str) else None
+    rec = _submission(run)
+    return rec.backend if rec is not None else None

@@ -38,6 +38,7 @@ from typing import Any
 from launch.spec import config as model
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
+from schemas import records
 from schemas.vocab import JobEnv, LauncherEnv
 
 CPU = "cpu"
@@ -597,11 +598,11 @@ def _saved_tasks(config: RunConfig, pool: str) -> int | None:
 
 def source_record(run_dir: str, uuid: str, config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:
     """The body of the judge job's regrade.json: which run it grades again, and how."""
-    return {
-        "source_run_dir": run_dir,
-        "source_uuid": uuid,
-        "source_name": config.name,
-        "source_fingerprint": config.fingerprint,
-        "command": command,
-        "profile": profile.to_json(),
-    }
+    return records.regrade_fields(
+        source_run_dir=run_dir,
+        source_uuid=uuid,
+        source_name=config.name,
+        source_fingerprint=config.fingerprint,
+        command=command,
+        profile=profile.to_json(),
+    )

@@ -21,6 +21,7 @@ from launch.backends.answers import SchedulerView
 from launch.backends.registry import BACKENDS
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, names
+from schemas.records import SubmissionRecord
 
 if TYPE_CHECKING:
     from schemas.watch import RunDirWatch
@@ -107,10 +108,10 @@ def scheduler_view(run: RunDir, replicas: int | None = None) -> SchedulerView | 
     """Ask the scheduler the run was submitted to (submission.json names it and the job) what the
     job is doing, at each look (each backend's ``view``: launch/backends/*/query.py); None for a run
     that was not submitted (local)."""
-    submission = run.read_json(names.SUBMISSION)
-    if not submission or not isinstance(submission.get("job_id"), str):
+    submission = SubmissionRecord.from_json(run.read_json(names.SUBMISSION))
+    if submission is None or submission.job_id is None:
         return None
-    name, job = str(submission.get("backend")), str(submission["job_id"])
+    name, job = str(submission.backend_as_written), submission.job_id
     view = next((b.view for b in BACKENDS if b.name == name), None)
     if view is None:
         return SchedulerView(name, job, error=f"gym-launch status knows no scheduler {name!r}", asks="nothing")

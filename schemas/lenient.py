@@ -19,14 +19,21 @@ wrongly typed field reads as its default. The rules are written once, driven by 
 A field without a default is required: a record missing one reads as None (dropped from the
 tuple or mapping that holds it). `doc_field` overrides a field's key, where it sits (`path`),
 or its reading (`read`); `given` fields come from the caller (where the file was found), never
-from the document.
+from the document. `read=as_written` keeps the value as written, for a finding that quotes it
+(`items_as_written`: a list's items).
+
+A field typed `T | None | Absent` with the default `ABSENT` tells an absent key (ABSENT) from
+one present (read as `T | None`: an explicit null, or a wrong type, is None): for the readers
+that decide on a key's presence (a registry written before gateways has no `upstream`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -34,6 +41,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Self, TypeVar
 
 __all__ = [
+    "ABSENT",
+    "Absent",
     "Lenient",
     "as_bool",
     "as_devices",
@@ -42,8 +51,10 @@ __all__ = [
     "as_list",
     "as_num",
     "as_str",
+    "as_written",
     "decode",
     "doc_field",
+    "items_as_written",
     "nonempty_dict",
 ]
 
@@ -96,6 +107,25 @@ def nonempty_dict(v: Any) -> dict[str, Any] | None:
     return v if isinstance(v, dict) and v else None
 
 
+def as_written(v: Any) -> Any:
+    """The value as written (a field that a finding quotes, whatever its type)."""
+    return v
+
+
+def items_as_written(v: Any) -> tuple[Any, ...]:
+    """A list's items as written, whatever their types (a finding names them, or their index)."""
+    return tuple(as_list(v))
+
+
+class Absent(enum.Enum):
+    """The key is not in the document (a one-member enum: mypy narrows `x is ABSENT`)."""
+
+    ABSENT = "absent"
+
+
+ABSENT = Absent.ABSENT
+
+
 def _text(v: Any) -> str | None:
     # A str field that must name something: the empty string is as good as missing.
     return v if isinstance(v, str) and v else None
@@ -139,6 +169,7 @@ class _Field(NamedTuple):
     given: bool
     default: Any  # the value when it reads as None (_REQUIRED: none, the record is unreadable)
     factory: bool  # default is called for each record (a mutable default)
+    keyed: bool  # ABSENT when the key is missing, None when present but unreadable
 
 
 _REQUIRED = object()
@@ -150,7 +181,7 @@ def decode(cls: type[T], doc: object, **given: Any) -> T | None:
         return None
     values = []
     # The ignore: mypy does not take a TypeVar's class for Hashable (every class is).
-    for name, key, path, read, is_given, default, factory in _fields(cls):  # type: ignore[arg-type]
+    for name, key, path, read, is_given, default, factory, keyed in _fields(cls):  # type: ignore[arg-type]
         if is_given:
             value = given.get(name)
         else:
@@ -158,6 +189,9 @@ def decode(cls: type[T], doc: object, **given: Any) -> T | None:
             for step in path:
                 where = as_dict(where.get(step))
             value = read(where.get(key))
+            if value is None and keyed:
+                values.append(ABSENT if key not in where else None)
+                continue
         if value is None:
             if default is _REQUIRED:
                 return None
@@ -183,7 +217,8 @@ def _fields(cls: type[Any]) -> tuple[_Field, ...]:
         spec = f.metadata.get(_META, _Spec())
         factory = f.default_factory is not dataclasses.MISSING
         default = f.default_factory if factory else f.default
-        read = spec.read or _reader(hints[f.name])
+        keyed = default is ABSENT
+        read = spec.read or _reader(_without_absent(hints[f.name]) if keyed else hints[f.name])
         key = spec.key or f.name
         out.append(
             _Field(
@@ -194,9 +229,15 @@ def _fields(cls: type[Any]) -> tuple[_Field, ...]:
                 spec.given,
                 _REQUIRED if default is dataclasses.MISSING else default,
                 factory,
+                keyed,
             )
         )
     return tuple(out)
+
+
+def _without_absent(tp: Any) -> Any:
+    """`T | None | Absent` as `T | None`: the type a present key reads as."""
+    return functools.reduce(operator.or_, (a for a in typing.get_args(tp) if a is not Absent))
 
 
 def _reader(tp: Any) -> Reader:

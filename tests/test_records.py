@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from schemas import RunDir, RunOutcome, Writer, names, records
-from schemas.lenient import Lenient, decode, doc_field, nonempty_dict
+from schemas.lenient import ABSENT, Absent, Lenient, decode, doc_field, nonempty_dict
 
 
 @dataclass(frozen=True)
@@ -328,3 +328,168 @@ def test_preflight_round_trip(tmp_path: Path) -> None:
     rel = names.preflight(3)
     rec = records.PreflightRecord.from_json(_written(tmp_path, rel, fields), rank=3, relpath=rel)
     assert rec == records.PreflightRecord(3, rel, 1, "10.0.0.2", "h" * 255, "n2", False, (check,))
+
+
+@dataclass(frozen=True)
+class Keyed(Lenient):
+    upstream: str | None | Absent = ABSENT
+
+
+def test_an_absent_key_is_told_from_an_explicit_null() -> None:
+    assert Keyed.from_json({}) == Keyed(ABSENT)
+    assert Keyed.from_json({"upstream": None}) == Keyed(None)
+    assert Keyed.from_json({"upstream": 3}) == Keyed(None)  # present, unreadable
+    assert Keyed.from_json({"upstream": "http://j"}) == Keyed("http://j")
+
+
+def test_registry_round_trip(tmp_path: Path) -> None:
+    common: dict[str, Any] = {
+        "backend": None,
+        "model": "m",
+        "timeout": 30,
+        "max_context_length": None,
+        "context_check": "none",
+        "max_concurrent_calls": 4,
+    }
+    managed = records.registry_judge(
+        mode="managed", endpoint="http://g:1", upstream="http://j:2", rank=1, devices=(0,), **common
+    )
+    external = records.registry_judge(
+        mode="external", endpoint="http://g:3", upstream="http://x", rank=None, devices=(), **common
+    )
+    judging = {"grades_max_bytes": 1, "grades_keep": 0, "degraded_window": 1, "degraded_max_share": 0.5}
+    fields = records.registry_fields(
+        judges={"a": managed, "b": external}, rubrics={}, bindings={"v": ("a", "r")}, judging=judging
+    )
+    rec = records.RegistryRecord.from_json(_written(tmp_path, names.REGISTRY, fields))
+    assert rec == records.RegistryRecord(
+        judges={
+            "a": records.RegistryJudge("managed", "http://g:1", "http://j:2", 1),
+            "b": records.RegistryJudge("external", "http://g:3", "http://x", None),
+        },
+        rubrics={},
+        bindings={"v": records.RegistryBinding("a", "r")},
+    )
+    before_gateways = records.RegistryRecord.from_json({"judges": {"a": {"endpoint": "http://j"}}})
+    assert before_gateways is not None and before_gateways.judges["a"].upstream is ABSENT
+
+
+def test_judge_endpoint_and_gateway_round_trip(tmp_path: Path) -> None:
+    ep = records.judge_endpoint_fields(
+        name="a",
+        backend="reference",
+        model="m",
+        endpoint="http://h:2",
+        host="h",
+        port=2,
+        pid=9,
+        devices=(0, 1),
+        argv=("x",),
+        ready_after_s=1.23456,
+        log="judge-a-3.log",
+    )
+    rel = names.judge_endpoint("a", 3)
+    rec = records.JudgeEndpointRecord.from_json(_written(tmp_path / "e", rel, ep), judge="a", rank=3, relpath=rel)
+    assert rec == records.JudgeEndpointRecord("a", 3, rel, "http://h:2", (0, 1), True)
+    gw = records.gateway_fields(
+        judge="a",
+        mode="managed",
+        endpoint="http://h:5",
+        host="h",
+        port=5,
+        pid=10,
+        upstream=None,
+        max_concurrent_calls=4,
+        requests_log=names.gateway_log("a"),
+        log="gateway-a-3.log",
+    )
+    rel = names.gateway_record("a")
+    got = records.GatewayRecord.from_json(_written(tmp_path / "g", rel, gw), judge="a", relpath=rel)
+    assert got == records.GatewayRecord("a", rel, "http://h:5", None)
+
+
+def test_canaries_round_trip_and_quoted_values_as_written(tmp_path: Path) -> None:
+    sample = {"repetition": 0, "answer": "known-good", "score": 1.0, "reply_excerpt": "SCORE: 1", "latency_s": 0.1}
+    binding = records.canary_binding(
+        verifier="v",
+        judge="a",
+        rubric="r",
+        model="m",
+        model_listed=True,
+        listed_models=("m",),
+        passed=True,
+        reason="ok",
+        samples=[sample],
+    )
+    rnd = records.canary_round(judge="a", at="2026-01-01T00:00:00.000Z", passed=True, bindings=[binding])
+    fields = records.canaries_fields(passed=True, repetitions=1, bindings=[binding], rounds=[rnd])
+    rec = records.CanariesRecord.from_json(_written(tmp_path, names.CANARIES, fields))
+    item = records.CanaryBinding("v", "a", "r", True, True, "ok", (sample,), "a", "r")
+    assert rec == records.CanariesRecord(True, (item,), (records.CanaryRound("a", True, (item,)),))
+    assert set(records.canaries_fields(passed=True, bindings=[])) == {"passed", "bindings"}
+    damaged = records.CanariesRecord.from_json({"bindings": [3, {"verifier": "v", "judge": 4}]})
+    assert damaged is not None and len(damaged.bindings) == 2  # a damaged item keeps its index
+    assert (damaged.bindings[1].judge, damaged.bindings[1].judge_as_written) == (None, 4)
+
+
+def test_driver_result_round_trip_keeps_the_quoted_counts_as_written(tmp_path: Path) -> None:
+    given = {"optimizer_steps": 2, "final_loss": 0.5, "policy_version": 2, "policy_refreshes": 1, "judge_replies": 0}
+    fields = records.driver_result_fields({**given, "losses": [0.7, 0.5]})
+    rec = records.DriverResultRecord.from_json(_written(tmp_path, names.DRIVER_RESULT, fields))
+    assert rec == records.DriverResultRecord(2, 1, 0, (0.7, 0.5), 0.5, "agent", 2, 1, 0)
+    with pytest.raises(ValueError, match="finite"):
+        records.driver_result_fields({**given, "losses": [float("nan")]})
+    damaged = records.DriverResultRecord.from_json({"optimizer_steps": "x", "losses": [1, "a"], "final_loss": None})
+    assert damaged is not None and (damaged.optimizer_steps, damaged.optimizer_steps_as_written) == (None, "x")
+    assert (damaged.losses, damaged.final_loss) == ((1, "a"), None)
+    assert records.DriverResultRecord.from_json({}) == records.DriverResultRecord(final_loss=ABSENT)
+
+
+def test_submission_round_trip(tmp_path: Path) -> None:
+    fields = records.submission_fields(
+        backend="slurm", job_id="77", job_file="job.sbatch", command=("sbatch", "job.sbatch"), submitted_at=1.5
+    )
+    rec = records.SubmissionRecord.from_json(_written(tmp_path, names.SUBMISSION, fields))
+    assert rec == records.SubmissionRecord("slurm", "77", "slurm")
+    damaged = records.SubmissionRecord.from_json({"backend": 3, "job_id": ""})
+    assert damaged == records.SubmissionRecord(None, "", 3)
+
+
+def test_regrade_round_trip(tmp_path: Path) -> None:
+    profile = {
+        "kind": "cpu",
+        "partition": None,
+        "partition_source": "default",
+        "qos": None,
+        "qos_source": "default",
+        "walltime": "01:00:00",
+        "walltime_bounds": ["default"],
+        "walltime_source": "default",
+    }
+    fields = records.regrade_fields(
+        source_run_dir="/out/cluster/u-0",
+        source_uuid="u-0",
+        source_name="n",
+        source_fingerprint="f" * 64,
+        command="grade",
+        profile=profile,
+    )
+    rec = records.RegradeRecord.from_json(fields)  # the schema's profile has more required fields
+    assert rec == records.RegradeRecord("/out/cluster/u-0", "cpu", (), "f" * 64)
+    damaged = records.RegradeRecord.from_json({"profile": {"services": ["a", 3]}, "source_fingerprint": 7})
+    assert damaged == records.RegradeRecord(None, None, ("a", 3), 7)
+
+
+def test_attempt_records_round_trip(tmp_path: Path) -> None:
+    checkpoints = {"files": 1, "bytes": 2, "newest": None}
+    claim = records.claim_fields(token="t1", previous=1, mode="resume", checkpoints=checkpoints, previous_cause=None)
+    got = records.AttemptRecord.from_json(_written(tmp_path / "c", names.attempt_claim(2), claim))
+    assert got == records.AttemptRecord("claimed", "t1", "resume", None)
+    ready = records.attempt_fields(state="ready", token="t1", previous=1, archived=("a",))
+    assert records.AttemptRecord.from_json(_written(tmp_path / "r", names.attempt_ready(2), ready)) == (
+        records.AttemptRecord("ready", "t1")
+    )
+    refused = records.refused_fields(token="t2", previous=1, reason="over the caps")
+    assert records.AttemptRecord.from_json(_written(tmp_path / "x", names.attempt_refused(2), refused)) == (
+        records.AttemptRecord("refused", "t2", None, "over the caps")
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent.judges.rubrics import Rubric
+from schemas import records
 
 if TYPE_CHECKING:
     from agent.judges.client import JudgeClient
@@ -63,17 +64,17 @@ class BindingCanary:
     listed_models: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "verifier": self.verifier,
-            "judge": self.judge,
-            "rubric": self.rubric,
-            "model": self.model,
-            "model_listed": self.model_listed,
-            "listed_models": list(self.listed_models),
-            "passed": self.passed,
-            "reason": self.reason,
-            "samples": [s.to_json() for s in self.samples],
-        }
+        return records.canary_binding(
+            verifier=self.verifier,
+            judge=self.judge,
+            rubric=self.rubric,
+            model=self.model,
+            model_listed=self.model_listed,
+            listed_models=self.listed_models,
+            passed=self.passed,
+            reason=self.reason,
+            samples=[s.to_json() for s in self.samples],
+        )
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,9 @@ class CanaryReport:
 
     def to_json(self) -> dict[str, Any]:
         """The body of ``judge-canaries.json`` (the caller adds the artifact header)."""
-        return {
-            "passed": self.passed,
-            "repetitions": self.repetitions,
-            "bindings": [b.to_json() for b in self.bindings],
-        }
+        return records.canaries_fields(
+            passed=self.passed, repetitions=self.repetitions, bindings=[b.to_json() for b in self.bindings]
+        )
 
 
 def _excerpt(text: Any) -> str | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.judges.canary import BindingCanary, run_canaries
+from schemas import records
 from schemas.timefmt import iso_ms
 
 __all__ = ["MAX_ROUNDS", "CanaryRound", "CanaryWatch"]
@@ -39,12 +40,9 @@ class CanaryRound:
         return all(b.passed for b in self.bindings)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "judge": self.judge,
-            "at": iso_ms(self.at),
-            "passed": self.passed,
-            "bindings": [b.to_json() for b in self.bindings],
-        }
+        return records.canary_round(
+            judge=self.judge, at=iso_ms(self.at), passed=self.passed, bindings=[b.to_json() for b in self.bindings]
+        )
 
 
 class CanaryWatch:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from agent.coord.context import RunContext
 from agent.judges.port_file import read_port_file
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
 from launch.spec.config import JudgeConfig
-from schemas import FailureKind, names, safe_io
+from schemas import FailureKind, names, records, safe_io
 
 __all__ = ["LocalGateway", "LocalGateways", "gateway_argv"]
 
@@ -115,18 +114,18 @@ class LocalGateways:
     def _write_record(self, g: LocalGateway, upstream: str | None = None) -> None:
         ctx = self.ctx
         assert g.group is not None and g.port is not None
-        fields: dict[str, Any] = {
-            "judge": g.judge.name,
-            "mode": g.judge.mode,
-            "endpoint": endpoint_of(ctx.address, g.port),
-            "host": ctx.address,
-            "port": g.port,
-            "pid": g.group.pid,
-            "upstream": upstream if g.judge.managed else g.judge.endpoint,
-            "max_concurrent_calls": g.judge.max_concurrent_calls,
-            "requests_log": names.gateway_log(g.judge.name),
-            "log": g.log,
-        }
+        fields = records.gateway_fields(
+            judge=g.judge.name,
+            mode=g.judge.mode,
+            endpoint=endpoint_of(ctx.address, g.port),
+            host=ctx.address,
+            port=g.port,
+            pid=g.group.pid,
+            upstream=upstream if g.judge.managed else g.judge.endpoint,
+            max_concurrent_calls=g.judge.max_concurrent_calls,
+            requests_log=names.gateway_log(g.judge.name),
+            log=g.log,
+        )
         ctx.run.write_artifact(names.gateway_record(g.judge.name), ctx.writer, fields)
 
     def point_at(self, judge: str, url: str) -> None:

@@ -32,7 +32,7 @@ from launch.spec.config import JudgeConfig
 from launch.spec.data_check import DataError, check_data
 from launch.spec.miles_handoff import judge_registry_json, openai_base
 from launch.spec.sglang_argv import judge_command
-from schemas import DriverEnv, FailureKind, names
+from schemas import DriverEnv, FailureKind, names, records
 from schemas.safe_io import RunDirError
 
 if TYPE_CHECKING:
@@ -300,24 +300,20 @@ class JudgeRuntime:
     def _write_endpoint(self, j: LocalJudge, ready_after: float) -> None:
         ctx = self.ctx
         assert j.group is not None and j.port is not None
-        ctx.run.write_artifact(
-            names.judge_endpoint(j.config.name, ctx.rank),
-            ctx.writer,
-            {
-                "name": j.config.name,
-                "backend": j.config.backend or "sglang",
-                "model": j.config.model,
-                "endpoint": self._endpoint(j),
-                "host": ctx.address,
-                "port": j.port,
-                "pid": j.group.pid,
-                "devices": j.devices,
-                "argv": j.argv,
-                "ready": True,
-                "ready_after_s": round(ready_after, 3),
-                "log": j.log,
-            },
+        fields = records.judge_endpoint_fields(
+            name=j.config.name,
+            backend=j.config.backend or "sglang",
+            model=j.config.model,
+            endpoint=self._endpoint(j),
+            host=ctx.address,
+            port=j.port,
+            pid=j.group.pid,
+            devices=j.devices,
+            argv=j.argv,
+            ready_after_s=ready_after,
+            log=j.log,
         )
+        ctx.run.write_artifact(names.judge_endpoint(j.config.name, ctx.rank), ctx.writer, fields)
 
     def stop(self) -> None:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
@@ -335,23 +331,23 @@ class JudgeRuntime:
         cfg = ctx.config
         judges: dict[str, Any] = {}
         for j in cfg.bound_judges:
-            entry: dict[str, Any] = {
-                "mode": j.mode,
-                "backend": j.backend,
-                "model": j.model,
-                "timeout": j.timeout,
-                "max_context_length": j.max_context_length,
-                "context_check": j.context_check,
-                "max_concurrent_calls": j.max_concurrent_calls,
-            }
             # Every client of the run talks to the judge through its gateway; `upstream` is the judge itself.
             if j.managed:
                 rank, doc = self._endpoint_record(topo, j)
-                entry.update(upstream=doc["endpoint"], rank=rank, devices=doc["devices"])
+                where: dict[str, Any] = {"upstream": doc["endpoint"], "rank": rank, "devices": doc["devices"]}
             else:
-                entry.update(upstream=j.endpoint, rank=None, devices=[])
-            entry["endpoint"] = self.gateway_endpoint(j.name)
-            judges[j.name] = entry
+                where = {"upstream": j.endpoint, "rank": None, "devices": []}
+            judges[j.name] = records.registry_judge(
+                mode=j.mode,
+                backend=j.backend,
+                model=j.model,
+                timeout=j.timeout,
+                max_context_length=j.max_context_length,
+                context_check=j.context_check,
+                max_concurrent_calls=j.max_concurrent_calls,
+                endpoint=self.gateway_endpoint(j.name),
+                **where,
+            )
         used = {b.rubric for b in cfg.bindings}
         rubrics = {}
         for name, r in cfg.rubrics.items():
@@ -362,20 +358,20 @@ class JudgeRuntime:
                     rubrics[name] = rubric_from_spec(name, r.table(cfg.spec.base_dir)).to_json()
                 except RubricError as exc:
                     raise ctx.fail(FailureKind.DATA, str(exc)) from None
-        bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
         judging = cfg.judging
-        self.registry = {
-            "judges": judges,
-            "rubrics": rubrics,
-            "bindings": bindings,
+        self.registry = records.registry_fields(
+            judges=judges,
+            rubrics=rubrics,
+            bindings={b.verifier: (b.judge, b.rubric) for b in cfg.bindings},
             # What the driver's judge client library applies: agent/judges/grade_log.py and alarm.py.
-            "judging": {
+            judging={
                 "grades_max_bytes": judging.grades_max_bytes,
                 "grades_keep": judging.grades_keep,
                 "degraded_window": judging.degraded_window,
                 "degraded_max_share": judging.degraded_max_share,
             },
-        }
+        )
+        bindings = self.registry["bindings"]
         ctx.run.write_artifact(names.REGISTRY, ctx.writer, self.registry)
         self.handoff_registry(topo)
         return f"{len(judges)} judge(s), {len(rubrics)} rubric(s), {len(bindings)} binding(s)"
@@ -499,7 +495,7 @@ class JudgeRuntime:
     def _record_round(self, result: CanaryRound) -> None:
         from agent.judges.canary_watch import MAX_ROUNDS
 
-        doc: dict[str, Any] = self._canaries if self._canaries is not None else {"passed": True, "bindings": []}
+        doc = self._canaries if self._canaries is not None else records.canaries_fields(passed=True, bindings=[])
         rounds: list[Any] = list(doc.get("rounds") or [])
         doc["rounds"] = [*rounds, result.to_json()][-MAX_ROUNDS:]
         try:

@@ -12,7 +12,7 @@ from launch.backends.base import Rendered, Submission
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
 from launch.spec.load import spec_differences, spec_record
-from schemas import RunDir, Writer, WriterKind, names
+from schemas import RunDir, Writer, WriterKind, names, records
 
 
 def launcher_writer(config: RunConfig) -> Writer:
@@ -56,11 +56,11 @@ def write_submission(run: RunDir, config: RunConfig, backend: str, job: Path, su
     run.write_artifact(
         names.SUBMISSION,
         launcher_writer(config),
-        {
-            "backend": backend,
-            "job_id": submission.job_id,
-            "job_file": str(job.relative_to(run.path)),
-            "command": list(submission.command),
-            "submitted_at": time.time(),
-        },
+        records.submission_fields(
+            backend=backend,
+            job_id=submission.job_id,
+            job_file=str(job.relative_to(run.path)),
+            command=submission.command,
+            submitted_at=time.time(),
+        ),
     )

@@ -10,24 +10,51 @@ disagree; tests/test_records.py reads every builder's output back through its re
 from __future__ import annotations
 
 from schemas.records.address import AddressRecord, SchedulerJobRef, address_fields
+from schemas.records.attempt import AttemptRecord, attempt_fields, claim_fields, refused_fields
+from schemas.records.canaries import (
+    CanariesRecord,
+    CanaryBinding,
+    CanaryRound,
+    canaries_fields,
+    canary_binding,
+    canary_round,
+)
 from schemas.records.cleanup import CleanupRecord, cleanup_fields
 from schemas.records.completion import AckRecord, CompleteRecord, ack_fields, complete_fields
+from schemas.records.driver_result import DriverResultRecord, driver_result_fields
 from schemas.records.driver_stop import DriverStopRecord, driver_stop_fields
 from schemas.records.failure import FailureRecord, failure_fields
 from schemas.records.heartbeat import HeartbeatRecord, heartbeat_fields
+from schemas.records.judges import GatewayRecord, JudgeEndpointRecord, gateway_fields, judge_endpoint_fields
 from schemas.records.phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
 from schemas.records.placement import JudgeSlot, PlacementRecord, filesystem_fields, placement_fields
 from schemas.records.preflight import PreflightRecord, preflight_fields
 from schemas.records.ray import RayHeadRecord, RayLayoutRecord, ray_head_fields, ray_layout_fields
+from schemas.records.registry import (
+    RegistryBinding,
+    RegistryJudge,
+    RegistryRecord,
+    registry_fields,
+    registry_judge,
+)
+from schemas.records.regrade import RegradeRecord, regrade_fields
+from schemas.records.submission import SubmissionRecord, submission_fields
 
 __all__ = [
     "AckRecord",
     "AddressRecord",
+    "AttemptRecord",
+    "CanariesRecord",
+    "CanaryBinding",
+    "CanaryRound",
     "CleanupRecord",
     "CompleteRecord",
+    "DriverResultRecord",
     "DriverStopRecord",
     "FailureRecord",
+    "GatewayRecord",
     "HeartbeatRecord",
+    "JudgeEndpointRecord",
     "JudgeSlot",
     "PhaseSpan",
     "PhasesRecord",
@@ -35,19 +62,37 @@ __all__ = [
     "PreflightRecord",
     "RayHeadRecord",
     "RayLayoutRecord",
+    "RegradeRecord",
+    "RegistryBinding",
+    "RegistryJudge",
+    "RegistryRecord",
     "SchedulerJobRef",
+    "SubmissionRecord",
     "ack_fields",
     "address_fields",
+    "attempt_fields",
+    "canaries_fields",
+    "canary_binding",
+    "canary_round",
+    "claim_fields",
     "cleanup_fields",
     "complete_fields",
+    "driver_result_fields",
     "driver_stop_fields",
     "failure_fields",
     "filesystem_fields",
+    "gateway_fields",
     "heartbeat_fields",
+    "judge_endpoint_fields",
     "phase_entry",
     "phases_fields",
     "placement_fields",
     "preflight_fields",
     "ray_head_fields",
     "ray_layout_fields",
+    "refused_fields",
+    "regrade_fields",
+    "registry_fields",
+    "registry_judge",
+    "submission_fields",
 ]

@@ -46,14 +46,12 @@ __all__ = [
     "Look",
     "Timing",
     "Verb",
-    "claim_fields",
     "finished",
     "foreign",
     "never_ready",
     "no_progress",
     "not_ended",
     "over_retries",
-    "record_fields",
     "refused",
     "restart_entry",
     "restart_look",
@@ -201,23 +199,6 @@ def no_progress(
 
 
 # -- the records ---------------------------------------------------------------------------------
-
-
-def record_fields(state: str, token: str, previous: int | None, archived: Sequence[str] = ()) -> dict[str, Any]:
-    """attempts/N/ready.json (and the common part of claim.json and refused.json)."""
-    return {"state": state, "token": token, "previous": previous, "archived": list(archived)}
-
-
-def claim_fields(
-    token: str, previous: int | None, mode: str, checkpoints: Mapping[str, Any], previous_cause: str | None
-) -> dict[str, Any]:
-    """attempts/N/claim.json: who claimed it, how, and what the restart caps need."""
-    return {
-        **record_fields("claimed", token, previous),
-        "mode": mode,
-        "checkpoints": dict(checkpoints),
-        "previous_cause": previous_cause,
-    }
 
 
 # -- the refusals' words -------------------------------------------------------------------------

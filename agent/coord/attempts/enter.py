@@ -15,7 +15,7 @@ from agent.coord.attempts.decide import AttemptRefused, Caps, Timing, Verb
 from agent.coord.attempts.mode import RESTART, RESUME, ResumeMode, attempt_token
 from launch.spec.config import RunConfig
 from launch.spec.restarts import max_retries
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, names, records
 
 __all__ = ["AttemptEntered", "claim_next", "enter_attempt", "join", "join_restart"]
 
@@ -112,14 +112,20 @@ def claim_next(
         files.record_refusal(run, writer, target, token, previous, why)
         raise AttemptRefused(decide.refused(target, why))
     run.attempt = target
-    if not files.create_claim(run, writer, target, decide.claim_fields(token, previous, mode, state, last_cause)):
+    if not files.create_claim(
+        run,
+        writer,
+        target,
+        records.claim_fields(token=token, previous=previous, mode=mode, checkpoints=state, previous_cause=last_cause),
+    ):
         owner = files.claim_token(run, target)
         if owner == token:
             return files.wait_ready(run, target, timing)
         run.attempt = previous or 1
         raise AttemptRefused(decide.taken(target, owner))
     archived = files.archive(run, previous) if previous is not None else []
-    run.write_artifact(names.attempt_ready(target), writer, decide.record_fields("ready", token, previous, archived))
+    ready = records.attempt_fields(state="ready", token=token, previous=previous, archived=archived)
+    run.write_artifact(names.attempt_ready(target), writer, ready)
     return target
 
 

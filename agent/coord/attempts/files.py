@@ -8,9 +8,9 @@ import os
 import time
 from typing import Any
 
-from agent.coord.attempts.decide import AttemptRefused, Look, Timing, never_ready, record_fields
+from agent.coord.attempts.decide import AttemptRefused, Look, Timing, never_ready
 from agent.ground.waits import poll_until
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, names, records
 
 __all__ = [
     "archive",
@@ -153,7 +153,7 @@ def record_refusal(run: RunDir, writer: Writer, target: int, token: str, previou
     saved, run.attempt = run.attempt, target
     try:
         run.create_artifact(
-            names.attempt_refused(target), writer, {**record_fields("refused", token, previous), "reason": why}
+            names.attempt_refused(target), writer, records.refused_fields(token=token, previous=previous, reason=why)
         )
     except FileExistsError:
         pass

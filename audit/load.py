@@ -135,66 +135,13 @@ def load_run(safe: SafeDir) -> LoadedRun:
             Finding("warning", "dir.too_many_entries", f"more than {MAX_ENTRIES} entries; the rest not audited")
         )
     for relpath, kind in entries:
-        if clean_text(relpath) != relpath:
-            # Not a name any writer of ours produces; keep it out of every other code path.
-            run.findings.append(Finding("info", "file.unknown", "file name is not UTF-8", clean_text(relpath)))
-            continue
-        if kind == "symlink":
-            run.findings.append(
-                Finding("error", "file.symlink", "is a symlink; not followed (someone planted it?)", relpath)
-            )
-            continue
-        if kind == "dir":
-            if relpath in (names.ATTEMPTS_DIR, names.CHECKPOINTS_DIR):
-                continue  # earlier attempts are audited on their own; checkpoints are the driver's
-            if relpath not in names.SUBDIRS and not names.is_log_dir(relpath):
-                run.findings.append(Finding("info", "file.unknown", "unknown directory (not audited)", relpath))
-            continue
-        if kind == "other":
-            run.findings.append(Finding("error", "file.not_regular", "is not a regular file; not read", relpath))
-            continue
-        if names.is_temp(names.leaf(relpath)):
-            run.findings.append(
-                Finding("info", "file.temp", "leftover temporary file of an interrupted write", relpath)
-            )
+        if _set_aside(run, relpath, kind):
             continue
         parsed = names.parse(relpath)  # one lookup says log, JSON Lines or artifact (8,000 names)
-        if parsed is not None and parsed.log is not None:
-            size = safe.size(relpath)
-            if size is None:
-                run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
-            else:
-                run.logs[relpath] = size
+        if parsed is None or parsed.log is not None or parsed.lines:
+            _load_other(safe, run, relpath, parsed)
             continue
-        if parsed is not None and parsed.lines:
-            _load_jsonl(safe, run, relpath, parsed.schema, parsed.rank)
-            continue
-        if parsed is None:
-            if names.is_other_file(relpath):
-                size = safe.size(relpath)
-                if size is not None:
-                    run.others[relpath] = size
-                continue  # the user's run file, the rendered job: part of the contract, not artifacts
-            run.findings.append(Finding("info", "file.unknown", "not part of the run-directory contract", relpath))
-            continue
-        schema, file_rank, judge = parsed.schema, parsed.rank, parsed.judge
-        doc: Any = None
-        try:
-            data = safe.read_capped(relpath)
-        except UnsafeFile as exc:
-            run.findings.append(Finding("error", exc.code, str(exc), relpath, file_rank))
-            data = None
-        except OSError as exc:
-            run.findings.append(Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", relpath))
-            data = None
-        if data is not None:
-            doc, found = parse_json(data, relpath)
-            run.findings.extend(found)
-            if doc is not None and not isinstance(doc, dict):
-                run.findings.append(
-                    Finding("error", "json.not_object", f"is a JSON {type(doc).__name__}, not an object", relpath)
-                )
-                doc = None
+        doc = _read_object(safe, run, relpath, parsed.rank)
         if isinstance(doc, dict) and not names.is_run_level(relpath) and doc.get("attempt", 1) != attempt:
             # A straggler or a planted record: the agents of this attempt ignored it, so do we.
             run.findings.append(
@@ -203,12 +150,78 @@ def load_run(safe: SafeDir) -> LoadedRun:
                     "record.other_attempt",
                     f"stamped attempt {doc.get('attempt')!r}, but this is attempt {attempt}; ignored",
                     relpath,
-                    file_rank,
+                    parsed.rank,
                 )
             )
             continue
-        run.artifacts[relpath] = Artifact(relpath, schema, file_rank, judge, doc)
+        run.artifacts[relpath] = Artifact(relpath, parsed.schema, parsed.rank, parsed.judge, doc)
     return run
+
+
+def _set_aside(run: LoadedRun, relpath: str, kind: str) -> bool:
+    """An entry that is not a file to read (a name no writer of ours produces, a link, a folder,
+    a device, a leftover temp file): its finding, if any, and True."""
+    if clean_text(relpath) != relpath:
+        # Not a name any writer of ours produces; keep it out of every other code path.
+        run.findings.append(Finding("info", "file.unknown", "file name is not UTF-8", clean_text(relpath)))
+        return True
+    if kind == "symlink":
+        run.findings.append(
+            Finding("error", "file.symlink", "is a symlink; not followed (someone planted it?)", relpath)
+        )
+        return True
+    if kind == "dir":
+        if relpath in (names.ATTEMPTS_DIR, names.CHECKPOINTS_DIR):
+            return True  # earlier attempts are audited on their own; checkpoints are the driver's
+        if relpath not in names.SUBDIRS and not names.is_log_dir(relpath):
+            run.findings.append(Finding("info", "file.unknown", "unknown directory (not audited)", relpath))
+        return True
+    if kind == "other":
+        run.findings.append(Finding("error", "file.not_regular", "is not a regular file; not read", relpath))
+        return True
+    if names.is_temp(names.leaf(relpath)):
+        run.findings.append(Finding("info", "file.temp", "leftover temporary file of an interrupted write", relpath))
+        return True
+    return False
+
+
+def _load_other(safe: SafeDir, run: LoadedRun, relpath: str, parsed: names.Parsed | None) -> None:
+    """A file that is not a JSON artifact: a log (its size), JSON Lines, a contract file that is
+    not an artifact (the user's run file, the rendered job), or an unknown one."""
+    if parsed is not None and parsed.log is not None:
+        size = safe.size(relpath)
+        if size is None:
+            run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
+        else:
+            run.logs[relpath] = size
+    elif parsed is not None:
+        _load_jsonl(safe, run, relpath, parsed.schema, parsed.rank)
+    elif names.is_other_file(relpath):
+        size = safe.size(relpath)
+        if size is not None:
+            run.others[relpath] = size
+    else:
+        run.findings.append(Finding("info", "file.unknown", "not part of the run-directory contract", relpath))
+
+
+def _read_object(safe: SafeDir, run: LoadedRun, relpath: str, file_rank: int | None) -> Any:
+    """The artifact's JSON object, or None (unreadable, not JSON, not an object: each a finding)."""
+    try:
+        data = safe.read_capped(relpath)
+    except UnsafeFile as exc:
+        run.findings.append(Finding("error", exc.code, str(exc), relpath, file_rank))
+        return None
+    except OSError as exc:
+        run.findings.append(Finding("error", "file.unreadable", f"cannot be read: {exc.strerror}", relpath))
+        return None
+    doc, found = parse_json(data, relpath)
+    run.findings.extend(found)
+    if doc is not None and not isinstance(doc, dict):
+        run.findings.append(
+            Finding("error", "json.not_object", f"is a JSON {type(doc).__name__}, not an object", relpath)
+        )
+        return None
+    return doc
 
 
 def _load_jsonl(safe: SafeDir, run: LoadedRun, relpath: str, schema: str, file_rank: int | None) -> None:

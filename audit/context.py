@@ -27,6 +27,8 @@ from audit.views import (
 from schemas import names, order
 from schemas.records import CleanupRecord, CompleteRecord
 
+__all__ = ["AuditContext", "build_context"]
+
 
 @dataclass(frozen=True)
 class AuditContext:

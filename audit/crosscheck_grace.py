@@ -7,6 +7,8 @@ from audit.model import Finding
 from schemas import names
 from schemas.records import DriverStopRecord
 
+__all__ = ["check_driver_stop"]
+
 
 def check_driver_stop(ctx: AuditContext) -> list[Finding]:
     f = names.DRIVER_STOP

@@ -19,6 +19,8 @@ from schemas.records import (
     RegistryRecord,
 )
 
+__all__ = ["check_canaries", "check_gateways", "check_judge_endpoints", "check_judge_replies", "check_registry"]
+
 
 def _registry(ctx: AuditContext) -> RegistryRecord | None:
     return RegistryRecord.from_json(ctx.run.doc(names.REGISTRY))

@@ -13,6 +13,8 @@ from audit.views import PlacementRec, mask_entries
 from schemas import names
 from schemas.records import RayLayoutRecord
 
+__all__ = ["check_addresses", "check_placements", "check_ranks", "check_ray_layout"]
+
 
 def check_ranks(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []

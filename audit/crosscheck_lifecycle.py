@@ -16,6 +16,19 @@ from schemas.lenient import ABSENT, as_str
 from schemas.records import CleanupRecord, DriverResultRecord
 from schemas.vocab import FsCondition
 
+__all__ = [
+    "check_cleanup",
+    "check_completion",
+    "check_driver",
+    "check_failures_vs_success",
+    "check_heartbeats",
+    "check_incarnations",
+    "check_logs",
+    "check_phases",
+    "check_shared_filesystem",
+    "training_summary",
+]
+
 
 def check_phases(ctx: AuditContext) -> list[Finding]:
     out: list[Finding] = []

@@ -13,6 +13,8 @@ from launch.spec.load import load_spec
 from schemas import names
 from schemas.records import RegradeRecord
 
+__all__ = ["check_regrade", "is_regrade"]
+
 
 def is_regrade(ctx: AuditContext) -> bool:
     return ctx.run.doc(names.REGRADE) is not None

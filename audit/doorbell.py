@@ -11,6 +11,8 @@ from typing import Any
 from schemas.lenient import as_dict, as_int
 from schemas.records import CleanupRecord
 
+__all__ = ["COUNTS", "describe", "summary"]
+
 COUNTS = (
     "rings",
     "sent",

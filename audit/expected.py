@@ -24,6 +24,8 @@ from launch.spec.plan import plan as make_plan
 from launch.spec.sections import EvidenceConfig
 from schemas import names
 
+__all__ = ["NodePlan", "PlanView", "expected_plan"]
+
 
 @dataclass(frozen=True)
 class NodePlan:

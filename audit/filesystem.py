@@ -18,6 +18,8 @@ from audit.views import rank_of
 from schemas import names
 from schemas.lenient import as_dict, as_list, as_str
 
+__all__ = ["MAX_GROUPS", "Mount", "check_filesystem", "describe", "mounts"]
+
 MAX_GROUPS = 64  # a heterogeneous cluster lists a few mounts; more are summarised by the first ones
 
 

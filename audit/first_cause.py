@@ -33,6 +33,18 @@ from audit.safedir import SafeDir
 from audit.views import FailureRec, PhasesRec
 from schemas import FailureKind, Phase, names
 
+__all__ = [
+    "JUDGE_KINDS",
+    "JUDGE_PHASES",
+    "KIND_PRIORITY",
+    "REACTION_KINDS",
+    "SCHEDULER_REACTION_S",
+    "SIGNALLED_EXIT_CODES",
+    "analyse",
+    "order_key",
+    "signal_like",
+]
+
 # Lower is a likelier first cause when wall times tie (every FailureKind has one: a test checks).
 KIND_PRIORITY: dict[str, int] = {
     FailureKind.TIME_LIMIT: 0,  # the scheduler's ending explains every rank's signal

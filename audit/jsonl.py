@@ -17,6 +17,8 @@ import orjson
 from audit.model import Finding
 from schemas import violations
 
+__all__ = ["DROPPED", "JsonlArtifact", "MAX_FINDINGS_PER_FILE", "MAX_JSONL_BYTES", "MAX_LINE_BYTES", "read_jsonl"]
+
 MAX_JSONL_BYTES = 1 << 30  # per file: more is read no further (a warning says so)
 MAX_LINE_BYTES = 1 << 20  # a writer's line is bounded far below this (agent/judges/grade_log.py)
 MAX_FINDINGS_PER_FILE = 20  # a wholly wrong file would otherwise bury every other finding

@@ -33,6 +33,20 @@ from schemas import names
 from schemas.lenient import as_str
 from schemas.records import CanariesRecord
 
+__all__ = [
+    "ACCESS_RE",
+    "CHAT_PATH",
+    "GRADES_CAP_BYTES",
+    "JudgeReplies",
+    "LOG_CAP_BYTES",
+    "ReplyCounts",
+    "canary_replies",
+    "count_access_log",
+    "count_gateway",
+    "count_grades",
+    "count_replies",
+]
+
 # One access-log line: uvicorn's `"METHOD PATH HTTP/1.1" STATUS`, which SGLang and the
 # reference judge both print.
 ACCESS_RE = re.compile(rb'"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) (/[^ "?]*)(?:\?[^ "]*)? HTTP/[0-9.]+" (\d{3})')

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from audit.safedir import SafeDir
 
+__all__ = ["CHUNK", "LineReader"]
+
 CHUNK = 4 * 1024 * 1024
 
 

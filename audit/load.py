@@ -21,6 +21,8 @@ from audit.safedir import MAX_ENTRIES, SafeDir, UnsafeFile
 from audit.sanitize import clean_text
 from schemas import names
 
+__all__ = ["Artifact", "LoadedRun", "current_attempt", "load_run", "parse_json"]
+
 
 @dataclass(frozen=True)
 class Artifact:

@@ -21,6 +21,27 @@ from dataclasses import dataclass
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
 
+__all__ = [
+    "CHUNK",
+    "Counter",
+    "ERROR_LINE",
+    "FOLD",
+    "LogFile",
+    "MAX_LINE",
+    "Matcher",
+    "REGEX_META",
+    "TAIL_BYTES",
+    "TRUNCATED",
+    "VECTOR_FROM",
+    "excerpt",
+    "grep_fd",
+    "grep_log",
+    "list_logs",
+    "log_excerpt",
+    "parse_log_name",
+    "read_tail",
+]
+
 CHUNK = 1024 * 1024
 MAX_LINE = 64 * 1024
 TAIL_BYTES = 256 * 1024

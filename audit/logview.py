@@ -23,6 +23,25 @@ from audit.logs import MAX_LINE, TRUNCATED, LogFile, Matcher
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import Phase, names
 
+__all__ = [
+    "DURATION",
+    "Follower",
+    "Line",
+    "STAMP",
+    "UNITS",
+    "driver_starts",
+    "file_view",
+    "follow_wakes",
+    "line_time",
+    "merged_view",
+    "parse_since",
+    "read_lines",
+    "render",
+    "selector",
+    "timed",
+    "with_context",
+]
+
 STAMP = re.compile(rb"^\[?(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

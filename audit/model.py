@@ -12,6 +12,22 @@ from typing import Any, Literal
 from audit.stacks import Summary as StacksSummary
 from schemas.records import PhaseSpan as PhaseSpan  # re-exported: the audit's modules name it here
 
+__all__ = [
+    "AttemptSummary",
+    "AuditResult",
+    "Cause",
+    "Finding",
+    "GpuCell",
+    "NodeMap",
+    "Outcome",
+    "PhaseSpan",
+    "RankSummary",
+    "SEVERITY_ORDER",
+    "Sender",
+    "Severity",
+    "Verdict",
+]
+
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
 

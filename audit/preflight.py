@@ -18,6 +18,16 @@ from schemas import names
 from schemas.lenient import as_dict, as_int, as_list
 from schemas.records import PreflightRecord
 
+__all__ = [
+    "MAX_NAMED",
+    "UnfitNode",
+    "check_gpu_residue",
+    "check_preflight",
+    "exclude_line",
+    "unfit_node",
+    "unfit_nodes",
+]
+
 MAX_NAMED = 64  # hosts named on one exclude line before "..." (the JSON has them all)
 
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from audit.model import Cause
 from schemas import FailureKind, Phase, names
 
+__all__ = ["FIRST", "MAX_LISTED", "RAY_KINDS", "RAY_PHASES", "ray_evidence"]
+
 RAY_KINDS = {FailureKind.CHILD_EXIT, FailureKind.LAYOUT}
 RAY_PHASES = {Phase.RAY_START, Phase.READINESS}
 FIRST = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")

@@ -11,6 +11,8 @@ from audit.context import AuditContext
 from schemas import Phase, names, timefmt
 from schemas.records import RayHeadRecord
 
+__all__ = ["SHOWN", "describe", "startup_table"]
+
 SHOWN = 16  # rows the text report lists in node order; a larger cluster shows its slowest
 
 

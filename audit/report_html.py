@@ -18,6 +18,8 @@ from audit.report_text import cause_headline
 from audit.sanitize import clean_text
 from schemas import Phase, timefmt
 
+__all__ = ["CSS", "FIRST_CAUSE", "OTHER_PHASE", "PHASE_COLORS", "REACTION", "ROLE_COLORS", "render", "run_span"]
+
 PHASE_COLORS: dict[str, str] = {  # keyed by Phase, looked up by the recorded phase name
     Phase.RENDEZVOUS: "#4e79a7",
     Phase.PLAN_AGREEMENT: "#a0cbe8",

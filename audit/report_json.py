@@ -63,6 +63,8 @@ import orjson
 from audit.model import AuditResult
 from audit.sanitize import clean_json
 
+__all__ = ["render", "render_unusable"]
+
 
 def render(result: AuditResult) -> str:
     doc = result.to_json()

@@ -14,6 +14,8 @@ from audit.sanitize import terminal_safe as _t
 from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
 
+__all__ = ["cause_headline", "fmt_time", "render"]
+
 
 def fmt_time(t: float | None) -> str:
     if t is None:

@@ -12,6 +12,8 @@ from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
 from schemas.records import AttemptRecord
 
+__all__ = ["REFUSED", "attempt_numbers", "how_entered", "refused_findings"]
+
 REFUSED = "attempt.refused"  # the finding's code
 
 

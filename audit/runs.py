@@ -17,6 +17,8 @@ from audit.model import AuditResult
 from audit.safedir import UnusableRunDir
 from audit.sanitize import terminal_safe
 
+__all__ = ["MAX_RUNS", "RunRow", "list_runs", "render_json", "render_table", "row_from", "row_of"]
+
 MAX_RUNS = 10_000
 
 

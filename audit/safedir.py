@@ -23,6 +23,8 @@ from launch.spec.errors import GymError
 from schemas import names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, UnsafeEntry
 
+__all__ = ["MAX_ENTRIES", "SafeDir", "UnsafeFile", "UnusableRunDir"]
+
 MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
 
 

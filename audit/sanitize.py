@@ -7,6 +7,8 @@ import math
 import re
 from typing import Any
 
+__all__ = ["clean_json", "clean_text", "terminal_safe"]
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 

@@ -8,6 +8,8 @@ from audit.model import Finding
 from schemas import violations
 from schemas.lenient import as_int, as_str
 
+__all__ = ["MAX_VIOLATIONS_PER_FILE", "check_schemas"]
+
 MAX_VIOLATIONS_PER_FILE = 20  # a wholly wrong file would otherwise bury every other finding
 
 

@@ -11,6 +11,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "Group",
+    "MIN_FOR_ODD",
+    "NOT_COMPARED",
+    "PLURALS",
+    "Proc",
+    "ROLE_NAMES",
+    "SHOWN_FRAMES",
+    "SIGNATURE_FRAMES",
+    "Summary",
+    "group",
+    "notes_of",
+    "procs_of",
+    "ranks_text",
+    "shown_frames",
+    "summarise",
+]
+
 SIGNATURE_FRAMES = 3  # innermost frames of the main thread that make two processes' stacks "the same"
 SHOWN_FRAMES = 2  # frames a group is shown by: the innermost own frame and its caller
 MIN_FOR_ODD = 3  # a role needs this many processes with stacks before one can be the odd one out

@@ -40,6 +40,24 @@ from launch.spec.evidence_lines import (
 )
 from launch.spec.sections import EvidenceConfig
 
+__all__ = [
+    "ACCEPTED",
+    "CAP_BYTES",
+    "LOG_CAP_BYTES",
+    "MAX_RANK_FILES",
+    "MAX_REFRESH_MARKS",
+    "MAX_SERIES",
+    "MAX_STEPS_KEPT",
+    "NOT_DECLARED",
+    "SourceReading",
+    "TrainingEvidence",
+    "read_evidence",
+    "read_log",
+    "read_metrics",
+    "read_miles",
+    "thin",
+]
+
 MAX_SERIES = 500  # (step, loss) points a source keeps for the report's chart
 MAX_REFRESH_MARKS = 500
 MAX_STEPS_KEPT = 1 << 20  # steps whose losses are kept before thinning (memory stays bounded)

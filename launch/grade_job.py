@@ -36,6 +36,17 @@ from launch.spec.config import JudgeConfig, RunConfig
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, names
 
+__all__ = [
+    "EXIT_NOT_GRADED",
+    "EXIT_OK",
+    "GradeArgs",
+    "Target",
+    "classify",
+    "grade",
+    "managed_endpoint",
+    "resolve_target",
+]
+
 EXIT_OK = 0
 EXIT_NOT_GRADED = 1
 

@@ -24,6 +24,22 @@ from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
 from schemas.doorbell_wire import send_copies, stacks_request
 
+__all__ = [
+    "AGENT_LIST_EVERY_S",
+    "Answers",
+    "COPIES_AT",
+    "MARGIN_S",
+    "POLL_S",
+    "SHOWN_FRAMES",
+    "Target",
+    "ask",
+    "format_text",
+    "live_targets",
+    "run_stacks",
+    "to_json",
+    "wait_for",
+]
+
 COPIES_AT = (0.0, 0.05, 0.25)  # a lost datagram is sent again, briefly
 AGENT_LIST_EVERY_S = 10.0  # agent/stacks/live.py's slow path (an agent not reached by the doorbell)
 MARGIN_S = 5.0

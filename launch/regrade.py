@@ -41,6 +41,42 @@ from launch.spec.errors import UsageError
 from schemas import records
 from schemas.vocab import JobEnv, LauncherEnv
 
+__all__ = [
+    "CLUSTER_DEFAULT",
+    "CPU",
+    "CPU_PLACEMENT_UNUSED",
+    "DEFAULT_WALLTIME",
+    "GPU_DIRECTIVES",
+    "JUDGE_POOL",
+    "OWN_COMPUTE",
+    "OWN_COMPUTE_UNUSED",
+    "PARTITION_DEFAULT",
+    "Placement",
+    "PoolShape",
+    "Profile",
+    "READER",
+    "RegradeRefused",
+    "SERVED_JUDGE",
+    "WALLTIME_DEFAULT",
+    "WALLTIME_MAX_TIME",
+    "WALLTIME_SEGMENT",
+    "bound_walltime",
+    "dangling_driver_env",
+    "derive_profile",
+    "is_cpu_only",
+    "judge_job_spec",
+    "kind_of",
+    "reader_option",
+    "reader_partition",
+    "reader_qos",
+    "served_judges",
+    "slurm_seconds",
+    "slurm_time",
+    "source_record",
+    "table_of",
+    "target_partition",
+]
+
 CPU = "cpu"
 SERVED_JUDGE = "served-judge"
 DEFAULT_WALLTIME = "04:00:00"

@@ -27,6 +27,8 @@ from launch.spec.plan import plan as make_plan
 from schemas import names
 from schemas.vocab import LauncherEnv
 
+__all__ = ["EXIT_OK", "RegradeArgs", "load_source", "regrade"]
+
 EXIT_OK = 0
 
 

@@ -14,6 +14,8 @@ from launch.spec.config import RunConfig
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
 
+__all__ = ["open_instruct_problems", "template_problems"]
+
 
 def template_problems(config: RunConfig) -> list[Problem]:
     """Every problem of every declared rubric's template file (bound or not), keyed by the rubric

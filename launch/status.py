@@ -26,6 +26,24 @@ from schemas.records import SubmissionRecord
 if TYPE_CHECKING:
     from schemas.watch import RunDirWatch
 
+__all__ = [
+    "HeartbeatClock",
+    "OUTPUT_ROOT_ENV",
+    "REDRAWN_BY",
+    "RankRow",
+    "Status",
+    "TERMINAL",
+    "format_status",
+    "open_run",
+    "planned_replicas",
+    "read_status",
+    "redraws",
+    "resolve_run_dir",
+    "scheduler_view",
+    "unfit_of",
+    "watch_clock",
+]
+
 TERMINAL = ("SUCCEEDED", "FAILED")
 # The records whose arrival redraws --watch at once. Not heartbeats: a new one only resets an age,
 # which the refresh every --interval shows (a redraw per heartbeat of every rank would flood a

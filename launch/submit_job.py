@@ -18,6 +18,8 @@ from launch.backends.base import Backend, Rendered, RenderRequest, SubmitError
 from launch.backends.rundir import claim_run_dir, write_job, write_submission
 from schemas import names
 
+__all__ = ["EXIT_OK", "submit"]
+
 EXIT_OK = 0
 
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+__all__ = ["MAGIC", "MAX_DATAGRAM", "STACKS_TYPE", "TAG_BYTES", "seal", "send_copies", "stacks_request", "tag"]
+
 MAGIC = b"GYMDB1"
 TAG_BYTES = hashlib.sha256().digest_size
 MAX_DATAGRAM = 1200  # under the smallest IPv6 MTU: never fragmented

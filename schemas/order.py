@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 
+__all__ = ["address_key", "node_owners", "owners_in_pools", "pool_ranks"]
+
 
 def address_key(addr: str) -> tuple[int, int, int, str]:
     """Sort key of an address. A name that is not an IP (only a broken record has one) sorts

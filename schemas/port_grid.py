@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import zlib
 
+__all__ = ["DEFAULT_EPHEMERAL", "first_block", "head_block", "on_grid", "port_bases"]
+
 PORT_FLOOR, PORT_BLOCK, PORT_CEILING = 10000, 50, 65500
 DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's default net.ipv4.ip_local_port_range
 

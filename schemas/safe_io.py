@@ -20,6 +20,24 @@ from pathlib import Path
 from schemas import names
 from schemas.errors import GymError
 
+__all__ = [
+    "MAX_ARTIFACT_BYTES",
+    "RunDirError",
+    "Sync",
+    "UnsafeEntry",
+    "open_dir",
+    "open_parent",
+    "open_regular",
+    "open_regular_sized",
+    "read_capped",
+    "read_fd_capped",
+    "regular_size",
+    "split",
+    "write_atomic",
+    "write_atomic_path",
+    "write_exclusive",
+]
+
 MAX_ARTIFACT_BYTES = 16 * 1024 * 1024  # artifacts are small; a huge one is hostile or broken
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -25,6 +25,8 @@ from schemas import names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
 from schemas.vocab import WriterKind
 
+__all__ = ["JsonRead", "RETRYABLE_READ_ERRNOS", "RunDir", "Writer", "new_incarnation"]
+
 RETRYABLE_READ_ERRNOS = {errno.EACCES, errno.ESTALE, errno.EIO, errno.EAGAIN, errno.EINTR}
 
 

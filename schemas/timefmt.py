@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime
 import math
 
+__all__ = ["iso_ms", "out_of_range", "parse_iso", "seconds", "utc"]
+
 # The epochs datetime can represent (0001-01-01 and 9999-12-31, UTC), a day inside each end.
 _FIRST = datetime.datetime(1, 1, 2, tzinfo=datetime.UTC).timestamp()
 _LAST = datetime.datetime(9999, 12, 30, tzinfo=datetime.UTC).timestamp()

@@ -25,6 +25,18 @@ if TYPE_CHECKING:  # imported on first use: an audit that finds nothing wrong ne
     from jsonschema import Draft202012Validator
     from referencing import Registry
 
+__all__ = [
+    "SCHEMA_VERSION",
+    "URN",
+    "Violation",
+    "check",
+    "reference_violations",
+    "sample_violations",
+    "schema_names",
+    "validator",
+    "violations",
+]
+
 SCHEMA_VERSION = 1
 URN = "urn:gym-agent:"
 

@@ -8,6 +8,30 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
+__all__ = [
+    "AgentState",
+    "CheckStatus",
+    "DriverEnv",
+    "FailureKind",
+    "FsCondition",
+    "GatewayOutcome",
+    "GradeOutcome",
+    "JobEnv",
+    "LauncherEnv",
+    "PHASE_INIT",
+    "PHASE_UNKNOWN",
+    "Phase",
+    "PhaseOutcome",
+    "PreflightCheck",
+    "ProgressSource",
+    "ResumeEnv",
+    "RunOutcome",
+    "STATE_TRANSITIONS",
+    "StackMethod",
+    "StackReason",
+    "WriterKind",
+]
+
 
 class Phase(enum.StrEnum):
     """Lifecycle phases in the order a replica runs them (each node runs the ones that apply)."""

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+__all__ = ["LOCAL_FILESYSTEMS", "QUIET_POLL", "RunDirWatch", "SETTLE", "filesystem_type"]
+
 QUIET_POLL = 10.0
 SETTLE = 0.02  # a burst of writes (a traceback, many lines) becomes one wake-up
 # Filesystems on which every write is made by this host's kernel, so inotify sees all of them.

@@ -18,6 +18,8 @@ from launch.spec.config import RunConfig
 from launch.spec.plan import Plan
 from schemas import FailureKind, RunDir, Writer
 
+__all__ = ["RunContext"]
+
 
 @dataclass(frozen=True)
 class RunContext:

@@ -13,6 +13,8 @@ import os
 import struct
 from collections.abc import Callable
 
+__all__ = ["DirWatch", "IN_CREATE", "IN_MOVED_TO"]
+
 IN_CREATE = 0x100
 IN_MOVED_TO = 0x80
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of name

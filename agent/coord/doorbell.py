@@ -53,6 +53,8 @@ from agent.ground import clock
 from agent.proc.wakeup import Wakeup
 from schemas.doorbell_wire import MAX_DATAGRAM, send_copies
 
+__all__ = ["COPIES_AT", "Doorbell", "MAX_PENDING", "PeerBell", "RECV_BATCH", "log", "ring_once"]
+
 log = logging.getLogger(__name__)
 
 COPIES_AT = (0.0, 0.02, 0.1)  # seconds after the ring: a lost datagram is sent again, briefly

@@ -37,6 +37,30 @@ from schemas.doorbell_wire import MAGIC, MAX_DATAGRAM, STACKS_TYPE, TAG_BYTES, s
 from schemas.doorbell_wire import tag as _tag
 from schemas.vocab import FailureKind
 
+__all__ = [
+    "Drop",
+    "Dropped",
+    "Envelope",
+    "MAGIC",
+    "MAX_CAUSE_BYTES",
+    "MAX_DATAGRAM",
+    "MAX_RANK",
+    "MAX_TEXT",
+    "Message",
+    "NOTICE_TYPES",
+    "Notice",
+    "NoticeType",
+    "PeerBell",
+    "RING_TYPE",
+    "Ring",
+    "SECRET_BYTES",
+    "StacksAsk",
+    "check_peer",
+    "cut",
+    "decode",
+    "encode",
+]
+
 MAX_CAUSE_BYTES = 600
 MAX_TEXT = 64  # run uuid (<= 128 by names.UUID_RE, but ours are short), incarnations
 MAX_RANK = 1 << 20

@@ -27,6 +27,18 @@ from agent.coord.doorbell_msg import Dropped, Notice, NoticeType, PeerBell, deco
 from agent.ground import clock
 from schemas.doorbell_wire import MAX_DATAGRAM
 
+__all__ = [
+    "ICMP_ERRNOS",
+    "IPV6_RECVERR",
+    "IP_RECVERR",
+    "Probed",
+    "Prober",
+    "REFUSED_CONFIRM_S",
+    "RESEND_S",
+    "SEQ_BASE",
+    "probe_peers",
+]
+
 RESEND_S = (0.0, 0.2, 0.5, 1.0, 2.0)  # then every last interval: a peer's doorbell may start late
 REFUSED_CONFIRM_S = 0.5
 IP_RECVERR = 11  # linux/in.h: ICMP errors of a UDP socket queued with the address they were about

@@ -18,6 +18,8 @@ from agent.coord.doorbell_msg import SECRET_BYTES
 from schemas import RunDir, RunDirError, names
 from schemas.errors import GymError
 
+__all__ = ["READ_TRIES", "SecretUnavailable", "ensure_secret", "secret_mode"]
+
 READ_TRIES = 5
 
 

@@ -19,6 +19,8 @@ from agent.proc import tempdirs
 from schemas import RunDir, Writer, names
 from schemas.vocab import FsCondition
 
+__all__ = ["FULL_ERRNOS", "RecordKeeper", "describe", "fs_condition", "held_by_another_incarnation", "local_dir"]
+
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 

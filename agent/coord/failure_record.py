@@ -11,6 +11,8 @@ from agent.ground.failure import Failure
 from schemas import FailureKind, RunDir, Writer, names, records
 from schemas.safe_io import Sync
 
+__all__ = ["write_failure_record"]
+
 
 def write_failure_record(
     run: RunDir,

@@ -30,6 +30,26 @@ from typing import Any
 from agent.coord import mountinfo
 from schemas import records
 
+__all__ = [
+    "Filesystem",
+    "Guard",
+    "Heartbeat",
+    "LOG_OPTIONS",
+    "NFS_DEFAULTS",
+    "NFS_TYPES",
+    "NfsCache",
+    "OBJECT_STORES",
+    "RCLONE_WHY",
+    "REDACTED",
+    "cache_warnings",
+    "check",
+    "nfs_cache",
+    "object_store",
+    "redact",
+    "redact_source",
+    "refusal",
+]
+
 # FUSE daemons that present an object store: no atomic rename (copy + delete), often no
 # directories of their own. Matched on the FUSE subtype (fstype fuse.NAME) or, for a mount
 # without one, on the source the daemon names itself with.

@@ -20,6 +20,26 @@ from agent.ground.nvml import nvml_device_count
 from launch.spec.errors import GymError
 from schemas import JobEnv, order
 
+__all__ = [
+    "Identity",
+    "IdentityError",
+    "RANK_SOURCES",
+    "SKYPILOT_COUNT",
+    "SKYPILOT_GPUS",
+    "SKYPILOT_IPS",
+    "SKYPILOT_RANK",
+    "SKYPILOT_TASK_ID",
+    "SchedulerJob",
+    "TEST_ADDRESS_ENV",
+    "address_sort_key",
+    "resolve",
+    "resolve_address",
+    "resolve_rank",
+    "scheduler_job",
+    "skypilot_address",
+    "visible_devices",
+]
+
 
 class IdentityError(GymError):
     """A user-fixable problem with rank, count, address or GPUs; the message says what to set."""

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from agent.ground.failure import Failure, FailureSignal
 from schemas import FailureKind
 
+__all__ = ["watch_launcher"]
+
 
 def watch_launcher(fd: int, signal: FailureSignal, phase: Callable[[], str]) -> threading.Thread:
     """Trip `signal` when the launcher's end of the pipe closes; returns the (daemon) watcher."""

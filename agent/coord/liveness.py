@@ -51,6 +51,18 @@ from agent.proc.wakeup import Wakeup
 from schemas import FailureKind, RunDir, Writer, names, records
 from schemas.safe_io import Sync
 
+__all__ = [
+    "FOLLOW_HOPS",
+    "FsTimer",
+    "Liveness",
+    "RING_WATCHERS",
+    "StallWatch",
+    "WARNING_LEAF",
+    "log",
+    "watched_peers",
+    "watchers_of",
+]
+
 WARNING_LEAF = names.leaf(names.WALLTIME_WARNING)
 
 log = logging.getLogger(__name__)

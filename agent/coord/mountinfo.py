@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+__all__ = ["MAX_BYTES", "MOUNTINFO", "Mount", "mount_of", "parse", "parse_line", "read", "resolve", "unescape"]
+
 MOUNTINFO = "/proc/self/mountinfo"
 MAX_BYTES = 16 << 20  # a container host can list tens of thousands of mounts; more is not a table
 _ESCAPE = re.compile(r"\\([0-7]{3})")

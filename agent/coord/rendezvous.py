@@ -24,6 +24,8 @@ from schemas import FailureKind, RunDir, RunDirError, Writer, names, order, reco
 if TYPE_CHECKING:
     from agent.coord.context import RunContext
 
+__all__ = ["Peer", "RankClaimed", "agree", "claim", "gather", "node_order"]
+
 
 @dataclass(frozen=True)
 class Peer:

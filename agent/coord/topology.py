@@ -12,6 +12,8 @@ from agent.coord.rendezvous import Peer
 from launch.spec.plan import NodePlan
 from schemas import records
 
+__all__ = ["Topology"]
+
 
 @dataclass(frozen=True)
 class Topology:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+__all__ = ["mono", "skew", "wall"]
+
 _SKEW = float(os.environ.get("GYM_TEST_CLOCK_SKEW_S", "0") or 0)
 
 

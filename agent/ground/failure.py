@@ -13,6 +13,8 @@ from schemas import FailureKind
 from schemas.errors import EXIT_RUN_FAILED, GymError
 from schemas.vocab import FsCondition
 
+__all__ = ["AgentFailed", "Failure", "FailureSignal"]
+
 
 @dataclass(frozen=True)
 class Failure:

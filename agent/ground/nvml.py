@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["Nvml", "nvml_device_count", "open_nvml"]
+
 
 @dataclass(frozen=True)
 class Nvml:

@@ -12,6 +12,8 @@ from typing import IO, Any
 from agent.ground import clock
 from schemas.vocab import PHASE_UNKNOWN
 
+__all__ = ["ReaperChannel", "ReaperState"]
+
 
 class ReaperChannel:
     """The agent's side of the reaper protocol: one JSON object per line on the reaper's stdin.

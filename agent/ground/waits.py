@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from agent.ground import clock
 from agent.ground.failure import FailureSignal
 
+__all__ = ["Progress", "poll_until"]
+
 
 @dataclass(frozen=True)
 class Progress:

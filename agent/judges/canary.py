@@ -19,6 +19,18 @@ from schemas import records
 if TYPE_CHECKING:
     from agent.judges.client import JudgeClient
 
+__all__ = [
+    "BindingCanary",
+    "CanaryReport",
+    "CanarySample",
+    "DEFAULT_REPETITIONS",
+    "KNOWN_BAD",
+    "KNOWN_GOOD",
+    "QUESTION",
+    "REFERENCE",
+    "run_canaries",
+]
+
 # The client (httpx) is imported where a canary talks to a judge: a run without judges writes its
 # empty report without loading it.
 

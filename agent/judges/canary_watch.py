@@ -24,7 +24,7 @@ from agent.judges.canary import BindingCanary, run_canaries
 from schemas import records
 from schemas.timefmt import iso_ms
 
-__all__ = ["MAX_ROUNDS", "CanaryRound", "CanaryWatch"]
+__all__ = ["MAX_ROUNDS", "CanaryRound", "CanaryWatch", "describe_failure"]
 
 MAX_ROUNDS = 50  # rounds kept in judge-canaries.json (a week of 30-minute rounds would be 336)
 

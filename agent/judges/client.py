@@ -48,6 +48,7 @@ __all__ = [
     "JudgeDegraded",
     "JudgeError",
     "JudgeRequestError",
+    "REPLY_EXCERPT_CHARS",
     "JudgeUnavailable",
     "TruncatedGrade",
     "normalize_endpoint",

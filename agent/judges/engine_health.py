@@ -26,6 +26,18 @@ from enum import StrEnum
 
 import httpx
 
+__all__ = [
+    "EngineHealthRegistry",
+    "EngineState",
+    "EngineStatus",
+    "ProbeResult",
+    "QuarantineCallback",
+    "RegistryStats",
+    "UnhealthyStatus",
+    "UnknownEngine",
+    "log",
+]
+
 log = logging.getLogger("gym.engine_health")
 
 

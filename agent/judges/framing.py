@@ -20,6 +20,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent.judges.templates import RubricTemplate
 
+__all__ = [
+    "CLOSING_INSTRUCTION",
+    "GradingPrompt",
+    "build_messages",
+    "build_template_messages",
+    "instructions_text",
+    "message_text",
+    "parse_messages",
+]
+
 CLOSING_INSTRUCTION = "Grade the candidate answer now."
 
 

@@ -21,6 +21,8 @@ from agent.proc import ports
 from launch.spec.config import JudgeConfig
 from launch.spec.sglang_argv import bound_ports
 
+__all__ = ["MAX_LINE", "PORT_RACE_MARKERS", "describe", "lost_race", "reserve"]
+
 # What SGLang (uvicorn's bind, torch's TCPStore) and Python print when a port is taken.
 PORT_RACE_MARKERS = ("address already in use", "eaddrinuse", "errno 98")
 MAX_LINE = 300  # of the judge's own bind error, quoted in a failure's cause

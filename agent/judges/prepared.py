@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["HF_DOWNLOAD_METADATA", "MANIFEST", "MAX_METADATA_FILES", "RevisionProof", "prove_revision"]
+
 MANIFEST = "gym-prepared.json"
 HF_DOWNLOAD_METADATA = Path(".cache") / "huggingface" / "download"
 MAX_METADATA_FILES = 10_000  # a model has tens of files; a bound keeps a hostile tree cheap

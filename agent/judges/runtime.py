@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from agent.judges.canary_watch import CanaryRound, CanaryWatch
     from agent.judges.engine_health import EngineHealthRegistry, EngineStatus
 
+__all__ = ["CANARY_REPETITIONS", "HEALTH_FAILURES", "JudgeRuntime", "LocalJudge", "SPAWN_ATTEMPTS"]
+
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
 HEALTH_FAILURES = 3
 SPAWN_ATTEMPTS = 3  # starts of a judge that lost its ports to another process (judge_ports)

@@ -17,6 +17,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+__all__ = ["CONSOLE_BACKLOG", "ConsoleLines", "ConsoleTee", "MAX_CONSOLE_LINE"]
+
 MAX_CONSOLE_LINE = 4000  # a line of megabytes (a progress bar without newlines) is cut on the console
 CONSOLE_BACKLOG = 10_000
 

@@ -27,6 +27,8 @@ from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
 from schemas import DriverEnv, FailureKind, Phase, names, records
 
+__all__ = ["DriverRuntime"]
+
 
 class DriverRuntime:
     """The run steps of one agent: driver, complete, acknowledge."""

@@ -22,6 +22,8 @@ from agent.ground.failure import FailureSignal
 from agent.proc.procgroup import ProcessGroup
 from schemas import RunDir, Writer, names, records
 
+__all__ = ["APPEAR_S", "DriverStop", "EXIT_POLL_S", "PEER_MARGIN_S", "await_driver_node", "log"]
+
 log = logging.getLogger(__name__)
 
 # After the grace, how long a node that does not run the driver still waits for the driver node's

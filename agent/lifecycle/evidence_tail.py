@@ -17,6 +17,8 @@ from launch.spec.evidence_lines import MILES_CONTRACT_RE, metrics_step, miles_st
 from launch.spec.sections import EvidenceConfig
 from schemas import RunDir
 
+__all__ = ["EvidenceTail", "JsonlTail", "LIST_EVERY", "MAX_FILES", "READ_PER_LOOK"]
+
 READ_PER_LOOK = 1 << 20  # bytes of one file per look: a burst is read over a few looks
 MAX_FILES = 4096
 LIST_EVERY = 10  # looks between listings of the MILES save_dir (its files are read every look)

@@ -30,6 +30,8 @@ from agent.stacks import Capture, StackReason, capture, supervised
 from agent.stacks.capture import trigger_of
 from schemas import FailureKind, names
 
+__all__ = ["HangStacks", "MAX_PROCESSES", "PEERS_MARGIN_S", "PUBLISH_S", "log", "reason_for", "walltime_failure"]
+
 log = logging.getLogger(__name__)
 
 MAX_PROCESSES = 256

@@ -15,6 +15,8 @@ import threading
 
 from schemas.timefmt import iso_ms
 
+__all__ = ["configure"]
+
 
 class _FdHandler(logging.Handler):
     """One os.write per record: atomic against the agent's own lines in the same file."""

@@ -16,6 +16,8 @@ from schemas import AgentState, Phase, PhaseOutcome, RunDir, Writer, names, reco
 from schemas.safe_io import Sync
 from schemas.vocab import PHASE_INIT
 
+__all__ = ["PhaseLog"]
+
 
 class PhaseLog:
     """Prints one line per phase transition and keeps `phases-RANK.json` current."""

@@ -30,6 +30,8 @@ from launch.spec.sections import DriverConfig
 from schemas import FailureKind, Phase, names, timefmt
 from schemas.vocab import ProgressSource
 
+__all__ = ["ProgressThread", "ProgressWatch", "Sources", "WATCHED", "board_reader", "evidence_source", "log"]
+
 log = logging.getLogger(__name__)
 
 WATCHED = {

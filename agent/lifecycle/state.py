@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from schemas.vocab import STATE_TRANSITIONS, AgentState
 
+__all__ = ["IllegalTransition", "StateMachine"]
+
 
 class IllegalTransition(RuntimeError):
     """An agent bug: a state change STATE_TRANSITIONS does not allow."""

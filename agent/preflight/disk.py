@@ -13,6 +13,8 @@ from pathlib import Path
 
 from agent.preflight.outcome import Observed, gib
 
+__all__ = ["check_disk"]
+
 
 def _existing(path: Path) -> Path:
     p = path.absolute()

@@ -25,6 +25,8 @@ import psutil
 from agent.ground.nvml import Nvml, open_nvml
 from agent.preflight.outcome import Observed, cap, gib
 
+__all__ = ["CMDLINE_CHARS", "GpuProcess", "GpuState", "check_gpus", "judge", "read_gpus"]
+
 CMDLINE_CHARS = 1000
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from agent.preflight.outcome import Observed, gib
 
+__all__ = ["RDMA_CLASS", "check_limits", "rdma_devices"]
+
 RDMA_CLASS = Path("/sys/class/infiniband")
 
 

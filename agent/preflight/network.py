@@ -28,6 +28,8 @@ import psutil
 from agent.coord.doorbell_probe import Probed
 from agent.preflight.outcome import Observed
 
+__all__ = ["Interfaces", "RULES", "SOCKET_VARS", "check_network", "check_variables", "exact_selects", "nccl_selects"]
+
 SOCKET_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from schemas.vocab import CheckStatus, PreflightCheck
 
+__all__ = ["CheckResult", "MAX_PROBLEMS", "MAX_TEXT", "Observed", "cap", "decide", "gib"]
+
 MAX_PROBLEMS = 256
 MAX_TEXT = 2000
 

@@ -16,6 +16,8 @@ from typing import Any
 from agent.ground.nvml import open_nvml
 from agent.preflight.gpus import GpuState, read_gpus
 
+__all__ = ["POLL_S", "RESIDUE_MARGIN", "residue"]
+
 RESIDUE_MARGIN = 128 << 20  # bytes; an idle CUDA context alone holds more than this
 POLL_S = 0.5
 

@@ -22,6 +22,8 @@ from launch.spec.config import PreflightConfig
 from schemas import records
 from schemas.vocab import CheckStatus, PreflightCheck
 
+__all__ = ["MAX_CAUSE", "PreflightInputs", "Report", "run_preflight", "socket_env"]
+
 MAX_CAUSE = 1500
 
 

@@ -21,6 +21,8 @@ from agent.preflight.residue import residue
 from agent.preflight.run import PreflightInputs, Report, run_preflight, socket_env
 from schemas import FailureKind, names
 
+__all__ = ["PROBE_TIMEOUT_S", "PreflightRuntime", "ProbePeers", "driver_env_values"]
+
 PROBE_TIMEOUT_S = 30.0  # every peer's doorbell answers within this (or the startup deadline's rest)
 
 # (peers, timeout) -> each peer's answer; None when this agent's doorbell is off (nothing to sign with).

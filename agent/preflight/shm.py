@@ -19,6 +19,8 @@ from typing import Any
 
 from agent.preflight.outcome import Observed, gib
 
+__all__ = ["KINDS", "MAX_LISTED", "NAMED", "SHM", "check_shm", "kind_of"]
+
 SHM = Path("/dev/shm")
 KINDS: tuple[tuple[str, str], ...] = (
     ("nccl-", "NCCL"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["TEARDOWN_NICE", "lower_priority"]
+
 TEARDOWN_NICE = 10  # CFS weight 110 against 1024 for a nice-0 thread
 
 

@@ -44,6 +44,33 @@ from typing import IO, Any
 
 from schemas.vocab import DriverEnv
 
+__all__ = [
+    "ARMED_SUFFIX",
+    "BOARD_SIZE",
+    "BoardReader",
+    "BoardReading",
+    "BoardWriter",
+    "F64",
+    "I64",
+    "JUDGE_BYTES",
+    "MAGIC",
+    "NO_BOARD",
+    "NO_STEP",
+    "PROGRESS_FILE_ENV",
+    "STACKS_SUFFIX",
+    "STACK_SIGNAL",
+    "U64",
+    "UNANSWERED",
+    "arm_stack_dump",
+    "armed",
+    "board",
+    "create_board",
+    "dump_via_signal",
+    "open_writer",
+    "parse_faulthandler",
+    "start_time",
+]
+
 PROGRESS_FILE_ENV = DriverEnv.PROGRESS_FILE
 MAGIC = b"GYMPRG1\x00"
 BOARD_SIZE = 128

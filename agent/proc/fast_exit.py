@@ -6,6 +6,8 @@ import os
 import sys
 from typing import NoReturn
 
+__all__ = ["exit_now"]
+
 
 def exit_now(code: int) -> NoReturn:
     """End the process without the interpreter's finalization: every record is written, the

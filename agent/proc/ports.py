@@ -35,6 +35,19 @@ from schemas import port_grid
 if TYPE_CHECKING:
     from filelock import FileLock
 
+__all__ = [
+    "DEFAULT_EPHEMERAL",
+    "DIR_PREFIX",
+    "block_of",
+    "ephemeral_range",
+    "free",
+    "hold_block",
+    "lock_dir",
+    "port_bases",
+    "release",
+    "walk",
+]
+
 # The grid every reservation is a block of (Ray's blocks and the judges' ports alike); a rendered job
 # fixes its Ray head's block on the same grid (schemas/port_grid.py).
 PORT_FLOOR, PORT_BLOCK, PORT_CEILING = port_grid.PORT_FLOOR, port_grid.PORT_BLOCK, port_grid.PORT_CEILING

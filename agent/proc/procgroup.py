@@ -20,6 +20,21 @@ import psutil
 
 from agent.proc import signals
 
+__all__ = [
+    "ESCAPED",
+    "LINGER_S",
+    "PR_SET_CHILD_SUBREAPER",
+    "ProcessGroup",
+    "StopRecord",
+    "become_subreaper",
+    "descendants",
+    "escaped_descendants",
+    "kill_escaped",
+    "open_pidfd",
+    "session_members",
+    "sweep_session",
+]
+
 LINGER_S = 1.0  # after a clean leader exit, how long its session's leftovers may take to follow
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 ESCAPED = "escaped-descendants"  # the cleanup record's name for processes that left every session

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["Received", "WATCHED", "block", "start", "unblocked"]
+
 WATCHED = frozenset({signal.SIGTERM, signal.SIGINT})
 _active = threading.Event()  # the mask is in force (set once start() ran)
 

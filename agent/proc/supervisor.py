@@ -20,6 +20,8 @@ from agent.proc.procgroup import ProcessGroup, StopRecord, escaped_descendants, 
 from agent.proc.wakeup import Wakeup
 from schemas import FailureKind
 
+__all__ = ["ExitPolicy", "FALLBACK_POLL_S", "STRAY_SCAN_S", "Supervisor", "child_env", "log"]
+
 log = logging.getLogger(__name__)
 
 STRAY_SCAN_S = 2.0  # how often escaped descendants are looked for (and told to the reaper)

@@ -11,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
+__all__ = ["DRIVER_PREFIX", "JUDGE_PREFIX", "PREFIXES", "RAY_PREFIX", "ROOT_ENV", "is_ours", "make", "root"]
+
 ROOT_ENV = "GYM_AGENT_TMP"
 RAY_PREFIX = "gr-"
 JUDGE_PREFIX = "gj-"

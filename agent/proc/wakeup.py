@@ -13,6 +13,8 @@ import select
 import threading
 from collections.abc import Iterable
 
+__all__ = ["Wakeup"]
+
 
 class Wakeup:
     def __init__(self) -> None:

@@ -17,6 +17,20 @@ import random
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+__all__ = [
+    "JOIN_SPREAD_MAX_S",
+    "JOIN_SPREAD_PER_NODE_S",
+    "RETRY_ATTEMPTS",
+    "RETRY_JITTER_S",
+    "RETRY_STEP_S",
+    "RaySetting",
+    "SETTINGS",
+    "apply",
+    "is_large",
+    "join_delay",
+    "settings",
+]
+
 
 @dataclass(frozen=True)
 class RaySetting:

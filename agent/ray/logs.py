@@ -15,6 +15,8 @@ from pathlib import Path
 
 from schemas import RunDir, RunDirError
 
+__all__ = ["CUT_NOTE", "Kept", "PER_FILE_MAX", "SAFE_LEAF", "keep", "session_log_files"]
+
 PER_FILE_MAX = 2 * 1024 * 1024
 SAFE_LEAF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 CUT_NOTE = b"...[earlier bytes not kept; the file had %d bytes]\n"

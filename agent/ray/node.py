@@ -26,6 +26,33 @@ from agent.ray.probe import PROGRESS_MARK
 from schemas import port_grid
 from schemas.errors import EXIT_RUN_FAILED, GymError
 
+__all__ = [
+    "BLOCK_USED",
+    "HEAD_ONLY_FLAGS",
+    "LayoutCheck",
+    "PORT_BLOCK",
+    "PortsError",
+    "RayNodeSpec",
+    "RayPorts",
+    "STARTED_FILE",
+    "WORKER_PORT_SPAN",
+    "compare_layout",
+    "dashboard_missing",
+    "forget_started",
+    "hold_fixed_block",
+    "listening",
+    "pick_ports",
+    "probe_live_nodes",
+    "probe_progress",
+    "ray_env",
+    "ray_executable",
+    "ray_is_up",
+    "ray_start_argv",
+    "ray_started",
+    "short_temp_dir",
+    "worker_extra_args",
+]
+
 WORKER_PORT_SPAN = 40
 
 

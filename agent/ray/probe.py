@@ -14,6 +14,8 @@ import sys
 import time
 from typing import Any
 
+__all__ = ["CONNECT_S", "PROGRESS_MARK", "live_nodes", "main"]
+
 PROGRESS_MARK = "gym-ray-probe live nodes "
 CONNECT_S = 2.0
 

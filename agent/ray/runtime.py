@@ -23,6 +23,8 @@ from agent.ray import logs as ray_logs
 from agent.ray import node as ray_node
 from schemas import DriverEnv, FailureKind, names, records
 
+__all__ = ["RAY_START_ATTEMPTS", "RAY_UP_MIN_WAIT_S", "RAY_UP_POLL_S", "RayRuntime", "exported_ray_address"]
+
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
 RAY_UP_POLL_S = 0.2

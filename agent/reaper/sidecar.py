@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from agent.proc.procgroup import StopRecord
     from schemas import Writer
 
+__all__ = ["HangWatch", "RECORD_RETRY_S", "main", "remove_temp_dir"]
+
 # An idle reaper (every agent has one) only reads its agent's lines and heartbeat. What it needs to
 # act (psutil, the record writers, jsonschema) is imported when it acts: that keeps it near a
 # bare interpreter's size (README, "Performance").

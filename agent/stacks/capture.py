@@ -21,7 +21,7 @@ from agent.stacks import pyspy
 from agent.stacks.targets import Target
 from schemas.vocab import StackMethod, StackReason
 
-__all__ = ["Capture", "StackReason", "capture"]
+__all__ = ["Capture", "StackReason", "capture", "trigger_of"]
 
 PARALLEL = 4  # py-spy dumps at once: a node has tens of Python processes (Ray workers)
 PER_PROCESS_S = 10.0  # one dump's bound (a process stuck in the kernel must not take them all)

@@ -21,6 +21,8 @@ from agent.stacks.targets import supervised
 from schemas import RunDir, Writer, names
 from schemas.vocab import StackReason
 
+__all__ = ["LIST_EVERY_S", "LiveStacks", "MAX_PROCESSES", "REMEMBERED", "log"]
+
 log = logging.getLogger(__name__)
 
 LIST_EVERY_S = 10.0  # the slow path; the doorbell wakes the thread at once

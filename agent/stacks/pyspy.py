@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = ["Dump", "MISSING", "PTRACE_GRANT", "Runner", "find", "parse", "version"]
+
 PTRACE_GRANT = (
     "grant the capability CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE; Kubernetes "
     'securityContext.capabilities.add: ["SYS_PTRACE"]) or allow ptrace between processes of one user '

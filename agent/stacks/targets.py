@@ -12,6 +12,20 @@ from dataclasses import dataclass
 from agent.proc.procgroup import session_members
 from launch.spec.resolve import CREDENTIAL_VALUE, looks_like_credential
 
+__all__ = [
+    "MAX_ARGS",
+    "MAX_ARG_CHARS",
+    "RAY_NODE_AGENTS",
+    "RAY_WORKER_TITLE",
+    "REDACTED",
+    "Target",
+    "describe",
+    "is_python",
+    "role_of",
+    "scrub",
+    "supervised",
+]
+
 MAX_ARGS = 64
 MAX_ARG_CHARS = 512
 REDACTED = "<redacted>"

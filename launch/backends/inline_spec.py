@@ -9,6 +9,8 @@ from launch.backends.base import RenderRequest
 from launch.spec.errors import Problem, SpecError
 from launch.spec.load import SPEC_JSON_ENV, canonical_json, spec_record
 
+__all__ = ["MAX_INLINE_SPEC", "RESERVED_ENV", "inline_spec"]
+
 # A Linux environment string is at most 128 KiB (MAX_ARG_STRLEN); leave room for the name.
 MAX_INLINE_SPEC = 120 * 1024
 # Names the job itself sets (or its scheduler sets for each replica): [launch] env/secrets may not.

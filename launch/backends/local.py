@@ -31,6 +31,18 @@ from launch.spec.plan import Plan
 from schemas import RunDir, names
 from schemas.vocab import ResumeEnv
 
+__all__ = [
+    "AGENT",
+    "FIRST_LOCAL_ADDRESS",
+    "LOCAL",
+    "LocalReplica",
+    "NOT_A_SCHEDULER",
+    "ORPHAN_MARGIN_S",
+    "PR_SET_CHILD_SUBREAPER",
+    "local_replicas",
+    "run_local",
+]
+
 AGENT = (sys.executable, "-m", "agent.cli")  # this interpreter's agent: the one installed beside us
 NOT_A_SCHEDULER = "the local backend renders and submits no job: gym-launch local runs every replica here"
 

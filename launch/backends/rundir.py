@@ -14,6 +14,8 @@ from launch.spec.errors import UsageError
 from launch.spec.load import spec_differences, spec_record
 from schemas import RunDir, Writer, WriterKind, names, records
 
+__all__ = ["claim_run_dir", "launcher_writer", "write_job", "write_submission"]
+
 
 def launcher_writer(config: RunConfig) -> Writer:
     return Writer(config.fingerprint, None, "launcher", kind=WriterKind.LAUNCHER)

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+__all__ = ["PLAIN_KEY", "dump", "quote", "scalar"]
+
 PLAIN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 

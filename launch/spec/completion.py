@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import re
 
+__all__ = ["bash_script", "subcommands_of"]
+
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
     return sorted({s for a in parser._actions for s in a.option_strings})

@@ -12,6 +12,8 @@ import os
 import sys
 from collections.abc import Callable
 
+__all__ = ["EXIT_BROKEN_PIPE", "quiet_broken_pipe", "use_colour", "version"]
+
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
 
 

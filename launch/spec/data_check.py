@@ -20,6 +20,19 @@ from typing import Any
 
 from launch.spec.errors import GymError
 
+__all__ = [
+    "DataError",
+    "DataProblem",
+    "DataReport",
+    "FileSummary",
+    "JUDGED_PREFIX",
+    "PathLike",
+    "Paths",
+    "binding_snippet",
+    "check_data",
+    "is_judged",
+]
+
 JUDGED_PREFIX = "general-"
 PathLike = str | os.PathLike[str]
 Paths = PathLike | Sequence[PathLike] | None

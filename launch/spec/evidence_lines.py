@@ -8,6 +8,17 @@ import math
 import re
 from typing import Any
 
+__all__ = [
+    "MILES_CONTRACT_GLOB",
+    "MILES_CONTRACT_RE",
+    "MILES_LOSS_FIELD",
+    "MILES_OPTIMIZER_EVENT",
+    "MILES_PUBLICATION",
+    "is_number",
+    "metrics_step",
+    "miles_step",
+]
+
 # The MILES trainer's own file names and fields (its formats, not this project's contract).
 MILES_CONTRACT_RE = re.compile(r"^training_contract_rank(\d+)\.jsonl$")
 MILES_CONTRACT_GLOB = "training_contract_rank*.jsonl"

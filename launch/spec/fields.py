@@ -16,6 +16,20 @@ from typing import Any
 
 from launch.spec import keys
 
+__all__ = [
+    "EMPTY",
+    "KeyInfo",
+    "REQUIRED",
+    "SectionInfo",
+    "default_of",
+    "frozen",
+    "key",
+    "key_info",
+    "section",
+    "section_info",
+    "spelled",
+]
+
 REQUIRED: Any = dataclasses.MISSING
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})

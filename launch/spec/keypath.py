@@ -6,6 +6,8 @@ import json
 import re
 from collections.abc import Iterable
 
+__all__ = ["format_key", "format_segment"]
+
 # TOML bare keys: anything else must be quoted to round-trip through ``--set``.
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 

@@ -16,6 +16,37 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+__all__ = [
+    "AbsolutePath",
+    "Bool",
+    "Choice",
+    "DirMode",
+    "Int",
+    "KeyType",
+    "MAX_TEXT",
+    "Mounts",
+    "Number",
+    "Opaque",
+    "Regex",
+    "RunPath",
+    "SIZE_RE",
+    "SIZE_UNITS",
+    "Scale",
+    "Seconds",
+    "SecondsOrOff",
+    "Size",
+    "Table",
+    "Text",
+    "TextList",
+    "TextOrList",
+    "UNLIMITED",
+    "Url",
+    "describe",
+    "is_int",
+    "is_number",
+    "parse_size",
+]
+
 
 def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)

@@ -21,6 +21,21 @@ from launch.spec.errors import Problem, SpecError, UsageError
 from launch.spec.keypath import format_key
 from launch.spec.overrides import apply_overrides
 
+__all__ = [
+    "MAX_SOURCE_TEXT",
+    "ORDERED_TABLES",
+    "ResolvedSpec",
+    "SPEC_JSON_ENV",
+    "canonical_json",
+    "key_order",
+    "load_spec",
+    "load_spec_record",
+    "resolved_from_dict",
+    "restore_key_order",
+    "spec_differences",
+    "spec_record",
+]
+
 # Tables whose key order means something: pools take contiguous node ranges in declaration order,
 # so that order is part of the run's identity (one fingerprint, one plan).
 ORDERED_TABLES: frozenset[tuple[str, ...]] = frozenset({("pools",)})

@@ -23,6 +23,28 @@ from launch.spec import names
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
 
+__all__ = [
+    "DEFAULT_DRIVER",
+    "DEFAULT_EVIDENCE_PRESET",
+    "EVIDENCE_SOURCES",
+    "EXTENSION_SECTIONS",
+    "FORMAT_GYM",
+    "FORMAT_MILES",
+    "LAUNCH_EXTENSIONS",
+    "MAPPING",
+    "MIXED_SECTIONS",
+    "OWNED_SECTIONS",
+    "REFERENCE_TEXT",
+    "RUBRIC_PROFILES",
+    "TRAINER_SECTIONS",
+    "Translation",
+    "default_driver",
+    "detect",
+    "forwarded_overrides",
+    "mapping_table",
+    "translate",
+]
+
 FORMAT_MILES = "miles"
 FORMAT_GYM = "gym-agent"
 

@@ -4,6 +4,33 @@ from __future__ import annotations
 
 import re
 
+__all__ = [
+    "BEAKER_PRIORITIES",
+    "CHAT_TEMPLATES",
+    "CONTEXT_CHECKS",
+    "CONTEXT_EXTENSIONS",
+    "DEFAULT_CHAT_TEMPLATE",
+    "DRIVER_PLACEMENTS",
+    "ENV_NAME",
+    "FILE_NAME",
+    "FILE_NAME_RULE",
+    "JUDGE_BACKENDS",
+    "JUDGE_MODES",
+    "LAUNCH_BACKENDS",
+    "MAX_NAME",
+    "OPEN_INSTRUCT_PROFILES",
+    "OPEN_INSTRUCT_REPLY_FORMATS",
+    "PLACEMENT_MODES",
+    "RAY_NAME",
+    "RAY_NAME_RULE",
+    "REPLY_FORMATS",
+    "REVISION",
+    "RUBRIC_PROFILES",
+    "RUN_NAME",
+    "SKYPILOT_RECOVERY",
+    "is_file_name",
+]
+
 # Judges, rubrics, verifiers and pools become parts of file names
 # (judge-NAME-RANK.log, ...): keep them lowercase, no dots or slashes.
 FILE_NAME = re.compile(r"[a-z][a-z0-9_-]*")

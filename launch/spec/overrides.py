@@ -18,6 +18,8 @@ from typing import Any
 from launch.spec.errors import UsageError
 from launch.spec.keypath import format_key
 
+__all__ = ["apply_overrides", "parse_override"]
+
 _STRUCTURAL = set("\"'[]{}\n\r")
 
 

@@ -53,6 +53,8 @@ from typing import Any
 from launch.spec.config import MAX_NODES, JudgeConfig, RunConfig
 from launch.spec.errors import Problem, SpecError
 
+__all__ = ["NodePlan", "Plan", "driver_placement", "placement_problems", "plan"]
+
 
 @dataclass(frozen=True)
 class NodePlan:

@@ -16,6 +16,18 @@ from launch.spec import config as model
 from launch.spec import miles, names, seed_layout
 from launch.spec.fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
 
+__all__ = [
+    "DOC_PATH",
+    "PLACEMENT_TEXT",
+    "SCHEMA_ID",
+    "SEED_LAYOUT_TEXT",
+    "main",
+    "miles_schema",
+    "run_spec_schema",
+    "spec_markdown",
+    "table_schema",
+]
+
 SCHEMA_ID = "urn:gym-agent:run-spec"
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 

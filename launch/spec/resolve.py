@@ -50,6 +50,40 @@ from launch.spec.sections import (
 )
 from schemas import DriverEnv
 
+__all__ = [
+    "AGENT_OWNED_RAY_FLAGS",
+    "BEAKER_NODE_GPUS",
+    "CREDENTIALS",
+    "CREDENTIAL_KEYS",
+    "CREDENTIAL_VALUE",
+    "CREDENTIAL_WORDS",
+    "CROSS_NODE_TP",
+    "Checked",
+    "Checker",
+    "EVAL_POOLS",
+    "JUDGES",
+    "MILES_LAUNCHER_ENV",
+    "Model",
+    "NO_ATOMIC_RENAME",
+    "Path_",
+    "RAY_BUILTIN_RESOURCES",
+    "RAY_NODE_POOL",
+    "RUBRIC_FILES",
+    "RUBRIC_FILE_KEYS",
+    "RUNTIME_PREFIX",
+    "SCALING_KEYS",
+    "SKYPILOT_BUCKET_KEYS",
+    "SKYPILOT_OWNED",
+    "UNSUPPORTED",
+    "VLLM",
+    "check",
+    "check_env",
+    "looks_like_credential",
+    "resolve",
+    "unknown_key_message",
+    "walk",
+]
+
 # The resolved model (launch.spec.config.RunConfig), passed in by the model itself.
 Model = TypeVar("Model")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem
 
+__all__ = ["max_retries", "restart_problems"]
+
 
 def max_retries(config: RunConfig) -> int | None:
     """Restarts allowed after the first attempt; None: no cap."""

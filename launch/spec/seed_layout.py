@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = ["MAPPING", "TOP_LEVEL", "mapping_table", "problems"]
+
 # (seed 001 key, our key, a note)
 MAPPING: tuple[tuple[str, str, str], ...] = (
     ("compute.cluster.type", "launch.backend", '"slurm"; or gym-launch submit --backend slurm'),

@@ -22,6 +22,24 @@ from launch.spec.errors import GymError
 if TYPE_CHECKING:
     from launch.spec.config import JudgeConfig
 
+__all__ = [
+    "CHAT_TEMPLATES",
+    "CONTEXT_EXTENSIONS",
+    "JUDGE_ENV",
+    "JudgeCommand",
+    "JudgeCommandError",
+    "MEM_FRACTION_STATIC",
+    "NCCL_PORT_OFFSET",
+    "SGLANG_VERSION",
+    "argv_flags",
+    "bound_ports",
+    "chat_template_path",
+    "judge_command",
+    "recorded_flags",
+    "reference_command",
+    "sglang_command",
+]
+
 SGLANG_VERSION = "0.5.23"
 
 # Fixed in both eager and graph modes: an explicit fraction bypasses SGLang's automatic choice

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+__all__ = ["ACCEPTED", "OWNED", "directive_name", "problems"]
+
 # Written by the renderer from the plan; the value is what to change instead.
 OWNED: dict[str, str] = {
     "--nodes": "the plan's replicas (sum of [pools.NAME] nodes)",

@@ -12,6 +12,8 @@ from launch.spec.plan import placement_problems
 from launch.spec.resolve import Checked, check
 from launch.spec.restarts import restart_problems
 
+__all__ = ["validate", "validated"]
+
 
 def _placed(checked: Checked, resolved: ResolvedSpec) -> tuple[RunConfig, list[Problem]]:
     """The model built from ``checked`` (no second resolution) and its placement problems."""

@@ -10,18 +10,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audit import scheduler_query
-from audit.context import AuditContext, build_context
-from audit.crosscheck_grace import check_driver_stop
-from audit.crosscheck_judges import (
+from audit import _scheduler_query as scheduler_query
+from audit._context import AuditContext, build_context
+from audit._crosscheck_grace import check_driver_stop
+from audit._crosscheck_judges import (
     check_canaries,
     check_gateways,
     check_judge_endpoints,
     check_judge_replies,
     check_registry,
 )
-from audit.crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
-from audit.crosscheck_lifecycle import (
+from audit._crosscheck_layout import check_addresses, check_placements, check_ranks, check_ray_layout
+from audit._crosscheck_lifecycle import (
     check_cleanup,
     check_completion,
     check_driver,
@@ -33,20 +33,18 @@ from audit.crosscheck_lifecycle import (
     check_shared_filesystem,
     training_summary,
 )
-from audit.crosscheck_regrade import check_regrade
-from audit.doorbell import summary as doorbell_summary
-from audit.expected import PlanView, expected_plan
-from audit.filesystem import check_filesystem, mounts
-from audit.first_cause import analyse, order_key
-from audit.gateway_stats import gateway_summary
-from audit.judge_replies import count_replies
-from audit.load import LoadedRun, current_attempt, load_run
-from audit.model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
-from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
-from audit.ray_startup import startup_table
-from audit.restarts import attempt_numbers, how_entered, refused_findings
-from audit.safedir import SafeDir, UnusableRunDir
-from audit.scheduler_ending import (
+from audit._crosscheck_regrade import check_regrade
+from audit._doorbell import summary as doorbell_summary
+from audit._expected import PlanView, expected_plan
+from audit._filesystem import check_filesystem, mounts
+from audit._first_cause import analyse, order_key
+from audit._gateway_stats import gateway_summary
+from audit._judge_replies import count_replies
+from audit._load import LoadedRun, current_attempt, load_run
+from audit._model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
+from audit._ray_startup import startup_table
+from audit._restarts import attempt_numbers, how_entered, refused_findings
+from audit._scheduler_ending import (
     as_first_cause,
     backend_of,
     explains,
@@ -55,11 +53,13 @@ from audit.scheduler_ending import (
     job_outputs,
     restart_of,
 )
-from audit.schema_check import check_schemas
+from audit._schema_check import check_schemas
+from audit._training_evidence import read_evidence
+from audit._views import by_rank, rank_of
+from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
+from audit.safedir import SafeDir, UnusableRunDir
 from audit.stacks import Summary as StacksSummary
 from audit.stacks import summarise as summarise_stacks
-from audit.training_evidence import read_evidence
-from audit.views import by_rank, rank_of
 from launch.spec.load import restore_key_order
 from schemas import names
 from schemas.lenient import as_str
@@ -242,7 +242,7 @@ class _JobOutputs:
 def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutputs | None = None) -> AuditResult:
     """Audit one run directory. Raises UnusableRunDir (exit 2) when there is nothing to audit.
     `ask_scheduler`: when the files leave a scheduler's ending unnamed, ask the scheduler the run
-    was submitted to (bounded in time; audit/scheduler_query.py). False: the files only."""
+    was submitted to (bounded in time; audit/_scheduler_query.py). False: the files only."""
     with SafeDir(path) as safe, safe.cached_dirs():  # one pass: each subdirectory opened once
         run = load_run(safe)
         outputs = _outputs or _JobOutputs(safe, job_outputs(run))

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from audit.logs import LogFile, Matcher, grep_log, list_logs
+from audit._logs import LogFile, Matcher, grep_log, list_logs
+from audit._sanitize import terminal_safe
 from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
-from audit.sanitize import terminal_safe
 from launch.spec.console import quiet_broken_pipe, use_colour, version
 from schemas import safe_io
 from schemas.errors import GymError
@@ -188,7 +188,8 @@ def _write_html(target: Path, text: str) -> None:
 
 def _audit(argv: Sequence[str]) -> int:
     # Imported here: `gym-audit logs` and `ls` start without the audit's checks and renderers.
-    from audit import report_json, report_text
+    from audit import _report_json as report_json
+    from audit import _report_text as report_text
     from audit.api import audit_run
 
     args = _audit_parser().parse_args(argv)
@@ -215,7 +216,7 @@ def _audit(argv: Sequence[str]) -> int:
             text += _ranks_text(result)
         sys.stdout.write(_colour(text) if use_colour(sys.stdout) else text)
     if args.html:
-        from audit import report_html
+        from audit import _report_html as report_html
 
         try:
             _write_html(Path(args.html), report_html.render(result))
@@ -296,7 +297,7 @@ def _log_filters(args: argparse.Namespace) -> tuple[Matcher, float | None] | Non
         return None
     since = None
     if args.since:
-        from audit import logview  # here and below: a plain grep starts without it
+        from audit import _logview as logview
 
         try:
             since = logview.parse_since(args.since)
@@ -319,7 +320,7 @@ def _history(
                 yield b"%s:%d:%s\n" % (prefix, line_no, line), True
 
         return _each_log(logs, grepped, out)
-    from audit import logview
+    from audit import _logview as logview
 
     if args.merge:
         printed = 0
@@ -359,7 +360,7 @@ def _follow(safe: SafeDir, printed_logs: list[Any], matcher: Matcher, args: argp
     Woken by the run directory's events (schemas/watch.py): a line is printed as it lands and
     nothing runs in between; the poll every `--interval` stays where events cannot see every
     write (no watchdog, no inotify, a network filesystem written from other nodes)."""
-    from audit import logview
+    from audit import _logview as logview
     from schemas.watch import RunDirWatch
 
     follower = logview.Follower(
@@ -408,7 +409,7 @@ def _run_ended(safe: SafeDir) -> bool:
 
 
 def _ls(argv: Sequence[str]) -> int:
-    from audit import runs
+    from audit import _runs as runs
 
     args = _ls_parser().parse_args(argv)
     root = args.output or os.environ.get(OUTPUT_ROOT_ENV)

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from audit.context import AuditContext
-from audit.model import Finding
-from audit.views import by_rank
+from audit._context import AuditContext
+from audit._model import Finding
+from audit._views import by_rank
 from schemas import names
 from schemas.lenient import as_dict, as_int, as_list
 from schemas.records import PreflightRecord

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit.logs import Matcher, grep_log
+from audit._logs import Matcher, grep_log
 from audit.safedir import SafeDir
 from schemas import names
 

@@ -84,7 +84,7 @@ class _Replica:
 
     ident: Any  # agent.coord.identity.Identity
     writer: Any  # schemas.Writer
-    log: Any  # agent.lifecycle.phase_log.PhaseLog
+    log: Any  # agent.lifecycle._phase_log.PhaseLog
     signal: Any  # agent.ground.failure.FailureSignal
     topo: Any = None  # agent.coord.topology.Topology, after plan agreement
     live: Any = None  # agent.coord.liveness.Liveness, never started: ticked on a _Clock
@@ -105,8 +105,8 @@ def generate(root: Path, replicas: int, scenario: str, uuid: str = "scale-run") 
     from agent.ground.failure import Failure, FailureSignal
     from agent.ground.reaper_channel import ReaperChannel
     from agent.judges.runtime import JudgeRuntime
-    from agent.lifecycle.phase_log import PhaseLog
-    from agent.lifecycle.state import StateMachine
+    from agent.lifecycle._phase_log import PhaseLog
+    from agent.lifecycle._state import StateMachine
     from agent.proc.procgroup import StopRecord
     from agent.proc.supervisor import Supervisor
     from agent.ray.node import compare_layout

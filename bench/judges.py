@@ -33,7 +33,7 @@ from typing import Any
 
 import h11
 
-from agent.judges.port_file import read_port_file
+from agent.judges._port_file import read_port_file
 from schemas import names
 
 HOST = "127.0.0.1"
@@ -127,7 +127,7 @@ def load(port: int, callers: int, seconds: float) -> dict[str, float]:
 
 def _gateway(port: int, calls: int, tmp: Path, name: str) -> list[str]:
     return [
-        "agent.judges.gateway",
+        "agent.judges._gateway",
         "--judge",
         "bench",
         "--host",

@@ -2,12 +2,12 @@
 
     python -m bench --only preflight
 
-Cost: the agent's own preflight step (agent/preflight/run.py) on this GPU-less machine, every
+Cost: the agent's own preflight step (agent/preflight/_run.py) on this GPU-less machine, every
 check on, the network check probing PEERS real doorbells on 127.0.0.x (each answers on its own
 thread, as a peer agent's does); and `gym-launch preflight`'s child as a whole process (interpreter
 start and imports included). Goal: at most 1 s per node without GPUs.
 
-Ray: every RAY_<name> the large-cluster settings render (agent/ray/large_cluster.py, head and
+Ray: every RAY_<name> the large-cluster settings render (agent/ray/_large_cluster.py, head and
 worker) must be a name the installed Ray reads: a `RAY_<name>` string compiled into its GCS
 server, raylet or core worker (each ray_config_def.h entry is read from the environment under
 that name), or one its Python side reads from os.environ.
@@ -27,8 +27,8 @@ from typing import Any
 
 from agent.coord.doorbell import Doorbell, PeerBell
 from agent.coord.doorbell_probe import Prober, probe_peers
-from agent.preflight.run import PreflightInputs, run_preflight
-from agent.ray import large_cluster
+from agent.preflight._run import PreflightInputs, run_preflight
+from agent.ray import _large_cluster as large_cluster
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from tests.harness.specs import small_spec

@@ -164,7 +164,7 @@ def _grade_with_judges(rollouts: list) -> tuple[int, list[dict]]:
     registry = driver_api.registry()
     if not registry["bindings"]:
         return 0, []
-    from agent.judges.bindings import bindings_from_registry
+    from agent.judges._bindings import bindings_from_registry
 
     sample = {"metadata": {"judge_query": "What is the capital of France?"}, "label": "Paris."}
     answers = ray.get([r.answer.remote(sample["metadata"]["judge_query"]) for r in rollouts])

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from agent import driver_api
-from agent.judges.bindings import bindings_from_registry
+from agent.judges._bindings import bindings_from_registry
 from schemas import RunDir, names
 
 

@@ -64,7 +64,7 @@ def load_valid(args: argparse.Namespace, *, grades_here: bool = False) -> tuple[
     """Load, validate and plan the spec named by ``args``; raises SpecError with every problem.
     ``grades_here``: this machine grades with the spec's rubrics (validate, local, grade), so an
     open-instruct profile's template must be readable here; a render or submit does not need it."""
-    from launch.rubric_files import open_instruct_problems, template_problems
+    from launch._rubric_files import open_instruct_problems, template_problems
 
     resolved = load_spec(args.spec, args.overrides)
     config, problems = validated(resolved)
@@ -285,7 +285,7 @@ def _typed(cls: type[_Asked], args: argparse.Namespace) -> _Asked:
 
 
 def _run_grade(args: argparse.Namespace) -> int:
-    from launch.grade_job import GradeArgs, grade
+    from launch._grade_job import GradeArgs, grade
 
     _, config, _ = load_valid(args, grades_here=True)
     asked = _typed(GradeArgs, args)
@@ -343,8 +343,8 @@ def _configure_stacks(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_stacks(args: argparse.Namespace) -> int:
-    from launch.live_stacks import run_stacks
-    from launch.status import resolve_run_dir
+    from launch._live_stacks import run_stacks
+    from launch._status import resolve_run_dir
 
     if args.rank is not None and args.rank < 0:
         raise UsageError("--rank must be a rank (0 or more)")
@@ -368,8 +368,7 @@ def _configure_status(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from launch.spec.console import use_colour
-    from launch.status import (
+    from launch._status import (
         HeartbeatClock,
         format_status,
         open_run,
@@ -379,6 +378,7 @@ def _run_status(args: argparse.Namespace) -> int:
         scheduler_view,
         watch_clock,
     )
+    from launch.spec.console import use_colour
 
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
@@ -484,7 +484,7 @@ def _configure_submit(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_submit(args: argparse.Namespace) -> int:
-    from launch.submit_job import submit
+    from launch._submit_job import submit
 
     request, chosen = render_request(args, submitting=True)
     rendered = chosen.render(request)  # every problem of rendering reported before anything is created
@@ -528,7 +528,7 @@ def add_regrade_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_regrade(args: argparse.Namespace) -> int:
-    from launch.regrade_job import RegradeArgs, regrade
+    from launch._regrade_job import RegradeArgs, regrade
 
     asked = _typed(RegradeArgs, args)
     return regrade(asked, lambda line: print(line, flush=True))

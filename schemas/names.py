@@ -261,13 +261,13 @@ def judge_endpoint(name: str, rank: int) -> str:
 
 
 def judge_degraded(rank: int) -> str:
-    """The degraded-judge alarm a driver of rank RANK raised (agent/judges/alarm.py); the agent
+    """The degraded-judge alarm a driver of rank RANK raised (agent/judges/_alarm.py); the agent
     fails the run when it appears. Not ``judge-...``: that prefix is a judge's endpoint record."""
     return f"judge_degraded-{rank}.json"
 
 
 # Every grade a driver makes through the judge client library, one JSON line each
-# (agent/judges/grade_log.py). Segment 0 is the file being written; a full one is renamed to
+# (agent/judges/_grade_log.py). Segment 0 is the file being written; a full one is renamed to
 # segment 1, segment 1 to 2, ... (older = higher N) and the oldest beyond the kept ones is removed.
 GRADES_RE = re.compile(r"^grades-(\d+)(?:\.([1-9][0-9]{0,3}))?\.jsonl$")
 
@@ -303,7 +303,7 @@ def live_stacks(rank: int, request: str) -> str:
     return f"stacks-{rank}-{request}.json"
 
 
-# The judge gateway (agent/judges/gateway.py): one per bound judge, beside a managed judge or on the
+# The judge gateway (agent/judges/_gateway.py): one per bound judge, beside a managed judge or on the
 # driver's node for an external one. Its address record, its request log (every request, one JSON
 # line each; capped and rotated like grades-RANK.jsonl) and its own process log. Judge names hold
 # no '.', so a segment number never reads as part of a name.

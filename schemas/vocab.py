@@ -127,7 +127,7 @@ class FailureKind(enum.StrEnum):
     AGENT_DIED = "agent_died"  # written by the reaper: the agent was killed
     INTERNAL = "internal"  # an agent bug
     PREFLIGHT = "preflight"  # a check of this node before Ray and the judges failed (preflight-RANK.json)
-    # The scheduler ended the job (named by the audit from the scheduler's own words: audit/scheduler_ending.py).
+    # The scheduler ended the job (named by the audit from the scheduler's own words: audit/_scheduler_ending.py).
     TIME_LIMIT = "time_limit"  # the job's walltime ran out
     CANCELLED = "cancelled"  # someone cancelled the job (scancel, beaker job cancel)
     NODE_FAILURE = "node_failure"  # a node of the job failed or was set down
@@ -138,7 +138,7 @@ class FailureKind(enum.StrEnum):
 
 class ProgressSource(enum.StrEnum):
     """What the driver's node watched for the driver's progress (a hang's `source`), in order of
-    authority: the first that exists is the one that counts (agent/lifecycle/progress_watch.py)."""
+    authority: the first that exists is the one that counts (agent/lifecycle/_progress_watch.py)."""
 
     PROGRESS = "progress"  # agent.driver_api.progress() calls
     EVIDENCE = "evidence"  # the declared training evidence ([driver.evidence])

@@ -1,6 +1,6 @@
 """Waiting for a run directory to change, for the followers a person runs: `gym-audit logs
 --follow` and `gym-launch status --watch`. Never imported by the agent, which waits on its own
-inotify descriptor (agent/coord/dirwatch.py): watchdog's threads were measured too costly there.
+inotify descriptor (agent/coord/_dirwatch.py): watchdog's threads were measured too costly there.
 
 watchdog's inotify observer wakes the follower on a change it cares about (`wanted`, a test on
 the path relative to the run directory), so a new line is printed as it lands and nothing runs

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.judges.port_file import read_port_file
+from agent.judges._port_file import read_port_file
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 20.0

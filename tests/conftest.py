@@ -180,9 +180,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def run_dir_diagnostics(run_dir: Path) -> str:
     """gym-audit's text report, the failure records and log tails of one run directory."""
-    from audit import report_text
+    from audit import _report_text as report_text
+    from audit._logs import list_logs, read_tail
     from audit.api import audit_run
-    from audit.logs import list_logs, read_tail
     from audit.safedir import SafeDir
 
     parts: list[str] = []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.coord.attempts import AttemptRefused, Caps, Timing, attempt_token, resume_mode
-from agent.coord.attempts.decide import (
+from agent.coord.attempts._decide import (
     Decision,
     Look,
     Verb,
@@ -21,7 +21,7 @@ from agent.coord.attempts.decide import (
     restart_look,
     resume_entry,
 )
-from agent.coord.attempts.enter import join, join_restart
+from agent.coord.attempts._enter import join, join_restart
 from launch.spec.errors import UsageError
 from launch.spec.load import spec_differences
 from schemas import RunDir, Writer, names
@@ -242,7 +242,7 @@ def test_a_restart_of_a_completed_attempt_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_attempt_decisions_need_no_files() -> None:
-    """decide.py: what to do, from what was read (resume, restart mode's two looks, the caps)."""
+    """_decide.py: what to do, from what was read (resume, restart mode's two looks, the caps)."""
     assert resume_entry(None, None, "A", used=False) == Decision(Verb.CLAIM, None)  # a fresh run directory
     assert resume_entry(None, None, "A", used=True) == Decision(Verb.CLAIM, 1)  # started without a claim
     assert resume_entry(2, "A", "A", used=True) == Decision(Verb.JOIN, 2)

@@ -22,7 +22,11 @@ from typing import Any
 import orjson
 import pytest
 
-from audit import report_html, report_json, report_text, runs, schema_check
+from audit import _report_html as report_html
+from audit import _report_json as report_json
+from audit import _report_text as report_text
+from audit import _runs as runs
+from audit import _schema_check as schema_check
 from audit.api import audit_run
 from audit.safedir import UnusableRunDir
 from schemas import names, validation

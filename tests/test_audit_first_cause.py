@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from audit.first_cause import analyse
-from audit.views import FailureRec
+from audit._first_cause import analyse
+from audit._views import FailureRec
 
 
 def rec(rank: int, kind: str, t: float | None, reacting_to: int | None = None) -> FailureRec:

@@ -7,15 +7,15 @@ import io
 import json
 from pathlib import Path
 
-from agent.judges.alarm import DegradedAlarm
-from agent.judges.grade_log import GradeLog
-from agent.judges.recorder import GradeRecorder
+from agent.judges._alarm import DegradedAlarm
+from agent.judges._grade_log import GradeLog
+from agent.judges._recorder import GradeRecorder
 from agent.judges.rubrics import resolve_rubric
+from audit._load import load_run
+from audit._report_html import render as render_html
+from audit._report_json import render as render_json
+from audit._report_text import render as render_text
 from audit.api import audit_run
-from audit.load import load_run
-from audit.report_html import render as render_html
-from audit.report_json import render as render_json
-from audit.report_text import render as render_text
 from audit.safedir import SafeDir
 from schemas import names
 from schemas.vocab import GradeOutcome

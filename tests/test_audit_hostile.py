@@ -22,7 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import report_html, report_json, report_text
+from audit import _report_html as report_html
+from audit import _report_json as report_json
+from audit import _report_text as report_text
 from audit.api import audit_run
 from audit.safedir import UnusableRunDir
 from schemas.safe_io import MAX_ARTIFACT_BYTES

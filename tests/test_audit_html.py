@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from audit._report_html import PHASE_COLORS, ROLE_COLORS, render
 from audit.api import audit_run
-from audit.report_html import PHASE_COLORS, ROLE_COLORS, render
 from tests.harness.rundirs import judge_failure, success
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -205,7 +205,8 @@ def test_judge_and_training_charts_render_in_chromium(tmp_path: Path) -> None:
     assert (g["requests"], g["replies"], g["canary"], g["errors"]) == (30, 25, 4, {"timeout": 1})
     assert g["latency_ms"]["p50"] == 240.0 and g["latency_ms"]["p99"] == 380.0
     # The same account in the text and JSON reports.
-    from audit import report_json, report_text
+    from audit import _report_json as report_json
+    from audit import _report_text as report_text
 
     text = report_text.render(result)
     assert "judge general (gateway): 30 request(s), 25 replies (+4 canary); errors: timeout 1" in text

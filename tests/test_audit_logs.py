@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audit._logs import Matcher, _LiteralFinder, excerpt, grep_fd, grep_log, list_logs
 from audit.cli import main
-from audit.logs import Matcher, _LiteralFinder, excerpt, grep_fd, grep_log, list_logs
 from audit.safedir import SafeDir, UnsafeFile
 
 

@@ -1,6 +1,6 @@
 """The stacks summary's rules (audit/stacks.py): same innermost frames are one group, the odd one
 out is a process no other of its role shares frames with, Ray's own daemons are never it; what
-limited the stacks is said. And the first-cause rule a hang brings (audit/first_cause.py)."""
+limited the stacks is said. And the first-cause rule a hang brings (audit/_first_cause.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from beaker.types import BeakerJobPriority
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from launch.backends.beaker.render import render
+from launch.backends.beaker._render import render
 from launch.cli import main
 from launch.spec.load import SPEC_JSON_ENV, load_spec, load_spec_record
 from launch.spec.resolve import looks_like_credential
@@ -311,7 +311,7 @@ def test_loopback_hostname_is_still_refused_and_the_test_hook_is_loopback_only()
     with pytest.raises(IdentityError, match="loopback addresses only"):
         resolve_address(None, {TEST_ADDRESS_ENV: "10.1.2.3"})
     # A rendered job cannot carry the hook.
-    from launch.backends.beaker.render import RESERVED_ENV
+    from launch.backends.beaker._render import RESERVED_ENV
 
     assert TEST_ADDRESS_ENV in RESERVED_ENV
 

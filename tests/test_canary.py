@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from _judge_server import RunningServer, dead_port
 
-from agent.judges.canary import KNOWN_BAD, KNOWN_GOOD, run_canaries
+from agent.judges._canary import KNOWN_BAD, KNOWN_GOOD, run_canaries
 from agent.judges.client import JudgeClient
 from agent.judges.rubrics import resolve_rubric
 

@@ -40,7 +40,7 @@ while True:
 
 
 def _spec(tmp: Path, grace: float) -> str:
-    script = tmp / "driver.py"
+    script = tmp / "_driver.py"
     script.write_text(DRIVER)
     return small_spec(replicas=2, ray=False, driver=f'command = ["python", "{script}"]\ncheckpoint_grace = {grace}')
 

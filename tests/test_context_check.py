@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from _judge_server import RunningServer
 
-from agent.judges.bindings import bindings_from_registry
-from agent.judges.canary import KNOWN_GOOD, QUESTION
+from agent.judges._bindings import bindings_from_registry
+from agent.judges._canary import KNOWN_GOOD, QUESTION
 from agent.judges.client import JudgeRequestError
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec, resolved_from_dict

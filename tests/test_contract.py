@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.first_cause import KIND_PRIORITY
+from audit._first_cause import KIND_PRIORITY
 from schemas import AgentState, DriverEnv, FailureKind, Phase, PhaseOutcome, RunOutcome, WriterKind, names, order
 from schemas.vocab import FsCondition, GatewayOutcome, GradeOutcome, ProgressSource
 
@@ -180,9 +180,9 @@ def test_one_address_order() -> None:
 
 
 def test_the_placement_record_builder_and_the_audit_view_agree(tmp_path: Path) -> None:
-    from audit.load import load_run
+    from audit._load import load_run
+    from audit._views import placements
     from audit.safedir import SafeDir
-    from audit.views import placements
     from schemas import RunDir, Writer, records
 
     fields = records.placement_fields(
@@ -281,7 +281,7 @@ def _claim() -> dict:
 
 
 def test_one_rule_says_which_attempt_is_current(tmp_path: Path) -> None:
-    from audit.load import current_attempt as audit_current
+    from audit._load import current_attempt as audit_current
     from schemas import RunDir, Writer
 
     run = RunDir.create(tmp_path, "u", mode=0o750)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from audit import report_html, report_text
+from audit import _report_html as report_html
+from audit import _report_text as report_text
 from schemas import names
 from tests.harness import (
     agent_pid,

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from _judge_server import RunningServer, dead_port
 
-from agent.judges.engine_health import EngineHealthRegistry, EngineState, EngineStatus, ProbeResult
+from agent.judges._engine_health import EngineHealthRegistry, EngineState, EngineStatus, ProbeResult
 
 Factory = Callable[..., RunningServer]
 

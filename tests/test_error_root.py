@@ -35,17 +35,17 @@ INTERNAL = {
     # The rubric half of the same library (ValueErrors its callers catch): gym-launch validate
     # turns them into spec problems, grade into a UsageError, the agent into a failure record.
     "agent.judges.rubrics.RubricError": "rubric library, turned into a spec problem or UsageError",
-    "agent.judges.templates.TemplateError": "rubric library, turned into spec problems",
-    "agent.judges.open_instruct.OpenInstructError": "rubric library, turned into a RubricError",
-    "agent.judges.replies.ReplyFormatError": "reply parsing, turned into an invalid grade",
+    "agent.judges._templates.TemplateError": "rubric library, turned into spec problems",
+    "agent.judges._open_instruct.OpenInstructError": "rubric library, turned into a RubricError",
+    "agent.judges._replies.ReplyFormatError": "reply parsing, turned into an invalid grade",
     # Judge health and the gateway: control flow inside one loop or one request.
-    "agent.judges.engine_health.UnhealthyStatus": "a probe's retry decision",
-    "agent.judges.engine_health.UnknownEngine": "a registry lookup (KeyError) of an id never registered",
-    "agent.judges.gateway.UpstreamError": "the gateway answers the caller 502/504",
-    "agent.judges.http1.ProtocolError": "the gateway answers the caller 4xx/5xx",
-    "agent.judges.grade_log.PartlyWritten": "an OSError the gateway's log writer counts",
+    "agent.judges._engine_health.UnhealthyStatus": "a probe's retry decision",
+    "agent.judges._engine_health.UnknownEngine": "a registry lookup (KeyError) of an id never registered",
+    "agent.judges._gateway.UpstreamError": "the gateway answers the caller 502/504",
+    "agent.judges._http1.ProtocolError": "the gateway answers the caller 4xx/5xx",
+    "agent.judges._grade_log.PartlyWritten": "an OSError the gateway's log writer counts",
     # An agent bug: the lifecycle records it as the failure `internal`.
-    "agent.lifecycle.state.IllegalTransition": "an agent bug, recorded as internal",
+    "agent.lifecycle._state.IllegalTransition": "an agent bug, recorded as internal",
 }
 
 # The exit code of each class under the root whose code is not the usage code (2).

@@ -37,7 +37,7 @@ save = pathlib.Path(os.environ["GYM_CHECKPOINT_DIR"])
 replies = 0
 registry = driver_api.registry()
 if registry["bindings"] and grades:
-    from agent.judges.bindings import bindings_from_registry
+    from agent.judges._bindings import bindings_from_registry
     bound = sorted(bindings_from_registry(registry).items())[0][1]
     sample = {"metadata": {"judge_query": "What is the capital of France?"}, "label": "Paris."}
     for _ in range(grades):

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from audit._report_text import render
 from audit.api import audit_run
-from audit.report_text import render
 from tests.harness import (
     agent_pid,
     assert_nothing_left,

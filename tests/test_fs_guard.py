@@ -1,4 +1,4 @@
-"""The filesystem guard (agent/coord/fs_guard.py, agent/coord/mountinfo.py): mount-table parsing on
+"""The filesystem guard (agent/coord/fs_guard.py, agent/coord/_mountinfo.py): mount-table parsing on
 real mountinfo lines of the filesystems runs live on, the warnings and the refusal, the placement
 record's `filesystem`, and one real agent run whose record and audit carry the facts.
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.coord import fs_guard, mountinfo
+from agent.coord import _mountinfo as mountinfo
+from agent.coord import fs_guard
 from agent.coord.fs_guard import Heartbeat
 from schemas import names, records, validation
 from tests.harness import (
@@ -279,8 +280,8 @@ def test_the_record_drops_credentials_and_validates(tmp_path: Path) -> None:
 
 
 def test_the_audit_reports_each_mount_and_every_warning_once(tmp_path: Path) -> None:
+    from audit._report_text import render
     from audit.api import audit_run
-    from audit.report_text import render
     from tests.harness.rundirs import VISIBLE, success
 
     b = success(tmp_path / "run")
@@ -376,6 +377,6 @@ def test_a_real_run_records_its_filesystem_and_the_audit_shows_it(tmp_path: Path
     assert f"filesystem of {mountinfo.resolve(str(tmp_path / 'out'))}: {expected.fstype}" in log
     result = audit(run_dir, verdict="pass")
     assert result.to_json()["filesystem"] == [{**fs, "ranks": [0]}]
-    from audit.report_text import render
+    from audit._report_text import render
 
     assert f"filesystem: {expected.fstype} {expected.source} at {expected.mount_point} (rank 0)" in render(result)

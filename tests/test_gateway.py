@@ -44,7 +44,7 @@ def judge(start: Start, latency: float) -> RunningServer:
 
 def gateway(start: Start, tmp_path: Path, *args: str, calls: int = 4, timeout: float = 30) -> RunningServer:
     return start(
-        "agent.judges.gateway",
+        "agent.judges._gateway",
         "--judge",
         "general",
         "--host",

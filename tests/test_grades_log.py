@@ -17,10 +17,12 @@ import orjson
 import pytest
 from _judge_server import RunningServer, dead_port
 
-from agent.judges.alarm import BadReply, DegradedAlarm, allowance
-from agent.judges.bindings import bindings_from_registry
-from agent.judges.canary import KNOWN_GOOD as GOOD
-from agent.judges.canary import QUESTION
+from agent.judges._alarm import BadReply, DegradedAlarm, allowance
+from agent.judges._bindings import bindings_from_registry
+from agent.judges._canary import KNOWN_GOOD as GOOD
+from agent.judges._canary import QUESTION
+from agent.judges._grade_log import GradeLog, RotatingLog
+from agent.judges._recorder import GradeRecorder
 from agent.judges.client import (
     ContextOverflow,
     InvalidGrade,
@@ -30,8 +32,6 @@ from agent.judges.client import (
     JudgeUnavailable,
     TruncatedGrade,
 )
-from agent.judges.grade_log import GradeLog, RotatingLog
-from agent.judges.recorder import GradeRecorder
 from agent.judges.rubrics import PROFILES, Rubric, resolve_rubric
 from schemas import DriverEnv, RunDir, names, violations
 from schemas.vocab import GradeOutcome

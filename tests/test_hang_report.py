@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from audit._report_html import render as render_html
+from audit._report_text import render as render_text
 from audit.api import audit_run
-from audit.report_html import render as render_html
-from audit.report_text import render as render_text
 from tests.harness import BIN
 from tests.harness.rundirs import hang
 from tests.test_audit_html import CHROMIUM, chromium

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.coord.heartbeat_age import HeartbeatAge
-from agent.reaper.sidecar import HangWatch
+from agent.reaper._sidecar import HangWatch
 from audit.api import audit_run
 from schemas import RunDir, Writer, names
 from schemas.store import JsonRead

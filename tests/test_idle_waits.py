@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.coord.dirwatch import DirWatch
+from agent.coord._dirwatch import DirWatch
 from agent.coord.liveness import Liveness
 from agent.ground.failure import Failure, FailureSignal
 from agent.ground.reaper_channel import ReaperChannel

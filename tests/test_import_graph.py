@@ -41,10 +41,10 @@ SCHEDULER_READERS = (
 )
 SCHEDULER_CLIENTS = ("beaker", "sky")  # beaker-py, SkyPilot: imported when a question is asked
 LAUNCH_USES_AUDIT = {
-    ("launch.backends.local_verdict", "audit.api"): "gym-launch local exits with the audit's verdict of its run",
-    ("launch.backends.local_verdict", "audit.safedir"): "a run directory the audit refuses fails the local run",
-    ("launch.status", "audit.preflight"): "status names unfit nodes, and how to resubmit without them, as the audit",
-    ("launch.live_stacks", "audit.stacks"): "gym-launch stacks summarises live stacks as the audit does kept ones",
+    ("launch.backends._local_verdict", "audit.api"): "gym-launch local exits with the audit's verdict of its run",
+    ("launch.backends._local_verdict", "audit.safedir"): "a run directory the audit refuses fails the local run",
+    ("launch._status", "audit.preflight"): "status names unfit nodes, and how to resubmit without them, as the audit",
+    ("launch._live_stacks", "audit.stacks"): "gym-launch stacks summarises live stacks as the audit does kept ones",
 }
 
 # Offenders other helpers of issue 21 are removing on their branches (the launcher modules still

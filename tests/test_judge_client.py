@@ -9,10 +9,11 @@ from collections.abc import Callable
 import pytest
 from _judge_server import RunningServer, dead_port
 
-from agent.judges.bindings import bindings_from_registry
-from agent.judges.canary import KNOWN_BAD as BAD  # the canary's own question and answer pair
-from agent.judges.canary import KNOWN_GOOD as GOOD
-from agent.judges.canary import QUESTION
+from agent.judges._bindings import bindings_from_registry
+from agent.judges._canary import KNOWN_BAD as BAD  # the canary's own question and answer pair
+from agent.judges._canary import KNOWN_GOOD as GOOD
+from agent.judges._canary import QUESTION
+from agent.judges._framing import GradingPrompt, build_messages
 from agent.judges.client import (
     ContextOverflow,
     InvalidGrade,
@@ -22,7 +23,6 @@ from agent.judges.client import (
     normalize_endpoint,
     reference_from_sample,
 )
-from agent.judges.framing import GradingPrompt, build_messages
 from agent.judges.rubrics import PROFILES, Rubric, RubricError, parse_reply, resolve_rubric
 
 Factory = Callable[..., RunningServer]

@@ -1,4 +1,4 @@
-"""Reply formats and score scales (agent/judges/replies.py), and the client grading through a real
+"""Reply formats and score scales (agent/judges/_replies.py), and the client grading through a real
 reference judge server in each format and scale, with answer extraction on and off."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 from _judge_server import RunningServer
 
-from agent.judges.canary import KNOWN_GOOD, QUESTION
+from agent.judges._canary import KNOWN_GOOD, QUESTION
+from agent.judges._replies import ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
 from agent.judges.client import InvalidGrade, JudgeClient
-from agent.judges.replies import ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
 from agent.judges.rubrics import PROFILES, Rubric
 from schemas.validation import sample_violations
 

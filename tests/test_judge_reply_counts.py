@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from audit._judge_replies import ACCESS_RE, count_access_log
+from audit._lines import LineReader
+from audit._model import AuditResult
 from audit.api import audit_run
-from audit.judge_replies import ACCESS_RE, count_access_log
-from audit.lines import LineReader
-from audit.model import AuditResult
 from audit.safedir import SafeDir
 from schemas import names, validation
 from tests.harness.grades import diagnostics
@@ -31,7 +31,7 @@ def with_claim(root: Path, claimed: int) -> RunBuilder:
 
 
 def canaries(b: RunBuilder, replies_per_binding: int) -> None:
-    """judge-canaries.json whose samples carry the judge's reply excerpts (as agent/judges/canary.py writes)."""
+    """judge-canaries.json whose samples carry the judge's reply excerpts (as agent/judges/_canary.py writes)."""
     sample = {"repetition": 0, "answer": "known-good", "score": 0.9, "reply_excerpt": "SCORE: 9", "latency_s": 0.1}
     b.write(
         names.CANARIES,

@@ -252,7 +252,7 @@ def test_a_managed_judge_is_reached_through_the_runs_endpoint_record(tmp_path: P
     # A run with gateways: the grade goes through the judge's gateway, as every client of the run does.
     gw = start_module(
         tmp_path,
-        "agent.judges.gateway",
+        "agent.judges._gateway",
         *("--judge", "general", "--host", "127.0.0.1", "--upstream", server.base_url),
         *("--max-concurrent-calls", "2", "--timeout", "30", "--run-dir", str(tmp_path)),
         name="gateway",

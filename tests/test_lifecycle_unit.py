@@ -17,11 +17,13 @@ from agent.coord.failure_record import write_failure_record
 from agent.ground.failure import AgentFailed, Failure, FailureSignal
 from agent.ground.reaper_channel import ReaperChannel, ReaperState
 from agent.ground.waits import poll_until
-from agent.lifecycle import agreement, steps, teardown
-from agent.lifecycle.actions import bind
-from agent.lifecycle.phase_log import PhaseLog
-from agent.lifecycle.running import Running
-from agent.lifecycle.state import IllegalTransition, StateMachine
+from agent.lifecycle import _agreement as agreement
+from agent.lifecycle import _teardown as teardown
+from agent.lifecycle import steps
+from agent.lifecycle._actions import bind
+from agent.lifecycle._phase_log import PhaseLog
+from agent.lifecycle._running import Running
+from agent.lifecycle._state import IllegalTransition, StateMachine
 from agent.lifecycle.steps import AGREEMENT_STEPS, PLACED_STEPS, RUN_STEPS, STARTUP_STEPS, TEARDOWN, Nodes, applies
 from schemas import AgentState, FailureKind, Phase, RunDir, Writer, names, violations
 from schemas.vocab import STATE_TRANSITIONS

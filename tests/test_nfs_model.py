@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.coord.dirwatch import DirWatch
+from agent.coord._dirwatch import DirWatch
 from tests.harness import fuse_install
 from tests.harness.nfs_model import ClientCache, NfsClient, mounted, nfs_clients
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from agent.ground.waits import Progress, poll_until
-from agent.lifecycle.console_tee import MAX_CONSOLE_LINE, ConsoleLines, ConsoleTee
-from agent.ray.logs import keep, session_log_files
+from agent.lifecycle._console_tee import MAX_CONSOLE_LINE, ConsoleLines, ConsoleTee
+from agent.ray._logs import keep, session_log_files
+from audit._logview import line_time, parse_since
+from audit._model import Cause
+from audit._ray_evidence import ray_evidence
 from audit.api import audit_run
-from audit.logview import line_time, parse_since
-from audit.model import Cause
-from audit.ray_evidence import ray_evidence
+from launch._status import HeartbeatClock, read_status
 from launch.spec.console import use_colour
-from launch.status import HeartbeatClock, read_status
 from schemas import RunDir, names
 from schemas.timefmt import iso_ms
 from tests.harness import BIN
@@ -157,8 +157,8 @@ def test_a_short_wait_prints_nothing() -> None:
 
 
 def test_ray_probe_progress_is_parsed() -> None:
+    from agent.ray._probe import PROGRESS_MARK
     from agent.ray.node import probe_progress
-    from agent.ray.probe import PROGRESS_MARK
 
     err = f"some warning\n{PROGRESS_MARK}1/3\nother\n{PROGRESS_MARK}2/3\n".encode()
     assert probe_progress(err) == "2/3"
@@ -188,7 +188,7 @@ def test_library_warnings_are_routed_with_rank_and_time(tmp_path: Path) -> None:
     log = tmp_path / "agent-0.log"
     script = f"""
 import logging, os, threading
-from agent.lifecycle.logsetup import configure
+from agent.lifecycle._logsetup import configure
 fd = os.open({str(log)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
 configure("[rank 0]", fd)
 logging.getLogger("watchdog.observers.inotify_buffer").warning("inotify watch limit reached")
@@ -211,7 +211,7 @@ def test_quiet_agent_keeps_library_warnings_in_the_log_only(tmp_path: Path) -> N
     log = tmp_path / "agent-1.log"
     script = f"""
 import logging, os
-from agent.lifecycle.logsetup import configure
+from agent.lifecycle._logsetup import configure
 fd = os.open({str(log)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
 configure("[rank 1]", fd, console_level=logging.ERROR)
 logging.getLogger("watchdog").warning("only in the file")

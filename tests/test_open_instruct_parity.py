@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from _recording_judge import recording_judge
 
-from agent.judges import open_instruct
+from agent.judges import _open_instruct as open_instruct
+from agent.judges._replies import ReplyFormat, ReplyFormatError, parse_reply
 from agent.judges.client import INVALID_REPLY_BACKOFF_S, ContextOverflow, InvalidGrade, JudgeClient, TruncatedGrade
-from agent.judges.replies import ReplyFormat, ReplyFormatError, parse_reply
 from agent.judges.rubrics import RubricError, resolve_rubric, rubric_from_spec
 from tests.harness import open_instruct_stand_in as stand_in
 
@@ -102,7 +102,7 @@ def test_ambiguous_or_scoreless_replies_are_invalid_never_zero(reply: str) -> No
 
 
 def test_the_decision_format_is_one_yes_or_no_whatever_the_scale() -> None:
-    from agent.judges.replies import ScoreScale
+    from agent.judges._replies import ScoreScale
 
     assert parse_reply("Looks equivalent.\nFinal Decision: Yes", ReplyFormat.DECISION, ScoreScale(1, 10)).score == 1.0
     assert parse_reply("final decision: no", ReplyFormat.DECISION).score == 0.0

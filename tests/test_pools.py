@@ -17,7 +17,7 @@ from agent.ray.node import HEAD_ONLY_FLAGS, worker_extra_args
 from audit.api import audit_run
 from launch.backends.base import RenderRequest
 from launch.backends.local import local_replicas
-from launch.backends.slurm.render import components, directive_lines, render
+from launch.backends.slurm._render import components, directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec
@@ -36,7 +36,7 @@ name = "pools"
 gpus_per_replica = 8
 node_gpus = 8
 [driver]
-command = ["python", "driver.py"]
+command = ["python", "_driver.py"]
 """
 
 PINNED = BASE + PINNED_POOLS + judge_tables(pool="judge")

@@ -1,7 +1,7 @@
 """Port blocks held from the check to the bind (agent/proc/ports.py): choosers racing in real
 processes on this host never pick the same block, a block another process holds is skipped by
 Ray's and the judges' choice, and an ended holder's blocks are free again at once. A judge's
-block is one where every port SGLang binds is free (agent/judges/judge_ports.py)."""
+block is one where every port SGLang binds is free (agent/judges/_judge_ports.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.judges.judge_ports import reserve
+from agent.judges._judge_ports import reserve
 from agent.proc import ports, tempdirs
 from agent.ray.node import pick_ports
 from launch.spec.config import JudgeConfig, RunConfig
@@ -42,7 +42,7 @@ if sys.argv[2] == "ray":
     from agent.ray.node import pick_ports
     choose = lambda: pick_ports("one-run", 0, 1, (32768, 60999)).gcs
 else:
-    from agent.judges.judge_ports import reserve
+    from agent.judges._judge_ports import reserve
     from launch.spec.config import RunConfig
     from launch.spec.load import resolved_from_dict
     judge = RunConfig.from_spec(resolved_from_dict(eval(sys.argv[3]))).judges["j"]

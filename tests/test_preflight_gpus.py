@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from agent.ground.nvml import open_nvml
-from agent.preflight.gpus import check_gpus
-from agent.preflight.residue import residue
+from agent.preflight._gpus import check_gpus
+from agent.preflight._residue import residue
 from tests.harness.fake_nvml import pynvml as fake
 
 GIB = 1 << 30

@@ -18,7 +18,7 @@ import pytest
 
 from agent.coord.doorbell import Doorbell, PeerBell
 from agent.coord.doorbell_probe import Prober, probe_peers
-from agent.preflight.network import Interfaces, check_network, nccl_selects
+from agent.preflight._network import Interfaces, check_network, nccl_selects
 from schemas import validation
 from tests.harness import fullfs
 from tests.harness.specs import small_spec
@@ -292,7 +292,7 @@ def test_gym_launch_preflight_prints_the_table_and_exits_by_the_checks(spec: Pat
 
 
 def test_sizes_and_modes_of_the_spec() -> None:
-    from launch.spec.keys import Size, parse_size
+    from launch.spec._keys import Size, parse_size
 
     assert (
         parse_size("20GiB") == 20 << 30

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.judges.prepared import MANIFEST, prove_revision
+from agent.judges._prepared import MANIFEST, prove_revision
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"

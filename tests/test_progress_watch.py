@@ -1,4 +1,4 @@
-"""The progress watch's rules on a fake clock with hand-driven sources (agent/lifecycle/progress_watch.py),
+"""The progress watch's rules on a fake clock with hand-driven sources (agent/lifecycle/_progress_watch.py),
 and the real progress board between a writer and the agent's reader. The same watch on real agents:
 tests/test_hang_e2e.py."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.lifecycle.progress_watch import ProgressWatch, Sources
+from agent.lifecycle._progress_watch import ProgressWatch, Sources
 from agent.proc import driver_local
 from agent.proc.driver_local import BoardReading
 from launch.spec.sections import DriverConfig

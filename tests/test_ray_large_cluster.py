@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from agent.ray import large_cluster
+from agent.ray import _large_cluster as large_cluster
 from bench.preflight import check_ray_settings, ray_config_names
 
 

@@ -214,7 +214,7 @@ def test_a_node_counts_as_started_once_ray_start_wrote_its_address_file(tmp_path
 def test_a_stale_registration_on_a_shared_address_is_not_counted_as_live() -> None:
     """A raylet stopped by a `ray start` that missed its registration wait may still be registered
     late by the GCS: where an address has two live nodes, only the one whose raylet answers counts."""
-    from agent.ray.probe import live_nodes
+    from agent.ray._probe import live_nodes
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

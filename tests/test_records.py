@@ -263,7 +263,7 @@ def test_heartbeat_complete_ack_and_driver_stop_round_trip(tmp_path: Path) -> No
     assert records.AckRecord.from_json(ack) == records.AckRecord("success")
     stop = records.driver_stop_fields(reason="x" * 3000, grace_s=30.0, outcome="exited", exit_code=0, after_s=1.23456)
     assert records.DriverStopRecord.from_json(_written(tmp_path / "s", names.DRIVER_STOP, stop)) == (
-        records.DriverStopRecord("exited", 30.0, 1.235, "x" * records.driver_stop.REASON_MAX, 0)
+        records.DriverStopRecord("exited", 30.0, 1.235, "x" * records._driver_stop.REASON_MAX, 0)
     )
 
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from _judge_server import RunningServer
 
-from agent.judges.framing import GradingPrompt, build_messages, parse_messages
-from agent.judges.port_file import read_port_file, write_port_file
+from agent.judges._framing import GradingPrompt, build_messages, parse_messages
+from agent.judges._port_file import read_port_file, write_port_file
 from agent.judges.reference_server import (
     CRASH_EXIT_CODE,
     grade,
@@ -23,7 +23,7 @@ from agent.judges.reference_server import (
     tokenize_text,
 )
 from agent.judges.rubrics import get_profile
-from audit.judge_replies import ACCESS_RE
+from audit._judge_replies import ACCESS_RE
 
 Factory = Callable[..., RunningServer]
 

@@ -1,4 +1,4 @@
-"""gym-launch regrade, pure part (launch/regrade.py): every precedence rule and refusal of the
+"""gym-launch regrade, pure part (launch/_regrade.py): every precedence rule and refusal of the
 judge-only profile (seed 003), the walltime bound, the judge job's spec (resolved, planned and
 rendered for real), the CPU-pool rules of the spec model, and the command line on a run
 directory (the scheduler's `scontrol` is a stand-in on PATH here; tests/test_slurm_regrade.py
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from launch import regrade as rg
+from launch import _regrade as rg
 from launch.backends.base import RenderRequest
-from launch.backends.slurm.render import directive_lines, render
+from launch.backends.slurm._render import directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec, resolved_from_dict, spec_record
@@ -43,7 +43,7 @@ gpus_per_node = 4
 [inference]
 gpus = 12
 [driver]
-command = ["python", "driver.py"]
+command = ["python", "_driver.py"]
 [judges.general]
 mode = "managed"
 backend = "reference"

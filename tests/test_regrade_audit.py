@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from audit.api import audit_run
-from launch import regrade as rg
+from launch import _regrade as rg
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec, spec_record
 from schemas import RunDir, Writer, WriterKind, names

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launch.backends.base import RenderRequest
-from launch.backends.slurm.render import WARNING_MARGIN_S, directive_lines, render
+from launch.backends.slurm._render import WARNING_MARGIN_S, directive_lines, render
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
@@ -37,7 +37,7 @@ gpus_per_node = 4
 [inference]
 gpus = 12
 [driver]
-command = ["python", "driver.py"]
+command = ["python", "_driver.py"]
 placement = "inference"
 [driver.env]
 JUDGE_HOST = "runtime:GYM_POOL_JUDGE_NODES"

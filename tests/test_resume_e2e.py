@@ -146,7 +146,7 @@ def test_killed_run_resumes_as_attempt_2_and_stale_records_never_count(tmp_path:
     assert attempts is not None and [a.attempt for a in attempts] == [1, 2], attempts
     assert attempts[0].verdict == "fail" and attempts[0].first_cause is not None
     assert attempts[0].first_cause.kind == ("agent_died" if how == "sigkill_agent" else "signal")
-    from audit.report_text import render
+    from audit._report_text import render
 
     text = render(result)
     assert "attempt 1: FAIL" in text and "attempt 2: PASS" in text and attempts[0].first_cause.kind in text, text

@@ -20,11 +20,11 @@ import pytest
 from _judge_server import RunningServer
 from _recording_judge import recording_judge
 
-from agent.judges.canary import run_canaries
+from agent.judges._canary import run_canaries
+from agent.judges._templates import MAX_TEMPLATE_BYTES, TemplateError, load_template, parse_template
 from agent.judges.client import JudgeClient
 from agent.judges.rubrics import PROFILES, RubricError, resolve_rubric, rubric_from_spec
-from agent.judges.templates import MAX_TEMPLATE_BYTES, TemplateError, load_template, parse_template
-from launch.rubric_files import template_problems
+from launch._rubric_files import template_problems
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec, resolved_from_dict
 from launch.spec.validate import validate

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.load import Artifact, LoadedRun
+from audit._load import Artifact, LoadedRun
 from audit.safedir import SafeDir
 
 

@@ -113,7 +113,7 @@ def test_the_audit_names_the_scheduler_not_a_ranks_sigterm(
     assert [c.kind for c in result.cascade] == ["signal"] * 3 and not result.other_roots
     doc = json.loads(json.dumps(result.to_json()))
     assert doc["first_cause"]["kind"] == kind and doc["first_cause"]["scheduler"] == "slurm"
-    from audit.report_text import render
+    from audit._report_text import render
 
     text_report = render(result)
     lines = text_report.splitlines()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from agent.coord.attempts import attempt_token
 from agent.coord.identity import IdentityError
 from agent.coord.identity import resolve as resolve_identity
-from launch.backends.skypilot.render import render, run_command
+from launch.backends.skypilot._render import render, run_command
 from launch.cli import main
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError

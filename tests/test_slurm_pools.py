@@ -85,7 +85,7 @@ def test_a_gpu_pool_and_a_cpu_pool_on_another_partition_run_as_one_heterogeneous
         driver_env={"READERS": f"runtime:{JobEnv.pool_nodes('readers')}"},
         judge_pool="judge",
     )
-    (tmp_path / "probe.py").write_text(PROBE)  # this test's probe in place of the module's
+    (tmp_path / "_probe.py").write_text(PROBE)  # this test's probe in place of the module's
     t0 = time.monotonic()
     job = submit(c, sp, root, uuid)
     run_dir = root / "cluster" / uuid

@@ -27,7 +27,7 @@ from slurm import cluster as slurm
 from test_slurm_cluster import wait_nodes_clean
 from test_slurm_rendered import JOB_TIMEOUT_S, assert_passed, spec, submit
 
-from launch import regrade as rg
+from launch import _regrade as rg
 from schemas import names
 from schemas.vocab import LauncherEnv
 from tests.harness import assert_artifacts_valid, assert_nothing_left, audit, failures, read, uid

@@ -50,7 +50,7 @@ with open(os.environ["PROBE_OUT"], "w") as f:
 
 
 def spec(tmp: Path, name: str, *, body: str, driver_env: dict[str, str], judge_pool: str | None = None) -> Path:
-    probe = tmp / "probe.py"
+    probe = tmp / "_probe.py"
     probe.write_text(PROBE)
     env = {"PROBE_OUT": str(tmp / "probe.json"), "DEMO_STEPS": "3", **driver_env}
     env_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in env.items())

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from launch.spec._overrides import apply_overrides, parse_override
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import ResolvedSpec, canonical_json, load_spec, resolved_from_dict
-from launch.spec.overrides import apply_overrides, parse_override
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

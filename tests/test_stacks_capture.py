@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.stacks import pyspy
+from agent.stacks import _pyspy as pyspy
+from agent.stacks._targets import describe
 from agent.stacks.capture import capture
-from agent.stacks.targets import describe
 from schemas import DriverEnv, violations
 from schemas.vocab import StackReason
 

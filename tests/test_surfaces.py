@@ -1,8 +1,11 @@
-"""Every module's public surface is its ``__all__`` (issue 37).
+"""Every module's public surface is its ``__all__``, and a module's name says who may import it
+(issue 37).
 
 A module another module of the project imports declares ``__all__``, and what other modules import
 from it is in that list: the surface a reader sees at the top of the file is the one the code uses.
-Tests and benchmarks may reach past it (they test the parts), so only the product's imports count.
+A module only its own package imports starts with an underscore; one with an underscore is never
+imported from outside its package. Tests and benchmarks may reach past both (they test the parts),
+so only the product's imports count.
 """
 
 from __future__ import annotations
@@ -83,6 +86,66 @@ def surface_problems(known: dict[str, Path]) -> list[str]:
             if name not in declared:
                 problems.append(f"{module}: {name} is imported by {users[0]} but is not in its __all__")
     return problems
+
+
+def importers_of(known: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the product modules that import it (by `import m`, `from m import x` or
+    `from package import m`)."""
+    out: dict[str, set[str]] = {m: set() for m in known}
+    for source, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    target = sub if sub in known else node.module
+                    if target in known and target != source:
+                        out[target].add(source)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in known and alias.name != source:
+                        out[alias.name].add(source)
+    return out
+
+
+def privacy_problems(known: dict[str, Path]) -> list[str]:
+    problems = []
+    for module, users in sorted(importers_of(known).items()):
+        path = known[module]
+        if path.name in ("__init__.py", "__main__.py") or not users:
+            continue
+        package = module.rsplit(".", 1)[0]
+        outside = sorted(u for u in users if u != package and u.rsplit(".", 1)[0] != package)
+        if package in known and path.stem in (declared_all(known[package]) or ()):
+            outside.append(f"{package}.__all__")  # the package offers it by name: a public submodule
+        private = path.stem.startswith("_")
+        if private and outside:
+            problems.append(f"{module}: private to {package} but imported by {outside[0]}")
+        elif not private and not outside:
+            problems.append(f"{module}: only {package} imports it: name it _{path.stem}.py")
+    return problems
+
+
+def test_a_module_only_its_package_imports_is_named_private() -> None:
+    problems = privacy_problems(project_modules())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_privacy_check_names_both_mistakes(tmp_path: Path) -> None:
+    for name, text in {
+        "helper.py": "X = 1\n",
+        "_inner.py": "Y = 2\n",
+        "api.py": "from pkg.helper import X\n",
+        "cli.py": "from pkg.api import X\n",
+    }.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "other.py").write_text("from pkg._inner import Y\nfrom pkg.cli import X\n", encoding="utf-8")
+    known = {f"pkg.{n}": tmp_path / f"{n}.py" for n in ("helper", "_inner", "api", "cli")}
+    known["top.other"] = tmp_path / "other.py"
+    assert privacy_problems(known) == [
+        "pkg._inner: private to pkg but imported by top.other",
+        "pkg.api: only pkg imports it: name it _api.py",
+        "pkg.helper: only pkg imports it: name it _helper.py",
+    ]
 
 
 def test_every_imported_module_declares_its_surface() -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from audit._model import AuditResult
 from audit.api import audit_run
 from audit.cli import main
-from audit.model import AuditResult
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec

@@ -235,7 +235,7 @@ class Doorbell(threading.Thread):
         self._wakeup.set()
 
     def reaper_line(self) -> dict[str, Any] | None:
-        """What the reaper needs to ring for this agent if it is killed (agent/reaper/sidecar.py):
+        """What the reaper needs to ring for this agent if it is killed (agent/reaper/_sidecar.py):
         the secret travels through the reaper's private pipe, never through a file or a log."""
         with self._lock:
             peers = self._peers

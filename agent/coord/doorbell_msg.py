@@ -14,7 +14,7 @@ only: hosts' clocks are never compared). Three types:
 - `complete` (Notice): the driver's node wrote complete.json and its ack - a wake-up for the
   nodes waiting to read them (the files stay the record);
 - `probe` / `echo` (Notice): a node's preflight asks whether a peer's address answers (agent/
-  preflight/network.py); the peer's doorbell sends an `echo` carrying the probe's seq (in hb_seq)
+  preflight/_network.py); the peer's doorbell sends an `echo` carrying the probe's seq (in hb_seq)
   back to where the probe came from, so a port that is open but firewalled is told from one that
   answers.
 - `stacks` (StacksAsk): from gym-launch stacks, not a peer: rank `to` is asked to answer the request

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.coord import mountinfo
+from agent.coord import _mountinfo as mountinfo
 from schemas import records
 
 __all__ = [

@@ -1,6 +1,6 @@
 """How long a heartbeat file has stood still, on the observer's own monotonic clock: the one rule
 the peers watching a rank (agent/coord/liveness.py) and that rank's own reaper
-(agent/reaper/sidecar.py) both apply, so they decide alike.
+(agent/reaper/_sidecar.py) both apply, so they decide alike.
 
 A heartbeat is written by its agent alone, atomically (temp, rename): no reader ever sees one half
 written. A file that reads as something else (bytes that are no JSON object) was written by

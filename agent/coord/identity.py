@@ -48,7 +48,7 @@ class IdentityError(GymError):
 @dataclass(frozen=True)
 class SchedulerJob:
     """The scheduler's name for where this replica runs: what the audit asks the scheduler about
-    afterwards (audit/scheduler_query.py) when the run's own files do not say why it ended."""
+    afterwards (audit/_scheduler_query.py) when the run's own files do not say why it ended."""
 
     scheduler: str  # "slurm", "beaker" or "skypilot"
     job: str  # Slurm: the job id; Beaker: this replica's job id (one per replica and per retry); SkyPilot: the task id

@@ -10,7 +10,7 @@ Rules (docs/runtime-notes.md, "Liveness"):
   listing a directory (no exists(), no mtimes);
 - one bad read (partial JSON, EACCES, ESTALE) is retried and never by itself fails the run.
 A failure record reaches every agent within one poll interval; on a local filesystem inotify
-(agent/coord/dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
+(agent/coord/_dirwatch.py) wakes the loop within milliseconds. Between rounds the thread sleeps in one
 poll(2) on that descriptor and a wake pipe: no other timer, no helper thread. A failure rung on
 the doorbell (agent/coord/doorbell.py) gets the same reaction as a listed record (`_react`).
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from agent.coord.dirwatch import DirWatch
+from agent.coord._dirwatch import DirWatch
 from agent.coord.doorbell_msg import Notice, NoticeType, Ring
 from agent.coord.heartbeat_age import HeartbeatAge
 from agent.ground import clock

@@ -26,7 +26,7 @@ class Failure:
     log: str | None = None
     reacting_to: dict[str, Any] | None = None
     peers: tuple[int, ...] = ()
-    # The facts behind `cause`, as fields the audit reads (schemas/records/failure.py says which is which).
+    # The facts behind `cause`, as fields the audit reads (schemas/records/_failure.py says which is which).
     exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
     child: str | None = None  # which supervised child exited
     judge: str | None = None  # the judge concerned (a managed judge's exit or health, a degraded binding's)
@@ -35,7 +35,7 @@ class Failure:
     sender: dict[str, Any] | None = None  # a signal's sender: {pid, uid, name} (agent.proc.signals)
     fs_condition: FsCondition | None = None  # the run directory refused our writes
     checks: tuple[str, ...] = ()  # a preflight failure: the checks that failed (agent/preflight/)
-    hang: dict[str, Any] | None = None  # a hang's progress facts (agent/lifecycle/progress_watch.py)
+    hang: dict[str, Any] | None = None  # a hang's progress facts (agent/lifecycle/_progress_watch.py)
     # A reaction's (peer_failure) view of the failure it reacts to: that record's own cause, which
     # the doorbell rings on to the other peers (not written: `cause` quotes it).
     reacted_cause: str | None = None

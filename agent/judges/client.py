@@ -11,8 +11,8 @@ Contract:
 - an incomplete reply (``finish_reason`` other than ``stop``: :class:`TruncatedGrade`) or one
   without a valid score raises :class:`InvalidGrade`. There is no reward-zero fallback: callers
   fail the run.
-- with a recorder (agent/judges/recorder.py; automatic for a driver the agent started, through
-  agent/judges/bindings.py), every outcome is appended to grades-RANK.jsonl before the grade is
+- with a recorder (agent/judges/_recorder.py; automatic for a driver the agent started, through
+  agent/judges/_bindings.py), every outcome is appended to grades-RANK.jsonl before the grade is
   returned or its exception raised, and counted by the degraded-judge alarm: the call that trips
   it, and every later call through that binding, raises :class:`JudgeDegraded`.
 """
@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from agent.judges.batch import BatchRunner
+from agent.judges._batch import BatchRunner
+from agent.judges._framing import GradingPrompt
+from agent.judges._replies import ReplyFormatError
 from agent.judges.extraction import extract_answer
-from agent.judges.framing import GradingPrompt
-from agent.judges.replies import ReplyFormatError
 from agent.judges.rubrics import Rubric
 from agent.proc import driver_local
 from schemas.vocab import GradeOutcome
 
 if TYPE_CHECKING:
-    from agent.judges.alarm import Trip
-    from agent.judges.recorder import GradeRecorder
+    from agent.judges._alarm import Trip
+    from agent.judges._recorder import GradeRecorder
 
 __all__ = [
     "ContextOverflow",
@@ -109,7 +109,7 @@ class TruncatedGrade(InvalidGrade):
 
 
 class JudgeDegraded(JudgeError):
-    """Too many of a binding's recent replies were invalid or truncated (agent/judges/alarm.py):
+    """Too many of a binding's recent replies were invalid or truncated (agent/judges/_alarm.py):
     the run fails as judge_degraded. Raised by the grade that tripped the alarm and by every later
     grade through that binding (those send nothing). ``diagnostics`` is the alarm: the binding,
     the counts and the last two bad replies."""
@@ -143,7 +143,7 @@ class GradeItem:
 
 @dataclass(frozen=True)
 class Grade:
-    """A reward (the rubric's score divided by its scale's maximum: agent/judges/replies.py) and how it was obtained."""
+    """A reward (the score over its scale's maximum: agent/judges/_replies.py) and how it was obtained."""
 
     score: float
     # A plain dict so drivers can store it as-is in metadata.verifier_diagnostics (JSON).
@@ -498,7 +498,7 @@ class JudgeClient:
             reference = reference_from_sample(sample)
         return self.grade(rubric, question, answer, reference, binding=binding)
 
-    # -- many at once (agent/judges/batch.py) --
+    # -- many at once (agent/judges/_batch.py) --
 
     def grade_many(
         self,

@@ -4,7 +4,7 @@ It speaks the slice of SGLang's HTTP API the project uses: ``GET /health``, ``GE
 ``POST /v1/chat/completions`` and ``POST /tokenize`` (alias ``/v1/tokenize``), with the same
 request and response shapes. It is not a language model: it grades deterministically.
 
-Grading. The user message carries the sections of :mod:`agent.judges.framing` (a template rubric's
+Grading. The user message carries the sections of :mod:`agent.judges._framing` (a template rubric's
 message too, when the template uses those sections: the reply format and scale are then read from
 the template's own words; one that asks for ``Final Decision: Yes|No`` gets one, yes from a score of
 5 of 10). Both sides are
@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent.judges.framing import GradingPrompt, instructions_text, message_text, parse_messages
-from agent.judges.port_file import write_port_file
+from agent.judges._framing import GradingPrompt, instructions_text, message_text, parse_messages
+from agent.judges._port_file import write_port_file
 from schemas.timefmt import iso_ms
 
 CRASH_EXIT_CODE = 70
@@ -362,7 +362,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _log(self, started: float, note: str = "") -> None:
         # The access line SGLang's uvicorn prints ("METHOD PATH HTTP/1.1" STATUS): the audit counts
-        # a judge's answered chat completions from its own log in this one shape (audit/judge_replies.py).
+        # a judge's answered chat completions from its own log in this one shape (audit/_judge_replies.py).
         host, port = self.client_address[0], self.client_address[1]
         line = (
             f'{iso_ms(time.time())} INFO: {host}:{port} - "{self.command} {self.path} {self.request_version}" '

@@ -3,8 +3,8 @@
 A rubric's text is part of the experiment: ``registry.json`` records its sha256 digest so a
 driver (or an audit) can prove it graded with the same words the launcher resolved. A profile's
 text ends by asking for the rubric's reply format on its scale (``SCORE: N`` from 0 to 10 unless the
-rubric says otherwise), which :func:`parse_reply` (agent/judges/replies.py) reads back. A template
-(``template_file``, agent/judges/templates.py) is the user's text, sent as written: its
+rubric says otherwise), which :func:`parse_reply` (agent/judges/_replies.py) reads back. A template
+(``template_file``, agent/judges/_templates.py) is the user's text, sent as written: its
 ``reply_format`` and ``score_scale`` say only how the reply is read, nothing is appended to it.
 """
 
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from agent.judges import open_instruct, templates
-from agent.judges.framing import GradingPrompt, build_messages, build_template_messages
-from agent.judges.replies import DEFAULT_SCALE, ParsedReply, ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
-from agent.judges.templates import MAX_TEMPLATE_BYTES, RubricTemplate, TemplateError, TemplateProblem, load_template
+from agent.judges import _open_instruct as open_instruct
+from agent.judges import _templates as templates
+from agent.judges._framing import GradingPrompt, build_messages, build_template_messages
+from agent.judges._replies import DEFAULT_SCALE, ParsedReply, ReplyFormat, ReplyFormatError, ScoreScale, parse_reply
+from agent.judges._templates import MAX_TEMPLATE_BYTES, RubricTemplate, TemplateError, TemplateProblem, load_template
 
 # Re-exported: rubrics and their reply parsing are imported together by drivers and tests.
 __all__ = [
@@ -153,7 +154,7 @@ def get_profile(name: str) -> RubricProfile:
 @dataclass(frozen=True)
 class Rubric:
     """A named rubric of the run spec (``[rubrics.NAME]``): a built-in profile, or a template file
-    the user owns (agent/judges/templates.py) — exactly one of ``profile`` and ``template``."""
+    the user owns (agent/judges/_templates.py) — exactly one of ``profile`` and ``template``."""
 
     name: str
     profile: RubricProfile | None
@@ -215,7 +216,7 @@ class Rubric:
         return out
 
     def messages(self, prompt: GradingPrompt) -> list[dict[str, str]]:
-        """The chat messages of one grading request (agent/judges/framing.py)."""
+        """The chat messages of one grading request (agent/judges/_framing.py)."""
         if self.template is not None:
             return build_template_messages(self.template, prompt)
         return build_messages(self.text, prompt)

@@ -21,9 +21,9 @@ from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.failure import Failure
 from agent.ground.waits import poll_until
-from agent.judges import judge_ports
-from agent.judges.gateways import LocalGateways
-from agent.judges.prepared import prove_revision
+from agent.judges import _judge_ports as judge_ports
+from agent.judges._gateways import LocalGateways
+from agent.judges._prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
@@ -36,8 +36,8 @@ from schemas import DriverEnv, FailureKind, names, records
 from schemas.safe_io import RunDirError
 
 if TYPE_CHECKING:
-    from agent.judges.canary_watch import CanaryRound, CanaryWatch
-    from agent.judges.engine_health import EngineHealthRegistry, EngineStatus
+    from agent.judges._canary_watch import CanaryRound, CanaryWatch
+    from agent.judges._engine_health import EngineHealthRegistry, EngineStatus
 
 __all__ = ["CANARY_REPETITIONS", "HEALTH_FAILURES", "JudgeRuntime", "LocalJudge", "SPAWN_ATTEMPTS"]
 
@@ -242,7 +242,7 @@ class JudgeRuntime:
                 code,
             )
         if j.port is None:
-            from agent.judges.port_file import read_port_file
+            from agent.judges._port_file import read_port_file
 
             j.port = read_port_file(j.port_file)
             if j.port is None:
@@ -260,7 +260,7 @@ class JudgeRuntime:
     def _new_health_registry(self) -> EngineHealthRegistry:
         # The judge client (httpx) is imported only by a node that serves judges: an agent
         # without judges stays small (README, "Performance").
-        from agent.judges.engine_health import EngineHealthRegistry
+        from agent.judges._engine_health import EngineHealthRegistry
 
         ctx = self.ctx
         interval = ctx.config.coordination.heartbeat_interval
@@ -365,7 +365,7 @@ class JudgeRuntime:
             judges=judges,
             rubrics=rubrics,
             bindings={b.verifier: (b.judge, b.rubric) for b in cfg.bindings},
-            # What the driver's judge client library applies: agent/judges/grade_log.py and alarm.py.
+            # What the driver's judge client library applies: agent/judges/_grade_log.py and _alarm.py.
             judging={
                 "grades_max_bytes": judging.grades_max_bytes,
                 "grades_keep": judging.grades_keep,
@@ -442,9 +442,9 @@ class JudgeRuntime:
     def run_canaries(self, topo: Topology) -> str:
         ctx = self.ctx
         registry = self.registry or {"judges": {}, "rubrics": {}, "bindings": {}}
-        from agent.judges.bindings import clients_from_registry, rubrics_from_registry
-        from agent.judges.canary import run_canaries
-        from agent.judges.gateway import CANARY_HEADER
+        from agent.judges._bindings import clients_from_registry, rubrics_from_registry
+        from agent.judges._canary import run_canaries
+        from agent.judges._gateway import CANARY_HEADER
 
         # Canaries are in judge-canaries.json only, and marked for the gateway: not training grades.
         clients = clients_from_registry(registry, recorder=None, headers={CANARY_HEADER: "1"})
@@ -472,12 +472,12 @@ class JudgeRuntime:
     # -- canaries during the run (the driver's node) -----------------------------------------------
 
     def start_canary_watch(self) -> None:
-        """Canary rounds every [judges.NAME] canary_interval while the driver runs (agent/judges/canary_watch.py)."""
+        """Canary rounds every [judges.NAME] canary_interval while the driver runs (agent/judges/_canary_watch.py)."""
         cfg = self.ctx.config
         if self.registry is None or not cfg.bindings or not any(j.canary_interval for j in cfg.bound_judges):
             return
-        from agent.judges.canary_watch import CanaryWatch
-        from agent.judges.gateway import CANARY_HEADER
+        from agent.judges._canary_watch import CanaryWatch
+        from agent.judges._gateway import CANARY_HEADER
 
         self.watch = CanaryWatch(
             self.registry,
@@ -495,7 +495,7 @@ class JudgeRuntime:
             self.watch = None
 
     def _record_round(self, result: CanaryRound) -> None:
-        from agent.judges.canary_watch import MAX_ROUNDS
+        from agent.judges._canary_watch import MAX_ROUNDS
 
         doc = self._canaries if self._canaries is not None else records.canaries_fields(passed=True, bindings=[])
         rounds: list[Any] = list(doc.get("rounds") or [])
@@ -506,7 +506,7 @@ class JudgeRuntime:
             self.ctx.out(f"canaries: cannot record the round of judge {result.judge}: {exc}")
 
     def _degraded(self, result: CanaryRound) -> None:
-        from agent.judges.canary_watch import describe_failure
+        from agent.judges._canary_watch import describe_failure
 
         failed = [b for b in result.bindings if not b.passed]
         self.ctx.signal.trip(

@@ -5,12 +5,12 @@
 
 INIT (init.py) gives the Agent its start: the spec, the identity, the run directory with this
 rank claimed, the printer and the doorbell. The tables are data (steps.py: each step's phase, the
-nodes it applies to, what runs it); the agreement steps (agreement.py) produce the topology, and
-each later step's action is a runtime's method bound to it (actions.py). The state is the state
-machine's (state.py), observed by the phase log (phase_log.py). Any failure (a child exits, the
+nodes it applies to, what runs it); the agreement steps (_agreement.py) produce the topology, and
+each later step's action is a runtime's method bound to it (_actions.py). The state is the state
+machine's (_state.py), observed by the phase log (_phase_log.py). Any failure (a child exits, the
 driver fails, SIGTERM/SIGINT, a peer's failure record, a silent peer, the single startup deadline)
-writes this replica's failure record (failure_writer.py), stops every local process group and
-writes its cleanup record (teardown.py); the agent then exits non-zero.
+writes this replica's failure record (_failure_writer.py), stops every local process group and
+writes its cleanup record (_teardown.py); the agent then exits non-zero.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from functools import partial
 
 from agent.coord.topology import Topology
 from agent.ground.failure import AgentFailed, Failure, FailureSignal
-from agent.lifecycle import wiring
-from agent.lifecycle.actions import Action, bind
-from agent.lifecycle.agreement import reach_agreement
-from agent.lifecycle.doorbell_link import DoorbellLink
-from agent.lifecycle.failure_writer import FailureWriter
-from agent.lifecycle.hang_stacks import walltime_failure
+from agent.lifecycle import _wiring as wiring
+from agent.lifecycle._actions import Action, bind
+from agent.lifecycle._agreement import reach_agreement
+from agent.lifecycle._doorbell_link import DoorbellLink
+from agent.lifecycle._failure_writer import FailureWriter
+from agent.lifecycle._hang_stacks import walltime_failure
+from agent.lifecycle._phase_log import PhaseLog
+from agent.lifecycle._running import Running
+from agent.lifecycle._state import StateMachine
+from agent.lifecycle._teardown import RunResult, Teardown
 from agent.lifecycle.init import Joined
-from agent.lifecycle.phase_log import PhaseLog
-from agent.lifecycle.running import Running
-from agent.lifecycle.state import StateMachine
 from agent.lifecycle.steps import PLACED_STEPS, RUN_STEPS, Step, applies
-from agent.lifecycle.teardown import RunResult, Teardown
 from agent.ray.node import PortsError
 from schemas import AgentState, FailureKind, Phase, RunDirError, names
 

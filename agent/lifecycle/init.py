@@ -30,8 +30,8 @@ from agent.coord.doorbell import Doorbell
 from agent.coord.identity import Identity, IdentityError, resolve
 from agent.coord.rendezvous import RankClaimed, claim
 from agent.ground import clock
-from agent.lifecycle.logsetup import configure as route_library_logs
-from agent.lifecycle.printer import Printer
+from agent.lifecycle._logsetup import configure as route_library_logs
+from agent.lifecycle._printer import Printer
 from launch.spec import load
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError, UsageError

@@ -57,8 +57,8 @@ class Nodes(enum.Enum):
 @dataclass(frozen=True)
 class Step:
     """One phase of the lifecycle: where it runs and what it does. `runs` names what runs it, as
-    printed: a runtime's method or a lifecycle function (agent/lifecycle/actions.py binds each
-    placed and run step to it; agreement.py and teardown.py run the others). It returns the
+    printed: a runtime's method or a lifecycle function (agent/lifecycle/_actions.py binds each
+    placed and run step to it; _agreement.py and _teardown.py run the others). It returns the
     detail printed when the phase ends."""
 
     phase: Phase

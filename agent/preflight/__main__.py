@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.coord.identity import resolve_address, scheduler_job, visible_devices
-from agent.preflight.run import PreflightInputs, run_preflight, socket_env
+from agent.preflight._run import PreflightInputs, run_preflight, socket_env
 from agent.preflight.runtime import driver_env_values
 from launch.spec.config import RunConfig
 from launch.spec.console import quiet_broken_pipe

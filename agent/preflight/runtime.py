@@ -17,8 +17,8 @@ from agent.coord.doorbell_probe import Probed
 from agent.coord.rendezvous import Peer
 from agent.coord.topology import Topology
 from agent.ground import clock
-from agent.preflight.residue import residue
-from agent.preflight.run import PreflightInputs, Report, run_preflight, socket_env
+from agent.preflight._residue import residue
+from agent.preflight._run import PreflightInputs, Report, run_preflight, socket_env
 from schemas import FailureKind, names
 
 __all__ = ["PROBE_TIMEOUT_S", "PreflightRuntime", "ProbePeers", "driver_env_values"]

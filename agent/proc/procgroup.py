@@ -3,7 +3,7 @@
 Each child is started with `start_new_session=True`; its session id is its pid. Ray task workers
 and SGLang schedulers leave the child's process group or tree but keep the session
 (docs/runtime-notes.md, "Processes"), so the session is what a final sweep matches. Nothing is ever killed by name.
-If the agent itself is SIGKILLed, its reaper sidecar (agent/reaper/sidecar.py) sweeps the same sessions.
+If the agent itself is SIGKILLed, its reaper sidecar (agent/reaper/_sidecar.py) sweeps the same sessions.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ class Supervisor:
     def before_stop(self, hook: Callable[[], None]) -> None:
         """Run `hook` once, first thing in stop_all, while every child still runs, after the hooks
         added before it: a hang's stacks (agent/stacks/), then the driver's checkpoint grace
-        (agent/lifecycle/driver.py). Concurrent stop_all callers wait for them."""
+        (agent/lifecycle/_driver.py). Concurrent stop_all callers wait for them."""
         self._before_stop.append(hook)
 
     def groups(self) -> list[tuple[str, int]]:

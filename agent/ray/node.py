@@ -22,7 +22,7 @@ from typing import Any
 from agent.ground.waits import Progress, poll_until
 from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
-from agent.ray.probe import PROGRESS_MARK
+from agent.ray._probe import PROGRESS_MARK
 from schemas import port_grid
 from schemas.errors import EXIT_RUN_FAILED, GymError
 
@@ -350,7 +350,7 @@ def probe_live_nodes(
     argv = [
         sys.executable,
         "-m",
-        "agent.ray.probe",
+        "agent.ray._probe",
         "--address",
         gcs_address,
         "--node-ip",

@@ -18,8 +18,8 @@ from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.waits import poll_until
 from agent.proc.supervisor import ExitPolicy, child_env
-from agent.ray import large_cluster
-from agent.ray import logs as ray_logs
+from agent.ray import _large_cluster as large_cluster
+from agent.ray import _logs as ray_logs
 from agent.ray import node as ray_node
 from schemas import DriverEnv, FailureKind, names, records
 

@@ -3,6 +3,6 @@
 `python -m agent.reaper` runs it; the agent talks to it through `agent.ground.reaper_channel.ReaperChannel`.
 """
 
-from agent.reaper.sidecar import main
+from agent.reaper._sidecar import main
 
 __all__ = ["main"]

@@ -3,7 +3,7 @@
 import sys
 
 from agent.proc.fast_exit import exit_now
-from agent.reaper.sidecar import main
+from agent.reaper._sidecar import main
 from schemas.errors import GymError
 
 try:

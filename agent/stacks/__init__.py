@@ -2,7 +2,7 @@
 and on request while the run is healthy (gym-launch stacks). py-spy first, the driver API's
 faulthandler fallback where py-spy cannot attach; never local variables."""
 
+from agent.stacks._targets import Target, supervised
 from agent.stacks.capture import Capture, StackReason, capture
-from agent.stacks.targets import Target, supervised
 
 __all__ = ["Capture", "StackReason", "Target", "capture", "supervised"]

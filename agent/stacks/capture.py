@@ -17,8 +17,8 @@ from typing import Any
 
 from agent.ground import clock
 from agent.proc import driver_local
-from agent.stacks import pyspy
-from agent.stacks.targets import Target
+from agent.stacks import _pyspy as pyspy
+from agent.stacks._targets import Target
 from schemas.vocab import StackMethod, StackReason
 
 __all__ = ["Capture", "StackReason", "capture", "trigger_of"]

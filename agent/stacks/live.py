@@ -16,8 +16,8 @@ from collections import deque
 
 from agent.ground.failure import FailureSignal
 from agent.proc.supervisor import Supervisor
+from agent.stacks._targets import supervised
 from agent.stacks.capture import capture
-from agent.stacks.targets import supervised
 from schemas import RunDir, Writer, names
 from schemas.vocab import StackReason
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
+from launch.backends._local_verdict import verdict
 from launch.backends.base import Backend, agent_argv
-from launch.backends.local_verdict import verdict
 from launch.backends.rundir import claim_run_dir
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError

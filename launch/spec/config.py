@@ -11,8 +11,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from launch.spec import keys, names
-from launch.spec.fields import REQUIRED, default_of, key, key_info, section, section_info, spelled
+from launch.spec import _keys as keys
+from launch.spec import names
+from launch.spec._fields import REQUIRED, default_of, key, key_info, section, section_info, spelled
 from launch.spec.load import ResolvedSpec
 from launch.spec.resolve import resolve
 from launch.spec.sections import (

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launch.spec._overrides import apply_overrides
 from launch.spec.errors import Problem, SpecError, UsageError
 from launch.spec.keypath import format_key
-from launch.spec.overrides import apply_overrides
 
 __all__ = [
     "MAX_SOURCE_TEXT",

@@ -57,7 +57,7 @@ JUDGE_BACKENDS = ("sglang", "reference")
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
 DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking
 # This project's own profiles, and open-instruct's (their text is read from the installed open_instruct
-# package at run time: agent/judges/open_instruct.py).
+# package at run time: agent/judges/_open_instruct.py).
 OPEN_INSTRUCT_PROFILES = (
     "open-instruct/general-quality",
     "open-instruct/general-quality_ref",

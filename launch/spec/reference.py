@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launch.spec import _miles as miles
+from launch.spec import _seed_layout as seed_layout
 from launch.spec import config as model
-from launch.spec import miles, names, seed_layout
-from launch.spec.fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
+from launch.spec import names
+from launch.spec._fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
 
 __all__ = [
     "DOC_PATH",

@@ -32,9 +32,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from launch.spec import keys, miles, names, seed_layout, slurm_directives
+from launch.spec import _keys as keys
+from launch.spec import _miles as miles
+from launch.spec import _seed_layout as seed_layout
+from launch.spec import _slurm_directives as slurm_directives
+from launch.spec import names
+from launch.spec._fields import REQUIRED, default_of, frozen, key_info, section_info, spelled
 from launch.spec.errors import Problem, SpecError
-from launch.spec.fields import REQUIRED, default_of, frozen, key_info, section_info, spelled
 from launch.spec.keypath import format_key
 from launch.spec.load import ResolvedSpec
 from launch.spec.sections import (

@@ -1,6 +1,6 @@
 """The run's restart caps, one for every backend: ``[launch] max_retries`` (``[launch.beaker]
 max_retries`` is its Beaker spelling) and ``max_no_progress_attempts``. Enforced by the agents
-from the run's own attempts (agent/coord/attempts/decide.py); the Beaker job also carries
+from the run's own attempts (agent/coord/attempts/_decide.py); the Beaker job also carries
 max_retries as Beaker's own retry.allowedTaskRetries, so Beaker stops retrying too."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every table of the TOML run spec: one frozen dataclass per section, every key declared once.
 
-Each key is a field declared with ``key(...)`` (``launch.spec.fields``), which carries its value type
-(``launch.spec.keys``), its default (or REQUIRED), what it means and which rule it comes from.
+Each key is a field declared with ``key(...)`` (``launch.spec._fields``), which carries its value type
+(``launch.spec._keys``), its default (or REQUIRED), what it means and which rule it comes from.
 Three things are generated from these declarations, so they cannot drift apart: validation
 (``launch.spec.resolve``), the JSON Schema printed by ``gym-launch schema`` and docs/spec.md
 (``launch.spec.reference``). The resolved run spec that holds these tables (and the top-level
@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launch.spec import keys, names
-from launch.spec.fields import key, section
+from launch.spec import _keys as keys
+from launch.spec import names
+from launch.spec._fields import key, section
 
 __all__ = [
     "ABSOLUTE",
@@ -1087,7 +1088,7 @@ class RayConfig:
         keys.Int(1, MAX_NODES),
         64,
         doc="a Ray cluster of more nodes than this gets the GCS and raylet settings large clusters need "
-        "(longer registration and connection timeouts, a slower health check; agent/ray/large_cluster.py) and "
+        "(longer registration and connection timeouts, a slower health check; agent/ray/_large_cluster.py) and "
         "its workers join with a jittered backoff; ray-head.json records the settings used",
         rule="gym-agent (Ray at scale, issue 36)",
     )

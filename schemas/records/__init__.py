@@ -9,9 +9,9 @@ disagree; tests/test_records.py reads every builder's output back through its re
 
 from __future__ import annotations
 
-from schemas.records.address import AddressRecord, SchedulerJobRef, address_fields
-from schemas.records.attempt import AttemptRecord, attempt_fields, claim_fields, refused_fields
-from schemas.records.canaries import (
+from schemas.records._address import AddressRecord, SchedulerJobRef, address_fields
+from schemas.records._attempt import AttemptRecord, attempt_fields, claim_fields, refused_fields
+from schemas.records._canaries import (
     CanariesRecord,
     CanaryBinding,
     CanaryRound,
@@ -19,26 +19,26 @@ from schemas.records.canaries import (
     canary_binding,
     canary_round,
 )
-from schemas.records.cleanup import CleanupRecord, cleanup_fields
-from schemas.records.completion import AckRecord, CompleteRecord, ack_fields, complete_fields
-from schemas.records.driver_result import DriverResultRecord, driver_result_fields
-from schemas.records.driver_stop import DriverStopRecord, driver_stop_fields
-from schemas.records.failure import FailureRecord, failure_fields
-from schemas.records.heartbeat import HeartbeatRecord, heartbeat_fields
-from schemas.records.judges import GatewayRecord, JudgeEndpointRecord, gateway_fields, judge_endpoint_fields
-from schemas.records.phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
-from schemas.records.placement import JudgeSlot, PlacementRecord, filesystem_fields, placement_fields
-from schemas.records.preflight import PreflightRecord, preflight_fields
-from schemas.records.ray import RayHeadRecord, RayLayoutRecord, ray_head_fields, ray_layout_fields
-from schemas.records.registry import (
+from schemas.records._cleanup import CleanupRecord, cleanup_fields
+from schemas.records._completion import AckRecord, CompleteRecord, ack_fields, complete_fields
+from schemas.records._driver_result import DriverResultRecord, driver_result_fields
+from schemas.records._driver_stop import DriverStopRecord, driver_stop_fields
+from schemas.records._failure import FailureRecord, failure_fields
+from schemas.records._heartbeat import HeartbeatRecord, heartbeat_fields
+from schemas.records._judges import GatewayRecord, JudgeEndpointRecord, gateway_fields, judge_endpoint_fields
+from schemas.records._phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
+from schemas.records._placement import JudgeSlot, PlacementRecord, filesystem_fields, placement_fields
+from schemas.records._preflight import PreflightRecord, preflight_fields
+from schemas.records._ray import RayHeadRecord, RayLayoutRecord, ray_head_fields, ray_layout_fields
+from schemas.records._registry import (
     RegistryBinding,
     RegistryJudge,
     RegistryRecord,
     registry_fields,
     registry_judge,
 )
-from schemas.records.regrade import RegradeRecord, regrade_fields
-from schemas.records.submission import SubmissionRecord, submission_fields
+from schemas.records._regrade import RegradeRecord, regrade_fields
+from schemas.records._submission import SubmissionRecord, submission_fields
 
 __all__ = [
     "AckRecord",

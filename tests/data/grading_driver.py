@@ -15,7 +15,7 @@ import sys
 import time
 
 from agent import driver_api
-from agent.judges.bindings import bindings_from_registry
+from agent.judges._bindings import bindings_from_registry
 from agent.judges.client import JudgeDegraded, JudgeError
 
 SAMPLE = {"metadata": {"judge_query": "What is the capital of France?"}, "label": "Paris."}

@@ -15,8 +15,8 @@ from typing import IO
 import orjson
 
 from agent.proc import tempdirs
+from audit._model import AuditResult
 from audit.api import audit_run
-from audit.model import AuditResult
 from schemas import RunDir, names, violations
 from tests.harness import slots
 from tests.harness.orphans import kill_tree_by_session, started_session

@@ -19,7 +19,7 @@ import time
 
 import h11
 
-from agent.judges.port_file import write_port_file
+from agent.judges._port_file import write_port_file
 
 
 class Judge:

@@ -1,6 +1,6 @@
 """A stand-in for the installed ``open_instruct`` package, written by a test into a folder of its own.
 
-It has open-instruct's layout (the facts agent/judges/open_instruct.py reads: ``judge_utils.py`` with
+It has open-instruct's layout (the facts agent/judges/_open_instruct.py reads: ``judge_utils.py`` with
 the templates as module constants, ``miles/rewards/general_judge.py`` with a ``_PROMPTS`` table of
 profile -> (template, sha256)), and template texts of our own: open-instruct's words are never in this
 project. The texts use this project's tagged sections, so the reference judge can grade them, and ask

@@ -499,7 +499,7 @@ def ending(root: Path, rank: int, kind: str, words: Sequence[str] = ()) -> RunBu
 
 
 def _failed_preflight(rank: int, check: str, problem: str) -> dict[str, Any]:
-    """preflight-RANK.json of a node whose `check` failed (agent/preflight/run.py's shape)."""
+    """preflight-RANK.json of a node whose `check` failed (agent/preflight/_run.py's shape)."""
     checks = [
         {
             "check": str(c),

@@ -9,16 +9,16 @@ that appear later (a straggler, something planted) are ignored by RunDir.read_js
 
 Two modes (schemas.vocab.ResumeEnv): ``--resume`` (GYM_RESUME=1) joins the attempt of its own
 token or starts the next one; ``GYM_RESUME=restart`` is a launch whose scheduler restarts it under
-the same token (decide.py says how the run directory tells a restart from a joiner).
+the same token (_decide.py says how the run directory tells a restart from a joiner).
 
-One entry point, `enter_attempt` (enter.py), which the agent's INIT calls; `mode.py` reads how this
-replica enters (no I/O), `decide.py` holds the decisions and the restart caps (no I/O), `files.py`
+One entry point, `enter_attempt` (_enter.py), which the agent's INIT calls; `_mode.py` reads how this
+replica enters (no I/O), `_decide.py` holds the decisions and the restart caps (no I/O), `_files.py`
 what they read and write.
 """
 
-from agent.coord.attempts.decide import AttemptRefused, Caps, Timing
-from agent.coord.attempts.enter import AttemptEntered, enter_attempt
-from agent.coord.attempts.mode import ResumeMode, attempt_token, resume_mode
+from agent.coord.attempts._decide import AttemptRefused, Caps, Timing
+from agent.coord.attempts._enter import AttemptEntered, enter_attempt
+from agent.coord.attempts._mode import ResumeMode, attempt_token, resume_mode
 
 __all__ = [
     "AttemptEntered",

@@ -1,6 +1,6 @@
 """Everything the project knows of Beaker, in one place.
 
-- ``render.py``: the experiment spec of a run (pure).
+- ``_render.py``: the experiment spec of a run (pure).
 - ``submit.py``: the experiment's creation with beaker-py's client, and the backend the launcher
   drives (``BEAKER``).
 - ``query.py``: the read-only questions (an experiment's workload and replica jobs, a job's

@@ -1,5 +1,5 @@
 """Create the Beaker experiment of a rendered spec with beaker-py's client, and the backend the
-launcher drives: the render (render.py) beside this submission.
+launcher drives: the render (_render.py) beside this submission.
 
 The user's token stays where Beaker's own tools keep it: beaker-py reads the user's Beaker
 configuration (``$BEAKER_CONFIG`` or ``~/.beaker/config.yml``, or ``BEAKER_TOKEN``). Nothing here
@@ -17,7 +17,7 @@ from typing import Any
 
 from launch.backends.base import Backend, Submission, SubmitError
 from launch.backends.beaker import query
-from launch.backends.beaker.render import render
+from launch.backends.beaker._render import render
 from launch.spec.config import RunConfig
 from schemas import RunDir
 

@@ -1,6 +1,6 @@
 """Everything the project knows of SkyPilot, in one place.
 
-- ``render.py``: the task of a run (pure).
+- ``_render.py``: the task of a run (pure).
 - ``submit.py``: its launch through SkyPilot's Python API, and the backend the launcher drives
   (``SKYPILOT``).
 - ``query.py``: the read-only questions (the configured API server's health, a job's record) and

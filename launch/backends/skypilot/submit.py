@@ -1,5 +1,5 @@
 """Launch a rendered SkyPilot task through SkyPilot's Python API, and the backend the launcher
-drives: the render (render.py) beside this submission.
+drives: the render (_render.py) beside this submission.
 
 SkyPilot's client talks to its API server (a local one `sky api start` runs, or a team's
 `sky api login -e URL`); nothing here starts one or reads the clouds' credentials. Without the
@@ -18,7 +18,7 @@ from typing import Any
 
 from launch.backends.base import Backend, Submission, SubmitError
 from launch.backends.skypilot import query
-from launch.backends.skypilot.render import cli_command, cluster_name, job_name, render
+from launch.backends.skypilot._render import cli_command, cluster_name, job_name, render
 from launch.spec.config import RunConfig
 from schemas import RunDir
 

@@ -1,6 +1,6 @@
 """Everything the project knows of Slurm, in one place.
 
-- ``render.py``: the batch script of a run (pure).
+- ``_render.py``: the batch script of a run (pure).
 - ``submit.py``: ``sbatch``, and the backend the launcher drives (``SLURM``).
 - ``query.py``: the read-only questions (``scontrol show job|node|partition``) and their parsing, for
   ``gym-launch status``, ``gym-launch regrade`` and the audit.

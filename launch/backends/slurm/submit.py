@@ -1,5 +1,5 @@
 """Hand a rendered batch script to Slurm (``sbatch --parsable``), and the backend the launcher
-drives: the render (render.py) beside this submission."""
+drives: the render (_render.py) beside this submission."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launch.backends.base import Backend, Submission, SubmitError
 from launch.backends.slurm import query
-from launch.backends.slurm.render import render
+from launch.backends.slurm._render import render
 from launch.spec.config import RunConfig
 from schemas import RunDir
 

@@ -1,6 +1,6 @@
 """A stand-in for NVIDIA's `pynvml` (nvidia-ml-py): GPUs cannot exist on these test machines, so
 the preflight's GPU checks and the teardown's residue check are tested against this module, which
-answers the calls agent/preflight/gpus.py makes with the names and shapes of the real binding.
+answers the calls agent/preflight/_gpus.py makes with the names and shapes of the real binding.
 
 Its GPUs are described by a JSON file named by GYM_FAKE_NVML (read again on every call, so a test
 changes them while a run goes):

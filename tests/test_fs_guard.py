@@ -307,7 +307,7 @@ def test_the_audit_reports_each_mount_and_every_warning_once(tmp_path: Path) -> 
 # -- real processes -----------------------------------------------------------------------------------
 
 FAKE_TABLE = (
-    "import sys; from agent.coord import mountinfo; mountinfo.MOUNTINFO = sys.argv.pop(1); "
+    "import sys; from agent.coord import _mountinfo as mountinfo; mountinfo.MOUNTINFO = sys.argv.pop(1); "
     "from agent.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 

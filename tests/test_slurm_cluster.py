@@ -115,11 +115,11 @@ def cluster_pids(d: Path) -> list[int]:
 def assert_gone(d: Path, pids: list[int], namespaces: list[str], timeout: float = 10) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end and (
-        d.exists() or any(slurm.alive(p) for p in pids) or any(slurm.namespace_members(ns) for ns in namespaces)
+        d.exists() or any(slurm.alive(p) for p in pids) or any(slurm.namespace_members(ns, d) for ns in namespaces)
     ):
         time.sleep(0.1)
     assert not [p for p in pids if slurm.alive(p)], "daemons survived"
-    assert not [ns for ns in namespaces if slurm.namespace_members(ns)], "node processes survived"
+    assert not [ns for ns in namespaces if slurm.namespace_members(ns, d)], "node processes survived"
     assert not d.exists()
     assert "127.0.10." not in Path("/etc/hosts").read_text(), "a node's hosts file leaked onto the host"
 
@@ -171,3 +171,33 @@ def test_guard_takes_the_cluster_down_when_its_session_is_killed(slurm_cluster: 
         owner.kill()
         slurm.stop_pid(guard, grace=1)
         slurm.down(d, log=lambda _line: None)
+
+
+def test_a_reused_namespace_number_never_reaches_another_cluster(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
+    """The kernel gives a freed UTS namespace's number to the next one made, so a `down` that
+    sweeps the number recorded for a daemon that died would kill whatever owns it now (seen in CI:
+    a parallel worker's private cluster lost its slurmctld while starting). A process counts as a
+    cluster's only when it also sees that cluster's hosts file on /etc/hosts."""
+    del slurm_cluster  # only for the skip decision: unshare needs the same rights as the cluster
+    mine, theirs = tmp_path / "gym-slurm-mine", tmp_path / "gym-slurm-theirs"
+    for home in (mine, theirs):
+        home.mkdir()
+        (home / "hosts").write_text(Path("/etc/hosts").read_text())
+    script = f"mount --bind {theirs / 'hosts'} /etc/hosts && exec sleep 300"
+    other = subprocess.Popen(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script])
+    try:
+        host, ns = slurm.uts_namespace(os.getpid()), None
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not (ns and ns != host and slurm.namespace_members(ns, theirs)):
+            time.sleep(0.05)
+            ns = slurm.uts_namespace(other.pid)
+        assert ns and ns != host and slurm.namespace_members(ns, theirs) == [other.pid]
+        # The number as `mine` might have recorded it for a node whose namespace was since freed.
+        assert slurm.namespace_members(ns, mine) == []
+        assert slurm.sweep_namespace(ns, mine, timeout=1) == 0
+        assert slurm.alive(other.pid), "a sweep for one cluster killed another cluster's process"
+        assert slurm.sweep_namespace(ns, theirs) == 1
+        assert other.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        other.kill()
+        other.wait()

@@ -170,7 +170,7 @@ class Cluster:
         daemon = next(x for x in read_state(self.dir) if x.name == node)
         if daemon.namespace is None:
             raise ClusterError(f"no namespace recorded for node {node}")
-        return [p for p in namespace_members(daemon.namespace) if p != daemon.pid]
+        return [p for p in namespace_members(daemon.namespace, self.dir) if p != daemon.pid]
 
     def daemon_rss_kb(self) -> dict[str, int]:
         out = {}
@@ -428,14 +428,14 @@ def down(d: Path = DEFAULT_DIR, log: Log = print, remove_dir: bool = True) -> li
     for group in (nodes, [x for x in daemons if x.name == "slurmctld"], [x for x in daemons if x.name == "munged"]):
         for x in group:
             how = stop_pid(x.pid) if _ours(x, d) else "already gone"
-            swept = sweep_namespace(x.namespace) if x.namespace else 0
+            swept = sweep_namespace(x.namespace, d) if x.namespace else 0
             done.append(f"{x.name} (pid {x.pid}): {how}" + (f", {swept} left-over process(es) killed" if swept else ""))
     # A daemon started by an `up` killed before it could record the pid: found by this cluster's
     # own config or socket path in its argv (unique to `d`), never by a program name.
     for pid in _unrecorded_daemons(d, {x.pid for x in daemons}):
         ns = uts_namespace(pid)
         how = stop_pid(pid)
-        swept = sweep_namespace(ns) if ns and ns != uts_namespace(os.getpid()) else 0
+        swept = sweep_namespace(ns, d) if ns and ns != uts_namespace(os.getpid()) else 0
         done.append(f"unrecorded daemon {pid}: {how}" + (f", {swept} left-over process(es) killed" if swept else ""))
     for point in _host_mounts_under(d):
         subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)

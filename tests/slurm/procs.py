@@ -1,4 +1,10 @@
-"""Processes by pid and by UTS namespace (each node's own), never by name."""
+"""Processes by pid and by UTS namespace (each node's own), never by name.
+
+A namespace's number is not an identity: the kernel hands a freed number to the next namespace
+made (measured: three `unshare --uts` in a row get the same one). So a member counts only when it
+also sees its cluster's own hosts file bound on /etc/hosts (see cluster._in_namespace); a number
+recorded for a daemon that has since died then never reaches another cluster's processes.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 
 from .errors import ClusterError
 
@@ -48,15 +55,34 @@ def uts_namespace(pid: int) -> str | None:
         return None
 
 
-def namespace_members(ns: str) -> list[int]:
-    """Live pids in UTS namespace `ns` (never the host's own: refused)."""
+def sees_hosts_of(pid: int, home: Path) -> bool:
+    """`pid` has the hosts file of the cluster in `home` bound on /etc/hosts (its node's mark)."""
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                # fields[3] is the mount's root inside its filesystem: the full path, or the path
+                # below the mount point of the filesystem that holds `home` (a tmpfs /tmp); the
+                # kernel appends //deleted once `home` is removed.
+                root = fields[3].removesuffix("//deleted") if len(fields) > 4 else ""
+                if fields[4:5] == ["/etc/hosts"] and root.endswith(f"/{home.name}/hosts"):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def namespace_members(ns: str, home: Path) -> list[int]:
+    """Live pids in UTS namespace `ns` that belong to the cluster in `home` (the host's own
+    namespace is refused)."""
     if ns == uts_namespace(os.getpid()) or ns == uts_namespace(1):
         raise ClusterError(f"refusing to treat the host's namespace {ns} as a node's")
     me = os.getpid()
     out = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and uts_namespace(int(entry)) == ns and alive(int(entry)):
-            out.append(int(entry))
+        pid = int(entry) if entry.isdigit() else me
+        if pid != me and uts_namespace(pid) == ns and alive(pid) and sees_hosts_of(pid, home):
+            out.append(pid)
     return out
 
 
@@ -86,19 +112,20 @@ def stop_pid(pid: int, grace: float = STOP_GRACE) -> str:
     return "sigkill"
 
 
-def sweep_namespace(ns: str, timeout: float = 10.0) -> int:
-    """SIGKILL everything left in a node's namespace; returns how many processes were killed."""
+def sweep_namespace(ns: str, home: Path, timeout: float = 10.0) -> int:
+    """SIGKILL everything of the cluster in `home` left in a node's namespace; returns how many
+    processes were killed."""
     killed: set[int] = set()
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        members = namespace_members(ns)
+        members = namespace_members(ns, home)
         if not members:
             return len(killed)
         for pid in members:
             _signal(pid, signal.SIGKILL)
             killed.add(pid)
         time.sleep(0.1)
-    left = namespace_members(ns)
+    left = namespace_members(ns, home)
     if left:
         raise ClusterError(f"processes survived SIGKILL in namespace {ns}: {left}")
     return len(killed)

@@ -10,7 +10,7 @@ from typing import Any
 from audit._expected import PlanView
 from audit._judge_replies import ReplyCounts
 from audit._load import LoadedRun
-from audit._model import Outcome
+from audit._model import Finding, Outcome
 from audit._training_evidence import NOT_DECLARED, TrainingEvidence
 from audit._views import (
     AddressRec,
@@ -63,6 +63,11 @@ class AuditContext:
             return rank
         node = self.plan.driver_node
         return self.owner_of_node.get(node) if node is not None else None
+
+    def missing(self, name: str, wanted: bool, code: str, text: str) -> list[Finding]:
+        """What an absent artifact means: an error on a successful run that should have written
+        it (`wanted`), nothing otherwise (a failed run may end before writing it)."""
+        return [Finding("error", code, text, name)] if self.succeeded and wanted else []
 
     def phase_started(self, rank: int, phase: str) -> bool:
         rec = self.phases.get(rank)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from audit._context import AuditContext
 from audit._model import Finding
 from audit._views import rank_of
-from launch.spec.config import Binding
+from launch.spec.sections import Binding
 from schemas import names
 from schemas.lenient import ABSENT
 from schemas.records import (
@@ -207,9 +207,8 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
     f = names.CANARIES
     doc = CanariesRecord.from_json(ctx.run.doc(f))
     if doc is None:
-        if ctx.succeeded and ctx.plan.bindings:
-            return [Finding("error", "canary.missing", "no judge-canaries.json although the spec binds judges", f)]
-        return []
+        text = "no judge-canaries.json although the spec binds judges"
+        return ctx.missing(f, bool(ctx.plan.bindings), "canary.missing", text)
     entries, out = _canary_entries(ctx, doc)
     for b in ctx.plan.bindings:
         item = entries.get(b.verifier)

@@ -266,9 +266,7 @@ def check_ray_layout(ctx: AuditContext) -> list[Finding]:
     f = names.RAY_LAYOUT
     layout = RayLayoutRecord.from_json(ctx.run.doc(f))
     if layout is None:
-        if ctx.succeeded and ctx.plan.ray_enabled:
-            return [Finding("error", "ray_layout.missing", "no ray-layout.json on a successful run", f)]
-        return []
+        return ctx.missing(f, ctx.plan.ray_enabled, "ray_layout.missing", "no ray-layout.json on a successful run")
     out: list[Finding] = []
     expected_doc, actual_doc = layout.expected, layout.actual
     if ctx.plan.source == "launch" and ctx.plan.nodes and len(ctx.owner_of_node) == len(ctx.plan.nodes):

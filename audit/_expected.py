@@ -16,12 +16,12 @@ from typing import Any, Literal
 from audit._load import LoadedRun
 from audit._model import Finding
 from audit._views import placements, ranks_of
-from launch.spec.config import Binding, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import resolved_from_dict
 from launch.spec.plan import NodePlan as LaunchNodePlan
 from launch.spec.plan import plan as make_plan
-from launch.spec.sections import EvidenceConfig
+from launch.spec.sections import Binding, EvidenceConfig
 from schemas import names
 
 __all__ = ["NodePlan", "PlanView", "expected_plan"]

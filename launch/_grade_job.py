@@ -32,8 +32,9 @@ from agent.judges.client import (
 )
 from agent.judges.extraction import Extracted, extract_answer
 from agent.judges.rubrics import Rubric, RubricError, rubric_from_spec
-from launch.spec.config import JudgeConfig, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
+from launch.spec.sections import JudgeConfig
 from schemas import RunDir, RunDirError, names
 
 __all__ = [

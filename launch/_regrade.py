@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launch.spec import config as model
+from launch.spec import sections
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
 from schemas import records
@@ -277,7 +278,7 @@ def bound_walltime(
 # --- profiles -----------------------------------------------------------------------------------
 
 
-def served_judges(config: RunConfig) -> tuple[model.JudgeConfig, ...]:
+def served_judges(config: RunConfig) -> tuple[sections.JudgeConfig, ...]:
     """The bound managed judges: the services a judge-only job would have to start."""
     return config.gpu_judges
 
@@ -314,11 +315,11 @@ def _refuse_policy_nodes(config: RunConfig) -> None:
             )
 
 
-def _shape(pool: model.PoolConfig) -> PoolShape:
+def _shape(pool: sections.PoolConfig) -> PoolShape:
     return PoolShape(pool.name, pool.nodes, pool.gpus_per_node, pool.partition, pool.qos)
 
 
-def _cpu_pool(config: RunConfig) -> model.PoolConfig | None:
+def _cpu_pool(config: RunConfig) -> sections.PoolConfig | None:
     return next((p for p in config.pool_list if p.cpu_only), None)
 
 
@@ -330,7 +331,7 @@ def kind_of(config: RunConfig) -> str:
     return SERVED_JUDGE
 
 
-def _kept_pools(config: RunConfig) -> tuple[model.PoolConfig, ...]:
+def _kept_pools(config: RunConfig) -> tuple[sections.PoolConfig, ...]:
     pinned = {j.node_pool for j in served_judges(config)}
     return tuple(p for p in config.pool_list if p.name in pinned)
 
@@ -561,7 +562,7 @@ def _cpu_directives(directives: tuple[str, ...]) -> list[str]:
     return [d for d in directives if d.split("=", 1)[0] not in GPU_DIRECTIVES]
 
 
-def _rubric_table(config: RunConfig, rubric: model.RubricConfig) -> dict[str, Any]:
+def _rubric_table(config: RunConfig, rubric: sections.RubricConfig) -> dict[str, Any]:
     """A rubric's table with its template file resolved as the run resolved it (the judge job's
     spec lives in another folder), as [data] paths are."""
     table = table_of(rubric)

@@ -19,8 +19,9 @@ import pytest
 from agent.judges._judge_ports import reserve
 from agent.proc import ports, tempdirs
 from agent.ray.node import pick_ports
-from launch.spec.config import JudgeConfig, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.load import resolved_from_dict
+from launch.spec.sections import JudgeConfig
 from launch.spec.sglang_argv import bound_ports
 
 ROOT = Path(__file__).resolve().parents[1]

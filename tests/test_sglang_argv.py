@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from launch.spec.config import JudgeConfig, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import resolved_from_dict
+from launch.spec.sections import JudgeConfig
 from launch.spec.sglang_argv import (
     MEM_FRACTION_STATIC,
     SGLANG_VERSION,

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launch.spec.config import MAX_NAME, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec, resolved_from_dict, spec_record
 from launch.spec.plan import plan
+from launch.spec.sections import MAX_NAME
 from launch.spec.validate import validate
 
 ROOT = Path(__file__).resolve().parent.parent

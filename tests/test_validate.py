@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launch.spec.config import Coordination, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec, resolved_from_dict
 from launch.spec.plan import plan
+from launch.spec.sections import Coordination
 from launch.spec.validate import validate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

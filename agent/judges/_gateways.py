@@ -19,7 +19,7 @@ from agent.coord.context import RunContext
 from agent.judges._port_file import read_port_file
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
-from launch.spec.config import JudgeConfig
+from launch.spec.sections import JudgeConfig
 from schemas import FailureKind, names, records, safe_io
 
 __all__ = ["LocalGateway", "LocalGateways", "gateway_argv"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 
 from agent.proc import ports
-from launch.spec.config import JudgeConfig
+from launch.spec.sections import JudgeConfig
 from launch.spec.sglang_argv import bound_ports
 
 __all__ = ["MAX_LINE", "PORT_RACE_MARKERS", "describe", "lost_race", "reserve"]

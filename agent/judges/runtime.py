@@ -28,9 +28,9 @@ from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
-from launch.spec.config import JudgeConfig
 from launch.spec.data_check import DataError, check_data
 from launch.spec.miles_handoff import judge_registry_json, openai_base
+from launch.spec.sections import JudgeConfig
 from launch.spec.sglang_argv import judge_command
 from schemas import DriverEnv, FailureKind, names, records
 from schemas.safe_io import RunDirError

@@ -18,7 +18,7 @@ from agent.preflight._limits import check_limits
 from agent.preflight._network import check_network
 from agent.preflight._outcome import CheckResult, Observed, cap, decide
 from agent.preflight._shm import check_shm
-from launch.spec.config import PreflightConfig
+from launch.spec.sections import PreflightConfig
 from schemas import records
 from schemas.vocab import CheckStatus, PreflightCheck
 

@@ -9,17 +9,28 @@ have in common.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from launch.backends.answers import SchedulerView
 from launch.spec.config import RunConfig
-from launch.spec.errors import GymError
+from launch.spec.errors import GymError, Problem
 from launch.spec.plan import Plan
 from schemas import RunDir
 
-__all__ = ["EXIT_USAGE", "Backend", "RenderRequest", "Rendered", "Submission", "SubmitError", "agent_argv"]
+__all__ = [
+    "EXIT_USAGE",
+    "Backend",
+    "RenderRequest",
+    "Rendered",
+    "Submission",
+    "SubmitError",
+    "agent_argv",
+    "pinned_agent_argv",
+    "shared_root_problem",
+]
 
 EXIT_USAGE = 2  # what a user can fix (the spec, the command line, the scheduler's setup), as argparse exits
 
@@ -59,6 +70,46 @@ class SubmitError(GymError):
     """The scheduler refused the job, or cannot be reached; the message says what it said."""
 
     exit_code = EXIT_USAGE
+
+
+def pinned_agent_argv(
+    request: RenderRequest, program: str, rank: str | None = None, replicas: int | None = None
+) -> tuple[str, ...]:
+    """The command line of an agent that finds the spec in the run directory (Beaker, SkyPilot):
+    pinned to the spec's fingerprint; --resume continues a run another launch started (restart
+    mode alone would refuse it)."""
+    return agent_argv(
+        (program,),
+        request.uuid,
+        request.output_root,
+        expect_fingerprint=request.config.fingerprint,
+        rank=rank,
+        replicas=replicas,
+        resume=request.resume,
+    )
+
+
+def _under(path: str, mount: str) -> bool:
+    return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+def shared_root_problem(request: RenderRequest, backend: str, mounts: Sequence[str], key: str) -> Problem | None:
+    """The replicas coordinate through the output root, so it must be an absolute path inside a
+    filesystem every replica mounts: one of ``mounts`` (the spec's ``key``), where there are any."""
+    given, root = request.output_root_given, request.output_root
+    if not posixpath.isabs(given):
+        return Problem(
+            "output.root",
+            f"is relative ({given!r}); a {backend} run needs an absolute path inside {key} on a filesystem every "
+            "replica mounts (pass --output-root /shared/... or set output.root)",
+        )
+    if mounts and not any(_under(root, m) for m in mounts):
+        return Problem(
+            "output.root",
+            f"{root} is not inside {key} ({', '.join(mounts)}); the replicas coordinate through it, so it must be "
+            "on a filesystem every replica mounts",
+        )
+    return None
 
 
 def _nothing_to_check() -> None:

@@ -1,8 +1,8 @@
 """The resolved run spec: ``RunConfig``, the typed, frozen model of one run spec.
 
-Its top-level keys are declared here, its tables in ``launch.spec.sections`` (re-exported below,
-where the model's users have always found them); ``RunConfig.from_spec`` is the one way to build
-it (``launch.spec.resolve``). Every default is declared once, in those two modules.
+Its top-level keys are declared here, its tables in ``launch.spec.sections``;
+``RunConfig.from_spec`` is the one way to build it (``launch.spec.resolve``).
+Every default is declared once, in those two modules.
 """
 
 from __future__ import annotations
@@ -17,21 +17,9 @@ from launch.spec._fields import REQUIRED, default_of, key, key_info, section, se
 from launch.spec.load import ResolvedSpec
 from launch.spec.resolve import resolve
 from launch.spec.sections import (
-    EXTERNAL,
-    MANAGED,
-    MAX_ARGS,
-    MAX_BINDINGS,
-    MAX_CONCURRENCY,
-    MAX_CONTEXT,
-    MAX_ENV,
-    MAX_GPUS,
     MAX_JUDGES,
-    MAX_NAME,
-    MAX_NODE_GPUS,
-    MAX_NODES,
     MAX_POOLS,
     MAX_RUBRICS,
-    BeakerConfig,
     Binding,
     Coordination,
     DataConfig,
@@ -42,51 +30,13 @@ from launch.spec.sections import (
     LaunchConfig,
     OutputConfig,
     PoolConfig,
-    PreflightConfig,
     RayConfig,
     RubricConfig,
-    SlurmConfig,
     TrainerConfig,
 )
 
-__all__ = [
-    "EXTERNAL",
-    "MANAGED",
-    "MAX_ARGS",
-    "MAX_BINDINGS",
-    "MAX_CONCURRENCY",
-    "MAX_CONTEXT",
-    "MAX_ENV",
-    "MAX_GPUS",
-    "MAX_JUDGES",
-    "MAX_NAME",
-    "MAX_NODES",
-    "MAX_NODE_GPUS",
-    "MAX_POOLS",
-    "MAX_RUBRICS",
-    "REQUIRED",
-    "BeakerConfig",
-    "Binding",
-    "Coordination",
-    "DataConfig",
-    "DriverConfig",
-    "InferenceConfig",
-    "JudgeConfig",
-    "JudgingConfig",
-    "LaunchConfig",
-    "OutputConfig",
-    "PoolConfig",
-    "PreflightConfig",
-    "RayConfig",
-    "RubricConfig",
-    "RunConfig",
-    "SlurmConfig",
-    "TrainerConfig",
-    "default_of",
-    "key_info",
-    "section_info",
-    "spelled",
-]
+# The section types live in launch.spec.sections and are imported from there.
+__all__ = ["REQUIRED", "RunConfig", "default_of", "key_info", "section_info", "spelled"]
 
 
 @dataclass(frozen=True, kw_only=True)

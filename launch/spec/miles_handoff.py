@@ -30,6 +30,9 @@ from launch.spec.config import RunConfig
 __all__ = ["SCHEMA_VERSION", "judge_registry", "judge_registry_json", "openai_base"]
 
 SCHEMA_VERSION = 1  # the only version the trainer accepts
+# A judge's keys the trainer reads, as the spec spells them; the second group only for a managed judge.
+_JUDGE_KEYS = ("max_context_length", "max_concurrent_calls", "timeout")
+_MANAGED_KEYS = ("backend", "revision", "gpus", "tensor_parallel_size", "chat_template")
 
 
 def openai_base(endpoint: str) -> str:
@@ -45,22 +48,8 @@ def judge_registry(config: RunConfig, endpoints: Mapping[str, str]) -> dict[str,
     for j in config.bound_judges:
         if j.name not in endpoints:
             raise KeyError(f"no endpoint for bound judge {j.name!r}")
-        entry: dict[str, Any] = {
-            "mode": j.mode,
-            "model": j.model,
-            "endpoint": openai_base(endpoints[j.name]),
-            "max_context_length": j.max_context_length,
-            "max_concurrent_calls": j.max_concurrent_calls,
-            "timeout": j.timeout,
-        }
-        if j.managed:
-            entry.update(
-                backend=j.backend,
-                revision=j.revision,
-                gpus=j.gpus,
-                tensor_parallel_size=j.tensor_parallel_size,
-                chat_template=j.chat_template,
-            )
+        entry: dict[str, Any] = {"mode": j.mode, "model": j.model, "endpoint": openai_base(endpoints[j.name])}
+        entry.update((k, getattr(j, k)) for k in _JUDGE_KEYS + (_MANAGED_KEYS if j.managed else ()))
         judges[j.name] = {k: v for k, v in entry.items() if v is not None}
     rubrics: dict[str, Any] = {}
     for name in sorted({b.rubric for b in config.bindings}):

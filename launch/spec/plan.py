@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from launch.spec.config import MAX_NODES, JudgeConfig, RunConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
+from launch.spec.sections import MAX_NODES, JudgeConfig
 
 __all__ = ["NodePlan", "Plan", "driver_placement", "placement_problems", "plan"]
 

@@ -15,7 +15,7 @@ from typing import Any
 from launch.spec import _miles as miles
 from launch.spec import _seed_layout as seed_layout
 from launch.spec import config as model
-from launch.spec import names
+from launch.spec import names, sections
 from launch.spec._fields import REQUIRED, SectionInfo, default_of, key_info, section_info, spelled
 
 __all__ = [
@@ -46,8 +46,8 @@ def _table(f: dataclasses.Field[Any]) -> SectionInfo:
 
 
 # The judge keys each mode accepts, from the declarations (modes=...).
-_MANAGED_ONLY = [spelled(f) for f in dataclasses.fields(model.JudgeConfig) if _modes(f) == model.MANAGED]
-_EXTERNAL_ONLY = [spelled(f) for f in dataclasses.fields(model.JudgeConfig) if _modes(f) == model.EXTERNAL]
+_MANAGED_ONLY = [spelled(f) for f in dataclasses.fields(sections.JudgeConfig) if _modes(f) == sections.MANAGED]
+_EXTERNAL_ONLY = [spelled(f) for f in dataclasses.fields(sections.JudgeConfig) if _modes(f) == sections.EXTERNAL]
 
 
 def _plain(value: Any) -> Any:
@@ -84,7 +84,7 @@ def table_schema(cls: type) -> dict[str, Any]:
             props[name] = {
                 "type": "object",
                 "description": sinfo.doc,
-                "propertyNames": {"pattern": f"^{names.FILE_NAME_RULE}$", "maxLength": model.MAX_NAME},
+                "propertyNames": {"pattern": f"^{names.FILE_NAME_RULE}$", "maxLength": sections.MAX_NAME},
                 "additionalProperties": entry,
             }
         else:
@@ -94,7 +94,7 @@ def table_schema(cls: type) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
     if required:
         out["required"] = required
-    if cls is model.JudgeConfig:
+    if cls is sections.JudgeConfig:
         out["allOf"] = [
             {
                 "if": {"properties": {"mode": {"const": "external"}}},

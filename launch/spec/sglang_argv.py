@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from launch.spec.errors import GymError
 
 if TYPE_CHECKING:
-    from launch.spec.config import JudgeConfig
+    from launch.spec.sections import JudgeConfig
 
 __all__ = [
     "CHAT_TEMPLATES",

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from launch.backends.base import Rendered, RenderRequest, agent_argv
+from launch.backends.base import Rendered, RenderRequest, pinned_agent_argv, shared_root_problem
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
@@ -59,10 +59,6 @@ def beaker_duration(text: str) -> str:
         if total % NANOS[unit] == 0:
             return f"{total // NANOS[unit]}{unit}"
     return f"{total}ns"
-
-
-def _under(path: str, mount: str) -> bool:
-    return path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
 def _problems(request: RenderRequest) -> list[Problem]:
@@ -124,22 +120,11 @@ def _where_problems(config: RunConfig, replicas: int) -> Iterator[Problem]:
 
 
 def _output_root_problems(request: RenderRequest) -> Iterator[Problem]:
-    """The replicas coordinate through the output root: an absolute path every replica mounts."""
-    config, plan = request.config, request.plan
-    if not posixpath.isabs(request.output_root_given):
-        yield Problem(
-            "output.root",
-            f"is relative ({request.output_root_given!r}); a Beaker run needs an absolute path on a shared "
-            "filesystem mounted in every replica (pass --output-root /weka/... or set output.root)",
-        )
-    else:
-        mounts = [m["mount_path"] for m in config.launch.weka_mounts]
-        if plan.replicas > 1 and mounts and not any(_under(request.output_root, m) for m in mounts):
-            yield Problem(
-                "output.root",
-                f"{request.output_root} is not inside any launch.weka_mounts mount_path ({', '.join(mounts)}); "
-                "the replicas coordinate through it, so it must be on a filesystem every replica mounts",
-            )
+    # One replica needs no shared mount; several coordinate through one of launch.weka_mounts.
+    mounts = [m["mount_path"] for m in request.config.launch.weka_mounts] if request.plan.replicas > 1 else []
+    problem = shared_root_problem(request, "Beaker", mounts, "any launch.weka_mounts mount_path")
+    if problem is not None:
+        yield problem
 
 
 def _pool_problems(config: RunConfig) -> Iterator[Problem]:
@@ -225,20 +210,10 @@ def task(request: RenderRequest, spec_json: str) -> dict[str, Any]:
 
 def _command(request: RenderRequest) -> list[str]:
     """Every replica's gym-agent command line."""
-    config, plan = request.config, request.plan
+    plan = request.plan
     # With one replica there is no replica group, so no BEAKER_REPLICA_* variables: it says who it is.
     alone = plan.replicas == 1
-    command = agent_argv(
-        (AGENT,),
-        request.uuid,
-        request.output_root,
-        expect_fingerprint=config.fingerprint,
-        rank="0" if alone else None,
-        replicas=1 if alone else None,
-        # --resume continues a run another launch started; restart mode alone would refuse it.
-        resume=request.resume,
-    )
-    return list(command)
+    return list(pinned_agent_argv(request, AGENT, rank="0" if alone else None, replicas=1 if alone else None))
 
 
 def _context(config: RunConfig) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from launch.backends.base import Rendered, RenderRequest, agent_argv
+from launch.backends.base import Rendered, RenderRequest, pinned_agent_argv, shared_root_problem
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
@@ -41,10 +41,6 @@ RESERVED_PREFIXES = ("SKYPILOT_",)  # SkyPilot sets these on every node
 CLUSTER_NAME_MAX = 40  # SkyPilot appends its own suffixes; Kubernetes names stop at 63
 SLURM_INFRA = re.compile(r"(?i)slurm(/.*)?")
 VOLUME_INFRA = re.compile(r"(?i)(k8s|kubernetes|runpod)(/.*)?")
-
-
-def _under(path: str, mount: str) -> bool:
-    return path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
 def _accelerator_count(spelled: str) -> int | None:
@@ -77,18 +73,9 @@ def _mount_problems(request: RenderRequest) -> Iterator[Problem]:
             f"is a SkyPilot volume, which exists on Kubernetes and RunPod only, but infra is {sky.infra!r}; "
             "set infra to the volume's Kubernetes context (k8s/CONTEXT)",
         )
-    if not posixpath.isabs(request.output_root_given):
-        yield Problem(
-            "output.root",
-            f"is relative ({request.output_root_given!r}); a SkyPilot run needs an absolute path inside "
-            "launch.skypilot.mount.path (pass --output-root /shared/... or set output.root)",
-        )
-    elif mount.path and not _under(request.output_root, mount.path):
-        yield Problem(
-            "output.root",
-            f"{request.output_root} is not inside launch.skypilot.mount.path ({mount.path}); the replicas "
-            "coordinate through it, so it must be on the filesystem every node mounts",
-        )
+    problem = shared_root_problem(request, "SkyPilot", [mount.path] if mount.path else [], "launch.skypilot.mount.path")
+    if problem is not None:
+        yield problem
     elif plan.replicas > 1 and not mount.path:
         yield Problem(
             "launch.skypilot.mount",
@@ -221,15 +208,7 @@ SKYPILOT_RAY_ENV = (DriverEnv.RAY_ADDRESS, "RAY_JOB_ID", "RAY_CLIENT_MODE")
 
 def run_command(request: RenderRequest) -> str:
     """What every node runs: exec the agent, so SkyPilot's signals reach it directly."""
-    config = request.config
-    argv = agent_argv(
-        (config.launch.skypilot.agent,),
-        request.uuid,
-        request.output_root,
-        expect_fingerprint=config.fingerprint,
-        # --resume continues a run another launch started; restart mode alone would refuse it.
-        resume=request.resume,
-    )
+    argv = pinned_agent_argv(request, request.config.launch.skypilot.agent)
     return f"unset {' '.join(SKYPILOT_RAY_ENV)}; exec " + shlex.join(argv)
 
 

@@ -40,9 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launch.backends.base import Rendered, RenderRequest, agent_argv
-from launch.spec.config import PoolConfig, RunConfig, SlurmConfig
+from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.plan import Plan
+from launch.spec.sections import PoolConfig, SlurmConfig
 from schemas import DriverEnv, JobEnv, names, port_grid
 from schemas.vocab import ResumeEnv
 

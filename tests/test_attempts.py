@@ -4,6 +4,7 @@ exclusive claim of an attempt number on a real directory, and restart mode's dec
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from agent.coord.attempts._enter import join, join_restart
 from launch.spec.errors import UsageError
 from launch.spec.load import spec_differences
 from schemas import RunDir, Writer, names
+from schemas.records import AttemptRecord
 from schemas.validation import violations
 
 FP = "0" * 64
@@ -260,7 +262,30 @@ def test_the_attempt_decisions_need_no_files() -> None:
     assert wait.verb is Verb.WAIT and wait.reason.startswith("rank 3 already ran in attempt 1, which has not ended")
     caps = Caps(max_retries=1, max_no_progress=2)
     assert over_retries(caps, 2) is None and "max_retries" in str(over_retries(caps, 3))
-    same = {"checkpoints": {"files": 0}, "previous_cause": "hang on rank 0"}
-    assert no_progress(caps, 2, [{}], {"files": 0}, "hang on rank 0") is None  # one attempt: too few to judge
-    assert "failed the same way" in str(no_progress(caps, 3, [{}, same], {"files": 0}, "hang on rank 0"))
-    assert no_progress(caps, 3, [{}, same], {"files": 1}, "hang on rank 0") is None  # a checkpoint: progress
+    same = AttemptRecord(checkpoints={"files": 0}, previous_cause="hang on rank 0")
+    none = AttemptRecord()
+    assert no_progress(caps, 2, [none], {"files": 0}, "hang on rank 0") is None  # one attempt: too few to judge
+    assert "failed the same way" in str(no_progress(caps, 3, [none, same], {"files": 0}, "hang on rank 0"))
+    assert no_progress(caps, 3, [none, same], {"files": 1}, "hang on rank 0") is None  # a checkpoint: progress
+
+
+def test_damaged_claims_heartbeats_and_failures_are_read_as_nothing_not_a_traceback(tmp_path: Path) -> None:
+    """A restart reads the previous attempt's files; a value of the wrong type in one (a torn or
+    hand-edited file) says nothing, as the audit reads it, instead of ending the agent."""
+    from agent.coord.attempts import _files as files
+
+    run = RunDir.create(tmp_path, "d1", mode=0o750)
+    for rel, doc in (
+        (names.attempt_claim(1), {"state": "claimed", "token": "t", "written_at": "soon", "checkpoints": 3}),
+        (names.heartbeat(0), {"seq": 1, "phase": "driver", "written_at": [1]}),
+    ):
+        (run.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run.path / rel).write_text(json.dumps(doc))
+    timing = Timing(heartbeat_timeout=6.0, startup_timeout=60.0, deadline=time.monotonic() + 1, poll=0.05)
+    assert files.ended(run, 1, timing) is None  # nothing readable says it still runs
+    assert files.claim_token(run, 1) == "t"
+    assert files.claims(run, 1) == [AttemptRecord("claimed", "t")]
+    failure = {"kind": "hang", "cause": "x", "wall_time": "late", "reacting_to": None, "exit_code": "1"}
+    (run.path / names.failure(0)).parent.mkdir(parents=True, exist_ok=True)
+    (run.path / names.failure(0)).write_text(json.dumps(failure))
+    assert files.cause_signature(run, 1) == "hang on rank 0"

@@ -252,9 +252,9 @@ def test_phases_round_trip(tmp_path: Path) -> None:
 def test_heartbeat_complete_ack_and_driver_stop_round_trip(tmp_path: Path) -> None:
     progress = {"progress": {"idle_seconds": 1.0, "stuck": False, "source": "progress"}}
     beat = records.heartbeat_fields(seq=5, phase="driver", fs_ops={"read": 1, "write": 2, "list": 3}, extra=progress)
-    assert records.HeartbeatRecord.from_json(_written(tmp_path / "h", names.heartbeat(3), beat)) == (
-        records.HeartbeatRecord(5, "driver")
-    )
+    read = records.HeartbeatRecord.from_json(_written(tmp_path / "h", names.heartbeat(3), beat))
+    assert read is not None and read.written_at is not None
+    assert read == records.HeartbeatRecord(5, "driver", read.written_at)
     done = records.complete_fields(driver_rank=3, driver_seconds=12.34567)
     assert records.CompleteRecord.from_json(_written(tmp_path / "c", names.COMPLETE, done)) == (
         records.CompleteRecord(3, 0, 12.346)
@@ -484,12 +484,14 @@ def test_attempt_records_round_trip(tmp_path: Path) -> None:
     checkpoints = {"files": 1, "bytes": 2, "newest": None}
     claim = records.claim_fields(token="t1", previous=1, mode="resume", checkpoints=checkpoints, previous_cause=None)
     got = records.AttemptRecord.from_json(_written(tmp_path / "c", names.attempt_claim(2), claim))
-    assert got == records.AttemptRecord("claimed", "t1", "resume", None)
+    assert got is not None and got.written_at is not None
+    assert got == records.AttemptRecord("claimed", "t1", "resume", None, got.written_at, checkpoints, None)
     ready = records.attempt_fields(state="ready", token="t1", previous=1, archived=("a",))
-    assert records.AttemptRecord.from_json(_written(tmp_path / "r", names.attempt_ready(2), ready)) == (
-        records.AttemptRecord("ready", "t1")
-    )
+    got = records.AttemptRecord.from_json(_written(tmp_path / "r", names.attempt_ready(2), ready))
+    assert got is not None and got == records.AttemptRecord("ready", "t1", written_at=got.written_at)
     refused = records.refused_fields(token="t2", previous=1, reason="over the caps")
-    assert records.AttemptRecord.from_json(_written(tmp_path / "x", names.attempt_refused(2), refused)) == (
-        records.AttemptRecord("refused", "t2", None, "over the caps")
-    )
+    got = records.AttemptRecord.from_json(_written(tmp_path / "x", names.attempt_refused(2), refused))
+    assert got is not None and got == records.AttemptRecord("refused", "t2", None, "over the caps", got.written_at)
+    # A damaged claim reads as nothing where it is damaged (the agent's restart reads it so: no traceback).
+    bad = records.AttemptRecord.from_json({"written_at": "soon", "checkpoints": [], "previous_cause": 3})
+    assert bad == records.AttemptRecord()

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.lenient import Lenient, as_written, doc_field
+from schemas.lenient import Lenient, as_written, doc_field, nonempty_dict
 
 __all__ = ["AttemptRecord", "attempt_fields", "claim_fields", "refused_fields"]
 
@@ -21,6 +21,10 @@ class AttemptRecord(Lenient):
     token: str | None = None
     mode: str | None = None  # a claim: resume or restart
     reason: Any = doc_field(read=as_written, default=None)  # a refusal's words, quoted as written
+    written_at: float | None = None  # the writer's wall clock (every artifact's envelope)
+    # A claim: the checkpoints when it was written, and the previous attempt's first cause.
+    checkpoints: dict[str, Any] | None = doc_field(read=nonempty_dict, default=None)
+    previous_cause: str | None = None
 
 
 def attempt_fields(*, state: str, token: str, previous: int | None, archived: Sequence[str] = ()) -> dict[str, Any]:

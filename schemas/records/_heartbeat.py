@@ -18,6 +18,7 @@ class HeartbeatRecord(Lenient):
 
     seq: int | None = None
     phase: str | None = None
+    written_at: float | None = None  # the writer's wall clock (every artifact's envelope)
 
 
 def heartbeat_fields(

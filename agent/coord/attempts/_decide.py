@@ -37,6 +37,7 @@ from typing import Any
 
 from launch.spec.errors import GymError
 from schemas import names
+from schemas.records import AttemptRecord
 from schemas.vocab import ResumeEnv
 
 __all__ = [
@@ -172,7 +173,7 @@ def watches_progress(caps: Caps, target: int) -> bool:
 
 
 def no_progress(
-    caps: Caps, target: int, claims: Sequence[Mapping[str, Any]], now_state: Mapping[str, Any], last_cause: str | None
+    caps: Caps, target: int, claims: Sequence[AttemptRecord], now_state: Mapping[str, Any], last_cause: str | None
 ) -> str | None:
     """Why attempt `target` must not start after `max_no_progress` attempts in a row without
     progress, or None. `claims`: the claims of attempts 1..target-1 (empty for one started without
@@ -180,9 +181,9 @@ def no_progress(
     k = caps.max_no_progress
     if k is None or not watches_progress(caps, target):
         return None
-    states = [c.get("checkpoints") or {"files": 0, "bytes": 0, "newest": None} for c in claims] + [now_state]
+    states = [c.checkpoints or {"files": 0, "bytes": 0, "newest": None} for c in claims] + [now_state]
     # causes[i]: attempt i+1's signature (recorded by attempt i+2's claim; the last one is given).
-    causes = [c.get("previous_cause") for c in claims[1:]] + [last_cause]
+    causes = [c.previous_cause for c in claims[1:]] + [last_cause]
     never_checkpointed = all(not s.get("files") for s in states)
     if never_checkpointed:
         last = causes[-k:]

@@ -36,14 +36,23 @@ def used(run: RunDir) -> bool:
     return bool(run.listdir(names.ADDRESSES_DIR)) or bool(run.claimed_attempts())
 
 
-def claim_token(run: RunDir, attempt: int) -> object:
+def _claim(run: RunDir, attempt: int) -> records.AttemptRecord | None:
+    return records.AttemptRecord.from_json(run.read_json(names.attempt_claim(attempt)))
+
+
+def claim_token(run: RunDir, attempt: int) -> str | None:
     """The token of the launch that claimed `attempt`, as recorded (None: no readable claim)."""
-    return (run.read_json(names.attempt_claim(attempt)) or {}).get("token")
+    claim = _claim(run, attempt)
+    return claim.token if claim is not None else None
 
 
-def claims(run: RunDir, upto: int) -> list[dict[str, Any]]:
+def claims(run: RunDir, upto: int) -> list[records.AttemptRecord]:
     """Claims of attempts 1..upto (an attempt started without --resume has none: an empty one)."""
-    return [run.read_json(names.attempt_claim(n)) or {} for n in range(1, upto + 1)]
+    return [_claim(run, n) or records.AttemptRecord() for n in range(1, upto + 1)]
+
+
+def _age(written_at: float | None, now: float) -> float | None:
+    return now - written_at if written_at is not None else None
 
 
 def ended(run: RunDir, attempt: int, timing: Timing) -> str | None:
@@ -57,15 +66,17 @@ def ended(run: RunDir, attempt: int, timing: Timing) -> str | None:
             if rank is not None and run.read_json(names.failure(rank)) is not None:
                 return None
         now = time.time()
-        claim = run.read_json(names.attempt_claim(attempt))
-        if claim is not None and now - float(claim.get("written_at", 0)) < timing.startup_timeout:
+        claim = _claim(run, attempt)
+        age = _age(claim.written_at if claim is not None else None, now)
+        if age is not None and age < timing.startup_timeout:
             # Its agents may not have written a heartbeat yet: started is running until proven silent.
-            return f"it was claimed {now - float(claim['written_at']):.0f}s ago and has no outcome yet"
+            return f"it was claimed {age:.0f}s ago and has no outcome yet"
         for name in run.listdir(names.HEARTBEATS_DIR):
             rank = names.rank_in(names.HEARTBEATS_DIR, name)
-            doc = run.read_json(names.heartbeat(rank)) if rank is not None else None
-            if doc is not None and now - float(doc.get("written_at", 0)) < timing.heartbeat_timeout:
-                return f"rank {rank} wrote a heartbeat {now - float(doc['written_at']):.0f}s ago"
+            beat = records.HeartbeatRecord.from_json(run.read_json(names.heartbeat(rank))) if rank is not None else None
+            age = _age(beat.written_at if beat is not None else None, now)
+            if age is not None and age < timing.heartbeat_timeout:
+                return f"rank {rank} wrote a heartbeat {age:.0f}s ago"
         return None
     finally:
         run.attempt = saved
@@ -111,15 +122,17 @@ def cause_signature(run: RunDir, attempt: int) -> str | None:
         roots = []
         for leaf in run.listdir(names.FAILURES_DIR):
             rank = names.rank_in(names.FAILURES_DIR, leaf)
-            doc = run.read_json(names.failure(rank)) if rank is not None else None
-            if doc is None or doc.get("reacting_to") is not None:
-                continue
-            roots.append((float(doc.get("wall_time") or 0.0), rank, doc))
+            rec = None
+            if rank is not None:
+                path = names.failure(rank)
+                rec = records.FailureRecord.from_json(run.read_json(path), rank=rank, relpath=path)
+            if rec is not None and rec.reacting_to is None:
+                roots.append(rec)
         if not roots:
             return None
-        _, rank, doc = min(roots, key=lambda r: (r[0], r[1]))
-        code = doc.get("exit_code")
-        return f"{doc.get('kind')} on rank {rank}" + (f" (exit code {code})" if code is not None else "")
+        first = min(roots, key=lambda r: (r.wall_time or 0.0, r.rank))
+        code = first.exit_code
+        return f"{first.kind} on rank {first.rank}" + (f" (exit code {code})" if code is not None else "")
     finally:
         run.attempt = saved
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -400,3 +401,16 @@ def test_a_reaction_whose_target_is_not_visible_yet_is_taken_at_its_word(tmp_pat
     f = signal.failure
     assert f is not None and f.reacting_to == {"rank": 1, "incarnation": "p1", "kind": "agent_died"}
     assert f.cause == "rank 1 failed (agent_died): agent process 7 of rank 1 died" and f.peers == (1,)
+
+
+def test_a_damaged_peer_record_is_still_a_peer_failure(tmp_path: Path) -> None:
+    """A peer's record with values of the wrong type (torn, hand-edited, a bug of another version)
+    still stops this agent as that peer's failure; the watcher never dies on reading it."""
+    run, live, signal, _clock = make_ticked(tmp_path)
+    damaged = {"fingerprint": FP, "incarnation": "p2", "kind": "peer_failure", "cause": 7, "reacting_to": "rank 1"}
+    (run.path / names.failure(2)).write_text(json.dumps(damaged))  # beside the schema: written raw
+    live.tick()
+    f = signal.failure
+    assert f is not None and f.kind == "peer_failure" and f.peers == (2,)
+    assert f.reacting_to == {"rank": 2, "incarnation": "p2", "kind": "peer_failure"}
+    assert f.cause == "rank 2 failed (peer_failure): (no cause recorded)"

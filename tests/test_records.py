@@ -199,6 +199,7 @@ def test_failure_round_trip(tmp_path: Path) -> None:
         peers=(0, 1),
         writer="agent",
         incarnation="inc-3",
+        fingerprint="f" * 64,
         exit_code=-15,
         child="driver",
         signal="SIGTERM",

@@ -38,7 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -69,6 +69,15 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 RING_WATCHERS = 2
 FOLLOW_HOPS = 3  # how far a reaction's record is followed to the failure it names
+
+
+@dataclass(frozen=True)
+class PeerFailure:
+    """A peer's failure as this agent learns of it, from its record or its doorbell ring."""
+
+    kind: str | None
+    cause: str | None
+    incarnation: str | None
 
 
 def watched_peers(rank: int, count: int, k: int = RING_WATCHERS) -> tuple[int, ...]:
@@ -397,12 +406,11 @@ class Liveness(threading.Thread):
             self._write_failing_since = now
         failing = now - self._write_failing_since
         if failing >= self.hb_timeout / 2:
-            self._trip(
-                FailureKind.RUN_DIR,
+            cause = (
                 f"{describe(exc)} (this agent's heartbeat writes failed for {failing:.1f}s; "
-                "free space on, or fix, the run directory's filesystem)",
-                fs_condition=fs_condition(exc),
+                "free space on, or fix, the run directory's filesystem)"
             )
+            self._trip(Failure(kind=FailureKind.RUN_DIR, cause=cause, fs_condition=fs_condition(exc)))
 
     def _ride_out_own_pause(self, now: float) -> None:
         """This loop did not run for a while (a loaded host, a stopped process, a suspended VM):
@@ -525,14 +533,13 @@ class Liveness(threading.Thread):
         hung = f"its filesystem call has hung {busy:.0f}s" if busy else "no call of its own reported hanging"
         bound = (self.fs_stall_timeout if self.fs_stall_timeout is not None else 300.0) + self.hb_timeout
         if still > bound:
-            self._trip(
-                FailureKind.FS_STALL,
+            cause = (
                 f"rank {peer} answers on the doorbell ({hung}, heartbeat seq {view.beacon_seq}) but its "
                 f"heartbeat file in {self.run_dir.path} has not changed for {still:.0f}s: the shared "
                 f"filesystem does not carry its writes to this host (fs_stall_timeout "
-                f"{bound - self.hb_timeout:g}s){view.age.describe_corrupt()}",
-                peers=(peer,),
+                f"{bound - self.hb_timeout:g}s){view.age.describe_corrupt()}"
             )
+            self._trip(Failure(kind=FailureKind.FS_STALL, cause=cause, peers=(peer,)))
             return
         if not view.riding:
             view.riding = True
@@ -561,23 +568,27 @@ class Liveness(threading.Thread):
             peer = names.rank_in(names.FAILURES_DIR, name)
             if peer is None or peer == self.rank:
                 continue
-            doc = self.run_dir.read_json(names.failure(peer))
-            if doc is None:
+            rec = self._failure_record(peer)
+            if rec is None:
                 continue  # partial or unreadable: seen again next poll
             self._seen_failures.add(name)
-            if doc.get("fingerprint") != self.writer.fingerprint:
+            if rec.fingerprint != self.writer.fingerprint:
                 continue  # not this run's record
-            peer, doc = self._first_cause(peer, doc)
-            self._react(peer, doc)
+            peer, heard = self._first_cause(rec)
+            self._react(peer, heard)
             return
 
-    def _react(self, peer: int, doc: dict[str, Any], *, heard: bool = False) -> None:
-        """Stop for rank `peer`'s failure record `doc` (its kind, cause and incarnation): read from
-        failures/, or rung on the doorbell (ring_received). One reaction, whichever way it came.
-        A peer's time_limit is the scheduler's walltime warning, which concerns this node as much:
-        it stops for the warning itself (on_walltime decides what that is here: a stuck driver makes
-        it a hang), from this thread (a ring arrives on the doorbell's, which does no I/O)."""
-        if doc.get("kind") == FailureKind.TIME_LIMIT:
+    def _failure_record(self, peer: int) -> records.FailureRecord | None:
+        path = names.failure(peer)
+        return records.FailureRecord.from_json(self.run_dir.read_json(path), rank=peer, relpath=path)
+
+    def _react(self, peer: int, failed: PeerFailure, *, heard: bool = False) -> None:
+        """Stop for rank `peer`'s failure: read from failures/, or rung on the doorbell
+        (ring_received). One reaction, whichever way it came. A peer's time_limit is the
+        scheduler's walltime warning, which concerns this node as much: it stops for the warning
+        itself (on_walltime decides what that is here: a stuck driver makes it a hang), from this
+        thread (a ring arrives on the doorbell's, which does no I/O)."""
+        if failed.kind == FailureKind.TIME_LIMIT:
             if heard:
                 self._warned = True
                 if self._wakeup is not None:
@@ -586,16 +597,14 @@ class Liveness(threading.Thread):
                 self._walltime_warning()
             return
         self._trip(
-            FailureKind.PEER_FAILURE,
-            f"rank {peer} failed ({doc.get('kind')}): {doc.get('cause')}",
-            reacting_to={
-                "rank": peer,
-                "incarnation": str(doc.get("incarnation")),
-                "kind": str(doc.get("kind")),
-            },
-            peers=(peer,),
-            reacted_cause=str(doc.get("cause")),
-            heard_on_doorbell=heard,
+            Failure(
+                kind=FailureKind.PEER_FAILURE,
+                cause=f"rank {peer} failed ({failed.kind}): {failed.cause}",
+                reacting_to={"rank": peer, "incarnation": str(failed.incarnation), "kind": str(failed.kind)},
+                peers=(peer,),
+                reacted_cause=str(failed.cause),
+                heard_on_doorbell=heard,
+            )
         )
 
     def ring_received(self, ring: Ring) -> None:
@@ -603,11 +612,7 @@ class Liveness(threading.Thread):
         record had been listed. The ring names the failure itself, not a reaction to it."""
         if self.signal.is_set() or ring.failed_rank == self.rank:
             return
-        self._react(
-            ring.failed_rank,
-            {"kind": ring.kind, "cause": ring.cause, "incarnation": ring.failed_incarnation},
-            heard=True,
-        )
+        self._react(ring.failed_rank, PeerFailure(ring.kind, ring.cause, ring.failed_incarnation), heard=True)
 
     def _walltime_warning(self) -> None:
         """The batch job was warned that its time limit is near (Slurm --signal, the rendered
@@ -629,37 +634,31 @@ class Liveness(threading.Thread):
             log.warning("walltime warning: %s: %s", type(exc).__name__, exc)
         self.signal.trip(failure)
 
-    def _trip(self, kind: FailureKind, cause: str, **facts: Any) -> None:
+    def _trip(self, failure: Failure) -> None:
         """This agent's failure, in the phase it is in now."""
-        self.signal.trip(Failure(kind=kind, cause=cause, phase=str(self.phase()), **facts))
+        self.signal.trip(replace(failure, phase=str(self.phase())))
 
     def _silent(self, peer: int, cause: str) -> None:
         """A watched peer went silent: a reaction naming it, so the audit follows it to that rank."""
-        self._trip(
-            FailureKind.PEER_SILENT,
-            cause,
-            reacting_to={"rank": peer, "kind": str(FailureKind.PEER_SILENT)},
-            peers=(peer,),
-        )
+        reaction = {"rank": peer, "kind": str(FailureKind.PEER_SILENT)}
+        self._trip(Failure(kind=FailureKind.PEER_SILENT, cause=cause, reacting_to=reaction, peers=(peer,)))
 
-    def _first_cause(self, peer: int, doc: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _first_cause(self, rec: records.FailureRecord) -> tuple[int, PeerFailure]:
         """A record that only reacts to another (peer_failure) is followed to the one it names, a
         few hops at most: in a fast wave the first record listed is often a reaction, and the
         record we write should name the failure itself."""
+        peer = rec.rank
         for _ in range(FOLLOW_HOPS):
-            target = (doc.get("reacting_to") or {}).get("rank")
-            if doc.get("kind") != FailureKind.PEER_FAILURE or not isinstance(target, int):
+            target = rec.reacting_to
+            if rec.kind != FailureKind.PEER_FAILURE or target is None or target in (self.rank, peer):
                 break
-            if target in (self.rank, peer):
-                break
-            found = self.run_dir.read_json(names.failure(target))
-            if found is None and (doc.get("reacting_to") or {}).get("kind"):
+            found = self._failure_record(target)
+            if found is None and rec.reacting_to_kind:
                 # Not visible yet (its writer is slower: a killed agent's reaper, a loaded host):
                 # the reaction names it (rank, incarnation, kind) and quotes its cause.
-                named = doc["reacting_to"]
-                quoted = str(doc.get("cause", "")).removeprefix(f"rank {target} failed ({named.get('kind')}): ")
-                return target, {"kind": named.get("kind"), "incarnation": named.get("incarnation"), "cause": quoted}
-            if found is None or found.get("fingerprint") != self.writer.fingerprint:
+                quoted = rec.cause.removeprefix(f"rank {target} failed ({rec.reacting_to_kind}): ")
+                return target, PeerFailure(rec.reacting_to_kind, quoted, rec.reacting_to_incarnation)
+            if found is None or found.fingerprint != self.writer.fingerprint:
                 break
-            peer, doc = target, found
-        return peer, doc
+            peer, rec = target, found
+        return peer, PeerFailure(rec.kind, rec.cause, rec.incarnation)

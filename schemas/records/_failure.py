@@ -29,6 +29,7 @@ class FailureRecord(Lenient):
     peers: tuple[int, ...] = ()
     writer: str | None = None
     incarnation: str | None = None
+    fingerprint: str | None = None  # the run's, in every artifact's envelope
     exit_code: int | None = None  # a child's or the driver's exit status (-N: killed by signal N)
     child: str | None = None
     judge: str | None = None

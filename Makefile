@@ -39,11 +39,12 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  chromium >/dev/null) ; } || echo "chromium not available: the browser test will be skipped"
 
-# On TEST_WORKERS pytest-xdist workers (the suite mostly waits on real processes); at most
+# On TEST_WORKERS pytest-xdist workers (the suite mostly waits on real processes), naming the 15
+# slowest tests at the end (where the time goes, run after run); at most
 # GYM_TEST_RAY_SLOTS tests that start Ray nodes run at once (tests/harness/slots.py; README, "Tests").
 TEST_WORKERS ?= 4
 test: $(STAMP) browser bindfs lint
-	$(PY) -m pytest -q -p no:cacheprovider -m "not long" -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The tests marked `long`, kept out of `make test` for its time budget: a Slurm job run to its
 # one-minute time limit (`make faults` has the same ending as its slurm-time-limit row), and the

@@ -93,16 +93,15 @@ def _under(path: str, mount: str) -> bool:
     return path == mount or path.startswith(mount.rstrip("/") + "/")
 
 
-def shared_root_problem(request: RenderRequest, backend: str, mounts: Sequence[str], key: str) -> Problem | None:
-    """The replicas coordinate through the output root, so it must be an absolute path inside a
-    filesystem every replica mounts: one of ``mounts`` (the spec's ``key``), where there are any."""
+def shared_root_problem(
+    request: RenderRequest, backend: str, mounts: Sequence[str], key: str, absolute: str
+) -> Problem | None:
+    """The replicas coordinate through the output root, so it must be an absolute path (where:
+    ``absolute``, in the backend's words) inside a filesystem every replica mounts: one of
+    ``mounts`` (the spec's ``key``), where there are any."""
     given, root = request.output_root_given, request.output_root
     if not posixpath.isabs(given):
-        return Problem(
-            "output.root",
-            f"is relative ({given!r}); a {backend} run needs an absolute path inside {key} on a filesystem every "
-            "replica mounts (pass --output-root /shared/... or set output.root)",
-        )
+        return Problem("output.root", f"is relative ({given!r}); a {backend} run needs an absolute path {absolute}")
     if mounts and not any(_under(root, m) for m in mounts):
         return Problem(
             "output.root",

@@ -122,7 +122,8 @@ def _where_problems(config: RunConfig, replicas: int) -> Iterator[Problem]:
 def _output_root_problems(request: RenderRequest) -> Iterator[Problem]:
     # One replica needs no shared mount; several coordinate through one of launch.weka_mounts.
     mounts = [m["mount_path"] for m in request.config.launch.weka_mounts] if request.plan.replicas > 1 else []
-    problem = shared_root_problem(request, "Beaker", mounts, "any launch.weka_mounts mount_path")
+    absolute = "on a shared filesystem mounted in every replica (pass --output-root /weka/... or set output.root)"
+    problem = shared_root_problem(request, "Beaker", mounts, "any launch.weka_mounts mount_path", absolute)
     if problem is not None:
         yield problem
 

@@ -73,7 +73,9 @@ def _mount_problems(request: RenderRequest) -> Iterator[Problem]:
             f"is a SkyPilot volume, which exists on Kubernetes and RunPod only, but infra is {sky.infra!r}; "
             "set infra to the volume's Kubernetes context (k8s/CONTEXT)",
         )
-    problem = shared_root_problem(request, "SkyPilot", [mount.path] if mount.path else [], "launch.skypilot.mount.path")
+    mounts = [mount.path] if mount.path else []
+    absolute = "inside launch.skypilot.mount.path (pass --output-root /shared/... or set output.root)"
+    problem = shared_root_problem(request, "SkyPilot", mounts, "launch.skypilot.mount.path", absolute)
     if problem is not None:
         yield problem
     elif plan.replicas > 1 and not mount.path:

@@ -185,7 +185,7 @@ def decode(cls: type[T], doc: object, **given: Any) -> T | None:
 def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
     """`cls`'s decoder, written out once per record type from its fields (as dataclasses writes
     __init__): the audit decodes thousands of ranks' records, and a loop that asks every field
-    how it is read costs about twice as much. What it does, field by field:
+    how it is read took about 1.4 times as long (a 1024-replica run's records). Field by field:
 
     - a `given` field comes from the caller; any other is `read` from `key` of the object at `path`;
     - a keyed field (default ABSENT) is ABSENT when the key is missing, None when it is unreadable;

@@ -568,7 +568,7 @@ class Liveness(threading.Thread):
             peer = names.rank_in(names.FAILURES_DIR, name)
             if peer is None or peer == self.rank:
                 continue
-            rec = self._failure_record(peer)
+            rec = records.read_failure(self.run_dir.read_json, peer)
             if rec is None:
                 continue  # partial or unreadable: seen again next poll
             self._seen_failures.add(name)
@@ -577,10 +577,6 @@ class Liveness(threading.Thread):
             peer, heard = self._first_cause(rec)
             self._react(peer, heard)
             return
-
-    def _failure_record(self, peer: int) -> records.FailureRecord | None:
-        path = names.failure(peer)
-        return records.FailureRecord.from_json(self.run_dir.read_json(path), rank=peer, relpath=path)
 
     def _react(self, peer: int, failed: PeerFailure, *, heard: bool = False) -> None:
         """Stop for rank `peer`'s failure: read from failures/, or rung on the doorbell
@@ -652,7 +648,7 @@ class Liveness(threading.Thread):
             target = rec.reacting_to
             if rec.kind != FailureKind.PEER_FAILURE or target is None or target in (self.rank, peer):
                 break
-            found = self._failure_record(target)
+            found = records.read_failure(self.run_dir.read_json, target)
             if found is None and rec.reacting_to_kind:
                 # Not visible yet (its writer is slower: a killed agent's reaper, a loaded host):
                 # the reaction names it (rank, incarnation, kind) and quotes its cause.

@@ -23,7 +23,7 @@ from schemas.records._cleanup import CleanupRecord, cleanup_fields
 from schemas.records._completion import AckRecord, CompleteRecord, ack_fields, complete_fields
 from schemas.records._driver_result import DriverResultRecord, driver_result_fields
 from schemas.records._driver_stop import DriverStopRecord, driver_stop_fields
-from schemas.records._failure import FailureRecord, failure_fields
+from schemas.records._failure import FailureRecord, failure_fields, read_failure
 from schemas.records._heartbeat import HeartbeatRecord, heartbeat_fields
 from schemas.records._judges import GatewayRecord, JudgeEndpointRecord, gateway_fields, judge_endpoint_fields
 from schemas.records._phases import PhaseSpan, PhasesRecord, phase_entry, phases_fields
@@ -80,6 +80,7 @@ __all__ = [
     "driver_result_fields",
     "driver_stop_fields",
     "failure_fields",
+    "read_failure",
     "filesystem_fields",
     "gateway_fields",
     "heartbeat_fields",

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from schemas import names
 from schemas.lenient import Lenient, doc_field, nonempty_dict
 from schemas.vocab import FailureKind, FsCondition
 
-__all__ = ["FailureRecord", "failure_fields"]
+__all__ = ["FailureRecord", "failure_fields", "read_failure"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ class FailureRecord(Lenient):
     checks: tuple[str, ...] = ()  # preflight: the checks that failed on that node
     # A hang's progress facts (source, timeout, seconds idle, last step); an empty object says none.
     hang: dict[str, Any] | None = doc_field(read=nonempty_dict, default=None)
+
+
+def read_failure(read_json: Callable[[str], object], rank: int) -> FailureRecord | None:
+    """Rank `rank`'s failure record as read through `read_json` (a RunDir's), with where it was found."""
+    path = names.failure(rank)
+    return FailureRecord.from_json(read_json(path), rank=rank, relpath=path)
 
 
 def failure_fields(

@@ -122,10 +122,7 @@ def cause_signature(run: RunDir, attempt: int) -> str | None:
         roots = []
         for leaf in run.listdir(names.FAILURES_DIR):
             rank = names.rank_in(names.FAILURES_DIR, leaf)
-            rec = None
-            if rank is not None:
-                path = names.failure(rank)
-                rec = records.FailureRecord.from_json(run.read_json(path), rank=rank, relpath=path)
+            rec = records.read_failure(run.read_json, rank) if rank is not None else None
             if rec is not None and rec.reacting_to is None:
                 roots.append(rec)
         if not roots:

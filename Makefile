@@ -46,9 +46,11 @@ TEST_WORKERS ?= 4
 test: $(STAMP) browser bindfs lint
 	$(PY) -m pytest -q -p no:cacheprovider -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
-# The tests marked `long`, kept out of `make test` for its time budget: a Slurm job run to its
-# one-minute time limit (`make faults` has the same ending as its slurm-time-limit row), and the
-# hand-written sbatch demo (tests/test_slurm_rendered.py runs the rendered one in `make test`).
+# The tests marked `long`, kept out of `make test` for its time budget, each beside a test or a
+# `make faults` row that `make test` keeps: a Slurm job run to its one-minute time limit (the
+# slurm-time-limit row), the hand-written sbatch demo (the rendered one), Ray spanning two of three
+# pools (the heterogeneous job's pool outside Ray), the served judge's re-grade job (the CPU
+# profile's), and a Ray actor stuck on one of three nodes (the ray-actor-stuck row).
 test-long: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
 

@@ -113,21 +113,47 @@ def slurm_cluster() -> Iterator[slurm.Cluster]:
         SLURM_STATS["down_s"] = time.monotonic() - t2
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+RAY_RUN_S = 40.0  # what a test marked `ray` costs when its mark does not say: a 3-node Ray run on 2 cores
+
+
+def ray_seconds(item: pytest.Item) -> float:
+    """About how long a test marked `ray` holds its lane: `@pytest.mark.ray(seconds=N)` where the
+    test is far from a 3-node Ray run (one that stops before Ray starts, a Slurm job of several
+    steps), RAY_RUN_S otherwise. Only the lanes' balance depends on it."""
+    mark = item.get_closest_marker("ray")
+    return float(mark.kwargs.get("seconds", RAY_RUN_S)) if mark else 0.0
+
+
+def ray_lanes(items: list[pytest.Item], lanes: int) -> dict[str, int]:
+    """Each Ray test's lane, by node id: tests that share an xdist_group (a module fixture's run)
+    as one unit, the units longest first, each to the lane with the least work so far; ties go
+    in collection order, so that every worker computes the same lanes."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if item.get_closest_marker("ray"):
+            groups = sorted(str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args)
+            units.setdefault("_".join(groups) or item.nodeid, []).append(item)
+    load = [0.0] * lanes
+    lane_of: dict[str, int] = {}
+    for unit in sorted(units.values(), key=lambda u: -sum(ray_seconds(i) for i in u)):  # stable
+        lane = load.index(min(load))
+        load[lane] += sum(ray_seconds(i) for i in unit)
+        lane_of.update((i.nodeid, lane) for i in unit)
+    return lane_of
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` deselected: the lanes hold only what runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (make test), the tests that start Ray run in one lane per Ray slot: an
-    xdist group each, which one worker runs in order, so that no worker waits for a slot. Tests
-    that share an xdist_group (a module fixture's run) stay together in one lane. Then the long
-    tests first, so that the run does not end waiting for one that started last. The order is
-    stable: every worker must collect the same one."""
-    lanes: dict[str, int] = {}
+    xdist group each, which one worker runs in order, so that no worker waits for a slot; the
+    lanes are balanced by each test's expected time (ray_lanes). Then the long tests first, so
+    that the run does not end waiting for one that started last. The order is stable: every
+    worker must collect the same one."""
+    lane_of = ray_lanes(items, slots.count())
     for item in items:
-        if not item.get_closest_marker("ray"):
-            continue
-        groups = sorted(str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args)
-        lane = lanes.setdefault("_".join(groups) or item.nodeid, len(lanes) % slots.count())
-        item.own_markers[:] = [m for m in item.own_markers if m.name != "xdist_group"]
-        item.add_marker(pytest.mark.xdist_group(f"ray-lane-{lane}"))
+        if item.nodeid in lane_of:
+            item.own_markers[:] = [m for m in item.own_markers if m.name != "xdist_group"]
+            item.add_marker(pytest.mark.xdist_group(f"ray-lane-{lane_of[item.nodeid]}"))
 
     if getattr(config.option, "loadgroup", False):  # an xdist worker of `--dist loadgroup`
         for item in items:

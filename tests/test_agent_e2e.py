@@ -101,12 +101,13 @@ def test_kill9_of_one_agent_stops_every_replica(tmp_path: Path) -> None:
     audit(run.run_dir, verdict="fail", rank=1, kind="agent_died")
 
 
-@pytest.mark.ray
 def test_silent_peer_is_detected_by_heartbeat(tmp_path: Path) -> None:
     """A hung agent (SIGSTOP: alive, silent) is caught by heartbeat age, not by its exit: by its
-    watchers on the ring (peer_silent) or by its own reaper, which fences the node (issue 13)."""
+    watchers on the ring (peer_silent) or by its own reaper, which fences the node (issue 13).
+    Without Ray: what a reaper does to its node's Ray once its agent is gone is the kill -9 test's."""
     hb_timeout = 4.0
-    run = launch_local(tmp_path, small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout), uid("stop"))
+    spec = small_spec(driver=SLEEPY_DRIVER, heartbeat_timeout=hb_timeout, ray=False)
+    run = launch_local(tmp_path, spec, uid("stop"))
     victim = None
     try:
         wait_phase(run.run_dir, 0, "driver", 120)
@@ -185,7 +186,7 @@ def test_sigterm_to_one_agent_stops_all(tmp_path: Path) -> None:
     audit(run.run_dir, verdict="fail", rank=1, kind="signal")
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_replica_that_never_starts_fails_everyone_at_startup_timeout(tmp_path: Path) -> None:
     startup = 6.0
     spec = tmp_path / "spec.toml"
@@ -224,7 +225,7 @@ def test_clock_skew_of_an_hour_causes_no_false_failure(tmp_path: Path) -> None:
     assert_nothing_left(run_dir)
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_two_replicas_claiming_one_address_are_rejected_before_training(tmp_path: Path) -> None:
     spec = tmp_path / "dup.toml"
     spec.write_text(small_spec(replicas=2))
@@ -245,7 +246,7 @@ def test_two_replicas_claiming_one_address_are_rejected_before_training(tmp_path
     assert_nothing_left(run_dir)
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_plan_disagreement_names_the_ranks(tmp_path: Path) -> None:
     a, b = tmp_path / "a.toml", tmp_path / "b.toml"
     a.write_text(small_spec(replicas=2))
@@ -266,7 +267,7 @@ def test_plan_disagreement_names_the_ranks(tmp_path: Path) -> None:
     assert_nothing_left(run_dir)
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_wrong_gpu_count_fails_clearly(tmp_path: Path) -> None:
     spec = tmp_path / "gpu.toml"
     spec.write_text(small_spec(replicas=2))
@@ -289,7 +290,7 @@ def test_wrong_gpu_count_fails_clearly(tmp_path: Path) -> None:
     assert_nothing_left(run_dir)
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_planted_symlink_in_run_dir_is_refused(tmp_path: Path) -> None:
     spec = tmp_path / "s.toml"
     spec.write_text(small_spec(replicas=2))
@@ -309,7 +310,7 @@ def test_planted_symlink_in_run_dir_is_refused(tmp_path: Path) -> None:
     assert target.read_text() == ""
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_uuid_escaping_output_root_is_refused(tmp_path: Path) -> None:
     spec = tmp_path / "s.toml"
     spec.write_text(small_spec(replicas=2))
@@ -318,7 +319,7 @@ def test_uuid_escaping_output_root_is_refused(tmp_path: Path) -> None:
     assert p.returncode == 2 and "uuid" in out and "Traceback" not in out
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_a_second_agent_for_a_claimed_rank_exits_2_and_touches_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "claim.toml"
     spec.write_text(small_spec(replicas=2, startup_timeout=60))

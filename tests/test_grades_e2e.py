@@ -25,6 +25,7 @@ from tests.harness import (
     audit,
     failures,
     judge_spec,
+    judge_tables,
     kill_tree_by_session,
     launch_local,
     read,
@@ -52,7 +53,10 @@ def _grade_lines(run_dir: Path, rank: int) -> list[dict]:
 )
 def test_a_degraded_judge_fails_the_run_whatever_the_driver_does(tmp_path: Path, mode: str) -> None:
     env = {"GYM_REFERENCE_JUDGE_FAULTS": f"invalid-after={CANARY_CHATS + 2}", "GRADES": "20", "DEGRADED": mode}
-    run = launch_local(tmp_path, judge_spec(driver=COMMAND, ray=False), uid(f"degraded-{mode}"), env=env)
+    # One try per grade: an invalid reply is not asked again (3 tries would wait 3 s per grade); what
+    # counts towards the alarm is the grade's outcome, however many tries it took.
+    spec = judge_spec(driver=COMMAND, ray=False, judges=judge_tables(invalid_reply_attempts=1))
+    run = launch_local(tmp_path, spec, uid(f"degraded-{mode}"), env=env)
     started = time.monotonic()
     try:
         assert run.wait(180) != 0, run.text[-3000:]

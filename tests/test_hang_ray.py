@@ -13,7 +13,9 @@ from audit.api import audit_run
 from schemas import names
 from tests.harness import assert_artifacts_valid, assert_nothing_left, failures, launch_local, read, small_spec, uid
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+# `make test-long`: `make faults` runs the same stuck actor three times (its ray-actor-stuck row), and
+# `make test` keeps the hang of a driver without Ray (tests/test_hang_e2e.py).
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.long]
 DRIVER = Path(__file__).parent / "data" / "ray_stuck_actor_driver.py"
 
 

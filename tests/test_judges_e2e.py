@@ -93,7 +93,7 @@ def test_judge_is_placed_checked_and_graded_through(judged_run: LocalRun) -> Non
     audit(d, verdict="pass")
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=1)
 @pytest.mark.xdist_group("judged-run")  # one worker, one run (a module fixture is per worker)
 def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(judged_run: LocalRun, tmp_path: Path) -> None:
     """A rubric in open-instruct's reply format and scale (json, 1-10): the registry records it,
@@ -144,7 +144,7 @@ def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(judged_run: LocalR
     assert "schema.violation" in mutated("schema", edit(names.heartbeat(0), lambda doc: doc.update(seq="x")))
 
 
-@pytest.mark.ray  # Ray is planned: that it never starts is the point
+@pytest.mark.ray(seconds=5)  # Ray is planned: that it never starts is the point
 def test_missing_binding_in_data_fails_before_any_gpu_work(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text('{"verifier": "general-helpfulness", "metadata": {"judge_query": "Hi?"}}\n')

@@ -44,7 +44,7 @@ FAILING_DRIVER = (
 )
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=25)
 def test_driver_output_and_summary_on_the_console_of_a_failed_run(tmp_path: Path) -> None:
     u = uid("boom")
     run = launch_local(tmp_path, small_spec(driver=FAILING_DRIVER), u)
@@ -261,7 +261,7 @@ def _dashboard_installed() -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_ray_dashboard_switched_on(tmp_path: Path) -> None:
     """With ray[default] the head serves the dashboard at the printed URL; with a minimal Ray the
     run fails at once, naming the key and the package, instead of retrying `ray start`."""

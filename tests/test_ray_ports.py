@@ -141,7 +141,7 @@ def test_a_fixed_block_is_held_exactly_or_refused_naming_its_port() -> None:
         ray_node.hold_fixed_block(base + 1, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X")
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=5)
 def test_a_head_whose_exported_address_names_another_node_fails_before_starting_ray(tmp_path: Path) -> None:
     """A real one-replica run (gym-launch local, rank 0 on 127.0.0.2) whose job exported another host as
     the Ray head's: the head's agent refuses to start Ray on an address the job's steps would not reach."""

@@ -41,7 +41,7 @@ def _find(root: psutil.Process, deadline: float) -> tuple[psutil.Process | None,
     return gcs, None
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=80)
 @pytest.mark.slow
 def test_a_worker_that_misses_rays_registration_wait_is_started_again(tmp_path: Path) -> None:
     driver = 'command = ["python", "examples/demo_driver.py"]'

@@ -73,7 +73,7 @@ def components(c: slurm.Cluster, job: int) -> list[dict[str, str]]:
     return [dict(w.split("=", 1) for w in line.split() if "=" in w) for line in out.splitlines() if line.strip()]
 
 
-@pytest.mark.ray
+@pytest.mark.ray(seconds=75)
 def test_a_gpu_pool_and_a_cpu_pool_on_another_partition_run_as_one_heterogeneous_job(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:

@@ -144,6 +144,7 @@ def test_cpu_profile_regrades_a_run_with_an_external_judge_on_the_cpu_partition(
 
 
 @pytest.mark.ray
+@pytest.mark.long  # a second rendered re-grade job; `make test` keeps the CPU profile's above
 def test_served_judge_profile_regrades_a_pooled_run_on_the_judge_pool_alone(
     slurm_cluster: slurm.Cluster, tmp_path: Path
 ) -> None:

@@ -30,7 +30,7 @@ from tests.harness.agents import (
     wait_phase,
 )
 from tests.harness.orphans import assert_nothing_left, kill_tree_by_session, run_processes
-from tests.harness.specs import JUDGE_TABLES, judge_spec, result_driver, small_spec, uid
+from tests.harness.specs import JUDGE_TABLES, judge_spec, judge_tables, result_driver, small_spec, uid
 
 __all__ = [
     "BIN",
@@ -44,6 +44,7 @@ __all__ = [
     "audit",
     "failures",
     "judge_spec",
+    "judge_tables",
     "kill_tree_by_session",
     "launch_local",
     "read",

@@ -24,10 +24,17 @@ def result_driver(delay: float) -> str:
 
 
 def judge_tables(
-    *, max_concurrent_calls: int = 4, timeout: float = 30, max_output_tokens: int = 256, pool: str | None = None
+    *,
+    max_concurrent_calls: int = 4,
+    timeout: float = 30,
+    max_output_tokens: int = 256,
+    pool: str | None = None,
+    invalid_reply_attempts: int | None = None,
 ) -> str:
-    """A managed reference judge (one GPU; in node pool `pool` if given) bound twice, as in the demo."""
+    """A managed reference judge (one GPU; in node pool `pool` if given) bound twice, as in the demo.
+    `invalid_reply_attempts` sets both rubrics' key (None: the default, 3 tries 1 s then 2 s apart)."""
     pool_line = f'node_pool = "{pool}"\n' if pool else ""
+    attempts = f"invalid_reply_attempts = {invalid_reply_attempts}\n" if invalid_reply_attempts is not None else ""
     return f"""
 [judges.general]
 mode = "managed"
@@ -40,10 +47,10 @@ timeout = {timeout}
 {pool_line}[rubrics.general-quality]
 profile = "general-quality"
 max_output_tokens = {max_output_tokens}
-[rubrics.general-quality-ref]
+{attempts}[rubrics.general-quality-ref]
 profile = "general-quality-ref"
 max_output_tokens = {max_output_tokens}
-[judging.bindings."general-quality"]
+{attempts}[judging.bindings."general-quality"]
 judge = "general"
 rubric = "general-quality"
 [judging.bindings."general-quality_ref"]
@@ -118,12 +125,13 @@ def small_spec(
     teardown_grace: float = 4.0,
     ack_timeout: float | None = 20.0,
     ray: bool = True,
-    judges: bool = False,
+    judges: bool | str = False,
     extra: str = "",
 ) -> str:
     """A spec of `replicas` nodes with `node_gpus` GPUs each: node 0 trains, the others roll out
-    (less one GPU for the judge with `judges`). `driver` is the [driver] table's command line;
-    `extra` lands in the [ray] table; None leaves a key at its default."""
+    (less one GPU for the judge with `judges`: True for JUDGE_TABLES, or the judge tables' text).
+    `driver` is the [driver] table's command line; `extra` lands in the [ray] table; None leaves a
+    key at its default."""
     rollout = node_gpus * (replicas - 1) - (1 if judges else 0)
     coordination = [
         f"startup_timeout = {startup_timeout}",
@@ -154,9 +162,12 @@ gpus = {rollout}
 [ray]
 {ray_table}
 {extra}
-""" + (JUDGE_TABLES if judges else "")
+""" + (judges if isinstance(judges, str) else JUDGE_TABLES if judges else "")
 
 
-def judge_spec(driver: str = 'command = ["python", "-c", "import time; time.sleep(60)"]', **kw: Any) -> str:
-    """Three 2-GPU nodes: trainer, rollout, and rollout + a managed reference judge on node 2."""
-    return small_spec(driver=driver, judges=True, **kw)
+def judge_spec(
+    driver: str = 'command = ["python", "-c", "import time; time.sleep(60)"]', judges: str = JUDGE_TABLES, **kw: Any
+) -> str:
+    """Three 2-GPU nodes: trainer, rollout, and rollout + a managed reference judge on node 2
+    (`judges`: its tables, judge_tables())."""
+    return small_spec(driver=driver, judges=judges, **kw)

@@ -9,12 +9,14 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install test lint demo demo-slurm bench soak faults test-long clean browser bindfs strace slurm-up slurm-down slurm-status
+.PHONY: install test suite lint demo demo-slurm bench soak faults test-long clean browser bindfs strace slurm-up slurm-down slurm-status
 
+# --no-compile: byte-compiling every installed module up front (Ray's and SkyPilot's are large) takes
+# ~20 s; Python compiles what is imported, on first use.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,skypilot]'
+	$(PY) -m pip install -q --no-compile -e '.[test,skypilot]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,18 +41,24 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  chromium >/dev/null) ; } || echo "chromium not available: the browser test will be skipped"
 
+# `make test` is the lint and the suite at once (mypy --strict takes ~20 s of one core while the
+# suite's first tests mostly wait); either failing fails it, the suite always running to its end.
+test: $(STAMP) browser bindfs
+	@$(MAKE) --no-print-directory -j2 lint suite
+
 # On TEST_WORKERS pytest-xdist workers (the suite mostly waits on real processes), naming the 15
 # slowest tests at the end (where the time goes, run after run); at most
 # GYM_TEST_RAY_SLOTS tests that start Ray nodes run at once (tests/harness/slots.py; README, "Tests").
 TEST_WORKERS ?= 4
-test: $(STAMP) browser bindfs lint
+suite: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The tests marked `long`, kept out of `make test` for its time budget, each beside a test or a
 # `make faults` row that `make test` keeps: a Slurm job run to its one-minute time limit (the
 # slurm-time-limit row), the hand-written sbatch demo (the rendered one), Ray spanning two of three
 # pools (the heterogeneous job's pool outside Ray), the served judge's re-grade job (the CPU
-# profile's), and a Ray actor stuck on one of three nodes (the ray-actor-stuck row).
+# profile's), a Ray actor stuck on one of three nodes (the ray-actor-stuck row) and a killed raylet
+# (the raylet-killed row).
 test-long: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
 
@@ -63,7 +71,7 @@ demo: $(STAMP)
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,skypilot,bench]'
+	$(PY) -m pip install -q --no-compile -e '.[test,skypilot,bench]'
 	touch $(BENCH_STAMP)
 
 # FS operations are also counted from outside the agents with strace (Debian's package).

@@ -218,6 +218,9 @@ SLEEPY_DRIVER = 'command = ["python", "-c", "import time; time.sleep(120)"]'
 
 
 @pytest.mark.ray
+# `make test-long`: `make faults` kills the same raylet three times (its raylet-killed row, the audit
+# naming rank 1's child_exit); `make test` keeps Ray's own logs kept and found (the console test above).
+@pytest.mark.long
 def test_a_killed_raylet_leaves_its_evidence_and_the_audit_cites_it(tmp_path: Path) -> None:
     """SIGKILL (by pid) the raylet of rank 1's Ray node during the driver: `ray start --block` exits,
     rank 1 fails as child_exit, and Ray's own logs of that node are in ray-session-1/ and cited."""

@@ -11,12 +11,12 @@ endif
 
 .PHONY: install test suite lint demo demo-slurm bench soak faults test-long clean browser bindfs strace slurm-up slurm-down slurm-status
 
-# --no-compile: byte-compiling every installed module up front (Ray's and SkyPilot's are large) takes
-# ~20 s; Python compiles what is imported, on first use.
+# Not --no-compile: it saves ~20 s here, but then every Ray process the suite's first tests start
+# at once compiles Ray's modules itself (measured: a worker's `ray start` took 111 s).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -e '.[test,skypilot]'
+	$(PY) -m pip install -q -e '.[test,skypilot]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -71,7 +71,7 @@ demo: $(STAMP)
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q --no-compile -e '.[test,skypilot,bench]'
+	$(PY) -m pip install -q -e '.[test,skypilot,bench]'
 	touch $(BENCH_STAMP)
 
 # FS operations are also counted from outside the agents with strace (Debian's package).

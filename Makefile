@@ -12,7 +12,8 @@ endif
 .PHONY: install test suite lint demo demo-slurm bench soak faults test-long clean browser bindfs strace slurm-up slurm-down slurm-status
 
 # Not --no-compile: it saves ~20 s here, but then every Ray process the suite's first tests start
-# at once compiles Ray's modules itself (measured: a worker's `ray start` took 111 s).
+# at once compiles Ray's modules itself, every time where PYTHONDONTWRITEBYTECODE is set (measured: a
+# worker's `ray start` took 111 s).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -191,13 +191,13 @@ def run(protocol: str, n: int, *, scale: float, procs: int, root: Path, window_b
             time.sleep(window_beats * hb)
             s1 = {r: (seq, ops) for w in workers for r, seq, ops in w.ask("sample")["sample"]}
             cpu1, t1 = sum(procstat.cpu_seconds(w.proc.pid) or 0.0 for w in workers), time.monotonic()
-            total, beats, per_agent = 0.0, [], []
+            beats, per_agent = [], []
             for r, (seq1, ops1) in s1.items():
                 seq0, ops0 = s0[r]
                 if seq1 > seq0:
                     per_agent.append((ops1 - ops0) / (seq1 - seq0))
-                    total += per_agent[-1]
                 beats.append(seq1 - seq0)
+            total = sum(per_agent)
             false_trips = [t for w in workers for t in w.ask("trips")["trips"]]
 
             victim = n // 2

@@ -133,11 +133,12 @@ def ray_lanes(items: list[pytest.Item], lanes: int) -> dict[str, int]:
         if item.get_closest_marker("ray"):
             groups = sorted(str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args)
             units.setdefault("_".join(groups) or item.nodeid, []).append(item)
+    costs = [(sum(ray_seconds(i) for i in unit), unit) for unit in units.values()]
     load = [0.0] * lanes
     lane_of: dict[str, int] = {}
-    for unit in sorted(units.values(), key=lambda u: -sum(ray_seconds(i) for i in u)):  # stable
+    for cost, unit in sorted(costs, key=lambda c: -c[0]):  # stable
         lane = load.index(min(load))
-        load[lane] += sum(ray_seconds(i) for i in unit)
+        load[lane] += cost
         lane_of.update((i.nodeid, lane) for i in unit)
     return lane_of
 

@@ -97,7 +97,12 @@ def test_context_overflow_is_rejected_without_truncation(judge_server: Factory) 
     # Exactly fitting is accepted...
     with client_for(server, max_context_length=full + reserve) as client:
         assert client.grade(QUALITY, QUESTION, long_answer).verifier_diagnostics["prompt_tokens"] == full
+    # The server logs a request after answering it: wait for the accepted grade's line.
+    deadline = time.monotonic() + 10
+    while not chat_lines(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
     before = len(chat_lines(server))
+    assert before == 1
     # ...one token short is refused, counting the whole request plus the reservation.
     with (
         client_for(server, max_context_length=full + reserve - 1) as client,

@@ -50,18 +50,24 @@ test: $(STAMP) browser bindfs
 # On TEST_WORKERS pytest-xdist workers (the suite mostly waits on real processes), naming the 15
 # slowest tests at the end (where the time goes, run after run); at most
 # GYM_TEST_RAY_SLOTS tests that start Ray nodes run at once (tests/harness/slots.py; README, "Tests").
+# The suite's processes keep the bytecode they compile (in the gitignored __pycache__ folders, as an
+# installed package has it): where PYTHONDONTWRITEBYTECODE is set, each of the suite's ~800 agent,
+# launcher and audit processes compiled the project's modules again (~0.25 s of CPU each), and
+# each worker rewrote every test module's assertions.
 TEST_WORKERS ?= 4
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 suite: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The tests marked `long`, kept out of `make test` for its time budget, each beside a test or a
 # `make faults` row that `make test` keeps: a Slurm job run to its one-minute time limit (the
-# slurm-time-limit row), the hand-written sbatch demo (the rendered one), Ray spanning two of three
-# pools (the heterogeneous job's pool outside Ray), the served judge's re-grade job (the CPU
-# profile's), a Ray actor stuck on one of three nodes (the ray-actor-stuck row) and a killed raylet
-# (the raylet-killed row).
+# slurm-time-limit row), the hand-written sbatch demo and the rendered one (the rendered pooled
+# job), Ray spanning two of three pools (the heterogeneous job's pool outside Ray), the served
+# judge's re-grade job (the CPU profile's), a Ray actor stuck on one of three nodes (the
+# ray-actor-stuck row), a killed raylet (the raylet-killed row) and Beaker's replayed demo
+# (SkyPilot's replayed demo; Beaker's replayed preemption and retries).
 test-long: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
+	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
 
 demo: $(STAMP)
 	$(VENV)/bin/gym-launch validate examples/three-node.toml

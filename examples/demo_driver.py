@@ -10,12 +10,10 @@ of rollouts through the registry when judges are bound, and driver-result.json.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import random
 import sys
-import tomllib
 
 import ray
 
@@ -92,16 +90,12 @@ def _check_where(role: str, expect_address: str, expect_gpus: int) -> dict:
 
 
 def show_run_file() -> None:
-    """A MILES run file's trainer sections, as the trainer would read them (GYM_RUN_FILE)."""
+    """The MILES run file the launcher handed over (GYM_RUN_FILE): its size and digest."""
     path = driver_api.run_file()
     if path is None:
         return
     raw = path.read_bytes()
     print(f"run file {path}: {len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}", flush=True)
-    if os.environ.get("DEMO_PRINT_RUN_FILE"):
-        doc = tomllib.loads(raw.decode("utf-8"))
-        trainer = {k: doc[k] for k in ("training", "optimizer", "async", "tracking", "core", "miles") if k in doc}
-        print("trainer sections " + json.dumps(trainer, sort_keys=True, default=str), flush=True)
 
 
 def main() -> int:

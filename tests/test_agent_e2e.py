@@ -6,6 +6,7 @@ the spec's Ray plan matters before Ray starts (marked `ray`); a failure's propag
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -39,7 +40,8 @@ SLEEPY_DRIVER = 'command = ["python", "-c", "import time; time.sleep(60)"]'
 @pytest.mark.ray
 def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
     driver = 'command = ["python", "examples/demo_driver.py"]'
-    run = launch_local(tmp_path, small_spec(driver=driver), uid("ok"), env={"DEMO_STEPS": "3"})
+    spec = small_spec(driver=driver, progress_interval=0.5)
+    run = launch_local(tmp_path, spec, uid("ok"), env={"DEMO_STEPS": "3"})
     try:
         code = run.wait(240)
         assert code == 0, run.text[-4000:]
@@ -61,6 +63,10 @@ def test_three_replicas_succeed_on_real_ray(tmp_path: Path) -> None:
         )
         assert not failures(d)
         assert "[rank 1]" in run.text and "SUCCEEDED" in run.text
+        # The head's readiness gate says how Ray's nodes are joining: it waits for them through a
+        # probe process, and importing Ray alone takes longer than the 0.5 s progress interval.
+        ray_progress = re.compile(r"\[rank 0\] Ray: (connecting|\d/3 nodes); \d+ s left")
+        assert any(ray_progress.fullmatch(ln) for ln in run.text.splitlines()), run.text[-4000:]
         assert str(d) in run.text  # the launcher prints the run directory
     finally:
         kill_tree_by_session(run.proc)

@@ -106,6 +106,9 @@ def assert_secret_not_recorded(run_dir: Path) -> None:
 
 
 @pytest.mark.ray
+# `make test-long`: `make test` keeps Beaker's command and envVars replayed below (the preemption,
+# the retries) and the demo replayed under a scheduler's own script (SkyPilot's, with Ray and the judge).
+@pytest.mark.long
 def test_replayed_task_runs_and_passes_the_audit(tmp_path: Path) -> None:
     uuid = "beaker-replay-ok"
     [task] = render(tmp_path, uuid).tasks
@@ -126,7 +129,7 @@ def test_sigterm_to_every_replica_is_a_signal_failure_and_the_audit_says_so(
     uuid = "beaker-replay-preempt"
     sleepy = 'driver.command=["python", "-c", "import time; time.sleep(600)"]'
     # Without Ray: the preemption's SIGTERM and Beaker's answer are the subject (the replayed demo
-    # above runs Ray; a signalled agent's Ray is stopped in tests/test_hung_fs_e2e.py).
+    # above runs Ray, in make test-long; a signalled agent's Ray is stopped in tests/test_hung_fs_e2e.py).
     [task] = render(tmp_path, uuid, sleepy, "ray.enabled=false").tasks
     run_dir = tmp_path / "out" / "cluster" / uuid
     procs = start_replicas(task, tmp_path)

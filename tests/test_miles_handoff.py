@@ -1,13 +1,16 @@
 """The MILES hand-off: the trainer's judge client finds our judges through OI_MILES_JUDGE_REGISTRY.
 
-The e2e test runs a stand-in for the trainer's judge client (tests/data/miles_judge_client.py, built
-from the trainer's contract) as the driver of a real 3-node local run with a managed reference judge:
-it grades one sample per binding inside a Ray actor on another node, from that actor's own
-environment (the raylet's), and the run passes the audit.
+The e2e test runs a MILES run file (tests/data/miles/three-node.toml, unedited) on a real 3-node
+local run with a managed reference judge. Its driver is a stand-in for the trainer and its judge
+client (tests/data/miles_judge_client.py, built from the trainer's contract), called as the
+trainer is, with the run file: it reports the file it was handed, grades one sample per binding
+inside a Ray actor on another node, from that actor's own environment (the raylet's), and the run
+passes the audit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tomllib
 from pathlib import Path
@@ -26,6 +29,7 @@ from tests.harness import (
     judge_spec,
     kill_tree_by_session,
     launch_local,
+    open_instruct_stand_in,
     read,
     uid,
 )
@@ -70,12 +74,43 @@ def test_a_spec_may_not_set_what_the_launcher_hands_over(var: str) -> None:
     assert f"driver.env.{var}" in str(exc.value) and "MILES launcher" in str(exc.value)
 
 
+MILES = Path(__file__).resolve().parent / "data" / "miles"
+# The MILES launcher's own driver line (launch/spec/_miles.py), the trainer swapped for its stand-in.
+TRAINER = 'exec python tests/data/miles_judge_client.py train "$GYM_RUN_FILE"'
+
+
 @pytest.mark.slow
 @pytest.mark.ray
-def test_a_miles_style_client_in_a_ray_actor_grades_through_a_managed_judge(tmp_path: Path) -> None:
-    run = launch_local(
-        tmp_path, judge_spec(driver='command = ["python", "tests/data/miles_judge_client.py"]'), uid("miles")
+def test_a_miles_file_runs_its_trainer_with_the_file_byte_for_byte_grading_in_a_ray_actor(tmp_path: Path) -> None:
+    text = (MILES / "three-node.toml").read_text()
+    (tmp_path / "data").mkdir()
+    for f in (MILES / "data").iterdir():
+        (tmp_path / "data" / f.name).write_bytes(f.read_bytes())
+    # The judge is the reference judge (SGLang needs a GPU). The file itself is not edited:
+    # overrides are command-line flags.
+    args = (
+        "--set",
+        f"driver.command='{TRAINER}'",
+        "--set",
+        "judges.general.backend=reference",
+        "--set",
+        "ray.num_cpus=1",
+        "--set",
+        "ray.object_store_memory=80000000",
+        "--set",
+        "launch.coordination.heartbeat_interval=0.5",
+        "--set",
+        "launch.coordination.poll_interval=0.25",
+        "--set",
+        "launch.coordination.heartbeat_timeout=30",
+        # The file names the cluster's InfiniBand interface (NCCL_SOCKET_IFNAME = "ib"), which this
+        # machine has not: the preflight's network check would (rightly) fail the run; here it warns.
+        "--set",
+        'launch.preflight.network="warn"',
     )
+    # The open-instruct profiles' texts come from the installed package: a stand-in one here.
+    site = open_instruct_stand_in.write(tmp_path / "site")
+    run = launch_local(tmp_path, text, uid("miles"), env=open_instruct_stand_in.env(site), args=args)
     try:
         assert run.wait(240) == 0, run.text[-4000:]
     finally:
@@ -84,6 +119,17 @@ def test_a_miles_style_client_in_a_ray_actor_grades_through_a_managed_judge(tmp_
     assert_artifacts_valid(d)
     line = next(x for x in (d / names.driver_log(0)).read_text().splitlines() if x.startswith("MILES-CLIENT "))
     report = json.loads(line.split(" ", 1)[1])
+
+    # The trainer was handed the file byte for byte, and reads its own sections from it.
+    assert (d / "run-file.toml").read_bytes() == text.encode()
+    assert report["run_file"]["sha256"] == hashlib.sha256(text.encode()).hexdigest(), report["run_file"]
+    original = tomllib.loads(text)
+    sections = {k: original[k] for k in ("training", "optimizer", "async", "tracking", "core", "miles")}
+    assert report["run_file"]["sections"] == json.loads(json.dumps(sections, default=str))
+    rubric = read(d, names.REGISTRY)["rubrics"]["quality"]
+    assert rubric["profile"] == "open-instruct/general-quality" and rubric["template"] == open_instruct_stand_in.QUALITY
+    assert rubric["digest"] == rubric["pinned"] == open_instruct_stand_in.sha256(open_instruct_stand_in.QUALITY)
+
     addresses = {read(d, names.address(r))["address"]: r for r in range(3)}
     # The grader ran on another node, with that node's own Ray environment (not the driver's).
     actor, env = report["actor_node"], report["actor_env"]

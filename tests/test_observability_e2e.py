@@ -34,10 +34,6 @@ pytestmark = pytest.mark.slow
 ISO_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \S")
 
 
-def with_progress(spec: str, every: float) -> str:
-    return spec.replace("ack_timeout = 20.0\n", f"ack_timeout = 20.0\nprogress_interval = {every}\n", 1)
-
-
 FAILING_DRIVER = (
     'command = ["python", "-c", "import sys; print(\\"boom\\", flush=True); '
     'print(\\"step 1 loss 2.3\\", flush=True); sys.exit(3)"]'
@@ -114,10 +110,11 @@ class Collector:
         return code
 
 
-@pytest.mark.ray
 def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
+    # Without Ray: what is seen from outside is the subject. The head's progress line while Ray's
+    # nodes join is asserted on the Ray run of tests/test_agent_e2e.py.
     spec = tmp_path / "spec.toml"
-    spec.write_text(with_progress(small_spec(driver=TICKING_DRIVER), 0.5))
+    spec.write_text(small_spec(driver=TICKING_DRIVER, progress_interval=0.5, ray=False))
     u = uid("live")
     run_dir = tmp_path / "out" / "cluster" / u
     procs = [start_agent(tmp_path, spec, u, r, 3, f"127.0.0.{2 + r}") for r in (0, 1)]
@@ -177,9 +174,6 @@ def test_live_view_of_a_running_three_replica_run(tmp_path: Path) -> None:
     assert len(logged) == len(waiting), (len(logged), len(waiting))
     gaps = [b - a for a, b in zip(logged, logged[1:], strict=False)]
     assert all(g >= 0.45 for g in gaps), gaps
-    # The head's readiness gate waits for Ray's nodes through a probe process (importing Ray alone
-    # takes longer than the 0.5 s progress interval).
-    assert any(re.fullmatch(r"\[rank 0\] Ray: (connecting|\d/3 nodes); \d+ s left", ln) for ln in rank0), rank0
     driver_rank = next(r for r, a in enumerate(agents) if any(ln.endswith("driver] tick 0") for ln in a.lines))
     ticks = [ln for ln in agents[driver_rank].lines if "driver] tick" in ln]
     assert ticks == [f"[rank {driver_rank} driver] tick {i}" for i in range(12)]
@@ -314,7 +308,7 @@ def test_a_loading_judge_says_so_while_the_replicas_wait(tmp_path: Path) -> None
     from tests.harness import judge_spec
 
     u = uid("loading")
-    spec = with_progress(judge_spec(driver='command = ["python", "-c", "print(1)"]', ray=False), 0.5)
+    spec = judge_spec(driver='command = ["python", "-c", "print(1)"]', progress_interval=0.5, ray=False)
     run = launch_local(tmp_path, spec, u, env={"GYM_REFERENCE_JUDGE_FAULTS": "loading=12"})
     try:
         run.wait(180)

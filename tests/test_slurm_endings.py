@@ -1,15 +1,20 @@
 """Endings the scheduler causes, on the real local Slurm cluster (issue 23): a job that hits its
 time limit, a job cancelled with scancel, a job whose node is set DOWN. Each time every agent
 gets SIGTERM from slurmstepd and no rank failed; the audit names the scheduler's ending (kind and
-its own words), not a rank's SIGTERM, and nothing is left running.
+its own words), not a rank's SIGTERM, and nothing is left running. And the other way round: a job
+one of whose agents is SIGKILLed ends, and the audit names that rank although Slurm SIGTERMed
+the others first.
 
-The specs are tests/test_slurm_rendered.py's (one trainer node, judges, the demo driver made to
-run for long), submitted with `gym-launch submit --backend slurm`.
+The time-limit job is tests/test_slurm_rendered.py's demo made to run for long (Ray, the judge);
+the others run without Ray or judges (`_plain_spec`). Each is submitted with `gym-launch submit
+--backend slurm`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +26,7 @@ from test_slurm_cluster import wait_nodes_clean
 from test_slurm_rendered import BIN, NODES, REPO, finished, spec, submit
 
 from schemas import FailureKind, names
-from tests.harness import assert_artifacts_valid, assert_nothing_left, failures, uid, wait_phase
+from tests.harness import agent_pid, assert_artifacts_valid, assert_nothing_left, audit, failures, uid, wait_phase
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -329,3 +334,29 @@ def test_status_shows_a_rank_that_has_not_joined(slurm_cluster: slurm.Cluster, t
     finished(c, job, run_dir)
     assert_nothing_left(run_dir)
     wait_nodes_clean(c, list(NODES))
+
+
+def test_a_killed_agent_ends_the_job_and_the_audit_names_its_rank(slurm_cluster: slurm.Cluster, tmp_path: Path) -> None:
+    # Without Ray: the step's end after one task's death and the audit's answer are the subject (a
+    # Slurm job's Ray stopped by the scheduler: make faults' slurm-scancel and slurm-node-down rows).
+    c, uuid, root = slurm_cluster, uid("rkill"), tmp_path / "out"
+    job = submit(c, _sleeping_spec(tmp_path, "rkill"), root, uuid)
+    run_dir = root / "cluster" / uuid
+    wait_phase(run_dir, 0, "driver", 180)
+    victim = agent_pid(run_dir, 1)
+    t0 = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    info, out = finished(c, job, run_dir)
+    took = time.monotonic() - t0
+    assert info["JobState"] != "COMPLETED", info
+    assert_artifacts_valid(run_dir)
+    recs = failures(run_dir)
+    assert recs[1]["kind"] == FailureKind.AGENT_DIED, recs
+    # The others were signalled by Slurm (si_pid: the step daemon), which the records say.
+    senders = {r: (v.get("sender") or {}).get("name") for r, v in recs.items() if v["kind"] == FailureKind.SIGNAL}
+    assert all(name == "slurmstepd" for name in senders.values()), recs
+    audit(run_dir, verdict="fail", rank=1, kind=FailureKind.AGENT_DIED)
+    assert_nothing_left(run_dir)
+    wait_nodes_clean(c, list(NODES))
+    assert c.queue() == []
+    print(f"killed agent: job ended {took:.1f}s after the kill; records {[(r, v['cause']) for r, v in recs.items()]}")

@@ -14,6 +14,8 @@ The facts it follows (open-instruct's `open_instruct/miles`, notes/miles-judges.
 
 As the driver it grades one sample per binding inside an actor on another node than its own, checks
 what it got, and writes driver-result.json (the trainer's own records are not what this tests).
+Called as the trainer is (`... train RUN_FILE`), it also reads the run file it was handed and
+reports its digest and the trainer's sections.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import re
 import sys
+import tomllib
 import urllib.request
 
 import ray
@@ -121,7 +124,26 @@ class Grader:
         return [grade(registry, verifier) for verifier in sorted(registry["bindings"])]
 
 
-def main() -> int:
+# The run file's sections the trainer reads (the launcher's are its own business).
+TRAINER_SECTIONS = ("training", "optimizer", "async", "tracking", "core", "miles")
+
+
+def read_run_file(argv: list[str]) -> dict | None:
+    """`train RUN_FILE`, as the trainer takes it: the file's digest and its trainer sections."""
+    if argv[:1] != ["train"] or len(argv) != 2:
+        return None
+    with open(argv[1], "rb") as f:
+        raw = f.read()
+    doc = tomllib.loads(raw.decode("utf-8"))
+    return {
+        "path": argv[1],
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "sections": {k: doc[k] for k in TRAINER_SECTIONS if k in doc},
+    }
+
+
+def main(argv: list[str]) -> int:
+    run_file = read_run_file(argv)
     mine = read_registry()
     here = os.environ["RAY_NODE_IP_ADDRESS"]
     ray.init(address=os.environ["RAY_ADDRESS"], _node_ip_address=here, logging_level="ERROR")
@@ -134,6 +156,7 @@ def main() -> int:
         "actor_node": where,
         "actor_env": env,
         "driver_env_registry": os.environ[REGISTRY_ENV],
+        "run_file": run_file,
     }
     if where == here or env["RAY_NODE_IP_ADDRESS"] != where:
         raise RuntimeError(f"the grader is not on another node with its own Ray environment: {report}")
@@ -141,7 +164,7 @@ def main() -> int:
         raise RuntimeError(f"the actor's registry differs from the driver's: {report}")
     grades = ray.get(actor.grade_all.remote())
     report["grades"] = grades
-    print("MILES-CLIENT " + json.dumps(report, sort_keys=True), flush=True)
+    print("MILES-CLIENT " + json.dumps(report, sort_keys=True, default=str), flush=True)
     if len(grades) != len(mine["bindings"]) or not all(0.3 <= g["score"] <= 1 for g in grades):
         raise RuntimeError(f"unexpected grades: {grades}")
     driver_api.write_result(
@@ -151,4 +174,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -124,6 +124,7 @@ def small_spec(
     poll_interval: float = 0.25,
     teardown_grace: float = 4.0,
     ack_timeout: float | None = 20.0,
+    progress_interval: float | None = None,
     ray: bool = True,
     judges: bool | str = False,
     extra: str = "",
@@ -142,6 +143,8 @@ def small_spec(
     ]
     if ack_timeout is not None:
         coordination.append(f"ack_timeout = {ack_timeout}")
+    if progress_interval is not None:
+        coordination.append(f"progress_interval = {progress_interval}")
     drive = [driver] + ([f'placement = "{placement}"'] if placement is not None else [])
     ray_table = "num_cpus = 1\nobject_store_memory = 80000000" if ray else "enabled = false"
     nl = "\n"

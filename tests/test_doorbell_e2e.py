@@ -179,6 +179,9 @@ def test_a_failure_the_filesystem_hides_reaches_every_agent_through_the_doorbell
         assert names.leaf(names.DOORBELL_SECRET) not in os.listdir(run_dir)
     assert_artifacts_valid(run_dir)
     audit(run_dir, verdict="fail", rank=0, kind=kind)
+    # Above all the SIGKILLed agent's driver, even one forked just before the kill (seen orphaned
+    # for an hour, waiting for its trigger, before the reaper stopped marked children too).
+    assert_nothing_left(run_dir, marks=(str(trigger),))
 
 
 def test_a_failure_during_rendezvous_rings_the_peers_read_so_far(

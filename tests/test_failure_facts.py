@@ -9,6 +9,7 @@ import ast
 import errno
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,10 +19,13 @@ from agent.coord import durable
 from agent.coord.failure_record import write_failure_record
 from agent.ground.failure import Failure, FailureSignal
 from agent.ground.reaper_channel import ReaperChannel
+from agent.proc import tempdirs
 from agent.proc.supervisor import ExitPolicy, Supervisor
 from audit.api import audit_run
 from schemas import FailureKind, RunDir, Writer, names, records, violations
 from schemas.vocab import FsCondition
+from tests.harness import small_spec
+from tests.harness.agents import agent_tmp_root
 from tests.harness.rundirs import T0, RunBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,3 +147,40 @@ def test_the_audit_names_a_full_filesystem_from_the_field_not_the_words(tmp_path
     assert "run_dir.unwritable" not in run("words")  # the same cause, no field: not a filesystem fact
     unwritable = run("rofs", fs_condition="unwritable")
     assert unwritable["run_dir.unwritable"].startswith("shared filesystem unwritable: ranks [0]")
+
+
+# A real agent whose driver start raises what no step expects (as an agent bug would).
+PLANTED = """
+import sys
+from agent.proc import supervisor
+real_start = supervisor.Supervisor.start
+def start(self, name, *args, **kw):
+    if name == "driver":
+        raise ValueError("planted by the test")
+    return real_start(self, name, *args, **kw)
+supervisor.Supervisor.start = start
+from agent.cli import main
+sys.exit(main())
+"""
+
+
+def test_an_unexpected_error_is_recorded_as_internal_and_its_traceback_kept_in_the_agent_log(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "run.toml"
+    spec.write_text(small_spec(replicas=1, ray=False, placement=None))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-c", PLANTED, "--uuid", "planted", "--config", str(spec), "--output-root", str(out)]
+    cmd += ["--rank", "0", "--replicas", "1", "--address", "127.0.0.1"]
+    env = {**os.environ, tempdirs.ROOT_ENV: str(agent_tmp_root(tmp_path)), "CUDA_VISIBLE_DEVICES": "0,1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = RunDir.open(out / "cluster" / "planted")
+    doc = run.read_json(names.failure(0))
+    assert doc is not None and not violations("failure", doc)
+    assert (doc["kind"], doc["phase"], doc["cause"]) == ("internal", "driver", "ValueError: planted by the test")
+    log = (run.path / names.agent_log(0)).read_text()
+    assert "internal error in phase driver" in log
+    trace = log[log.index("Traceback (most recent call last)") :]
+    assert f'{os.sep}_driver.py", line' in trace and "in start" in trace  # down to the call that raised
+    assert run.read_json(names.cleanup(0)) is not None  # and it still cleaned up

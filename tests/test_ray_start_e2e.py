@@ -9,6 +9,7 @@ stopped (SIGSTOP) the moment the worker's raylet exists and continued after Ray'
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -62,7 +63,11 @@ def test_a_worker_that_misses_rays_registration_wait_is_started_again(tmp_path: 
     log = (run.run_dir / names.agent_log(1)).read_text()
     (line,) = [ln for ln in log.splitlines() if "ray_start ok" in ln]
     # Which of Ray's waits ran out first (its ports' or its registration's) depends on the moment the
-    # GCS stopped; either ended a `ray start` that was started again.
-    assert " at start 2 (exit code " in line, line
+    # GCS stopped; either ended a `ray start` that was started again. On a loaded host an earlier
+    # start may also have ended (the head's GCS too slow to answer), so the start that stayed up is
+    # the second or the third, each ended one named.
+    started = re.search(r" at start (\d) \((exit code [^;)]+(?:; exit code [^;)]+)*)\)", line)
+    assert started is not None and int(started[1]) in (2, 3), line
+    assert started[2].count("exit code") == int(started[1]) - 1, line
     layout = read(run.run_dir, names.RAY_LAYOUT)
     assert layout["passed"] and sorted(n["address"] for n in layout["live_nodes"]) == ["127.0.0.2", WORKER]

@@ -12,7 +12,12 @@ from typing import IO, Any
 from agent.ground import clock
 from schemas.vocab import PHASE_UNKNOWN
 
-__all__ = ["ReaperChannel", "ReaperState"]
+__all__ = ["MARK_ENV", "ReaperChannel", "ReaperState"]
+
+# Every child the supervisor starts carries the agent's incarnation in this variable, and so does
+# whatever it starts in turn. The reaper stops the marked processes whose session the agent could not
+# name to it before it died (killed between a child's fork and the channel's line).
+MARK_ENV = "GYM_AGENT_CHILD_OF"
 
 
 class ReaperChannel:

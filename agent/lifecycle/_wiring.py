@@ -84,7 +84,7 @@ def _start_node(joined: Joined, signal: FailureSignal, log: PhaseLog) -> _Node:
     reaper = _start_reaper(joined)
     channel = ReaperChannel(reaper.stdin)
     grace = joined.config.coordination.teardown_grace
-    supervisor = Supervisor(signal, grace, channel, log.phase_name, spare=(reaper.pid,))
+    supervisor = Supervisor(signal, grace, channel, log.phase_name, spare=(reaper.pid,), mark=joined.writer.incarnation)
     log.on_phase = channel.phase
     local_dir = tempdirs.make(tempdirs.DRIVER_PREFIX)  # node-local: progress board, fallback stack dumps
     channel.temp_dir(local_dir)  # removed by the reaper if we are SIGKILLed

@@ -15,6 +15,7 @@ writes its cleanup record (_teardown.py); the agent then exits non-zero.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from functools import partial
 
@@ -36,6 +37,8 @@ from agent.ray.node import PortsError
 from schemas import AgentState, FailureKind, Phase, RunDirError, names
 
 __all__ = ["Agent", "RunResult"]
+
+log = logging.getLogger(__name__)
 
 
 class Agent:
@@ -78,6 +81,8 @@ class Agent:
         except PortsError as exc:
             self.signal.trip(self._unexpected(FailureKind.PORTS, str(exc)))
         except Exception as exc:  # noqa: BLE001 - an agent bug still must clean up and say why
+            # The record says what; the agent's log keeps where (a bug's call, or an OSError no step names).
+            log.error("internal error in phase %s", self.log.phase_name(), exc_info=exc)
             self.signal.trip(self._unexpected(FailureKind.INTERNAL, f"{type(exc).__name__}: {exc}"))
 
     def _placed(self, running: Running, topo: Topology) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -116,19 +115,7 @@ def free(port: int) -> bool:
 
 def lock_dir() -> str | None:
     """This user's lock directory under the node-local temp root, or None if it cannot be used."""
-    path = os.path.join(tempdirs.root(), f"{DIR_PREFIX}{os.getuid()}")
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    # Someone else's directory (or a symlink) under a shared /tmp is not ours to lock in.
-    return path if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() else None
+    return tempdirs.user_dir(tempdirs.root(), DIR_PREFIX)
 
 
 def hold_block(purpose: str, bases: Iterable[int], usable: Callable[[int], bool]) -> int | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.ground.failure import Failure, FailureSignal
-from agent.ground.reaper_channel import ReaperChannel
+from agent.ground.reaper_channel import MARK_ENV, ReaperChannel
 from agent.proc.procgroup import ProcessGroup, StopRecord, escaped_descendants, kill_escaped
 from agent.proc.wakeup import Wakeup
 from schemas import FailureKind
@@ -46,7 +46,9 @@ class Supervisor:
         reaper: ReaperChannel,
         phase: Callable[[], str],
         spare: tuple[int, ...] = (),
+        mark: str = "",
     ) -> None:
+        self.mark = mark  # the agent's incarnation, in every child's environment (MARK_ENV)
         self.spare = set(spare)  # our own helpers (the reaper): never swept as escaped descendants
         self.signal = signal
         self.grace = grace
@@ -78,6 +80,8 @@ class Supervisor:
         with self._lock:
             if self._stopped is not None or self.signal.is_set():
                 raise RuntimeError("not starting a child while stopping")
+            if self.mark:
+                env = {**env, MARK_ENV: self.mark}
             group = ProcessGroup(
                 name, argv, env=env, log_fd=log_fd, term_leader_only=term_leader_only, shell=shell, cwd=cwd
             )

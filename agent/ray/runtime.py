@@ -17,6 +17,7 @@ from agent.coord.context import RunContext
 from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.waits import poll_until
+from agent.proc import start_slots
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray import _large_cluster as large_cluster
 from agent.ray import _logs as ray_logs
@@ -51,6 +52,8 @@ class RayRuntime:
         self.settings: dict[str, str] = {}  # the large-cluster RAY_* variables this node started with
         self._rng = random.Random()
         self.exits: list[str] = []  # why each `ray start` that ended on probation ended
+        self.slot_waited = 0.0  # seconds waited for the host's start slots (start_slots.py)
+        self.ungated: list[str] = []  # why a start went without a slot
 
     # -- ray_start -------------------------------------------------------------------------------
 
@@ -77,6 +80,10 @@ class RayRuntime:
         took = f"up in {clock.mono() - t0:.1f} s"
         if attempt > 1:
             took += f" at start {attempt} ({'; '.join(self.exits)})"
+        if self.slot_waited >= 1.0:
+            took += f", of which {self.slot_waited:.1f} s waiting for the host's Ray start slot"
+        if self.ungated:
+            took += f"; started without a start slot: {self.ungated[-1]}"
         return took + (f"; large-cluster settings ({self.ray_nodes} Ray nodes)" if self.large else "")
 
     def _check_dashboard(self) -> None:
@@ -122,7 +129,7 @@ class RayRuntime:
                 )
             if topo.is_head:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
-            if self._spawn(topo, ports):
+            if self._spawn_in_slot(topo, ports):
                 return attempt, ports
         raise ctx.fail(
             FailureKind.CHILD_EXIT,
@@ -186,6 +193,25 @@ class RayRuntime:
         if pool and pool in resources:
             return {k: float(v) for k, v in resources[pool].items()}
         return {}
+
+    def _spawn_in_slot(self, topo: Topology, ports: ray_node.RayPorts) -> bool:
+        """`_spawn` holding one of the host's Ray start slots (start_slots.py), so that the nodes on
+        one host do not all miss Ray's registration wait together; waiting for one ends where the
+        start still keeps its minimum wait before the deadline."""
+        ctx = self.ctx
+
+        def wait(seconds: float) -> None:
+            ctx.signal.wait(seconds)
+            ctx.signal.raise_if_set()
+
+        slot = start_slots.acquire("ray", deadline=ctx.deadline - RAY_UP_MIN_WAIT_S, wait=wait)
+        self.slot_waited += slot.waited
+        if slot.why:
+            self.ungated.append(slot.why)
+        try:
+            return self._spawn(topo, ports)
+        finally:
+            slot.release()
 
     def _spawn(self, topo: Topology, ports: ray_node.RayPorts) -> bool:
         """Start Ray on probation until every port it should bind accepts connections. Ports are

@@ -5,7 +5,9 @@ tells it every child session, temp dir and phase as JSON lines on its stdin (Rea
 When stdin closes without a final "done" line
 the agent died (SIGKILL, OOM, crash): the reaper writes the agent's failure record (unless the
 agent wrote one) at once, stops every recorded session in parallel, then writes the cleanup record
-(writer "reaper"), so even a SIGKILLed replica leaves evidence and no processes.
+(writer "reaper"), so even a SIGKILLed replica leaves evidence and no processes. A child forked just before the agent
+died, before it could name the child's session, is still found: every child carries the agent's
+incarnation in its environment (MARK_ENV), and the reaper stops what carries it last.
 
 A hung agent (SIGSTOP, a stall) is fenced: when its heartbeat has not changed for
 heartbeat_timeout, or a peer's failure record names it silent, the reaper kills it and cleans up
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.coord.heartbeat_age import HeartbeatAge
 from agent.ground import clock
-from agent.ground.reaper_channel import ReaperState
+from agent.ground.reaper_channel import MARK_ENV, ReaperState
 from schemas import FailureKind, RunDir, names
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ __all__ = ["HangWatch", "RECORD_RETRY_S", "main", "remove_temp_dir"]
 # bare interpreter's size (README, "Performance").
 
 RECORD_RETRY_S = 20.0  # refused records are retried this long (space may come back)
+# The cleanup record's name for marked processes in no session the agent named to us.
+UNNAMED = "unnamed-children"
 
 
 def _stop_session(name: str, pid: int, grace: float) -> StopRecord:
@@ -171,6 +175,17 @@ def _live_strays(strays: dict[int, float]) -> list[psutil.Process]:
     return out
 
 
+def _each(procs: list[psutil.Process], send: Callable[[psutil.Process], None]) -> None:
+    """`send` (kill, terminate) to each process, by its pid and start time; one already gone is skipped."""
+    import psutil
+
+    for proc in procs:
+        try:
+            send(proc)
+        except psutil.Error:
+            pass
+
+
 def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
     import psutil
 
@@ -180,13 +195,51 @@ def _kill_strays(strays: dict[int, float]) -> StopRecord | None:
     live = _live_strays(strays)
     if not live:
         return None
-    for proc in live:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
+    _each(live, psutil.Process.kill)
     psutil.wait_procs(live, timeout=2.0)
     return StopRecord(ESCAPED, live[0].pid, live[0].pid, "sigkill", None, len(live), time.monotonic() - t0)
+
+
+def _marked(incarnation: str) -> list[psutil.Process]:
+    """This user's live processes that carry the agent's mark (MARK_ENV): its children's, named to
+    us or not (one forked just before the agent was killed is not yet)."""
+    import psutil
+
+    me, uid = os.getpid(), os.getuid()
+    out = []
+    for proc in psutil.process_iter(["pid", "uids", "status"]):
+        try:
+            if proc.pid == me or proc.info["uids"].real != uid or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK_ENV) == incarnation:
+                out.append(proc)
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not readable: not one of ours
+    return out
+
+
+def _stop_marked(incarnation: str, grace: float) -> StopRecord | None:
+    """SIGTERM the marked processes still alive after the named sessions were stopped, SIGKILL what
+    outlives `grace`; None when there were none."""
+    import psutil
+
+    from agent.proc.procgroup import StopRecord
+
+    t0 = time.monotonic()
+    left = _marked(incarnation)
+    if not left:
+        return None
+    first = left[0]
+    _each(left, psutil.Process.terminate)
+    _, alive = psutil.wait_procs(left, timeout=grace)
+    _each(alive, psutil.Process.kill)
+    psutil.wait_procs(alive, timeout=2.0)
+    try:
+        sid = os.getsid(first.pid)
+    except OSError:
+        sid = first.pid
+    how = "sigkill" if alive else "sigterm"
+    return StopRecord(UNNAMED, first.pid, sid, how, None, len(left), time.monotonic() - t0)
 
 
 def _ring_for_the_agent(
@@ -312,12 +365,16 @@ def _clean_up(args: argparse.Namespace, run: RunDir, writer: Writer, keeper: Rec
     escaped = _kill_strays(state.strays)
     if escaped is not None:
         records.append(escaped)
+    unnamed = _stop_marked(args.incarnation, args.grace)
+    if unnamed is not None:
+        records.append(unnamed)
     for path in state.temp_dirs:
         remove_temp_dir(path)
     cleaned = run.read_json(names.cleanup(args.rank))
     if not (cleaned and cleaned.get("incarnation") == args.incarnation):
         leftovers = [p.pid for pid in state.sessions for p in session_members(pid)]
         leftovers += [p.pid for p in _live_strays(state.strays)]
+        leftovers += [p.pid for p in _marked(args.incarnation)]
         keeper.write(
             names.cleanup(args.rank),
             writer,

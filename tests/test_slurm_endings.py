@@ -26,7 +26,16 @@ from test_slurm_cluster import wait_nodes_clean
 from test_slurm_rendered import BIN, NODES, REPO, finished, spec, submit
 
 from schemas import FailureKind, names
-from tests.harness import agent_pid, assert_artifacts_valid, assert_nothing_left, audit, failures, uid, wait_phase
+from tests.harness import (
+    agent_pid,
+    assert_artifacts_valid,
+    assert_nothing_left,
+    audit,
+    failures,
+    uid,
+    wait_for_file,
+    wait_phase,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -349,6 +358,10 @@ def test_a_killed_agent_ends_the_job_and_the_audit_names_its_rank(slurm_cluster:
     info, out = finished(c, job, run_dir)
     took = time.monotonic() - t0
     assert info["JobState"] != "COMPLETED", info
+    # The killed agent's reaper writes its record as its agent dies, while Slurm ends the step: on a
+    # loaded host the job's end can be seen first (a loaded run read the others' records alone).
+    wait_for_file(run_dir / names.failure(1), 30)
+    wait_for_file(run_dir / names.cleanup(1), 30)
     assert_artifacts_valid(run_dir)
     recs = failures(run_dir)
     assert recs[1]["kind"] == FailureKind.AGENT_DIED, recs

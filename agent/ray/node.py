@@ -46,7 +46,6 @@ __all__ = [
     "probe_progress",
     "ray_env",
     "ray_executable",
-    "ray_start_command",
     "ray_is_up",
     "ray_start_argv",
     "ray_started",
@@ -181,14 +180,6 @@ def ray_executable() -> str:
     return local if os.path.exists(local) else (shutil.which("ray") or "ray")
 
 
-def ray_start_command() -> list[str]:
-    """How this node runs `ray start`: through the lean entry (agent/ray/_lean_start.py, ~2.5 CPU s
-    less per node) where Ray is installed beside this interpreter, else the `ray` found on PATH."""
-    if os.path.exists(os.path.join(os.path.dirname(sys.executable), "ray")):
-        return [sys.executable, "-m", "agent.ray._lean_start"]
-    return [ray_executable()]
-
-
 def dashboard_missing(timeout: float = 60.0) -> str | None:
     """Why Ray's dashboard cannot start here (a minimal `ray` without `ray[default]`'s packages),
     or None. Asked of a child, as Ray itself asks it, so that Ray is never imported in the agent."""
@@ -255,7 +246,7 @@ def worker_extra_args(extra: Sequence[str]) -> list[str]:
 def ray_start_argv(spec: RayNodeSpec) -> list[str]:
     p = spec.ports
     argv = [
-        *ray_start_command(),
+        ray_executable(),
         "start",
         "--block",
         "--disable-usage-stats",

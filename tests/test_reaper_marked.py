@@ -88,8 +88,7 @@ def test_every_supervised_child_and_its_children_carry_the_agents_mark(tmp_path:
         assert grandchild.environ()[MARK_ENV] == "inc-7"
     finally:
         sup.stop_all()
-        for pid in (group.pid,):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        try:
+            os.killpg(group.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -53,7 +53,7 @@ class RayRuntime:
         self._rng = random.Random()
         self.exits: list[str] = []  # why each `ray start` that ended on probation ended
         self.slot_waited = 0.0  # seconds waited for the host's start slots (start_slots.py)
-        self.ungated: list[str] = []  # why a start went without a slot
+        self.ungated = ""  # why the last start that went without a slot did
 
     # -- ray_start -------------------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ class RayRuntime:
         if self.slot_waited >= 1.0:
             took += f", of which {self.slot_waited:.1f} s waiting for the host's Ray start slot"
         if self.ungated:
-            took += f"; started without a start slot: {self.ungated[-1]}"
+            took += f"; started without a start slot: {self.ungated}"
         return took + (f"; large-cluster settings ({self.ray_nodes} Ray nodes)" if self.large else "")
 
     def _check_dashboard(self) -> None:
@@ -206,8 +206,7 @@ class RayRuntime:
 
         slot = start_slots.acquire("ray", deadline=ctx.deadline - RAY_UP_MIN_WAIT_S, wait=wait)
         self.slot_waited += slot.waited
-        if slot.why:
-            self.ungated.append(slot.why)
+        self.ungated = slot.why or self.ungated
         try:
             return self._spawn(topo, ports)
         finally:

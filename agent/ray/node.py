@@ -31,6 +31,7 @@ __all__ = [
     "HEAD_ONLY_FLAGS",
     "LayoutCheck",
     "PORT_BLOCK",
+    "PROBE_CONNECT_S",
     "PortsError",
     "RayNodeSpec",
     "RayPorts",
@@ -46,6 +47,7 @@ __all__ = [
     "probe_progress",
     "ray_env",
     "ray_executable",
+    "ray_start_command",
     "ray_is_up",
     "ray_start_argv",
     "ray_started",
@@ -160,6 +162,9 @@ def ray_is_up(address: str, ports: RayPorts, is_head: bool) -> bool:
 # `ray start` writes this file in its temp dir once its node registered with the GCS (Ray's own
 # `write_ray_address`); until then the node may still die of Ray's fixed 30 s registration wait.
 STARTED_FILE = "ray_current_cluster"
+# A readiness probe that has read no live nodes this long after its start is started again.
+# Importing Ray and connecting takes a probe 5-20 s on a loaded 2-core host.
+PROBE_CONNECT_S = 60.0
 
 
 def ray_started(temp_dir: str) -> bool:
@@ -178,6 +183,14 @@ def forget_started(temp_dir: str) -> None:
 def ray_executable() -> str:
     local = os.path.join(os.path.dirname(sys.executable), "ray")
     return local if os.path.exists(local) else (shutil.which("ray") or "ray")
+
+
+def ray_start_command() -> list[str]:
+    """How this node runs `ray start`: through the lean entry (agent/ray/_lean_start.py, ~2.5 CPU s
+    less per node) where Ray is installed beside this interpreter, else the `ray` found on PATH."""
+    if os.path.exists(os.path.join(os.path.dirname(sys.executable), "ray")):
+        return [sys.executable, "-m", "agent.ray._lean_start"]
+    return [ray_executable()]
 
 
 def dashboard_missing(timeout: float = 60.0) -> str | None:
@@ -246,7 +259,7 @@ def worker_extra_args(extra: Sequence[str]) -> list[str]:
 def ray_start_argv(spec: RayNodeSpec) -> list[str]:
     p = spec.ports
     argv = [
-        ray_executable(),
+        *ray_start_command(),
         "start",
         "--block",
         "--disable-usage-stats",
@@ -343,24 +356,45 @@ def probe_live_nodes(
     abort: Callable[[], bool],
     progress: Callable[[str], None] | None = None,
     progress_every: float = 30.0,
+    connect_s: float = PROBE_CONNECT_S,
 ) -> list[dict[str, Any]]:
     """Ask Ray for its live nodes from a short-lived child (keeps Ray out of the agent process).
 
-    Polled, not waited on: a failure elsewhere (`abort`) must not wait for the probe's timeout."""
-    argv = [
-        sys.executable,
-        "-m",
-        "agent.ray._probe",
-        "--address",
-        gcs_address,
-        "--node-ip",
-        node_ip,
-        "--expect",
-        str(expect),
-        "--timeout",
-        str(max(1.0, timeout - 5)),
-    ]
-    returncode, stdout, stderr = _run_probe(argv, timeout, abort, progress, progress_every)
+    Polled, not waited on: a failure elsewhere (`abort`) must not wait for the probe's timeout.
+    A probe that has read no live nodes within `connect_s` (doubled at each new start) is started
+    again: one that met the GCS frozen (stopped, swapping) can stay in its connect after the GCS is
+    back (seen: 120 s, until startup_timeout), while a new one connects at once."""
+    deadline = time.monotonic() + timeout
+    started = 0
+    while True:
+        started += 1
+        left = deadline - time.monotonic()
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.ray._probe",
+            "--address",
+            gcs_address,
+            "--node-ip",
+            node_ip,
+            "--expect",
+            str(expect),
+            "--timeout",
+            str(max(1.0, left - 5)),
+        ]
+        window = connect_s * 2 ** (started - 1)  # doubled each time: a host too slow for it still gets through
+        ended = _run_probe(argv, left, abort, progress, progress_every, window)
+        if ended is not None:
+            break
+        again = (
+            f"Ray probe read no live nodes within {window:g} s of its start {started} "
+            f"(still connecting to the GCS at {gcs_address}); starting it again\n"
+        )
+        if log_fd is not None:
+            os.write(log_fd, again.encode())
+        if progress is not None:
+            progress(again.rstrip())
+    returncode, stdout, stderr = ended
     stderr = "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(PROGRESS_MARK))
     if log_fd is not None and stderr:
         os.write(log_fd, stderr.encode()[-20000:])
@@ -376,28 +410,47 @@ def _run_probe(
     abort: Callable[[], bool],
     progress: Callable[[str], None] | None,
     progress_every: float,
-) -> tuple[int, str, str]:
+    connect_s: float,
+) -> tuple[int, str, str] | None:
     """The probe child in its own session, polled until it ends; an abort or the timeout raises.
-    Its session is swept either way. Returns its exit code, stdout and stderr."""
+    Its session is swept either way. Returns its exit code, stdout and stderr, or None when it
+    read no live nodes within `connect_s` (and time is left to start it again)."""
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        t0 = time.monotonic()
         with signals.unblocked():
             proc = subprocess.Popen(argv, stdout=out_f, stderr=err_f, start_new_session=True)
         try:
 
-            def describe(left: float) -> str:
+            def seen() -> str | None:
                 err_f.flush()
-                seen = probe_progress(
+                return probe_progress(
                     os.pread(err_f.fileno(), 1 << 16, max(0, os.fstat(err_f.fileno()).st_size - (1 << 16)))
                 )
-                return f"Ray: {seen} nodes; {left:.0f} s left" if seen else f"Ray: connecting; {left:.0f} s left"
+
+            def describe(left: float) -> str:
+                now = seen()
+                return f"Ray: {now} nodes; {left:.0f} s left" if now else f"Ray: connecting; {left:.0f} s left"
+
+            state = {"connected": False, "stuck": False}
+
+            def stuck() -> bool:
+                # Checked once the window is over, while enough time is left for a new probe.
+                now = time.monotonic()
+                if state["connected"] or now - t0 < connect_s or t0 + timeout - now < connect_s / 2:
+                    return False
+                state["connected"] = seen() is not None
+                state["stuck"] = not state["connected"]
+                return state["stuck"]
 
             poll_until(
-                lambda: abort() or proc.poll() is not None,
-                deadline=time.monotonic() + timeout,
+                lambda: abort() or proc.poll() is not None or stuck(),
+                deadline=t0 + timeout,
                 interval=0.1,
                 progress=Progress(describe, progress, progress_every) if progress else None,
             )
             if proc.poll() is None:
+                if state["stuck"] and not abort():
+                    return None
                 raise RuntimeError(f"Ray probe {'interrupted' if abort() else f'timed out after {timeout:g}s'}")
         finally:
             if proc.poll() is None:

@@ -230,3 +230,31 @@ def test_a_stale_registration_on_a_shared_address_is_not_counted_as_live() -> No
                 {"Alive": False, "NodeManagerAddress": "127.0.0.9", "NodeManagerPort": port, "NodeID": "gone"},
             ]
             assert [n["NodeID"] for n in live_nodes(nodes)] == ["new", "alone"]
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave `port` as an ended server does: no listener, its closed connections in TIME_WAIT."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server closes first: its side of the connection waits in TIME_WAIT
+        client.close()
+
+
+def test_a_fixed_block_left_in_time_wait_by_an_ended_node_is_held_again() -> None:
+    """Ray's registration wait ended the head's first start; the start on the same fixed block must
+    not be refused for the 60 s its GCS port's closed connections stay in TIME_WAIT (Ray binds
+    with SO_REUSEADDR), while a port another process still binds is refused."""
+    base = next(b for b in port_bases(EPHEMERAL) if all(free(p) for p in range(b, b + PORT_BLOCK)))
+    _time_wait_on(base)
+    assert not free(base)  # a plain bind still fails: the check for ports of other children
+    assert ray_node.hold_fixed_block(base, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X").gcs == base
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("", base))
+        holder.listen()  # a live GCS on the block
+        with pytest.raises(ray_node.PortsError, match=f"port\\(s\\) {base} taken"):
+            ray_node.hold_fixed_block(base, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X")

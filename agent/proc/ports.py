@@ -88,7 +88,7 @@ def walk(key: str, slot: int, stride: int, ephemeral: tuple[int, int] | None = N
     return (bases[(first + k * step) % len(bases)] for k in range(len(bases)))
 
 
-def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool | None:
+def _bindable(family: socket.AddressFamily, host: str, port: int, reuse_addr: bool) -> bool | None:
     """True/False if binding worked/failed; None if the address family is unavailable here."""
     try:
         s = socket.socket(family, socket.SOCK_STREAM)
@@ -96,19 +96,23 @@ def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool | None
         return None
     with s:
         try:
+            if reuse_addr:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
             return True
         except OSError as exc:
             return None if exc.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL) else False
 
 
-def free(port: int) -> bool:
+def free(port: int, *, reuse_addr: bool = False) -> bool:
     """Nothing holds `port` on any IPv4 or IPv6 address. Ray and torch.distributed's store listen
     on the dual-stack wildcard, and a wildcard bind also fails where any one address holds the
     port, so this is the check for a child binding either way; an IPv4-only check would miss an
-    IPv6 holder."""
+    IPv6 holder. With `reuse_addr`, free for a server that sets SO_REUSEADDR (every Ray server
+    does): the closed connections an ended server leaves in TIME_WAIT (60 s) do not hold the port
+    then, a listening or bound socket still does."""
     for family, host in ((socket.AF_INET, ""), (socket.AF_INET6, "::")):
-        if _bindable(family, host, port) is False:
+        if _bindable(family, host, port, reuse_addr) is False:
             return False
     return True
 

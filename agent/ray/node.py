@@ -114,7 +114,14 @@ def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] |
 
 
 def _block_free(base: int) -> bool:
-    return all(ports.free(p) for p in range(base, base + BLOCK_USED))
+    return all(_ray_can_bind(p) for p in range(base, base + BLOCK_USED))
+
+
+def _ray_can_bind(port: int) -> bool:
+    """Ray binds every port with SO_REUSEADDR, so a port left in TIME_WAIT by an ended node is
+    free to it: the fixed head block, started again after Ray's registration wait ended its first
+    start, was refused as taken for those 60 s (a loaded `make test` saw it)."""
+    return ports.free(port, reuse_addr=True)
 
 
 def hold_fixed_block(base: int, why: str) -> RayPorts:
@@ -124,7 +131,7 @@ def hold_fixed_block(base: int, why: str) -> RayPorts:
     if not port_grid.on_grid(base):
         raise PortsError(f"{why}: port {base} does not start a block of the agents' port grid")
     if ports.hold_block("ray", [base], _block_free) is None:
-        taken = [p for p in range(base, base + BLOCK_USED) if not ports.free(p)]
+        taken = [p for p in range(base, base + BLOCK_USED) if not _ray_can_bind(p)]
         held = f"port(s) {', '.join(map(str, taken[:5]))} taken" if taken else "held by another agent on this host"
         raise PortsError(f"{why}: its port block {base}-{base + PORT_BLOCK - 1} is {held} on this node")
     return _ports_at(base)

@@ -225,11 +225,19 @@ def test_stall_blocks_the_mount_until_resume_and_unmount_still_works(tmp_path: P
         clients = cl
         (src / "f").write_text("x")
         done: list[str] = []
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                done.append((a / "f").read_text())
+            except BaseException as exc:  # noqa: BLE001 - named by the assertion below
+                errors.append(exc)
+
         cl[0].stall()
-        reader = threading.Thread(target=lambda: done.append((a / "f").read_text()), daemon=True)
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(1.0)
-        assert reader.is_alive() and not done  # hung while the daemon is stopped
+        assert reader.is_alive() and not done, (done, errors)  # hung while the daemon is stopped
         cl[0].resume()
         reader.join(5.0)
         assert done == ["x"]

@@ -282,6 +282,28 @@ def mounted(path: Path) -> bool:
     return any(len(f := line.split()) > 1 and f[1].replace("\\040", " ") == target for line in lines)
 
 
+def _until_stopped(pid: int, timeout: float = 10.0) -> None:
+    """kill() only queues SIGSTOP: each of the daemon's threads stops on its way back to user space,
+    on a loaded host a moment later, and one still running may answer a request first. Return once
+    every thread is stopped (state T in /proc), so that what the caller does next meets a hung mount."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return  # the daemon is gone: nothing is left to answer
+        states = []
+        for tid in tids:
+            try:
+                states.append(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue  # that thread ended meanwhile
+        if states and all(st in ("T", "t") for st in states):
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"the NFS model's daemon (pid {pid}) did not stop within {timeout:g} s of SIGSTOP")
+
+
 class NfsClient:
     """One mounted client: its daemon (a child process) and its mount point."""
 
@@ -313,6 +335,7 @@ class NfsClient:
         if self.proc:
             os.kill(self.proc.pid, signal.SIGSTOP)
             self.stalled = True
+            _until_stopped(self.proc.pid)
 
     def resume(self) -> None:
         if self.proc:

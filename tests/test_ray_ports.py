@@ -3,7 +3,9 @@ out of the kernel's ephemeral range, and a block held by another process is skip
 
 from __future__ import annotations
 
+import importlib.util
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -200,6 +202,16 @@ def test_a_head_binds_its_client_server_and_api_server_inside_its_own_block() ->
     with socket.socket() as holder:
         holder.bind(("", p.client_server))  # the block is not free while its client-server port is taken
         assert pick_ports("run-f", 0, 1, EPHEMERAL).gcs != p.gcs
+
+
+def test_a_head_without_ray_client_gets_no_client_server_port() -> None:
+    """A plain `pip install ray` has no grpcio: Ray refuses `--ray-client-server-port` then ("Ray
+    Client requires pip package ray[client]"), so the head is started without it (issue 46). The
+    wheel installed without extras runs the demo in .ci/plain-install."""
+    p = pick_ports("run-c", 0, 1, EPHEMERAL)
+    argv = ray_node.ray_start_argv(replace(_spec(True, p), client_server=False))
+    assert not any(a.startswith("--ray-client-server-port") for a in argv)
+    assert ray_node.ray_client_installed() == (importlib.util.find_spec("grpc") is not None)
 
 
 def test_a_node_counts_as_started_once_ray_start_wrote_its_address_file(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ interface, so distinct addresses alone do not separate ports (docs/runtime-notes
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ __all__ = [
     "pick_ports",
     "probe_live_nodes",
     "probe_progress",
+    "ray_client_installed",
     "ray_env",
     "ray_executable",
     "ray_start_command",
@@ -200,6 +202,17 @@ def ray_start_command() -> list[str]:
     return [ray_executable()]
 
 
+def ray_client_installed() -> bool:
+    """Whether this node's `ray start` can serve Ray Client (its grpcio, `ray[client]`). A plain
+    `pip install ray` has none, and Ray refuses a client-server port then; with it, Ray would bind
+    its one-per-host default unless given ours. Located, not imported (as Ray's own check imports it)
+    where Ray runs beside this interpreter; an image's `ray` elsewhere keeps the port (`ray[default]`
+    brings grpcio)."""
+    if ray_start_command()[0] != sys.executable:
+        return True
+    return importlib.util.find_spec("grpc") is not None
+
+
 def dashboard_missing(timeout: float = 60.0) -> str | None:
     """Why Ray's dashboard cannot start here (a minimal `ray` without `ray[default]`'s packages),
     or None. Asked of a child, as Ray itself asks it, so that Ray is never imported in the agent."""
@@ -232,6 +245,8 @@ class RayNodeSpec:
     resources: Mapping[str, float]
     extra_args: Sequence[str]
     dashboard: bool = False
+    # The head's Ray Client server (ray:// addresses): only where Ray can run it (`ray_client_installed`).
+    client_server: bool = True
 
 
 # Flags only `ray start --head` accepts; every one takes a value (tests/test_ray_ports.py checks both
@@ -286,7 +301,8 @@ def ray_start_argv(spec: RayNodeSpec) -> list[str]:
     ]
     if spec.is_head:
         argv += ["--head", f"--port={p.gcs}", f"--dashboard-port={p.dashboard}"]
-        argv.append(f"--ray-client-server-port={p.client_server}")
+        if spec.client_server:
+            argv.append(f"--ray-client-server-port={p.client_server}")
         if spec.dashboard:
             argv += ["--include-dashboard=true", f"--dashboard-host={spec.address}"]
         else:

@@ -251,6 +251,7 @@ class RayRuntime:
             resources=self._resources(topo),
             extra_args=ray.extra_args,
             dashboard=ray.dashboard and topo.is_head,
+            client_server=topo.is_head and ray_node.ray_client_installed(),
         )
 
     def _node_env(self, topo: Topology) -> dict[str, str]:

@@ -270,3 +270,18 @@ def test_a_fixed_block_left_in_time_wait_by_an_ended_node_is_held_again() -> Non
         holder.listen()  # a live GCS on the block
         with pytest.raises(ray_node.PortsError, match=f"port\\(s\\) {base} taken"):
             ray_node.hold_fixed_block(base, "GYM_RAY_ADDRESS_CLUSTER=10.0.0.1:X")
+
+
+def test_a_ray_start_that_raised_is_blamed_on_its_exception_not_a_guess(tmp_path: Path) -> None:
+    """Issue 46: a plain install's head ended with Ray's traceback (captured from that run); the cause
+    quotes its exception line, and the audit's excerpt shows it. The port/registration guess stays
+    for a log that says nothing better."""
+    from agent.ray.runtime import start_failure_cause
+    from audit._logs import excerpt
+
+    log = (Path(__file__).parent / "data" / "ray-client-missing.log").read_text()
+    raised = "ValueError: Ray Client requires pip package `ray[client]`."
+    cause = start_failure_cause(log)
+    assert raised in cause and "registration wait" not in cause
+    assert any(ln.startswith(raised) for ln in excerpt(log.splitlines()))
+    assert "registration wait" in start_failure_cause("[2026-12-04 13:09:47] ray start: node stopped\n")

@@ -54,6 +54,7 @@ __all__ = [
     "ray_start_argv",
     "ray_started",
     "short_temp_dir",
+    "traceback_exception",
     "worker_extra_args",
 ]
 
@@ -211,6 +212,19 @@ def ray_client_installed() -> bool:
     if ray_start_command()[0] != sys.executable:
         return True
     return importlib.util.find_spec("grpc") is not None
+
+
+def traceback_exception(text: str) -> str | None:
+    """The exception line (`ValueError: ...`) of the last Python traceback `text` ends in, or None:
+    the first unindented line after it, where a `ray start` that raised says why it ended."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=-1)
+    if start < 0:
+        return None
+    for ln in lines[start + 1 :]:
+        if not ln.startswith((" ", "\t")):
+            return ln.strip()
+    return None
 
 
 def dashboard_missing(timeout: float = 60.0) -> str | None:

@@ -23,12 +23,30 @@ from agent.ray import _large_cluster as large_cluster
 from agent.ray import _logs as ray_logs
 from agent.ray import node as ray_node
 from schemas import DriverEnv, FailureKind, names, records
+from schemas.safe_io import RunDirError
 
-__all__ = ["RAY_START_ATTEMPTS", "RAY_UP_MIN_WAIT_S", "RAY_UP_POLL_S", "RayRuntime", "exported_ray_address"]
+__all__ = [
+    "RAY_START_ATTEMPTS",
+    "RAY_UP_MIN_WAIT_S",
+    "RAY_UP_POLL_S",
+    "RayRuntime",
+    "exported_ray_address",
+    "start_failure_cause",
+]
 
 RAY_START_ATTEMPTS = 3
 RAY_UP_MIN_WAIT_S = 30.0  # a node may come up slowly on a loaded machine, even past startup_timeout
 RAY_UP_POLL_S = 0.2
+LOG_TAIL_BYTES = 64 * 1024  # where a failed `ray start` left its traceback
+
+
+def start_failure_cause(log_tail: str) -> str:
+    """Why `ray start` kept ending: the exception its log ends in, quoted, when it raised one (a
+    missing package, a refused flag); the likely causes only when the log says nothing better."""
+    raised = ray_node.traceback_exception(log_tail)
+    if raised:
+        return f"its log ends in {raised!r}"
+    return "a port taken by another process, or Ray's raylet missing its registration wait on a busy host"
 
 
 def exported_ray_address(name: str) -> str | None:
@@ -131,12 +149,21 @@ class RayRuntime:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
             if self._spawn_in_slot(topo, ports):
                 return attempt, ports
+        log = names.ray_log(ctx.rank)
         raise ctx.fail(
             FailureKind.CHILD_EXIT,
-            f"ray start ended before its node was up {attempts} times ({'; '.join(self.exits)}): a port "
-            "taken by another process, or Ray's raylet missing its registration wait on a busy host",
-            log=names.ray_log(ctx.rank),
+            f"ray start ended before its node was up {attempts} times ({'; '.join(self.exits)}): "
+            + start_failure_cause(self._log_tail(log)),
+            log=log,
         )
+
+    def _log_tail(self, log: str) -> str:
+        run = self.ctx.run
+        size = run.size_of(log) or 0
+        try:
+            return run.read_from(log, max(0, size - LOG_TAIL_BYTES), LOG_TAIL_BYTES).decode("utf-8", "replace")
+        except (OSError, RunDirError):
+            return ""
 
     def _publish_head(self, ports: ray_node.RayPorts) -> None:
         """The head's record for the workers (ray-head.json), and where its dashboard is."""

@@ -105,8 +105,9 @@ def describe_format(config: RunConfig) -> str:
     return "read as a gym-agent run spec"
 
 
-def format_plan(p: Plan, name: str, fingerprint: str, source: str = "") -> str:
-    """A table with one row per replica (planned node) and a totals line."""
+def format_plan(p: Plan, name: str, fingerprint: str, source: str = "", ray_enabled: bool = True) -> str:
+    """A table with one row per replica (planned node) and a totals line. With `[ray] enabled =
+    false` no node starts Ray, so the ray column says `off` rather than GPUs Ray would have had."""
     header: tuple[str, ...] = ("node", "pool", "trainer", "rollout", "judges", "ray", "unused")
     rows: list[tuple[str, ...]] = []
     for n in p.nodes:
@@ -122,7 +123,7 @@ def format_plan(p: Plan, name: str, fingerprint: str, source: str = "") -> str:
                 str(n.trainer_gpus),
                 rollout,
                 judges,
-                str(n.ray_gpus),
+                str(n.ray_gpus) if ray_enabled else "off",
                 str(n.unused_gpus),
             )
         )
@@ -133,7 +134,7 @@ def format_plan(p: Plan, name: str, fingerprint: str, source: str = "") -> str:
             str(sum(n.trainer_gpus for n in p.nodes)),
             str(sum(n.rollout_gpus for n in p.nodes)),
             str(sum(n.judge_gpus for n in p.nodes)),
-            str(sum(n.ray_gpus for n in p.nodes)),
+            str(sum(n.ray_gpus for n in p.nodes)) if ray_enabled else "off",
             str(p.unused_gpus),
         )
     )
@@ -172,7 +173,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         doc = {**p.to_json(), "fingerprint": resolved.fingerprint, "format": config.source_format}
         print(json.dumps(doc, indent=2))
     else:
-        print(format_plan(p, config.name, resolved.fingerprint, describe_format(config)))
+        print(format_plan(p, config.name, resolved.fingerprint, describe_format(config), config.ray.enabled))
     return EXIT_OK
 
 

@@ -78,6 +78,15 @@ def test_plan_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "3 replica(s) x 8 GPUs = 24 allocated, 24 used, 0 unused" in out
 
 
+def test_plan_table_with_ray_off_claims_no_ray_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 46: with `[ray] enabled = false` no node starts Ray; the table printed `ray 8` per node."""
+    assert main(["plan", str(EXAMPLES / "three-node.toml"), "--set", "ray.enabled=false"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("node "))
+    ray = lines[header].split().index("ray")
+    assert [line.split()[ray] for line in lines[header + 1 :]] == ["off", "off", "off", "off"]
+
+
 def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     spec = str(EXAMPLES / "three-node.toml")
     assert main(["plan", spec, "--json", "--set", "driver.placement='inference'"]) == 0

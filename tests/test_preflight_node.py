@@ -291,6 +291,19 @@ def test_gym_launch_preflight_prints_the_table_and_exits_by_the_checks(spec: Pat
     assert done.returncode == 2 and 'launch.preflight.disk: must be "fail" or "warn" or "off"' in done.stderr
 
 
+def test_gym_launch_preflight_on_a_hostname_resolving_to_loopback_fails_network_in_its_table(spec: Path) -> None:
+    """Issue 46: a hostname on loopback was a usage error (exit 2, no table). It is this node's
+    finding: the table, `network` failed (exit 1), and the fix (pass --address)."""
+    env = {k: v for k, v in os.environ.items() if k != "GYM_TEST_REPLICA_ADDRESS"}
+    env["BEAKER_NODE_HOSTNAME"] = "localhost"  # the hostname preflight resolves; loopback everywhere
+    launch = [sys.executable, "-m", "launch.cli", "preflight", str(spec)]
+    done = subprocess.run(launch, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "network  fail  FAILED" in done.stdout and "check    mode  result" in done.stdout
+    assert "network (fails): hostname 'localhost' resolves to loopback address" in done.stdout
+    assert "Pass --address" in done.stdout
+
+
 def test_sizes_and_modes_of_the_spec() -> None:
     from launch.spec._keys import Size, parse_size
 

@@ -7,6 +7,7 @@ on stdout."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import socket
@@ -15,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agent.coord.identity import resolve_address, scheduler_job, visible_devices
+from agent.coord.identity import IdentityError, resolve_address, scheduler_job, visible_devices
 from agent.preflight._run import PreflightInputs, run_preflight, socket_env
 from agent.preflight.runtime import driver_env_values
 from launch.spec.config import RunConfig
@@ -48,12 +49,30 @@ def config_of(args: argparse.Namespace) -> RunConfig:
     return config
 
 
+def _hostname_address(exc: IdentityError) -> str:
+    """The loopback address the hostname resolves to; `exc` again where it does not resolve at all."""
+    host = os.environ.get("BEAKER_NODE_HOSTNAME") or socket.gethostname()
+    try:
+        address = str(socket.getaddrinfo(host, None)[0][4][0])
+    except OSError:
+        raise exc from None
+    if not ipaddress.ip_address(address).is_loopback:
+        raise exc
+    return address
+
+
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    address_problem = None
     try:
         config = config_of(args)
-        address, _explicit = resolve_address(args.address, os.environ)
+        try:
+            address, _explicit = resolve_address(args.address, os.environ)
+        except IdentityError as exc:
+            # A hostname on loopback is this node's finding, not a usage error: the table shows it
+            # as the network check's problem (which says to pass --address).
+            address, address_problem = _hostname_address(exc), str(exc)
     except GymError as exc:  # a spec, a --set or an address to change: one line, its exit code (2)
         print(f"gym-launch preflight: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -77,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe=None,
         probe_note="peers not probed: this node alone",
         scheduler_node=job.node if job is not None and job.scheduler == "slurm" else None,
+        address_problem=address_problem,
     )
     report = run_preflight(inputs)
     if args.json:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class PreflightInputs:
     probe_note: str = ""  # why there is no probe
     nvml: Any = None  # a stand-in for the pynvml module (tests: no GPU exists there); None: pynvml
     scheduler_node: str | None = None  # the scheduler's name for this node (Slurm: SLURMD_NODENAME)
+    address_problem: str | None = None  # why `address` is no address for peers (a hostname on loopback)
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,10 @@ def _observe(check: PreflightCheck, i: PreflightInputs) -> tuple[Observed, tuple
     if check is PreflightCheck.SHM:
         return check_shm(c.min_free_shm_bytes, c.clean_shm, i.job_started), ()
     if check is PreflightCheck.NETWORK:
-        return check_network(i.env, i.address, i.probe, i.probe_note), ()
+        seen = check_network(i.env, i.address, i.probe, i.probe_note)
+        if i.address_problem:
+            seen = replace(seen, problems=(i.address_problem, *seen.problems))
+        return seen, ()
     if check is PreflightCheck.DISK:
         return check_disk(i.paths, c.min_free_disk_bytes), ()
     return check_limits(c.min_open_files, c.min_locked_memory_bytes), ()

@@ -229,12 +229,12 @@ def _configure_check_data(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_check_data(args: argparse.Namespace) -> int:
-    from launch.spec.data_check import check_data
+    from launch.spec.data_check import check_data, spec_bindings
 
     _, config, _ = load_valid(args)
     if not (config.data.train or config.data.eval):
         raise UsageError("the spec has no [data] train or eval paths to check")
-    bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in config.bindings}
+    bindings = spec_bindings(config)
     report = check_data(*config.data_paths(), bindings)  # a DataError is a GymError: main reports it
     print(json.dumps(report.to_json(), indent=2) if args.json else report.text())
     return EXIT_OK if report.ok else EXIT_USAGE

@@ -1,7 +1,7 @@
 """A stand-in external judge: a real HTTP server (in a thread of the test process) that records every
 chat request it receives and answers with a reply the test chose (a grade, a truncated reply, text
-without a score). It serves /v1/models and /v1/chat/completions only (no /tokenize, as many
-external services): use it with context_check = "none".
+without a score). It serves /v1/models and /v1/chat/completions; /tokenize only when given a
+``count`` to answer (many external services have none: without it use context_check = "none").
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ class Recorded:
     port: int = 0
     # (reply, finish_reason) answered in turn before `reply` (a judge that answers badly, then well)
     script: list[tuple[str, str]] = field(default_factory=list)
+    # HTTP statuses answered in turn to chat requests before any reply (a judge failing, then well)
+    statuses: list[int] = field(default_factory=list)
+    count: int | None = None  # /tokenize's answer; None: no /tokenize route
+    tokenize_requests: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -55,10 +59,17 @@ def _handler(state: Recorded) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib naming
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+            if self.path == "/tokenize" and state.count is not None:
+                state.tokenize_requests.append(body)
+                self._send(200, {"count": state.count})
+                return
             if self.path != "/v1/chat/completions":
                 self._send(404, {"message": f"no route POST {self.path}"})
                 return
             state.requests.append(body)
+            if state.statuses:
+                self._send(state.statuses.pop(0), {"message": "the judge failed this request"})
+                return
             reply, finish = state.script.pop(0) if state.script else (state.reply, state.finish_reason)
             self._send(
                 200,

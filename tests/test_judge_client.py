@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from _judge_server import RunningServer, dead_port
+from _recording_judge import recording_judge
 
 from agent.judges._bindings import bindings_from_registry
 from agent.judges._canary import KNOWN_BAD as BAD  # the canary's own question and answer pair
@@ -221,3 +222,36 @@ def test_rubric_profiles_and_parsing() -> None:
     with pytest.raises(RubricError):
         resolve_rubric("x", {"profile": "nope"})
     assert normalize_endpoint("http://h:1/v1/") == "http://h:1"
+
+
+def test_requests_carry_what_open_instructs_client_sends() -> None:
+    """open-instruct's MILES judge client sends ``seed`` (1 by default) with each grading request and
+    ``add_generation_prompt: true`` to /tokenize, and retries an HTTP 500; a real server records ours."""
+    with (
+        recording_judge(count=40, statuses=[500, 500], reply="Close to the reference.\nSCORE: 7") as judge,
+        JudgeClient(
+            judge.base_url + "/v1", judge.model, timeout=10, max_context_length=4096, sleep=lambda _s: None
+        ) as client,
+    ):
+        grade = client.grade(QUALITY_REF, QUESTION, GOOD, "Paris.")
+    assert grade.score == 0.7 and grade.verifier_diagnostics["retries"] == 2
+    assert len(judge.requests) == 3 and all(r["seed"] == 1 for r in judge.requests)
+    assert judge.requests[0]["messages"] == judge.tokenize_requests[0]["messages"]
+    assert [t["add_generation_prompt"] for t in judge.tokenize_requests] == [True]
+
+
+def test_a_persistent_500_is_unavailable_after_the_retries() -> None:
+    with (
+        recording_judge(count=40, statuses=[500] * 4) as judge,
+        JudgeClient(
+            judge.base_url + "/v1",
+            judge.model,
+            timeout=10,
+            max_context_length=4096,
+            max_retries=3,
+            sleep=lambda _s: None,
+        ) as client,
+        pytest.raises(JudgeUnavailable, match="HTTP 500"),
+    ):
+        client.grade(QUALITY_REF, QUESTION, GOOD, "Paris.")
+    assert len(judge.requests) == 4

@@ -147,7 +147,8 @@ def test_a_json_rubric_run_passes_and_its_mutated_copies_fail(judged_run: LocalR
 @pytest.mark.ray(seconds=5)  # Ray is planned: that it never starts is the point
 def test_missing_binding_in_data_fails_before_any_gpu_work(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"
-    data.write_text('{"verifier": "general-helpfulness", "metadata": {"judge_query": "Hi?"}}\n')
+    row = {"metadata": {"judge_query": "Hi?", "verifiers": [{"name": "general-helpfulness"}]}}
+    data.write_text(json.dumps(row) + "\n")
     spec = judge_spec() + f'[data]\ntrain = "{data}"\n'
     run = launch_local(tmp_path, spec, uid("data"))
     try:

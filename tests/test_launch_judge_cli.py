@@ -100,3 +100,31 @@ def test_check_data_resolves_paths_from_the_spec_files_folder(tmp_path: Path) ->
     assert out.returncode == 0, out.stderr
     files = {f["path"] for f in json.loads(out.stdout)["files"]}
     assert files == {str(ROOT / "examples/data/train.jsonl"), str(ROOT / "examples/data/eval.jsonl")}
+
+
+def _miles_spec_with_rows(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
+    """examples/miles/three-node.toml reading ``rows`` as its train data (its eval data unchanged)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "data/eval.jsonl").write_text((ROOT / "examples/data/eval.jsonl").read_text())
+    (tmp_path / "miles").mkdir()
+    spec = tmp_path / "miles/three-node.toml"
+    spec.write_text((ROOT / "examples/miles/three-node.toml").read_text())
+    return spec
+
+
+def test_check_data_refuses_what_the_miles_trainer_refuses(tmp_path: Path) -> None:
+    """The trainer reads verifiers from metadata.verifiers: a top-level `verifier` leaves its bindings unused."""
+    old_shape = {"verifier": "general-quality", "metadata": {"judge_query": "Why?"}}
+    out = run("check-data", str(_miles_spec_with_rows(tmp_path, [old_shape])))
+    assert out.returncode == 2
+    assert f"{tmp_path}/miles/../data/train.jsonl:1" in out.stderr
+    assert "metadata.verifiers" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_check_data_fails_on_a_binding_no_row_uses(tmp_path: Path) -> None:
+    rows = [{"metadata": {"judge_query": "Capital?", "verifiers": [{"name": "general-quality_ref", "target": "P"}]}}]
+    out = run("check-data", str(_miles_spec_with_rows(tmp_path, rows)))
+    assert out.returncode == 2, out.stdout
+    assert 'binding "general-quality" is used by no train/eval row' in out.stdout
+    assert '[judging.bindings."general-quality"]' in out.stdout and "Traceback" not in out.stderr

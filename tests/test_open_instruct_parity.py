@@ -125,7 +125,8 @@ def test_an_invalid_reply_is_asked_again_1_then_2_seconds_later(installed: Path)
         assert len(judge.requests) == 3
         # Exactly open-instruct's request: one user message, the filled template; nothing else.
         assert [m["role"] for m in judge.requests[0]["messages"]] == ["user"]
-        assert judge.requests[0]["messages"][0]["content"].startswith("Stand-in rubric")
+        assert judge.requests[0]["messages"][0]["content"].lstrip().startswith("Stand-in rubric")
+        assert all(r["seed"] == 1 for r in judge.requests)  # open-instruct's default judge seed
     assert grade.score == 0.8 and sleeps == [INVALID_REPLY_BACKOFF_S, 2 * INVALID_REPLY_BACKOFF_S]
     failed = grade.verifier_diagnostics["failed_attempts"]
     assert [f["attempt"] for f in failed] == [1, 2] and failed[1]["finish_reason"] == "length"

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _judge_server import RunningServer
+from harness import open_instruct_stand_in as stand_in
 
 from agent.judges._framing import GradingPrompt, build_messages, parse_messages
 from agent.judges._port_file import read_port_file, write_port_file
@@ -224,3 +225,28 @@ def test_port_file_helpers(tmp_path: Path) -> None:
     write_port_file(path, "127.0.0.1", 4321)
     assert read_port_file(path) == 4321
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
+
+
+@pytest.mark.parametrize("template", [stand_in.QUALITY, stand_in.QUALITY_REF])
+def test_grades_open_instructs_headed_templates(judge_server: Factory, template: str) -> None:
+    """open-instruct fills its template into one user message, sections under bracketed headings
+    (the stand-in has that structure): the judge must find question, answer and reference there."""
+    server = judge_server()
+
+    def graded(answer: str) -> int:
+        content = template.format(input=QUESTION, output=answer, label="Paris.")
+        body = {"model": server.model, "messages": [{"role": "user", "content": content}], "max_tokens": 256}
+        reply = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=10).json()
+        text = reply["choices"][0]["message"]["content"]
+        assert "has no <question>" not in text, text
+        return int(json.loads(text.removeprefix("```json\n").removesuffix("\n```"))["SCORE"])
+
+    assert graded(GOOD) > graded(BAD)
+
+
+def test_reads_the_inline_headed_verifier_form() -> None:
+    filled = stand_in.VERIFIER.format(input=QUESTION, output=GOOD, label="Paris.")
+    parsed = parse_messages([{"role": "user", "content": filled}])
+    assert parsed == GradingPrompt(QUESTION, GOOD, "Paris.")
+    quality = stand_in.QUALITY_REF.format(input=QUESTION, output=BAD, label="Paris.")
+    assert parse_messages([{"role": "user", "content": quality}]) == GradingPrompt(QUESTION, BAD, "Paris.")

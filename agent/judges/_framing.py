@@ -13,6 +13,7 @@ reads a template request back when the template uses the same tagged sections (a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -98,7 +99,7 @@ def parse_messages(messages: Sequence[Mapping[str, Any]]) -> GradingPrompt | Non
     opening = user.find("<question>\n")
     question = _between(user, "question", opening) if opening != -1 else None
     if question is None:
-        return None
+        return _parse_headed(user)
     reference = _between(user, "reference_answer", question[1])
     after = reference[1] if reference is not None else question[1]
     candidate = _between(user, "candidate_answer", after, last_close=True)
@@ -123,3 +124,40 @@ def instructions_text(messages: Sequence[Mapping[str, Any]]) -> str:
     if start == -1 or end < start:
         return user
     return user[:start] + user[end + len(closing) :]
+
+
+# open-instruct's templates label their sections with headings instead of tags: a line of its own in
+# square brackets, or a markdown "### Label:" (after a speaker prefix too) with the text after the
+# colon. Which section a heading opens is read from its words; a heading of none of the three (the
+# reply instructions) ends one.
+_HEADING = re.compile(r"^\[([^\]\n]+)\][ \t]*\n|(?:^|(?<=[ \t]))#{2,4}[ \t]*([^:\n]+):[ \t]*", re.MULTILINE)
+_SECTION_WORDS = (
+    ("reference", ("reference", "ground truth", "gold", "expected")),
+    ("question", ("question", "conversation", "history", "query", "prompt")),
+    ("candidate", ("answer", "response")),
+)
+_TAIL_BREAK = "\n\n\n"  # the headed verifier form ends its last section with a blank run, then prose
+
+
+def _section_kind(label: str) -> str | None:
+    low = label.lower()
+    return next((kind for kind, words in _SECTION_WORDS if any(w in low for w in words)), None)
+
+
+def _parse_headed(user: str) -> GradingPrompt | None:
+    """Question, candidate and (if present) reference from a heading-labelled prompt; None without
+    both a question and a candidate section."""
+    headings = list(_HEADING.finditer(user))
+    found: dict[str, str] = {}
+    for index, heading in enumerate(headings):
+        kind = _section_kind(heading.group(1) or heading.group(2))
+        if kind is None or kind in found:
+            continue
+        end = headings[index + 1].start() if index + 1 < len(headings) else None
+        body = user[heading.end() : end]
+        if end is None and _TAIL_BREAK in body:
+            body = body[: body.rindex(_TAIL_BREAK)]
+        found[kind] = body.strip("\n").strip()
+    if "question" not in found or "candidate" not in found:
+        return None
+    return GradingPrompt(question=found["question"], candidate=found["candidate"], reference=found.get("reference"))

@@ -6,8 +6,12 @@ Contract:
   must fit ``max_context_length`` or :class:`ContextOverflow` is raised. Nothing is truncated:
   a truncated candidate would be graded on text the policy did not write.
 - every HTTP request has the judge's ``timeout`` (per request, not a total budget);
-- transport errors and retryable statuses (429/502/503/504) are retried with exponential
-  backoff, then :class:`JudgeUnavailable` is raised;
+- transport errors and retryable statuses (429 and every 5xx but 501) are retried with exponential
+  backoff, then :class:`JudgeUnavailable` is raised (open-instruct's MILES client retries a 500
+  too; an overloaded vLLM answers one);
+- a grading request carries ``seed`` (open-instruct's default, 1) and the ``/tokenize`` request
+  ``add_generation_prompt: true``, as open-instruct's client sends them, so both count and sample
+  the same thing;
 - an incomplete reply (``finish_reason`` other than ``stop``: :class:`TruncatedGrade`) or one
   without a valid score raises :class:`InvalidGrade`. There is no reward-zero fallback: callers
   fail the run.
@@ -55,7 +59,8 @@ __all__ = [
     "reference_from_sample",
 ]
 
-RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+DEFAULT_SEED = 1  # open-instruct's judge seed when its trainer gets none
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 GRADING_MARGIN_S = 5.0  # beyond a grade's own deadline: the time to record and raise
 INVALID_REPLY_BACKOFF_S = 1.0  # before the 2nd grading request of an invalid reply; doubles after
 REPLY_EXCERPT_CHARS = 300
@@ -186,6 +191,7 @@ class JudgeClient:
         name: str | None = None,
         recorder: GradeRecorder | None = None,
         headers: Mapping[str, str] | None = None,
+        seed: int = DEFAULT_SEED,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
@@ -196,6 +202,7 @@ class JudgeClient:
         self.timeout = float(timeout)
         self.max_context_length = max_context_length
         self.max_retries = max_retries
+        self.seed = seed
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._sleep = sleep
@@ -273,7 +280,9 @@ class JudgeClient:
 
     def count_tokens(self, messages: list[dict[str, str]]) -> tuple[int, int]:
         """Judge tokens of the chat request as the server will render it; returns (count, retries)."""
-        response, retries = self._request("POST", "/tokenize", {"model": self.model, "messages": messages})
+        response, retries = self._request(
+            "POST", "/tokenize", {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        )
         # Not the judge's grade: its tokenizer's answer, so a bad one is a refused request.
         count = self._json(response, "/tokenize", JudgeRequestError).get("count")
         if isinstance(count, bool) or not isinstance(count, int):
@@ -391,6 +400,7 @@ class JudgeClient:
             "messages": messages,
             "max_tokens": rubric.max_output_tokens,
             "temperature": rubric.temperature,
+            "seed": self.seed,
             "stream": False,
         }
         return self._valid_reply(rubric, body, request_facts, started, retries)

@@ -28,7 +28,7 @@ from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
 from agent.proc.supervisor import ExitPolicy, child_env
-from launch.spec.data_check import DataError, check_data
+from launch.spec.data_check import DataError, check_data, spec_bindings
 from launch.spec.miles_handoff import judge_registry_json, openai_base
 from launch.spec.sections import JudgeConfig
 from launch.spec.sglang_argv import judge_command
@@ -89,7 +89,7 @@ class JudgeRuntime:
         cfg = self.ctx.config
         if not (cfg.data.train or cfg.data.eval):
             return "no [data]"
-        bindings = {b.verifier: {"judge": b.judge, "rubric": b.rubric} for b in cfg.bindings}
+        bindings = spec_bindings(cfg)
         try:
             report = check_data(*cfg.data_paths(), bindings)
         except DataError as exc:

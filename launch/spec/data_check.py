@@ -3,9 +3,13 @@
 Runs before any GPU work (``gym-launch check-data`` and agent startup). Rows are streamed, so
 large JSONL files cost memory proportional to the number of distinct verifiers only.
 
-A row is a JSON object with ``verifier`` (a name or a list of names) and, for judge-graded
-verifiers, ``metadata.judge_query`` (the question the judge sees). Judge-graded verifiers are the
-``general-*`` family; every other verifier is deterministic and needs no binding.
+The rules are the MILES trainer's own data check (seed 000), so data passing here passes there. A row
+is a JSON object whose verifiers sit where the trainer's prepared data keeps them:
+``metadata.verifiers``, a list of ``{"name": ..., "target": ...}``. A bound verifier's rows need
+``metadata.judge_query`` (the question the judge sees) and, unless its rubric is the reference-free
+``open-instruct/general-quality`` profile, a non-empty ``target``. An unbound ``general-*`` verifier
+is an error, and so is a binding no row uses. Other verifiers are deterministic and need no binding.
+A row with only a top-level ``verifier`` is refused: the trainer would not see it.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ __all__ = [
     "Paths",
     "binding_snippet",
     "check_data",
+    "spec_bindings",
     "is_judged",
 ]
 
 JUDGED_PREFIX = "general-"
+REFERENCE_FREE_PROFILE = "open-instruct/general-quality"
 PathLike = str | os.PathLike[str]
 Paths = PathLike | Sequence[PathLike] | None
 
@@ -82,8 +88,6 @@ class DataReport:
         for verifier in sorted(self.verifier_rows):
             kind = "judge-graded" if is_judged(verifier) else "deterministic"
             lines.append(f"verifier {verifier}: {self.verifier_rows[verifier]} rows ({kind})")
-        for verifier in self.unused_bindings:
-            lines.append(f'note: binding "{verifier}" is not used by the data')
         lines += [f"error: {p.message}" for p in self.problems]
         lines.append("data check passed" if self.ok else f"data check failed: {len(self.problems)} problem(s)")
         return "\n".join(lines)
@@ -109,10 +113,16 @@ def _as_paths(paths: Paths) -> list[Path]:
 
 
 @dataclass(frozen=True)
+class _Verifier:
+    name: str
+    has_target: bool
+
+
+@dataclass(frozen=True)
 class _Row:
     path: Path
     line: int
-    verifiers: tuple[str, ...]
+    verifiers: tuple[_Verifier, ...]
     has_query: bool
 
 
@@ -135,7 +145,7 @@ def _rows(path: Path) -> Iterator[_Row]:
                     raise DataError(f"{where}: not valid JSON ({exc})") from None
                 if not isinstance(row, dict):
                     raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
-                yield _Row(path, number, _verifiers(row.get("verifier"), where), _has_query(row))
+                yield _Row(path, number, _verifiers(row, where), _has_query(row))
         except OSError as exc:
             raise DataError(f"data file {path} cannot be read: {exc.strerror or exc}") from None
 
@@ -145,12 +155,25 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _verifiers(value: Any, where: str) -> tuple[str, ...]:
-    if isinstance(value, str) and value:
-        return (value,)
-    if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
-        return tuple(value)
-    raise DataError(f"{where}: 'verifier' must be a non-empty string or list of strings, got {value!r}")
+def _verifiers(row: Mapping[str, Any], where: str) -> tuple[_Verifier, ...]:
+    metadata = row.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise DataError(f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}")
+    if "verifiers" not in metadata:
+        if "verifier" in row:  # the old top-level shape: the trainer reads metadata.verifiers only
+            raise DataError(
+                f"{where}: the trainer reads verifier names from metadata.verifiers, not a top-level "
+                f'\'verifier\'; write it as "metadata": {{"verifiers": [{{"name": "NAME", "target": "REFERENCE"}}]}}'
+            )
+        return ()
+    listed = metadata["verifiers"]
+    if not isinstance(listed, list) or not all(
+        isinstance(v, dict) and isinstance(v.get("name"), str) and v["name"] for v in listed
+    ):
+        raise DataError(
+            f"{where}: 'metadata.verifiers' must be a list of objects with a non-empty \"name\", got {listed!r}"
+        )
+    return tuple(_Verifier(v["name"], v.get("target") not in (None, "")) for v in listed)
 
 
 def _has_query(row: Mapping[str, Any]) -> bool:
@@ -159,12 +182,30 @@ def _has_query(row: Mapping[str, Any]) -> bool:
     return isinstance(query, str) and bool(query.strip())
 
 
+def spec_bindings(config: Any) -> dict[str, dict[str, Any]]:
+    """A resolved spec's bindings as check_data reads them (judge, rubric and the rubric's profile)."""
+    return {
+        b.verifier: {"judge": b.judge, "rubric": b.rubric, "profile": config.rubrics[b.rubric].profile}
+        for b in config.bindings
+    }
+
+
+def _needs_target(binding: Any) -> bool:
+    """The trainer grades every open-instruct profile but general-quality against a reference."""
+    profile = binding.get("profile") if isinstance(binding, Mapping) else None
+    return isinstance(profile, str) and profile.startswith("open-instruct/") and profile != REFERENCE_FREE_PROFILE
+
+
 def check_data(train: Paths, eval: Paths, bindings: Mapping[str, Any]) -> DataReport:  # noqa: A002
-    """Stream every train/eval file; raises DataError for a missing file or a malformed row."""
+    """Stream every train/eval file; raises DataError for a missing file or a malformed row.
+
+    ``bindings`` maps a verifier to its binding (``profile`` is its rubric's profile, if any).
+    """
     files: list[FileSummary] = []
     counts: Counter[str] = Counter()
     first_seen: dict[str, str] = {}
     missing_query: dict[str, tuple[int, str]] = {}  # verifier -> (rows, first file:line)
+    missing_target: dict[str, tuple[int, str]] = {}
     splits: Iterable[tuple[str, Path]] = [
         *(("train", p) for p in _as_paths(train)),
         *(("eval", p) for p in _as_paths(eval)),
@@ -173,15 +214,20 @@ def check_data(train: Paths, eval: Paths, bindings: Mapping[str, Any]) -> DataRe
         rows = 0
         for row in _rows(path):
             rows += 1
+            here = f"{row.path}:{row.line}"
             for verifier in row.verifiers:
-                counts[verifier] += 1
-                first_seen.setdefault(verifier, f"{row.path}:{row.line}")
-                if is_judged(verifier) and not row.has_query:
-                    seen, first = missing_query.get(verifier, (0, f"{row.path}:{row.line}"))
-                    missing_query[verifier] = (seen + 1, first)
+                name = verifier.name
+                counts[name] += 1
+                first_seen.setdefault(name, here)
+                if name not in bindings:
+                    continue
+                if not row.has_query:
+                    _tally(missing_query, name, here)
+                if not verifier.has_target and _needs_target(bindings[name]):
+                    _tally(missing_target, name, here)
         files.append(FileSummary(split, str(path), rows))
 
-    judged = tuple(sorted(v for v in counts if is_judged(v)))
+    judged = tuple(sorted(v for v in counts if is_judged(v) or v in bindings))
     missing = tuple(v for v in judged if v not in bindings)
     unused = tuple(sorted(v for v in bindings if v not in counts))
     problems = [
@@ -200,4 +246,25 @@ def check_data(train: Paths, eval: Paths, bindings: Mapping[str, Any]) -> DataRe
         )
         for v, (n, first) in sorted(missing_query.items())
     ]
+    problems += [
+        DataProblem(
+            v,
+            f'judge-graded verifier "{v}": {n} row(s) lack a reference "target" in metadata.verifiers (its '
+            f"rubric grades against one), first at {first}",
+        )
+        for v, (n, first) in sorted(missing_target.items())
+    ]
+    problems += [
+        DataProblem(
+            v,
+            f'binding "{v}" is used by no train/eval row (the trainer refuses unused bindings); add rows with '
+            f'metadata.verifiers [{{"name": "{v}"}}] or remove [judging.bindings."{v}"]',
+        )
+        for v in unused
+    ]
     return DataReport(tuple(files), dict(counts), judged, missing, unused, tuple(problems))
+
+
+def _tally(found: dict[str, tuple[int, str]], verifier: str, where: str) -> None:
+    seen, first = found.get(verifier, (0, where))
+    found[verifier] = (seen + 1, first)

@@ -3,8 +3,10 @@
 It has open-instruct's layout (the facts agent/judges/_open_instruct.py reads: ``judge_utils.py`` with
 the templates as module constants, ``miles/rewards/general_judge.py`` with a ``_PROMPTS`` table of
 profile -> (template, sha256)), and template texts of our own: open-instruct's words are never in this
-project. The texts use this project's tagged sections, so the reference judge can grade them, and ask
-for open-instruct's reply forms (a JSON object with REASONING and SCORE; ``Final Decision: Yes|No``).
+project. The texts have the real templates' structure (sections opened by bracketed heading lines, the
+reference after the answer; the verifier's inline "### Label:" sections split by blank runs), so the
+reference judge must read that shape to grade them, and ask for open-instruct's reply forms (a JSON
+object with REASONING and SCORE; ``Final Decision: Yes|No``).
 Put the folder on PYTHONPATH (``env()``) and ``find_spec("open_instruct")`` finds it.
 """
 
@@ -14,19 +16,19 @@ import hashlib
 from pathlib import Path
 
 QUALITY = (
-    "Stand-in rubric: grade the answer.\n<question>\n{input}\n</question>\n\n"
-    "<candidate_answer>\n{output}\n</candidate_answer>\n\n"
+    "\nStand-in rubric: grade the assistant's answer.\n\n[Conversation So Far]\n{input}\n\n"
+    "[Assistant Answer]\n{output}\n\n[Verdict]\n"
     'Reply in JSON: {{"REASONING": "...", "SCORE": "<an integer from 0 to 10>"}}'
 )
 QUALITY_REF = (
-    "Stand-in rubric: grade the answer against the reference.\n<question>\n{input}\n</question>\n\n"
-    "<reference_answer>\n{label}\n</reference_answer>\n\n<candidate_answer>\n{output}\n</candidate_answer>\n\n"
+    "\nStand-in rubric: grade the assistant's answer against the reference.\n\n[Conversation So Far]\n{input}\n\n"
+    "[Assistant Answer]\n{output}\n\n[Reference Answer]\n{label}\n\n[Verdict]\n"
     'Reply in JSON: {{"REASONING": "...", "SCORE": "<an integer from 0 to 10>"}}'
 )
 VERIFIER = (
-    "Stand-in verifier.\n<question>\n{input}\n</question>\n\n<reference_answer>\n{label}\n</reference_answer>\n\n"
-    "<candidate_answer>\n{output}\n</candidate_answer>\n\n"
-    "Is the answer equivalent to the reference? End with Final Decision: Yes or Final Decision: No."
+    "User: ### Question: {input}\n\n\n### Expected Answer: {label}\n\n\n### Submitted Answer: {output}\n\n\n"
+    "Stand-in verifier: does the submitted answer match the expected one? "
+    "End with Final Decision: Yes or Final Decision: No. Assistant:"
 )
 TEXTS = {
     "general-quality": ("general_quality_template", QUALITY),

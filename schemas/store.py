@@ -156,7 +156,7 @@ class RunDir:
         run = cls(root / "cluster" / uuid, run_fd)
         run.mode = mode
         for sub in names.SUBDIRS:
-            os.close(_ensure_owned_dir(run_fd, sub, mode))
+            os.close(_ensure_owned_dir(run_fd, sub, mode, _reopen(run.path), run.path / sub))
         return run
 
     @classmethod
@@ -178,10 +178,14 @@ class RunDir:
         directory, owned by us, with the run directory's own mode."""
         parent = self._fd
         fds: list[int] = []
+        revalidate = _reopen(self.path)
+        where = self.path
         try:
             for part in relpath.split("/"):
-                parent = _ensure_owned_dir(parent, part, self.mode)
+                where = where / part
+                grandparent, parent = parent, _ensure_owned_dir(parent, part, self.mode, revalidate, where)
                 fds.append(parent)
+                revalidate = _reopen(part, grandparent)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -60,3 +60,19 @@ def test_a_run_directory_that_never_becomes_visible_ends_in_a_clear_error(tmp_pa
     assert str(a / "cluster" / "r3") in message
     assert "negative lookup" in message and "lookupcache=positive" in message and "acdirmax" in message
     assert 2.0 < waited < 10.0  # bounded, and not given up at the first ENOENT
+
+
+def test_subdirectories_made_by_another_client_in_the_same_race(tmp_path: Path) -> None:
+    """The same race one level down: a peer on the other mount makes a record directory of the run
+    (addresses/) or an attempt's directory between this agent's lookup and its mkdir."""
+    _fuse()
+    src, a = tmp_path / "src", tmp_path / "a"
+    sub = names.SUBDIRS[0]
+    race = [sub, "2"]
+    with (
+        nfs_clients(src, [a], dir_ttl=60, neg_ttl=60, stale_eexist=True, cto_dirs=True, race_mkdir=race),
+        RunDir.create(a, "r4", mode=MODE) as run,
+    ):
+        run.ensure_dir(names.attempt_dir(2))
+        assert sub in run.listdir()
+    assert (src / "cluster" / "r4" / names.attempt_dir(2)).is_dir()

@@ -9,6 +9,7 @@ planted in the run directory is never followed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -50,15 +51,29 @@ class Writer:
     clock_offset: float = 0.0  # a test hook that simulates a host with a skewed wall clock
 
 
-def _ensure_owned_dir(parent_fd: int | None, name: str | Path, mode: int) -> int:
-    """Create (or open) directory `name` under `parent_fd`, refusing symlinks and foreign owners."""
+# After mkdir said EEXIST (another host made the directory), how long to look for it: an NFS client's
+# cached negative lookup can still answer ENOENT until the parent is revalidated, which re-opening
+# the parent by name forces (close-to-open); the attribute cache ends it anyway after acdirmax.
+_STALE_LOOK_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds, about 3 s in all
+
+
+def _ensure_owned_dir(
+    parent_fd: int | None,
+    name: str | Path,
+    mode: int,
+    revalidate: Callable[[], None] | None = None,
+    where: Path | None = None,
+) -> int:
+    """Create (or open) directory `name` under `parent_fd`, refusing symlinks and foreign owners.
+    `revalidate` re-opens the parent by name (where another host may have made `name`; `where` is
+    its full path, for the error)."""
     try:
         os.mkdir(name, mode, dir_fd=parent_fd)
         created = True
     except FileExistsError:
         created = False
     try:
-        fd = open_dir(name, parent_fd)
+        fd = open_dir(name, parent_fd) if created else _open_made_elsewhere(parent_fd, name, revalidate, where)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise RunDirError(f"{name} is a symlink or not a directory; refusing to follow it") from None
@@ -70,6 +85,41 @@ def _ensure_owned_dir(parent_fd: int | None, name: str | Path, mode: int) -> int
     if created:
         os.chmod(fd, mode)  # mkdir's mode is filtered by umask; the contract asks for exactly `mode`
     return fd
+
+
+def _open_made_elsewhere(
+    parent_fd: int | None, name: str | Path, revalidate: Callable[[], None] | None, where: Path | None
+) -> int:
+    """Open `name`, which mkdir found existing: on ENOENT (a stale negative lookup of this NFS
+    client) revalidate the parent and look again, for a bounded time; then a clear error."""
+    t0 = time.monotonic()
+    for delay in (0.0, *_STALE_LOOK_DELAYS):
+        time.sleep(delay)
+        if delay and revalidate is not None:
+            revalidate()
+        try:
+            return open_dir(name, parent_fd)
+        except FileNotFoundError:
+            continue
+    path = where or Path(name)
+    raise RunDirError(
+        f"{path}: mkdir says it exists (another host made it) but this host still finds no such directory "
+        f"after {1 + len(_STALE_LOOK_DELAYS)} looks over {time.monotonic() - t0:.1f} s, re-opening its parent "
+        "each time: this client's cached negative lookup (the NFS directory attribute cache) has not expired; "
+        f"mount the shared filesystem with lookupcache=positive or a lower acdirmax, or create {path} before "
+        "starting the agents"
+    )
+
+
+def _reopen(path: str | Path, dir_fd: int | None = None) -> Callable[[], None]:
+    """Re-open a directory by name and close it at once: on NFS this revalidates it (close-to-open),
+    dropping negative lookups cached under it if it changed. Nothing is read through it."""
+
+    def revalidate() -> None:
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd))
+
+    return revalidate
 
 
 class RunDir:
@@ -96,17 +146,17 @@ class RunDir:
         root.mkdir(parents=True, exist_ok=True)
         root_fd = open_dir(root) if not root.is_symlink() else os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            cluster_fd = _ensure_owned_dir(root_fd, "cluster", mode)
+            cluster_fd = _ensure_owned_dir(root_fd, "cluster", mode, _reopen(root.resolve()), root / "cluster")
+            try:
+                run_fd = _ensure_owned_dir(cluster_fd, uuid, mode, _reopen("cluster", root_fd), root / "cluster" / uuid)
+            finally:
+                os.close(cluster_fd)
         finally:
             os.close(root_fd)
-        try:
-            run_fd = _ensure_owned_dir(cluster_fd, uuid, mode)
-        finally:
-            os.close(cluster_fd)
         run = cls(root / "cluster" / uuid, run_fd)
         run.mode = mode
         for sub in names.SUBDIRS:
-            os.close(_ensure_owned_dir(run_fd, sub, mode))
+            os.close(_ensure_owned_dir(run_fd, sub, mode, _reopen(run.path), run.path / sub))
         return run
 
     @classmethod
@@ -128,10 +178,14 @@ class RunDir:
         directory, owned by us, with the run directory's own mode."""
         parent = self._fd
         fds: list[int] = []
+        revalidate = _reopen(self.path)
+        where = self.path
         try:
             for part in relpath.split("/"):
-                parent = _ensure_owned_dir(parent, part, self.mode)
+                where = where / part
+                grandparent, parent = parent, _ensure_owned_dir(parent, part, self.mode, revalidate, where)
                 fds.append(parent)
+                revalidate = _reopen(part, grandparent)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -245,3 +245,42 @@ def test_stall_blocks_the_mount_until_resume_and_unmount_still_works(tmp_path: P
         raise RuntimeError("the test failed")
     assert not mounted(a)
     assert clients[0].proc is not None and clients[0].proc.poll() is not None
+
+
+def test_cache_revalidation_drops_negatives_only_when_the_directory_changed() -> None:
+    clock = FakeClock()
+    cache = ClientCache(dir_ttl=30, neg_ttl=30, clock=clock)
+    cache.store_missing("/d/x", parent_version=(1,))
+    cache.store_listing("/d", [])
+    cache.revalidate("/d", (1,))  # unchanged: the stale view stays
+    assert cache.is_missing("/d/x") and cache.listing("/d") == []
+    cache.revalidate("/d", (2,))  # another client changed /d
+    assert not cache.is_missing("/d/x") and cache.listing("/d") is None
+
+
+@pytest.mark.parametrize("cto_dirs", [True, False])
+def test_a_refused_mkdir_keeps_the_stale_negative_entry_until_the_parent_is_reopened(
+    tmp_path: Path, cto_dirs: bool
+) -> None:
+    """`stale_eexist`: the race of issue 46 item 6. Client a looked the name up (missing), b made it,
+    a's mkdir fails EEXIST and a's next lookup still says ENOENT; with `cto_dirs` re-opening the
+    parent by name revalidates it, without (nocto) the name stays missing for the negative timeout."""
+    reason = fuse_install.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    src, a, b = tmp_path / "src", tmp_path / "a", tmp_path / "b"
+    with nfs_clients(src, [a, b], dir_ttl=60, neg_ttl=60, stale_eexist=True, cto_dirs=cto_dirs):
+        with pytest.raises(FileNotFoundError):
+            os.stat(a / "d")
+        time.sleep(0.05)  # the parent's mtime moves on (coarse timestamps)
+        (b / "d").mkdir()
+        with pytest.raises(FileExistsError):
+            (a / "d").mkdir()
+        with pytest.raises(FileNotFoundError):
+            os.stat(a / "d")
+        os.close(os.open(a, os.O_RDONLY | os.O_DIRECTORY))  # re-open the parent by name
+        if cto_dirs:
+            assert os.path.isdir(a / "d")
+        else:
+            with pytest.raises(FileNotFoundError):
+                os.stat(a / "d")

@@ -11,6 +11,15 @@ protocol can tell them apart):
 - open() and stat of an existing name always reach the backing file (close-to-open: content is
   fresh); rename, link and O_EXCL create are the backing filesystem's, hence atomic.
 
+Two opt-in behaviours (`stale_eexist`, `cto_dirs`) model the race of two clients creating one
+directory: with `stale_eexist` a create this client's server refuses with EEXIST keeps the name's
+negative entry (the next lookup still answers ENOENT, as the issue's NFS-like mounts did); with
+`cto_dirs` opening a directory by name revalidates it (close-to-open): when its mtime changed since
+this client cached its negative entries and listing, they are dropped. Without `cto_dirs` (an NFS
+`nocto` mount) only the negative timeout ends a stale entry. `race_mkdir` names directories that
+another client makes on the server between this client's lookup (which finds them missing) and
+its own mkdir of them, the first time only: the race, deterministically.
+
 The kernel's own FUSE caches are switched off (entry/attr/negative timeouts 0) so this daemon is
 the only cache. Inotify on a FUSE mount sees what this mount's processes did, never what went
 through another mount: agents on the other client fall back to polling, as across NFS hosts.
@@ -56,6 +65,7 @@ class ClientCache:
         self._lock = threading.Lock()
         self._listings: dict[str, tuple[float, list[str]]] = {}
         self._missing: dict[str, dict[str, float]] = {}  # dir -> name -> expiry
+        self._verifier: dict[str, tuple[int, ...]] = {}  # dir -> its mtime when its negatives were cached
 
     @staticmethod
     def split(path: str) -> tuple[str, str]:
@@ -87,11 +97,24 @@ class ClientCache:
                 return False
             return True
 
-    def store_missing(self, path: str) -> None:
+    def store_missing(self, path: str, parent_version: tuple[int, ...] | None = None) -> None:
         if self.neg_ttl > 0 and path != "/":
             parent, name = self.split(path)
             with self._lock:
                 self._missing.setdefault(parent, {})[name] = self._clock() + self.neg_ttl
+                if parent_version is not None:
+                    self._verifier.setdefault(parent, parent_version)
+
+    def revalidate(self, path: str, version: tuple[int, ...]) -> None:
+        """Directory `path` was opened and found at `version`: if it changed since this client
+        cached what lies in it, forget the listing and negative entries (NFS close-to-open on a
+        directory compares its change attribute with the one its negative dentries were made under)."""
+        with self._lock:
+            seen = self._verifier.get(path)
+            if seen is not None and seen != version:
+                self._listings.pop(path, None)
+                self._missing.pop(path, None)
+                del self._verifier[path]
 
     def changed(self, *paths: str) -> None:
         """This client changed the directories holding `paths` (and whatever lay below a renamed
@@ -102,6 +125,7 @@ class ClientCache:
                 for d in (parent, path):
                     self._listings.pop(d, None)
                     self._missing.pop(d, None)
+                    self._verifier.pop(d, None)
                 below = path.rstrip("/") + "/"
                 for d in [d for d in self._listings if d.startswith(below)]:
                     del self._listings[d]
@@ -109,12 +133,28 @@ class ClientCache:
                     del self._missing[d]
 
 
-def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
+def version(path: str) -> tuple[int, ...]:
+    """A directory's change attribute as this model approximates NFS's: mtime, ctime, link count."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_nlink
+
+
+def serve(
+    src: str,
+    mnt: str,
+    dir_ttl: float,
+    neg_ttl: float,
+    *,
+    stale_eexist: bool = False,
+    cto_dirs: bool = False,
+    race_mkdir: Sequence[str] = (),
+) -> None:
     """Mount `src` at `mnt` as one client and serve until unmounted (foreground, threaded)."""
     import fuse  # imported here: loading it needs libfuse.so.2
 
     os.umask(0)  # the kernel already applied the caller's umask to every mode it sends
     cache = ClientCache(dir_ttl, neg_ttl)
+    racing = set(race_mkdir)
     root = os.path.realpath(src)
     as_root = os.geteuid() == 0
 
@@ -132,7 +172,14 @@ def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
     def changing(*paths: str) -> Iterator[None]:
         try:
             yield
-        finally:
+        except FileExistsError:
+            if not stale_eexist:
+                cache.changed(*paths)
+            raise
+        except BaseException:
+            cache.changed(*paths)
+            raise
+        else:
             cache.changed(*paths)
 
     class Client(fuse.Operations):
@@ -147,12 +194,19 @@ def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
                 try:
                     st = os.lstat(real(path))
                 except FileNotFoundError:
-                    cache.store_missing(path)
+                    parent = cache.split(path)[0]
+                    with contextlib.suppress(OSError):
+                        cache.store_missing(path, version(real(parent)))
                     raise
             keys = ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size")
             out = {k: getattr(st, k) for k in keys}
             out.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
             return out
+
+        def opendir(self, path: str) -> int:
+            if cto_dirs:
+                cache.revalidate(path, version(real(path)))
+            return 0
 
         def readdir(self, path: str, fh: int) -> list[str]:
             entries = cache.listing(path)
@@ -192,6 +246,12 @@ def serve(src: str, mnt: str, dir_ttl: float, neg_ttl: float) -> None:
         # directory's new attributes, and Linux NFS drops the dentry of a failed create.
 
         def mkdir(self, path: str, mode: int) -> None:
+            name = cache.split(path)[1]
+            if name in racing:
+                racing.discard(name)
+                time.sleep(0.02)  # the other client's mkdir lands a moment later (coarse timestamps)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(real(path), mode)
             with changing(path):
                 os.mkdir(real(path), mode)
                 own(path)
@@ -307,8 +367,11 @@ def _until_stopped(pid: int, timeout: float = 10.0) -> None:
 class NfsClient:
     """One mounted client: its daemon (a child process) and its mount point."""
 
-    def __init__(self, src: Path, mnt: Path, dir_ttl: float, neg_ttl: float, log: Path) -> None:
+    def __init__(
+        self, src: Path, mnt: Path, dir_ttl: float, neg_ttl: float, log: Path, flags: Sequence[str] = ()
+    ) -> None:
         self.src, self.mnt, self.dir_ttl, self.neg_ttl, self.log = src, mnt, dir_ttl, neg_ttl, log
+        self.flags = list(flags)
         self.proc: subprocess.Popen[bytes] | None = None
         self.stalled = False
 
@@ -319,7 +382,7 @@ class NfsClient:
     def mount(self, timeout: float = 20.0) -> None:
         self.mnt.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, str(Path(__file__).resolve()), str(self.src), str(self.mnt)]
-        argv += ["--dir-ttl", str(self.dir_ttl), "--neg-ttl", str(self.neg_ttl)]
+        argv += ["--dir-ttl", str(self.dir_ttl), "--neg-ttl", str(self.neg_ttl), *self.flags]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         end = time.monotonic() + timeout
@@ -365,7 +428,14 @@ class NfsClient:
 
 @contextlib.contextmanager
 def nfs_clients(
-    src: Path, mounts: Sequence[Path], *, dir_ttl: float = DEFAULT_TTL, neg_ttl: float = DEFAULT_TTL
+    src: Path,
+    mounts: Sequence[Path],
+    *,
+    dir_ttl: float = DEFAULT_TTL,
+    neg_ttl: float = DEFAULT_TTL,
+    stale_eexist: bool = False,
+    cto_dirs: bool = False,
+    race_mkdir: Sequence[str] = (),
 ) -> Iterator[list[NfsClient]]:
     """Mount `src` once per path in `mounts`, each its own client; all unmounted on the way out,
     also when the body failed. FuseUnavailable (fuse_install) when FUSE cannot exist here."""
@@ -376,7 +446,9 @@ def nfs_clients(
     clients: list[NfsClient] = []
     try:
         for mnt in mounts:
-            client = NfsClient(src, mnt, dir_ttl, neg_ttl, mnt.parent / f".{mnt.name}.nfs-model.log")
+            flags = ["--stale-eexist"] * stale_eexist + ["--cto-dirs"] * cto_dirs
+            flags += [f"--race-mkdir={name}" for name in race_mkdir]
+            client = NfsClient(src, mnt, dir_ttl, neg_ttl, mnt.parent / f".{mnt.name}.nfs-model.log", flags)
             clients.append(client)
             client.mount()
         yield clients
@@ -391,8 +463,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("mnt")
     ap.add_argument("--dir-ttl", type=float, default=DEFAULT_TTL, help="seconds a listing is cached")
     ap.add_argument("--neg-ttl", type=float, default=DEFAULT_TTL, help="seconds a missing name stays missing")
+    ap.add_argument("--stale-eexist", action="store_true", help="a create refused with EEXIST keeps the negative entry")
+    ap.add_argument("--cto-dirs", action="store_true", help="opening a directory revalidates its negative entries")
+    ap.add_argument("--race-mkdir", action="append", default=[], help="another client makes NAME just before our mkdir")
     args = ap.parse_args(argv)
-    serve(args.src, args.mnt, args.dir_ttl, args.neg_ttl)
+    serve(
+        args.src,
+        args.mnt,
+        args.dir_ttl,
+        args.neg_ttl,
+        stale_eexist=args.stale_eexist,
+        cto_dirs=args.cto_dirs,
+        race_mkdir=args.race_mkdir,
+    )
     return 0
 
 

@@ -25,6 +25,7 @@ from agent.lifecycle._progress_watch import ProgressThread, ProgressWatch, Sourc
 from agent.proc import driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
+from launch.spec.resolve import RUNTIME_PREFIX
 from schemas import DriverEnv, FailureKind, Phase, names, records
 
 __all__ = ["DriverRuntime"]
@@ -107,8 +108,8 @@ class DriverRuntime:
         """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment."""
         out: dict[str, str] = {}
         for key, value in self.ctx.config.driver.env.items():
-            if value.startswith("runtime:"):
-                var = value[len("runtime:") :]
+            if value.startswith(RUNTIME_PREFIX):
+                var = value[len(RUNTIME_PREFIX) :]
                 if var not in os.environ:
                     raise self.ctx.fail(
                         FailureKind.PLACEMENT,

@@ -1,0 +1,109 @@
+"""The one rule of what looks like a credential, for every place that refuses or redacts one.
+
+The spec's check refuses a literal credential in an environment table or a command line (it would be
+copied to the shared filesystem as spec.json and run-file.toml); the writers of artifacts redact what
+the check let through. Both ask the functions below, so a rule added here holds everywhere.
+
+A command line names a credential by reference instead: ``${runtime:NAME}`` is NAME of the job's
+environment, substituted by the agent only in the exec of its child (``references``, ``substitute``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "CREDENTIAL_VALUE",
+    "CREDENTIAL_WORDS",
+    "REDACTED",
+    "REFERENCE",
+    "argv_credentials",
+    "looks_like_credential",
+    "redact_argv",
+    "references",
+    "substitute",
+]
+
+# A name with one of these words (split on anything not a letter or digit), or a value with a known token prefix.
+CREDENTIAL_WORDS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT"}
+)
+CREDENTIAL_VALUE = re.compile(
+    r"^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|AKIA[0-9A-Z]{12}|AIza|ya29\.|eyJ[\w-]+\.eyJ)"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+)
+# The one spelling of a reference in a command line: the whole argument or a part of it.
+REFERENCE = re.compile(r"\$\{runtime:([A-Za-z_][A-Za-z0-9_]*)\}")
+REDACTED = "<redacted>"
+
+_FLAG_VALUE = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
+
+
+def looks_like_credential(name: str, value: Any) -> bool:
+    """A name that says it holds a credential, or a value that is one by its prefix."""
+    words = set(re.split(r"[^A-Z0-9]+", name.upper()))
+    if words & CREDENTIAL_WORDS:
+        return True
+    return isinstance(value, str) and bool(CREDENTIAL_VALUE.search(value))
+
+
+def _literal(value: str) -> bool:
+    """A value that is not only references (an empty value holds nothing either)."""
+    return bool(REFERENCE.sub("", value).strip())
+
+
+def _kinds(argv: Sequence[str]) -> Iterable[tuple[int, str]]:
+    """(index, how) of every argument that holds a credential, a reference or not:
+    "flag" (--token VALUE: the value), "pair" (--password=VALUE, HF_TOKEN=VALUE), "value" (a bare token)."""
+    after_flag = False
+    for i, arg in enumerate(argv):
+        if after_flag:
+            after_flag = False
+            if not arg.startswith("-"):
+                yield i, "flag"
+                continue
+        m = _FLAG_VALUE.match(arg)
+        if m and looks_like_credential(m.group(1).lstrip("-"), m.group(2)):
+            if m.group(2):
+                yield i, "pair"
+            continue
+        if CREDENTIAL_VALUE.search(arg):
+            yield i, "value"
+            continue
+        if arg.startswith("-") and not m and looks_like_credential(arg.lstrip("-"), None):
+            after_flag = True  # --token VALUE: the value is the next argument
+
+
+def argv_credentials(argv: Sequence[str]) -> tuple[tuple[int, str], ...]:
+    """(index, how) of every literal credential of a command line; a ``${runtime:NAME}`` reference
+    in its place is the way to pass one, and is not reported."""
+    out = []
+    for i, how in _kinds(argv):
+        value = _FLAG_VALUE.match(argv[i]).group(2) if how == "pair" else argv[i]  # type: ignore[union-attr]
+        if _literal(value):
+            out.append((i, how))
+    return tuple(out)
+
+
+def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
+    """A command line as an artifact may keep it: every credential value replaced (references stay)."""
+    args = list(argv)
+    for i, how in argv_credentials(args):
+        if how == "pair":
+            args[i] = args[i].split("=", 1)[0] + "=" + REDACTED
+        else:
+            args[i] = REDACTED
+    return tuple(args)
+
+
+def references(argv: Iterable[str]) -> tuple[str, ...]:
+    """The variables a command line names by reference, in order, each once."""
+    return tuple(dict.fromkeys(m.group(1) for arg in argv for m in REFERENCE.finditer(arg)))
+
+
+def substitute(argv: Iterable[str], env: Mapping[str, str]) -> list[str]:
+    """The command line the child is exec'd with: each reference replaced by its variable's value
+    (a missing variable is the caller's error, checked before: KeyError here)."""
+    return [REFERENCE.sub(lambda m: env[m.group(1)], arg) for arg in argv]

@@ -231,5 +231,7 @@ def test_a_credential_in_the_run_files_arguments_is_refused_by_index(override: s
 
 
 def test_innocent_trainer_arguments_pass() -> None:
-    data = load_spec(MILES / "three-node.toml", ['miles.extra_args=["--max-tokens", "512", "--tokenizer=/models/tok"]']).data
+    data = load_spec(
+        MILES / "three-node.toml", ['miles.extra_args=["--max-tokens", "512", "--tokenizer=/models/tok"]']
+    ).data
     assert not any(p.key.startswith("miles.") for p in validate(data))

@@ -23,6 +23,7 @@ __all__ = [
     "looks_like_credential",
     "redact_argv",
     "references",
+    "shell_form",
     "substitute",
 ]
 
@@ -101,6 +102,12 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
 def references(argv: Iterable[str]) -> tuple[str, ...]:
     """The variables a command line names by reference, in order, each once."""
     return tuple(dict.fromkeys(m.group(1) for arg in argv for m in REFERENCE.finditer(arg)))
+
+
+def shell_form(command: str) -> str:
+    """A shell command's references as the shell's own expansions ("${NAME}"): the shell takes the
+    value from the child's environment, so it is in no command text at all."""
+    return REFERENCE.sub(lambda m: "${" + m.group(1) + "}", command)
 
 
 def substitute(argv: Iterable[str], env: Mapping[str, str]) -> list[str]:

@@ -21,7 +21,9 @@ __all__ = [
     "REFERENCE",
     "argv_credentials",
     "looks_like_credential",
+    "redact",
     "redact_argv",
+    "redact_text",
     "references",
     "shell_form",
     "substitute",
@@ -97,6 +99,35 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
         else:
             args[i] = REDACTED
     return tuple(args)
+
+
+_SPACE = re.compile(r"(\s+)")
+
+
+def redact_text(text: str) -> str:
+    """A text as a file may keep it (a log line, a cause): its whitespace-separated words read as a
+    command line and redacted by the same rule (redact_argv); the spacing is kept."""
+    if not text:
+        return text
+    parts = _SPACE.split(text)
+    words = redact_argv(parts[0::2])
+    parts[0::2] = words
+    return "".join(parts)
+
+
+def redact(value: Any) -> Any:
+    """JSON-like data with every string redacted (redact_text) and every list of strings read as a
+    command line first (--token VALUE); mapping keys stay. What a rule of the checks missed does
+    not reach disk: every artifact writer passes its document through here."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, str) for v in value):
+            return [redact_text(v) for v in redact_argv(value)]
+        return [redact(v) for v in value]
+    return value
 
 
 def references(argv: Iterable[str]) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from schemas import names, safe_io
+from schemas import credentials, names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
 from schemas.vocab import WriterKind
 
@@ -222,7 +222,7 @@ class RunDir:
         """Stamp the header, validate against the schema of ``relpath``'s artifact
         (schemas.names.ARTIFACTS), and write atomically. Returns the document. ``sync`` says when
         it is fsynced (safe_io.Sync)."""
-        doc = self._stamp(names.artifact_schema(relpath), writer, fields)
+        doc = self._stamp(names.artifact_schema(relpath), writer, credentials.redact(fields))
         data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
         self.write_bytes(relpath, data, sync=sync)
         return doc

@@ -115,3 +115,27 @@ def test_an_unset_referenced_variable_fails_before_any_process_starts(tmp_path: 
     assert "GYM_TEST_NEVER_SET_47 (referenced by driver.command.4)" in failure["cause"]
     assert not hash_file.exists() and not (run.run_dir / names.driver_log(0)).exists()
     assert "Traceback" not in run.text
+
+
+def test_every_artifact_and_the_agents_log_redact_what_the_checks_missed(tmp_path: Path) -> None:
+    """The second line: a credential that reached a writer anyway (here in a failure's cause and a
+    log line) is redacted by the one rule before it reaches disk; references stay."""
+    from agent.lifecycle._printer import Printer
+    from schemas import RunDir, Writer
+
+    leaked = "the driver ran python t.py --api-key hunter2xyz47 HF_TOKEN=abc47 ghp_abcd47 ${runtime:KEEP}"
+    run = RunDir.create(tmp_path, "u", mode=0o750)
+    run.ensure_dir(names.FAILURES_DIR)
+    fields = {"kind": "driver_exit", "cause": leaked, "phase": "driver", "wall_time": 1.0, "monotonic_time": 1.0}
+    fields["reacting_to"] = None
+    doc = run.write_artifact(names.failure(0), Writer("e" * 64, 0, "me"), fields)
+    assert not violations("failure", doc), violations("failure", doc)
+    log = tmp_path / "agent.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        Printer("[rank 0]", fd)(leaked)
+    finally:
+        os.close(fd)
+    for text in ((run.path / names.failure(0)).read_text(), log.read_text()):
+        assert not any(s in text for s in ("hunter2xyz47", "abc47", "ghp_abcd47")), text
+        assert "--api-key <redacted>" in text and "${runtime:KEEP}" in text

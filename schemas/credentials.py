@@ -52,9 +52,14 @@ def looks_like_credential(name: str, value: Any) -> bool:
     return isinstance(value, str) and bool(CREDENTIAL_VALUE.search(value))
 
 
+# A value that only names a variable (`--secret HF_TOKEN`, SkyPilot's own flag) holds no credential.
+_VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
 def _literal(value: str) -> bool:
-    """A value that is not only references (an empty value holds nothing either)."""
-    return bool(REFERENCE.sub("", value).strip())
+    """A value that is not only references or a variable's name (an empty value holds nothing either)."""
+    rest = REFERENCE.sub("", value).strip().strip("\"'")
+    return bool(rest) and not _VARIABLE_NAME.fullmatch(rest)
 
 
 def _kinds(argv: Sequence[str]) -> Iterable[tuple[int, str]]:

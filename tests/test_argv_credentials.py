@@ -139,3 +139,14 @@ def test_every_artifact_and_the_agents_log_redact_what_the_checks_missed(tmp_pat
     for text in ((run.path / names.failure(0)).read_text(), log.read_text()):
         assert not any(s in text for s in ("hunter2xyz47", "abc47", "ghp_abcd47")), text
         assert "--api-key <redacted>" in text and "${runtime:KEEP}" in text
+
+
+def test_a_rendered_job_file_is_redacted_by_the_same_rule() -> None:
+    """Every renderer's text becomes a Rendered; what a check missed is redacted there, while a
+    secret named by its variable (SkyPilot's --secret NAME) and a reference stay."""
+    from launch.backends.base import Rendered
+
+    text = "srun bash -c 'train --hub_token hunter2xyz47 ${runtime:KEEP}'\nsky jobs launch --secret HF_TOKEN\n"
+    rendered = Rendered("slurm", text, "job.sbatch").text
+    assert "hunter2xyz47" not in rendered and "--hub_token <redacted>" in rendered
+    assert "${runtime:KEEP}" in rendered and "--secret HF_TOKEN" in rendered

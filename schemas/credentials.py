@@ -20,6 +20,7 @@ __all__ = [
     "REDACTED",
     "REFERENCE",
     "argv_credentials",
+    "hold",
     "looks_like_credential",
     "redact",
     "redact_argv",
@@ -95,9 +96,26 @@ def argv_credentials(argv: Sequence[str]) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
+# Values this process substituted for references: once in a child's command line they look like
+# anything, so they are redacted by value too (a stack's command line, a cause quoting it).
+_HELD: set[str] = set()
+MIN_HELD = 4  # shorter values would redact ordinary words
+
+
+def hold(values: Iterable[str]) -> None:
+    """Redact these values wherever this process writes them from now on."""
+    _HELD.update(v for v in values if len(v) >= MIN_HELD)
+
+
+def _unheld(arg: str) -> str:
+    for value in _HELD:
+        arg = arg.replace(value, REDACTED)
+    return arg
+
+
 def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
     """A command line as an artifact may keep it: every credential value replaced (references stay)."""
-    args = list(argv)
+    args = [_unheld(a) for a in argv] if _HELD else list(argv)
     for i, how in argv_credentials(args):
         if how == "pair":
             args[i] = args[i].split("=", 1)[0] + "=" + REDACTED

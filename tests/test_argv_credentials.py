@@ -150,3 +150,14 @@ def test_a_rendered_job_file_is_redacted_by_the_same_rule() -> None:
     rendered = Rendered("slurm", text, "job.sbatch").text
     assert "hunter2xyz47" not in rendered and "--hub_token <redacted>" in rendered
     assert "${runtime:KEEP}" in rendered and "--secret HF_TOKEN" in rendered
+
+
+def test_a_substituted_value_is_redacted_by_value() -> None:
+    """Once substituted, a value in a child's command line looks like anything (a bare positional
+    argument): the agent holds it, and every writer of its process redacts it by value."""
+    from schemas import credentials
+
+    cmdline = ["python", "train.py", "plainvalue47xyz", "--out=/x/plainvalue47xyz"]
+    credentials.hold(["plainvalue47xyz"])
+    assert credentials.redact_argv(cmdline) == ("python", "train.py", "<redacted>", "--out=/x/<redacted>")
+    assert "plainvalue47xyz" not in json.dumps(credentials.redact({"cmdline": cmdline, "cause": " ".join(cmdline)}))

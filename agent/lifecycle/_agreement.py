@@ -13,7 +13,7 @@ from agent.lifecycle._doorbell_link import DoorbellLink
 from agent.lifecycle._phase_log import PhaseLog
 from agent.lifecycle._running import Running
 from agent.lifecycle.steps import AGREEMENT_STEPS
-from schemas import FailureKind, JobEnv
+from schemas import FailureKind, JobEnv, credentials
 
 __all__ = ["agree_plan", "reach_agreement", "rendezvous"]
 
@@ -56,7 +56,8 @@ def _check_host_allowed(ctx: RunContext, host: str) -> None:
 def _check_environment(ctx: RunContext) -> None:
     """Every variable the spec takes from the job's environment is set, before any process starts
     (a missing one would fail the driver or Ray far later, or start them with an empty secret)."""
-    missing = {var: key for var, key in ctx.config.environment_references().items() if var not in os.environ}
+    referenced = ctx.config.environment_references()
+    missing = {var: key for var, key in referenced.items() if var not in os.environ}
     if missing:
         raise ctx.fail(
             FailureKind.ENVIRONMENT,
@@ -64,6 +65,8 @@ def _check_environment(ctx: RunContext) -> None:
             + ", ".join(f"{var} (referenced by {key})" for var, key in missing.items())
             + "; export it where the job is submitted, or name it in [launch] secrets",
         )
+    # An argv's values reach a command line (stacks read it); [driver] env's never do, and hold pool lists.
+    credentials.hold(os.environ[var] for var, key in referenced.items() if not key.startswith("driver.env."))
 
 
 def agree_plan(ctx: RunContext, ident: Identity, peers: list[Peer]) -> Topology:

@@ -222,7 +222,7 @@ class RunDir:
         """Stamp the header, validate against the schema of ``relpath``'s artifact
         (schemas.names.ARTIFACTS), and write atomically. Returns the document. ``sync`` says when
         it is fsynced (safe_io.Sync)."""
-        doc = self._stamp(names.artifact_schema(relpath), writer, credentials.redact(fields))
+        doc = self._stamp(names.artifact_schema(relpath), writer, fields)
         data = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
         self.write_bytes(relpath, data, sync=sync)
         return doc
@@ -241,7 +241,7 @@ class RunDir:
             "attempt": self.attempt,
             "writer": str(writer.kind),
             "written_at": time.time() + writer.clock_offset,
-            **fields,
+            **credentials.redact(fields),  # the second line: what a check missed never reaches disk
         }
         check(schema, doc)
         return doc

@@ -64,6 +64,7 @@ KIND_PRIORITY: dict[str, int] = {
     FailureKind.ADDRESS_CONFLICT: 8,
     FailureKind.PLACEMENT: 9,
     FailureKind.PREFLIGHT: 9,  # a node unfit to run: explains its peers' reactions
+    FailureKind.ENVIRONMENT: 9,  # the job lacks a variable the spec references: before any process
     FailureKind.DATA: 10,
     FailureKind.RUN_DIR: 10,
     FailureKind.FS_STALL: 10,  # the shared filesystem, not a rank: ties with run_dir

@@ -483,6 +483,18 @@ FAULTS += (
         words=("network", "NCCL_SOCKET_IFNAME", "resubmit with sbatch --exclude="),
         prepare=lambda _run: {"r2": {"env": {"NCCL_SOCKET_IFNAME": "ib-does-not-exist"}}},
     ),
+    # The driver takes its key by reference (issue 47); rank 1's job lacks the variable: the run fails
+    # at rendezvous, before any process starts, naming it.
+    Fault(
+        "missing-referenced-variable",
+        'command = ["python", "-c", "import time; time.sleep(120)", "--api-key=${runtime:GYM_FAULT_KEY}"]',
+        lambda r: r.fault(),
+        "fail",
+        1,
+        ("environment",),
+        words=("GYM_FAULT_KEY",),
+        prepare=lambda _run: {f"r{r}": {"env": {"GYM_FAULT_KEY": "k-47"}} for r in (0, 2)},
+    ),
     # A 3 MB output disk at start: below the default min_free_disk (10 GiB) on every node.
     Fault(
         "preflight-full-disk",

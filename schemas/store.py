@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from schemas import names, safe_io
+from schemas import credentials, names, safe_io
 from schemas.safe_io import MAX_ARTIFACT_BYTES, RunDirError, open_dir
 from schemas.vocab import WriterKind
 
@@ -295,7 +295,7 @@ class RunDir:
             "attempt": self.attempt,
             "writer": str(writer.kind),
             "written_at": time.time() + writer.clock_offset,
-            **fields,
+            **credentials.redact(fields),  # the second line: what a check missed never reaches disk
         }
         check(schema, doc)
         return doc

@@ -124,6 +124,8 @@ class FailureKind(enum.StrEnum):
     RUN_DIR = "run_dir"  # the run directory refused an operation (symlink, owner, reuse)
     FS_STALL = "fs_stall"  # the shared filesystem did not answer for longer than fs_stall_timeout
     PORTS = "ports"  # no free port (block) could be allocated
+    # A variable the spec takes from the job's environment (${runtime:NAME}, "runtime:NAME") is not set.
+    ENVIRONMENT = "environment"
     AGENT_DIED = "agent_died"  # written by the reaper: the agent was killed
     INTERNAL = "internal"  # an agent bug
     PREFLIGHT = "preflight"  # a check of this node before Ray and the judges failed (preflight-RANK.json)

@@ -212,3 +212,26 @@ def test_a_miles_file_renders_for_slurm_unchanged(tmp_path: Path) -> None:
     assert "#SBATCH --nodes=3" in script and "#SBATCH --gpus-per-node=8" in script
     assert "export NCCL_SOCKET_IFNAME=ib" in script  # [launch.env] of the MILES file
     assert f"--config {MILES / 'three-node.toml'}" in script  # every node loads the file itself, unedited
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ('miles.extra_args=["--lr", "1e-6", "--hub_token", "abc123secret"]', "miles.extra_args.3"),
+        ('miles.extra_args=["--wandb-key=abc123secret"]', "miles.extra_args.0"),
+        ('runtime.launcher_args=["HF_TOKEN=abc123secret"]', "runtime.launcher_args.0"),
+        ('tracking.wandb_entity="hf_abc123secret"', "tracking.wandb_entity"),
+    ],
+)
+def test_a_credential_in_the_run_files_arguments_is_refused_by_index(override: str, key: str) -> None:
+    out = cli("validate", "tests/data/miles/three-node.toml", "--set", override)
+    assert out.returncode == 2, out.stdout
+    assert f"{key}: looks like a credential" in out.stderr, out.stderr
+    assert "abc123secret" not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+def test_innocent_trainer_arguments_pass() -> None:
+    data = load_spec(
+        MILES / "three-node.toml", ['miles.extra_args=["--max-tokens", "512", "--tokenizer=/models/tok"]']
+    ).data
+    assert not any(p.key.startswith("miles.") for p in validate(data))

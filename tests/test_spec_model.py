@@ -327,3 +327,73 @@ def test_rubric_reply_format_scale_and_extraction_keys() -> None:
     assert "score_line" in problems[f"rubrics.{name}.reply_format"]
     assert "0 <= MIN < MAX <= 100" in problems[f"rubrics.{name}.score_scale"]
     assert "true or false" in problems[f"rubrics.{name}.extract_answer"]
+
+
+# --- credentials never enter a command line (issue 47) ----------------------------------------
+
+# (arguments, index of the credential, the secret it carries): each kind the one rule knows.
+ARGV_KINDS = [
+    (["--api-key", "live-123-abc"], 1, "live-123-abc"),
+    (["--hub_token=s3cr3t-value"], 0, "s3cr3t-value"),
+    (["HF_TOKEN=abc123xyz"], 0, "abc123xyz"),
+    (["hf_abcdefghijklmnop"], 0, "hf_abcdefghijklmnop"),
+    (["--password", "hunter2hunter2"], 1, "hunter2hunter2"),
+    (["--wandb-secret=hunter2"], 0, "hunter2"),
+]
+
+
+def _with_argv(field: str, args: list[str]) -> tuple[dict[str, Any], str, int]:
+    """The three-node example with `args` after an innocent first argument of one argv field."""
+    data = three_node()
+    if field == "driver.command":
+        data["driver"]["command"] = ["python", *args]
+    elif field == "driver.command (shell)":
+        data["driver"]["command"] = "python " + " ".join(args)
+        return data, "driver.command", 1
+    else:
+        data["ray"] = {"extra_args": ["--log-style=record", *args]}
+    return data, field, 1
+
+
+@pytest.mark.parametrize("field", ["driver.command", "driver.command (shell)", "ray.extra_args"])
+@pytest.mark.parametrize(("args", "index", "secret"), ARGV_KINDS)
+def test_a_literal_credential_in_any_argv_is_refused_by_index(
+    field: str, args: list[str], index: int, secret: str
+) -> None:
+    data, key, offset = _with_argv(field, args)
+    found = problems_of(data)
+    assert set(found) == {f"{key}.{index + offset}"}, found
+    message = found[f"{key}.{index + offset}"]
+    assert "${runtime:NAME}" in message and secret not in message
+
+
+@pytest.mark.parametrize("field", ["driver.command", "ray.extra_args"])
+def test_references_and_innocent_flags_pass(field: str) -> None:
+    args = [
+        "--api-key",
+        "${runtime:OPENAI_API_KEY}",
+        "--hub_token=${runtime:HF_TOKEN}",
+        "HF_TOKEN=${runtime:HF_TOKEN}",
+        "--max-tokens",
+        "512",
+        "--tokenizer=/models/tok",
+        "--password",
+        "--next-flag",
+    ]
+    data, _, _ = _with_argv(field, args)
+    assert problems_of(data) == {}
+
+
+def test_validate_exits_2_naming_the_index_never_the_value() -> None:
+    out = cli(
+        "validate",
+        "examples/three-node.toml",
+        "--set",
+        'driver.command=["python", "train.py", "--api-key", "sk-live-123", "--password=hunter2", "HF_TOKEN=hf_abc"]',
+    )
+    assert out.returncode == 2, out.stdout
+    assert "Traceback" not in out.stderr
+    for i in (3, 4, 5):
+        assert f"driver.command.{i}:" in out.stderr, out.stderr
+    for secret in ("sk-live-123", "hunter2", "hf_abc"):
+        assert secret not in out.stderr + out.stdout

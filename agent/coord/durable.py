@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.proc import tempdirs
-from schemas import RunDir, Writer, names
+from schemas import RunDir, Writer, credentials, names
 from schemas.vocab import FsCondition
 
 __all__ = ["FULL_ERRNOS", "RecordKeeper", "describe", "fs_condition", "held_by_another_incarnation", "local_dir"]
@@ -75,7 +75,7 @@ class RecordKeeper:
         try:
             path.parent.mkdir(mode=0o700, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"schema": schema, **fields}, default=str, indent=2))
+            tmp.write_text(json.dumps({"schema": schema, **credentials.redact(fields)}, default=str, indent=2))
             os.replace(tmp, path)
             return str(path)
         except OSError as exc:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 from agent.coord.context import RunContext
 from agent.coord.identity import Identity
 from agent.coord.rendezvous import Peer, agree, gather, node_order
@@ -11,7 +13,7 @@ from agent.lifecycle._doorbell_link import DoorbellLink
 from agent.lifecycle._phase_log import PhaseLog
 from agent.lifecycle._running import Running
 from agent.lifecycle.steps import AGREEMENT_STEPS
-from schemas import FailureKind, JobEnv
+from schemas import FailureKind, JobEnv, credentials
 
 __all__ = ["agree_plan", "reach_agreement", "rendezvous"]
 
@@ -33,6 +35,7 @@ def rendezvous(running: Running, ident: Identity, bell: DoorbellLink) -> list[Pe
     """Every rank's address record (ours was claimed before anything was written), then liveness
     watches its peers and the doorbell knows them."""
     _check_host_allowed(running.ctx, ident.hostname)
+    _check_environment(running.ctx)
     peers = gather(running.ctx, ident.count, seen=bell.peers_so_far)
     running.liveness.start_watching()
     bell.peers_known(peers, running.liveness, running.ctx.reaper)
@@ -48,6 +51,22 @@ def _check_host_allowed(ctx: RunContext, host: str) -> None:
             f"host {host!r} is not in launch.hostnames ({', '.join(allowed)}); run on a listed host or add "
             "it to the allowlist",
         )
+
+
+def _check_environment(ctx: RunContext) -> None:
+    """Every variable the spec takes from the job's environment is set, before any process starts
+    (a missing one would fail the driver or Ray far later, or start them with an empty secret)."""
+    referenced = ctx.config.environment_references()
+    missing = {var: key for var, key in referenced.items() if var not in os.environ}
+    if missing:
+        raise ctx.fail(
+            FailureKind.ENVIRONMENT,
+            "not set in the job's environment: "
+            + ", ".join(f"{var} (referenced by {key})" for var, key in missing.items())
+            + "; export it where the job is submitted, or name it in [launch] secrets",
+        )
+    # An argv's values reach a command line (stacks read it); [driver] env's never do, and hold pool lists.
+    credentials.hold(os.environ[var] for var, key in referenced.items() if not key.startswith("driver.env."))
 
 
 def agree_plan(ctx: RunContext, ident: Identity, peers: list[Peer]) -> Topology:

@@ -25,7 +25,8 @@ from agent.lifecycle._progress_watch import ProgressThread, ProgressWatch, Sourc
 from agent.proc import driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
-from schemas import DriverEnv, FailureKind, Phase, names, records
+from launch.spec.resolve import RUNTIME_PREFIX
+from schemas import DriverEnv, FailureKind, Phase, credentials, names, records
 
 __all__ = ["DriverRuntime"]
 
@@ -107,8 +108,8 @@ class DriverRuntime:
         """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment."""
         out: dict[str, str] = {}
         for key, value in self.ctx.config.driver.env.items():
-            if value.startswith("runtime:"):
-                var = value[len("runtime:") :]
+            if value.startswith(RUNTIME_PREFIX):
+                var = value[len(RUNTIME_PREFIX) :]
                 if var not in os.environ:
                     raise self.ctx.fail(
                         FailureKind.PLACEMENT,
@@ -119,11 +120,20 @@ class DriverRuntime:
         return out
 
     def argv(self) -> tuple[list[str], bool]:
-        """The driver's command line, and whether it is one shell command."""
+        """The driver's command line as the spec spells it (references kept), and whether it is one
+        shell command: what the agent's log and status show."""
         cmd = self.ctx.config.driver.command
         if isinstance(cmd, str):
             return [cmd], True
         return list(cmd), False
+
+    def exec_argv(self) -> tuple[list[str], bool]:
+        """The command line the driver is exec'd with: each ``${runtime:NAME}`` its value (an argv)
+        or the shell's own ``${NAME}`` (a shell string); nothing else sees it."""
+        argv, shell = self.argv()
+        if shell:
+            return [credentials.shell_form(argv[0])], True
+        return credentials.substitute(argv, os.environ), False
 
     # -- driver ----------------------------------------------------------------------------------
 
@@ -221,7 +231,7 @@ class DriverRuntime:
             driver_ack = names.leaf(names.ack(topo.rank_of_node(ctx.plan.driver_node)))
             ctx.wait_unbounded(lambda: ctx.listed(driver_ack, names.ACKS_DIR), files=True)
             return ""
-        argv, shell = self.argv()
+        argv, shell = self.exec_argv()
         t0 = clock.mono()
 
         def on_exit(code: int) -> None:

@@ -7,6 +7,7 @@ import os
 import sys
 
 from agent.ground import clock
+from schemas.credentials import redact_text
 from schemas.timefmt import iso_ms
 
 __all__ = ["Printer"]
@@ -21,7 +22,7 @@ class Printer:
         self._console_open = True
 
     def __call__(self, line: str) -> None:
-        text = f"{self.tag} {line}"
+        text = f"{self.tag} {redact_text(line)}"  # the one redaction: no credential reaches the log
         try:
             os.write(self.log_fd, f"{iso_ms(clock.wall())} {text}\n".encode())
         except OSError:

@@ -19,6 +19,7 @@ from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.preflight._residue import residue
 from agent.preflight._run import PreflightInputs, Report, run_preflight, socket_env
+from launch.spec.resolve import RUNTIME_PREFIX
 from schemas import FailureKind, names
 
 __all__ = ["PROBE_TIMEOUT_S", "PreflightRuntime", "ProbePeers", "driver_env_values"]
@@ -33,8 +34,8 @@ def driver_env_values(env: dict[str, str]) -> dict[str, str]:
     """[driver] env as the driver gets it (a `runtime:VAR` value is VAR of the job's environment)."""
     out = {}
     for key, value in env.items():
-        if value.startswith("runtime:"):
-            var = value[len("runtime:") :]
+        if value.startswith(RUNTIME_PREFIX):
+            var = value[len(RUNTIME_PREFIX) :]
             if var not in os.environ:
                 continue  # the driver step names that problem itself
             value = os.environ[var]

@@ -24,7 +24,7 @@ from agent.ground.waits import Progress, poll_until
 from agent.proc import ports, signals, tempdirs
 from agent.proc.procgroup import sweep_session
 from agent.ray._probe import PROGRESS_MARK
-from schemas import port_grid
+from schemas import credentials, port_grid
 from schemas.errors import EXIT_RUN_FAILED, GymError
 
 __all__ = [
@@ -331,7 +331,7 @@ def ray_start_argv(spec: RayNodeSpec) -> list[str]:
         argv.append("--resources=" + json.dumps(dict(spec.resources), sort_keys=True))
     # Flags only a head accepts are dropped from workers (as the pools seed does).
     extra = list(spec.extra_args) if spec.is_head else worker_extra_args(spec.extra_args)
-    return argv + extra
+    return argv + credentials.substitute(extra, os.environ)  # references: values only in the exec
 
 
 def ray_env(base: Mapping[str, str], cuda_visible_devices: str, temp_dir: str) -> dict[str, str]:

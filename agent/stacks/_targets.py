@@ -5,12 +5,11 @@ them, each with its role and a scrubbed command line."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.proc.procgroup import session_members
-from launch.spec.resolve import CREDENTIAL_VALUE, looks_like_credential
+from schemas.credentials import REDACTED, redact_argv
 
 __all__ = [
     "MAX_ARGS",
@@ -28,7 +27,6 @@ __all__ = [
 
 MAX_ARGS = 64
 MAX_ARG_CHARS = 512
-REDACTED = "<redacted>"
 RAY_WORKER_TITLE = "ray::"  # Ray names a worker's process after the task or actor it runs
 RAY_NODE_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # Ray's own per-node agents, not workers
 
@@ -51,32 +49,14 @@ def role_of(group: str, cmdline: Sequence[str]) -> str:
     return family
 
 
-_FLAG_VALUE = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
-
-
 def scrub(argv: Iterable[str]) -> tuple[str, ...]:
-    """A command line as an artifact may keep it: a value whose name looks like a credential
-    (--api-key=..., HF_TOKEN=..., --password VALUE) or that looks like a token itself is replaced;
-    every argument is cut, and so is the count."""
+    """A command line as an artifact may keep it: every credential redacted (the one rule,
+    schemas.credentials), every argument cut, and so is the count."""
     out: list[str] = []
-    hide_next = False
-    for arg in argv:
+    for arg in redact_argv(argv):
         if len(out) >= MAX_ARGS:
             out.append(f"...[{MAX_ARGS}+ arguments]")
             break
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        m = _FLAG_VALUE.match(arg)
-        if m and looks_like_credential(m.group(1).lstrip("-"), m.group(2)):
-            out.append(f"{m.group(1)}={REDACTED}")
-            continue
-        if CREDENTIAL_VALUE.search(arg):
-            out.append(REDACTED)
-            continue
-        if arg.startswith("-") and looks_like_credential(arg.lstrip("-"), None):
-            hide_next = True  # --token VALUE: the value is the next argument
         out.append(arg if len(arg) <= MAX_ARG_CHARS else arg[: MAX_ARG_CHARS - 1] + "…")
     return tuple(out)
 

@@ -18,7 +18,7 @@ from launch.backends.answers import SchedulerView
 from launch.spec.config import RunConfig
 from launch.spec.errors import GymError, Problem
 from launch.spec.plan import Plan
-from schemas import RunDir
+from schemas import RunDir, credentials
 
 __all__ = [
     "EXIT_USAGE",
@@ -56,6 +56,10 @@ class Rendered:
     backend: str
     text: str
     file_name: str  # how the submitter names it inside the run directory
+
+    def __post_init__(self) -> None:
+        # The second line (schemas.credentials): what a check missed never reaches a job file.
+        object.__setattr__(self, "text", credentials.redact_text(self.text))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 from launch.spec import names
 from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
+from schemas.credentials import CREDENTIAL_VALUE, argv_credentials
 
 __all__ = [
     "DEFAULT_DRIVER",
@@ -32,6 +33,7 @@ __all__ = [
     "FORMAT_MILES",
     "LAUNCH_EXTENSIONS",
     "MAPPING",
+    "MILES_CREDENTIAL_FIX",
     "MIXED_SECTIONS",
     "OWNED_SECTIONS",
     "REFERENCE_TEXT",
@@ -206,8 +208,34 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     _judges(data, draft)
     _rubrics(data, draft)
     _driver(draft, overrides)
+    for section in (*TRAINER_SECTIONS, *MIXED_SECTIONS):
+        if section in data:
+            _trainer_credentials(data[section], [section], draft)
     trainer_sections = tuple(s for s in (*TRAINER_SECTIONS, *MIXED_SECTIONS) if s in data)
     return Translation(draft.out, tuple(draft.problems), draft.renames, trainer_sections)
+
+
+MILES_CREDENTIAL_FIX = (
+    "looks like a credential, and the run file is copied to the shared filesystem (run-file.toml) and given "
+    "to the trainer byte for byte; remove it and give the trainer its key through the job's environment "
+    "([launch] secrets, or the environment the job is submitted with)"
+)
+
+
+def _trainer_credentials(value: Any, path: list[str], draft: _Draft) -> None:
+    """The trainer's own keys: an argument list holds no literal credential (the one rule, by index);
+    a single value no known token."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _trainer_credentials(v, [*path, str(k)], draft)
+    elif isinstance(value, list) and all(isinstance(a, str) for a in value):
+        for i, _how in argv_credentials(value):
+            draft.problem([*path, str(i)], MILES_CREDENTIAL_FIX)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _trainer_credentials(v, [*path, str(i)], draft)
+    elif isinstance(value, str) and CREDENTIAL_VALUE.search(value):
+        draft.problem(path, MILES_CREDENTIAL_FIX)
 
 
 def _top_level(data: Mapping[str, Any], draft: _Draft) -> None:

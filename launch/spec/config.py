@@ -15,7 +15,7 @@ from launch.spec import _keys as keys
 from launch.spec import names
 from launch.spec._fields import REQUIRED, default_of, key, key_info, section, section_info, spelled
 from launch.spec.load import ResolvedSpec
-from launch.spec.resolve import resolve
+from launch.spec.resolve import RUNTIME_PREFIX, resolve
 from launch.spec.sections import (
     MAX_JUDGES,
     MAX_POOLS,
@@ -34,6 +34,7 @@ from launch.spec.sections import (
     RubricConfig,
     TrainerConfig,
 )
+from schemas import credentials
 
 # The section types live in launch.spec.sections and are imported from there.
 __all__ = ["REQUIRED", "RunConfig", "default_of", "key_info", "section_info", "spelled"]
@@ -130,6 +131,22 @@ class RunConfig:
     def gpu_judges(self) -> tuple[JudgeConfig, ...]:
         """Bound managed judges: the ones that take GPUs from the allocation."""
         return tuple(j for j in self.bound_judges if j.managed)
+
+    def environment_references(self) -> dict[str, str]:
+        """Variable -> the first key that takes it from the job's environment (``${runtime:NAME}`` in
+        an argv, ``runtime:NAME`` in [driver] env): each must be set before any process starts."""
+        out: dict[str, str] = {}
+        command = self.driver.command
+        for i, arg in enumerate((command,) if isinstance(command, str) else command):
+            for var in credentials.references([arg]):
+                out.setdefault(var, "driver.command" if isinstance(command, str) else f"driver.command.{i}")
+        for i, arg in enumerate(self.ray.extra_args):
+            for var in credentials.references([arg]):
+                out.setdefault(var, f"ray.extra_args.{i}")
+        for name, value in self.driver.env.items():
+            if value.startswith(RUNTIME_PREFIX):
+                out.setdefault(value[len(RUNTIME_PREFIX) :], f"driver.env.{name}")
+        return out
 
     def data_paths(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """[data] train and eval files; relative ones resolve from the spec file's folder."""

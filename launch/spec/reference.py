@@ -20,6 +20,7 @@ from launch.spec._fields import REQUIRED, SectionInfo, default_of, key_info, sec
 
 __all__ = [
     "DOC_PATH",
+    "CREDENTIALS_TEXT",
     "PLACEMENT_TEXT",
     "SCHEMA_ID",
     "SEED_LAYOUT_TEXT",
@@ -255,6 +256,34 @@ PLACEMENT_TEXT = [
 ]
 
 
+CREDENTIALS_TEXT = [
+    "## Credentials on a command line",
+    "",
+    "A spec is copied to the shared filesystem (`spec.json`, `run-file.toml`), so no command line it carries",
+    "(`driver.command`, `ray.extra_args`, a MILES run file's argument lists) may hold a credential: a known",
+    "token (`sk-`, `hf_`, `ghp_`, ...), the value of a `--*key*`/`--*token*`/`--*password*`/`--*secret*` flag",
+    "(`--api-key VALUE` or `--api-key=VALUE`), or a `NAME=VALUE` word whose name looks like one (`HF_TOKEN=...`).",
+    "`gym-launch validate` refuses it with exit 2, naming the argument's index (never its value); the same rule",
+    "refuses a credential in `launch.env` and `driver.env`.",
+    "",
+    'Pass it by reference instead: an argument may contain `"${runtime:NAME}"` (exactly that spelling), which',
+    "the agent replaces with NAME of the job's environment only in the exec of the process (the driver, `ray",
+    "start`); a shell-string driver gets the shell's own `${NAME}`. Export NAME where the job is submitted, or",
+    "name it in `[launch] secrets` (a Beaker or SkyPilot secret, given to the job by name). Every file keeps",
+    "the reference. A referenced variable the job's environment lacks fails the run before any process starts",
+    "(failure kind `environment`, naming it). A MILES trainer reads its run file itself: give it its key through",
+    "the job's environment. `docs/security.md` lists what is never written.",
+    "",
+    "```toml",
+    "[driver]",
+    'command = ["python", "train.py", "--hub_token", "${runtime:HF_TOKEN}"]',
+    "[launch.secrets]",
+    "HF_TOKEN = \"my-hf-token\"  # Beaker: the secret's name; SkyPilot: the variable's own name",
+    "```",
+    "",
+]
+
+
 SEED_LAYOUT_TEXT = (
     "Seed 001 writes a run as `compute:` and `services:`; a spec with either key is refused with a pointer "
     "to the tables below, which are this project's spelling of the same keys."
@@ -281,6 +310,7 @@ def spec_markdown() -> str:
     ]
     _section("", model.RunConfig, "The run's name.", lines)
     lines += PLACEMENT_TEXT
+    lines += CREDENTIALS_TEXT
     lines += ["## MILES run files", "", miles.REFERENCE_TEXT.strip(), "", *miles.mapping_table(), ""]
     lines += ["## Seed 001 layout", "", SEED_LAYOUT_TEXT, "", *seed_layout.mapping_table(), ""]
     return "\n".join(lines)

@@ -27,8 +27,8 @@ Rules beyond the field declarations:
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Iterator, Mapping
+import shlex
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,9 +53,11 @@ from launch.spec.sections import (
     TrainerConfig,
 )
 from schemas import DriverEnv
+from schemas.credentials import CREDENTIAL_VALUE, CREDENTIAL_WORDS, argv_credentials, looks_like_credential
 
 __all__ = [
     "AGENT_OWNED_RAY_FLAGS",
+    "ARGV_FIX",
     "BEAKER_NODE_GPUS",
     "CREDENTIALS",
     "CREDENTIAL_KEYS",
@@ -81,6 +83,7 @@ __all__ = [
     "UNSUPPORTED",
     "VLLM",
     "check",
+    "check_argv",
     "check_env",
     "looks_like_credential",
     "resolve",
@@ -133,22 +136,12 @@ AGENT_OWNED_RAY_FLAGS = (
 )
 RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "accelerator_type")
 
-# Credential-looking environment: a name with one of these words, or a value with a known token prefix.
-CREDENTIAL_WORDS = frozenset(
-    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT"}
-)
-CREDENTIAL_VALUE = re.compile(
-    r"^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|AKIA[0-9A-Z]{12}|AIza|ya29\.|eyJ[\w-]+\.eyJ)"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-)
 RUNTIME_PREFIX = "runtime:"
-
-
-def looks_like_credential(name: str, value: Any) -> bool:
-    words = set(re.split(r"[^A-Z0-9]+", name.upper()))
-    if words & CREDENTIAL_WORDS:
-        return True
-    return isinstance(value, str) and bool(CREDENTIAL_VALUE.search(value))
+ARGV_FIX = (
+    "a spec is copied to the shared filesystem (spec.json, run-file.toml); "
+    'remove it and pass it by reference: "${runtime:NAME}" is NAME of the job\'s environment (or of '
+    "[launch] secrets), substituted only when the agent starts the process"
+)
 
 
 def unknown_key_message(path: Path_, key: str, known: list[str]) -> str:
@@ -456,6 +449,29 @@ def check_env(c: Checker, env: Mapping[str, Any], path: Path_) -> None:
             c.add(p, f'"{RUNTIME_PREFIX}VAR" must name an environment variable, not {value!r}')
 
 
+_HOW = {
+    "flag": "the value of a credential flag",
+    "pair": "a credential as NAME=VALUE",
+    "value": "a token",
+}
+
+
+def check_argv(c: Checker, argv: Sequence[str], path: Path_) -> None:
+    """A command line the spec carries: no literal credential, named by its index (never its value)."""
+    for i, how in argv_credentials(argv):
+        c.add((*path, str(i)), f"is {_HOW[how]}, and {ARGV_FIX}")
+
+
+def _command_words(command: tuple[str, ...] | str) -> tuple[str, ...]:
+    """An argv as given, or a shell string's words (as the shell would split it, near enough)."""
+    if not isinstance(command, str):
+        return command
+    try:
+        return tuple(shlex.split(command))
+    except ValueError:
+        return tuple(command.split())
+
+
 def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
     """Rules that relate keys of different tables, on the typed sections that resolved cleanly
     (a section with a problem of its own is left out: its rules wait until that is fixed)."""
@@ -499,6 +515,7 @@ def _slurm_directive_rules(c: Checker, launch: LaunchConfig) -> None:
 
 def _driver_rules(c: Checker, driver: DriverConfig) -> None:
     check_env(c, driver.env, ("driver", "env"))
+    check_argv(c, _command_words(driver.command), ("driver", "command"))
     for k, message in driver.evidence.problems():
         c.add(("driver", "evidence", k), message)
 
@@ -671,6 +688,7 @@ def _binding_rules(
 
 
 def _ray_rules(c: Checker, ray: RayConfig, pools: Mapping[str, PoolConfig] | None) -> None:
+    check_argv(c, ray.extra_args, ("ray", "extra_args"))
     owned = [a for a in ray.extra_args if a.split("=", 1)[0] in AGENT_OWNED_RAY_FLAGS]
     if owned:
         c.add(

@@ -649,7 +649,9 @@ class DriverConfig:
     """``command`` is an argv tuple, or one string to run through the shell."""
 
     command: tuple[str, ...] | str = key(
-        keys.TextOrList(MAX_ARGS), doc="the training driver: an array of arguments, or one shell string"
+        keys.TextOrList(MAX_ARGS),
+        doc="the training driver: an array of arguments, or one shell string; no credentials: "
+        '"${runtime:NAME}" passes one by reference (see Credentials on a command line)',
     )
     env: Mapping[str, str] = key(
         keys.Table(keys.Text(), MAX_ENV),
@@ -1069,7 +1071,8 @@ class RayConfig:
     extra_args: tuple[str, ...] = key(
         keys.TextList(64),
         (),
-        doc="appended to ray start on every node; flags the agent owns (ports, addresses, GPUs) are refused",
+        doc="appended to ray start on every node; flags the agent owns (ports, addresses, GPUs) are refused; "
+        'no credentials ("${runtime:NAME}" passes one by reference)',
         rule=SEED_POOLS,
     )
     dashboard: bool = key(

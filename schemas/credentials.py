@@ -1,0 +1,170 @@
+"""The one rule of what looks like a credential, for every place that refuses or redacts one.
+
+The spec's check refuses a literal credential in an environment table or a command line (it would be
+copied to the shared filesystem as spec.json and run-file.toml); the writers of artifacts redact what
+the check let through. Both ask the functions below, so a rule added here holds everywhere.
+
+A command line names a credential by reference instead: ``${runtime:NAME}`` is NAME of the job's
+environment, substituted by the agent only in the exec of its child (``references``, ``substitute``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "CREDENTIAL_VALUE",
+    "CREDENTIAL_WORDS",
+    "REDACTED",
+    "REFERENCE",
+    "argv_credentials",
+    "hold",
+    "looks_like_credential",
+    "redact",
+    "redact_argv",
+    "redact_text",
+    "references",
+    "shell_form",
+    "substitute",
+]
+
+# A name with one of these words (split on anything not a letter or digit), or a value with a known token prefix.
+CREDENTIAL_WORDS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT"}
+)
+CREDENTIAL_VALUE = re.compile(
+    r"^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|AKIA[0-9A-Z]{12}|AIza|ya29\.|eyJ[\w-]+\.eyJ)"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+)
+# The one spelling of a reference in a command line: the whole argument or a part of it.
+REFERENCE = re.compile(r"\$\{runtime:([A-Za-z_][A-Za-z0-9_]*)\}")
+REDACTED = "<redacted>"
+
+_FLAG_VALUE = re.compile(r"^(-{0,2}[A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
+
+
+def looks_like_credential(name: str, value: Any) -> bool:
+    """A name that says it holds a credential, or a value that is one by its prefix."""
+    words = set(re.split(r"[^A-Z0-9]+", name.upper()))
+    if words & CREDENTIAL_WORDS:
+        return True
+    return isinstance(value, str) and bool(CREDENTIAL_VALUE.search(value))
+
+
+# A value that only names a variable (`--secret HF_TOKEN`, SkyPilot's own flag) holds no credential.
+_VARIABLE_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def _literal(value: str) -> bool:
+    """A value that is not only references or a variable's name (an empty value holds nothing either)."""
+    rest = REFERENCE.sub("", value).strip().strip("\"'")
+    return bool(rest) and not _VARIABLE_NAME.fullmatch(rest)
+
+
+def _kinds(argv: Sequence[str]) -> Iterable[tuple[int, str]]:
+    """(index, how) of every argument that holds a credential, a reference or not:
+    "flag" (--token VALUE: the value), "pair" (--password=VALUE, HF_TOKEN=VALUE), "value" (a bare token)."""
+    after_flag = False
+    for i, arg in enumerate(argv):
+        if after_flag:
+            after_flag = False
+            if not arg.startswith("-"):
+                yield i, "flag"
+                continue
+        m = _FLAG_VALUE.match(arg)
+        if m and looks_like_credential(m.group(1).lstrip("-"), m.group(2)):
+            if m.group(2):
+                yield i, "pair"
+            continue
+        if CREDENTIAL_VALUE.search(arg):
+            yield i, "value"
+            continue
+        if arg.startswith("-") and not m and looks_like_credential(arg.lstrip("-"), None):
+            after_flag = True  # --token VALUE: the value is the next argument
+
+
+def argv_credentials(argv: Sequence[str]) -> tuple[tuple[int, str], ...]:
+    """(index, how) of every literal credential of a command line; a ``${runtime:NAME}`` reference
+    in its place is the way to pass one, and is not reported."""
+    out = []
+    for i, how in _kinds(argv):
+        value = _FLAG_VALUE.match(argv[i]).group(2) if how == "pair" else argv[i]  # type: ignore[union-attr]
+        if _literal(value):
+            out.append((i, how))
+    return tuple(out)
+
+
+# Values this process substituted for references: once in a child's command line they look like
+# anything, so they are redacted by value too (a stack's command line, a cause quoting it).
+_HELD: set[str] = set()
+MIN_HELD = 4  # shorter values would redact ordinary words
+
+
+def hold(values: Iterable[str]) -> None:
+    """Redact these values wherever this process writes them from now on."""
+    _HELD.update(v for v in values if len(v) >= MIN_HELD)
+
+
+def _unheld(arg: str) -> str:
+    for value in _HELD:
+        arg = arg.replace(value, REDACTED)
+    return arg
+
+
+def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
+    """A command line as an artifact may keep it: every credential value replaced (references stay)."""
+    args = [_unheld(a) for a in argv] if _HELD else list(argv)
+    for i, how in argv_credentials(args):
+        if how == "pair":
+            args[i] = args[i].split("=", 1)[0] + "=" + REDACTED
+        else:
+            args[i] = REDACTED
+    return tuple(args)
+
+
+_SPACE = re.compile(r"(\s+)")
+
+
+def redact_text(text: str) -> str:
+    """A text as a file may keep it (a log line, a cause): its whitespace-separated words read as a
+    command line and redacted by the same rule (redact_argv); the spacing is kept."""
+    if not text:
+        return text
+    parts = _SPACE.split(text)
+    words = redact_argv(parts[0::2])
+    parts[0::2] = words
+    return "".join(parts)
+
+
+def redact(value: Any) -> Any:
+    """JSON-like data with every string redacted (redact_text) and every list of strings read as a
+    command line first (--token VALUE); mapping keys stay. What a rule of the checks missed does
+    not reach disk: every artifact writer passes its document through here."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, str) for v in value):
+            return [redact_text(v) for v in redact_argv(value)]
+        return [redact(v) for v in value]
+    return value
+
+
+def references(argv: Iterable[str]) -> tuple[str, ...]:
+    """The variables a command line names by reference, in order, each once."""
+    return tuple(dict.fromkeys(m.group(1) for arg in argv for m in REFERENCE.finditer(arg)))
+
+
+def shell_form(command: str) -> str:
+    """A shell command's references as the shell's own expansions ("${NAME}"): the shell takes the
+    value from the child's environment, so it is in no command text at all."""
+    return REFERENCE.sub(lambda m: "${" + m.group(1) + "}", command)
+
+
+def substitute(argv: Iterable[str], env: Mapping[str, str]) -> list[str]:
+    """The command line the child is exec'd with: each reference replaced by its variable's value
+    (a missing variable is the caller's error, checked before: KeyError here)."""
+    return [REFERENCE.sub(lambda m: env[m.group(1)], arg) for arg in argv]

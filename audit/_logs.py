@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
+from schemas.tracebacks import last_traceback
 
 __all__ = [
     "CHUNK",
@@ -118,11 +119,9 @@ def excerpt(lines: list[str], max_lines: int = 30, max_chars: int = 400) -> tupl
     while lines and not lines[-1].strip():
         lines = lines[:-1]
     picked: list[str]
-    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=-1)
-    if start >= 0:
-        end = start + 1
-        while end < len(lines) and (lines[end].startswith((" ", "\t")) or not lines[end].strip()):
-            end += 1
+    span = last_traceback(lines)
+    if span is not None:
+        start, end = span
         picked = lines[start : end + 1]
         if len(picked) > max_lines:
             picked = picked[:4] + ["    ..."] + picked[-(max_lines - 5) :]

@@ -26,6 +26,7 @@ from agent.proc.procgroup import sweep_session
 from agent.ray._probe import PROGRESS_MARK
 from schemas import credentials, port_grid
 from schemas.errors import EXIT_RUN_FAILED, GymError
+from schemas.tracebacks import last_traceback
 
 __all__ = [
     "BLOCK_USED",
@@ -216,15 +217,12 @@ def ray_client_installed() -> bool:
 
 def traceback_exception(text: str) -> str | None:
     """The exception line (`ValueError: ...`) of the last Python traceback `text` ends in, or None:
-    the first unindented line after it, where a `ray start` that raised says why it ended."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    start = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")), default=-1)
-    if start < 0:
+    where a `ray start` that raised says why it ended."""
+    lines = text.splitlines()
+    span = last_traceback(lines)
+    if span is None or span[1] >= len(lines):
         return None
-    for ln in lines[start + 1 :]:
-        if not ln.startswith((" ", "\t")):
-            return ln.strip()
-    return None
+    return lines[span[1]].strip()
 
 
 def dashboard_missing(timeout: float = 60.0) -> str | None:

@@ -96,9 +96,8 @@ class JudgeRuntime:
             raise self.ctx.fail(FailureKind.DATA, str(exc)) from None
         if not report.ok:
             raise self.ctx.fail(FailureKind.DATA, "; ".join(p.message for p in report.problems))
-        unused = f"; bindings unused by the data: {', '.join(report.unused_bindings)}" if report.unused_bindings else ""
-        rows = sum(f.rows for f in report.files)
-        return f"{rows} rows, {len(report.judged_verifiers)} judge-graded verifier(s){unused}"
+        rows = sum(f.rows for f in report.files)  # a passing check has no unused binding (each is a problem)
+        return f"{rows} rows, {len(report.judged_verifiers)} judge-graded verifier(s)"
 
     # -- managed judges on this node --------------------------------------------------------------
 

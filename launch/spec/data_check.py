@@ -76,7 +76,7 @@ class DataReport:
     verifier_rows: Mapping[str, int]  # rows per verifier, all splits
     judged_verifiers: tuple[str, ...]
     missing_bindings: tuple[str, ...]
-    unused_bindings: tuple[str, ...]  # reported, not an error
+    unused_bindings: tuple[str, ...]  # each also a problem: the trainer refuses them
     problems: tuple[DataProblem, ...] = field(default_factory=tuple)
 
     @property

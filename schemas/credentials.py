@@ -10,6 +10,7 @@ environment, substituted by the agent only in the exec of its child (``reference
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -34,10 +35,9 @@ __all__ = [
 CREDENTIAL_WORDS = frozenset(
     {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "CREDENTIALS", "AUTH", "PAT"}
 )
-CREDENTIAL_VALUE = re.compile(
-    r"^(sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|AKIA[0-9A-Z]{12}|AIza|ya29\.|eyJ[\w-]+\.eyJ)"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-)
+_PREFIXES = r"sk-|sk_|hf_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abpr]-|AKIA[0-9A-Z]{12}|AIza|ya29\.|eyJ[\w-]+\.eyJ"
+_PEM = r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
+CREDENTIAL_VALUE = re.compile(rf"^({_PREFIXES})|{_PEM}")
 # The one spelling of a reference in a command line: the whole argument or a part of it.
 REFERENCE = re.compile(r"\$\{runtime:([A-Za-z_][A-Za-z0-9_]*)\}")
 REDACTED = "<redacted>"
@@ -107,6 +107,63 @@ def hold(values: Iterable[str]) -> None:
     _HELD.update(v for v in values if len(v) >= MIN_HELD)
 
 
+# The fast path: redaction runs on hot paths (every grade record, every line of a driver's output),
+# and almost no text holds anything to redact. A text where the rule below could find nothing is
+# returned as it is, without reading it word by word: the rule needs a token's prefix at a word's
+# start or after '=' (or a PEM block), a credential word (a whole word) in a -flag or in the name of
+# a NAME=value, or a held value. A superset of the rule, never a second one: it only decides whether
+# the rule runs (tests/test_redaction.py compares both on many texts). Python's re is slow on
+# patterns that start with an alternation of words: each search here starts with a character class.
+_HEAD = re.compile(_PREFIXES)
+_HEAD_OR_DASH = re.compile(rf"[\s=](?:{_PREFIXES})|\s-")  # a word's prefix, or a word that starts with '-'
+_NAME_WORDS = re.compile("|".join(sorted(CREDENTIAL_WORDS, key=len, reverse=True)))
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+def _may_hold(text: str) -> bool:
+    """Whether the rule could redact anything in ``text`` (False: it would return it unchanged)."""
+    if _HEAD.match(text) or "-----BEGIN" in text:
+        return True
+    named = text.startswith("-") or "=" in text
+    for m in _HEAD_OR_DASH.finditer(text):
+        if m.end() - m.start() > 2:
+            return True  # a token's prefix
+        named = True
+    if named and _named(text.upper()):  # the rule reads names upper-cased
+        return True
+    return bool(_HELD) and any(value in text for value in _HELD)
+
+
+def _named(t: str) -> bool:
+    """A credential word, as a whole word, in a -flag or in the name of a NAME=value of ``t``."""
+    for m in _NAME_WORDS.finditer(t):
+        i, j = m.span()
+        if (i and t[i - 1] in _ALNUM) or (j < len(t) and t[j] in _ALNUM):
+            continue  # part of a longer word ("passage", "keyboard")
+        if _in_flag_or_name(t, i, j):
+            return True
+    return False
+
+
+def _in_flag_or_name(t: str, i: int, j: int) -> bool:
+    """Whether t[i:j] is in a word that starts with '-' (the whole text may be one argument that
+    does) or before an '=' in its word."""
+    if t.startswith("-"):
+        return True
+    start = i
+    while start and not t[start - 1].isspace():
+        start -= 1
+    if t[start] == "-":
+        return True
+    for k in range(j, len(t)):
+        c = t[k]
+        if c == "=":
+            return True
+        if c.isspace():
+            return False
+    return False
+
+
 def _unheld(arg: str) -> str:
     for value in _HELD:
         arg = arg.replace(value, REDACTED)
@@ -115,7 +172,11 @@ def _unheld(arg: str) -> str:
 
 def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
     """A command line as an artifact may keep it: every credential value replaced (references stay)."""
-    args = [_unheld(a) for a in argv] if _HELD else list(argv)
+    args = list(argv)
+    if not any(_may_hold(a) for a in args):
+        return tuple(args)
+    if _HELD:
+        args = [_unheld(a) for a in args]
     for i, how in argv_credentials(args):
         if how == "pair":
             args[i] = args[i].split("=", 1)[0] + "=" + REDACTED
@@ -130,7 +191,7 @@ _SPACE = re.compile(r"(\s+)")
 def redact_text(text: str) -> str:
     """A text as a file may keep it (a log line, a cause): its whitespace-separated words read as a
     command line and redacted by the same rule (redact_argv); the spacing is kept."""
-    if not text:
+    if not text or not _may_hold(text):
         return text
     parts = _SPACE.split(text)
     words = redact_argv(parts[0::2])
@@ -141,7 +202,8 @@ def redact_text(text: str) -> str:
 def redact(value: Any) -> Any:
     """JSON-like data with every string redacted (redact_text) and every list of strings read as a
     command line first (--token VALUE); mapping keys stay. What a rule of the checks missed does
-    not reach disk: every artifact writer passes its document through here."""
+    not reach disk: every artifact writer passes its document through here. A frozen dataclass
+    (a report, a status) comes back as a copy of its type, its tuples still tuples."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
@@ -150,6 +212,14 @@ def redact(value: Any) -> Any:
         if all(isinstance(v, str) for v in value):
             return [redact_text(v) for v in redact_argv(value)]
         return [redact(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if f.init:
+                old = getattr(value, f.name)
+                new = redact(old)
+                changes[f.name] = tuple(new) if isinstance(old, tuple) else new
+        return dataclasses.replace(value, **changes)
     return value
 
 

@@ -7,8 +7,8 @@ and ``finish_reason`` where its reply says them, and the sha256 of the request b
 prompts stay with the grades). The file is capped and rotated like grades-RANK.jsonl (the same
 RotatingLog and the same ``[judging] grades_max_bytes`` / ``grades_keep``).
 
-Lines are written by a thread of their own: the gateway's event loop only queues them, so a slow
-shared filesystem delays the record, never a reply. The thread wakes every FLUSH_S and appends what
+Lines are serialized, redacted (schemas/credentials.py) and written by a thread of their own: the
+gateway's event loop only queues them, so a slow shared filesystem delays the record, never a reply. The thread wakes every FLUSH_S and appends what
 came meanwhile in one write: a wake-up per request (the queue's own signal) cost the event loop
 about as much as the request's parsing. A batch the run directory refuses is counted line by line,
 said once on stderr, and its ``seq`` numbers stay a gap.
@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from agent.judges._grade_log import PartlyWritten, RotatingLog
-from schemas import names
+from schemas import credentials, names
 from schemas.timefmt import iso_ms
 from schemas.vocab import GatewayOutcome
 
@@ -147,7 +147,7 @@ class GatewayLog:
         self.log = RotatingLog(run_dir, partial(names.gateway_log, judge), max_bytes=max_bytes, keep=keep)
         self.lost = 0
         self._seq = 0
-        self._queue: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gateway-log", daemon=True)
         self._thread.start()
@@ -184,7 +184,7 @@ class GatewayLog:
             "bytes_out": line.bytes_out,
             "error": line.error[:ERROR_CHARS] if line.error is not None else None,
         }
-        self._queue.put(orjson.dumps(doc) + b"\n")
+        self._queue.put(doc)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, then stop the thread."""
@@ -198,7 +198,9 @@ class GatewayLog:
             batch: list[bytes] = []
             with contextlib.suppress(queue.Empty):
                 while True:
-                    batch.append(self._queue.get_nowait())
+                    # Serialized here, off the event loop, through the one redaction (a path's
+                    # query or an error may quote a credential).
+                    batch.append(orjson.dumps(credentials.redact(self._queue.get_nowait())) + b"\n")
             if batch:
                 self._write(batch)
             if stopping:

@@ -41,7 +41,7 @@ from agent.judges._alarm import (
 from agent.judges._grade_log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, GradeLog, bounded
 from agent.judges.rubrics import Rubric
 from agent.proc import driver_local
-from schemas import DriverEnv
+from schemas import DriverEnv, credentials
 from schemas.timefmt import iso_ms
 from schemas.vocab import GradeOutcome
 
@@ -212,6 +212,10 @@ class GradeRecorder:
         """Append the grade's line and count it; the Trip when this grade trips its binding's alarm."""
         diag, cut = bounded(dict(diagnostics))
         _redact_endpoint(diag)
+        # The one redaction, outside the lock (the request and the reply may quote anything); the
+        # line's other strings are the registry's names and ours.
+        diag = credentials.redact(diag)
+        error = credentials.redact_text(error) if error is not None else None
         with self._lock:
             self._seq += 1
             seq = self._seq

@@ -2,8 +2,10 @@
 
 On Slurm and Beaker the job log is the agent's stdout: the driver's own lines (a traceback, the
 loss) must be there, like torchrun's `[rank N]:` lines, while `driver-RANK.log` keeps the exact
-bytes. The child writes into a pipe; a daemon thread copies each chunk to the log file and hands
-each complete line to a second thread that writes the console. A console that does not keep up (a
+bytes but for a credential's (the one redaction, schemas/credentials.py, line by line: a line is
+written once its newline or carriage return came, or once it is LOG_PENDING long). The child writes
+into a pipe; a daemon thread copies the lines to the log file and hands each complete line to a
+second thread that writes the console. A console that does not keep up (a
 paused terminal, a slow pipe) costs console lines, never the driver's progress: past
 CONSOLE_BACKLOG lines waiting, lines are dropped from the console (the log has them) and the count
 is said. The supervisor thread is not involved (it must never block on I/O).
@@ -17,10 +19,13 @@ import sys
 import threading
 from collections.abc import Callable
 
-__all__ = ["CONSOLE_BACKLOG", "ConsoleLines", "ConsoleTee", "MAX_CONSOLE_LINE"]
+from schemas.credentials import redact_text
+
+__all__ = ["CONSOLE_BACKLOG", "ConsoleLines", "ConsoleTee", "LOG_PENDING", "MAX_CONSOLE_LINE", "redacted_lines"]
 
 MAX_CONSOLE_LINE = 4000  # a line of megabytes (a progress bar without newlines) is cut on the console
 CONSOLE_BACKLOG = 10_000
+LOG_PENDING = 65536  # a line without a newline this long (a progress bar) is written redacted as it is
 
 
 class ConsoleTee:
@@ -94,6 +99,7 @@ class ConsoleTee:
 
     def _pump(self) -> None:
         lines = ConsoleLines()
+        pending = b""
         while True:
             try:
                 chunk = os.read(self.read_fd, 65536)
@@ -101,21 +107,43 @@ class ConsoleTee:
                 break
             if not chunk:
                 break
-            _write_all(self.log_fd, chunk)
             self.bytes += len(chunk)
-            for line in lines.feed(chunk):
-                self._emit(line)
-                self.lines += 1
-                if self._on_line is not None:
-                    try:
-                        self._on_line(line)
-                    except Exception:  # noqa: BLE001 - a watcher's bug must never stop the driver's output
-                        self._on_line = None
+            done, pending = redacted_lines(pending + chunk)
+            self._out(done, lines)
+        if pending:
+            self._out(redacted_lines(pending, final=True)[0], lines)
         last = lines.rest()
         if last:
             self._emit(last)
         os.close(self.read_fd)
         self._queue.put(None)  # blocks only while the writer drains: it always does
+
+    def _out(self, data: bytes, lines: ConsoleLines) -> None:
+        """Redacted output to the log file, and its complete lines to the console."""
+        if not data:
+            return
+        _write_all(self.log_fd, data)
+        for line in lines.feed(data):
+            self._emit(line)
+            self.lines += 1
+            if self._on_line is not None:
+                try:
+                    self._on_line(line)
+                except Exception:  # noqa: BLE001 - a watcher's bug must never stop the driver's output
+                    self._on_line = None
+
+
+def redacted_lines(data: bytes, final: bool = False) -> tuple[bytes, bytes]:
+    """(what may be written now, redacted; what waits for the rest of its line). A line is read
+    whole, so a flag and its value (--api-key VALUE) are seen together; bytes that are no UTF-8
+    pass through unchanged (surrogateescape)."""
+    end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+    if final or len(data) - end >= LOG_PENDING:
+        end = len(data)
+    if not end:
+        return b"", data
+    text = data[:end].decode("utf-8", "surrogateescape")
+    return redact_text(text).encode("utf-8", "surrogateescape"), data[end:]
 
 
 class ConsoleLines:

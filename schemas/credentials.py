@@ -25,6 +25,7 @@ __all__ = [
     "looks_like_credential",
     "redact",
     "redact_argv",
+    "redact_bytes",
     "redact_text",
     "references",
     "shell_form",
@@ -197,6 +198,13 @@ def redact_text(text: str) -> str:
     words = redact_argv(parts[0::2])
     parts[0::2] = words
     return "".join(parts)
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """A log's bytes as a file may keep them (redact_text); bytes that are no UTF-8 pass through
+    unchanged."""
+    text = data.decode("utf-8", "surrogateescape")
+    return redact_text(text).encode("utf-8", "surrogateescape")
 
 
 def redact(value: Any) -> Any:

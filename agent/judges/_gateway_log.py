@@ -8,10 +8,11 @@ prompts stay with the grades). The file is capped and rotated like grades-RANK.j
 RotatingLog and the same ``[judging] grades_max_bytes`` / ``grades_keep``).
 
 Lines are serialized, redacted (schemas/credentials.py) and written by a thread of their own: the
-gateway's event loop only queues them, so a slow shared filesystem delays the record, never a reply. The thread wakes every FLUSH_S and appends what
-came meanwhile in one write: a wake-up per request (the queue's own signal) cost the event loop
-about as much as the request's parsing. A batch the run directory refuses is counted line by line,
-said once on stderr, and its ``seq`` numbers stay a gap.
+gateway's event loop only queues them, so a slow shared filesystem delays the record, never a
+reply. The thread wakes every FLUSH_S and appends what came meanwhile in one write: a wake-up per
+request (the queue's own signal) cost the event loop about as much as the request's parsing. A
+batch the run directory refuses is counted line by line, said once on stderr, and its ``seq``
+numbers stay a gap.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from schemas.credentials import redact_text
+from schemas.credentials import redact_bytes
 
 __all__ = ["CONSOLE_BACKLOG", "ConsoleLines", "ConsoleTee", "LOG_PENDING", "MAX_CONSOLE_LINE", "redacted_lines"]
 
@@ -135,15 +135,13 @@ class ConsoleTee:
 
 def redacted_lines(data: bytes, final: bool = False) -> tuple[bytes, bytes]:
     """(what may be written now, redacted; what waits for the rest of its line). A line is read
-    whole, so a flag and its value (--api-key VALUE) are seen together; bytes that are no UTF-8
-    pass through unchanged (surrogateescape)."""
+    whole, so a flag and its value (--api-key VALUE) are seen together."""
     end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
     if final or len(data) - end >= LOG_PENDING:
         end = len(data)
     if not end:
         return b"", data
-    text = data[:end].decode("utf-8", "surrogateescape")
-    return redact_text(text).encode("utf-8", "surrogateescape"), data[end:]
+    return redact_bytes(data[:end]), data[end:]
 
 
 class ConsoleLines:

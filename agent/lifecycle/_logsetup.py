@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 
+from schemas.credentials import redact_text
 from schemas.timefmt import iso_ms
 
 __all__ = ["configure"]
@@ -27,7 +28,8 @@ class _FdHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            os.write(self.fd, (self.format(record) + "\n").encode("utf-8", errors="replace"))
+            line = redact_text(self.format(record))  # the one redaction: a library may log anything
+            os.write(self.fd, (line + "\n").encode("utf-8", errors="replace"))
         except Exception:  # noqa: BLE001 - logging must never raise into the caller
             pass
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas import RunDir, RunDirError
+from schemas import RunDir, RunDirError, credentials
 
 __all__ = ["CUT_NOTE", "Kept", "PER_FILE_MAX", "SAFE_LEAF", "keep", "session_log_files"]
 
@@ -98,7 +98,7 @@ def keep(temp_dir: str, run: RunDir, subdir: str, budget: int) -> Kept:
             skipped += 1
             continue
         try:
-            data = _tail(f, room)
+            data = credentials.redact_bytes(_tail(f, room))  # Ray's logs quote a job's command lines
             run.write_bytes(f"{subdir}/{f.name}", data)
         except (OSError, RunDirError):
             skipped += 1

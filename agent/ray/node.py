@@ -426,13 +426,13 @@ def probe_live_nodes(
             f"(still connecting to the GCS at {gcs_address}); starting it again\n"
         )
         if log_fd is not None:
-            os.write(log_fd, again.encode())
+            os.write(log_fd, credentials.redact_text(again).encode())
         if progress is not None:
             progress(again.rstrip())
     returncode, stdout, stderr = ended
     stderr = "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(PROGRESS_MARK))
     if log_fd is not None and stderr:
-        os.write(log_fd, stderr.encode()[-20000:])
+        os.write(log_fd, credentials.redact_text(stderr).encode()[-20000:])
     if returncode != 0:
         raise RuntimeError(f"Ray probe failed (exit {returncode}): {stderr.strip()[-500:]}")
     nodes: list[dict[str, Any]] = json.loads(stdout.strip().splitlines()[-1])

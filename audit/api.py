@@ -61,7 +61,7 @@ from audit.safedir import SafeDir, UnusableRunDir
 from audit.stacks import Summary as StacksSummary
 from audit.stacks import summarise as summarise_stacks
 from launch.spec.load import restore_key_order
-from schemas import names
+from schemas import credentials, names
 from schemas.lenient import as_str
 from schemas.records import DriverResultRecord, HeartbeatRecord
 
@@ -267,7 +267,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
         findings = sorted(set(findings), key=Finding.sort_key)
         verdict: Verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
         first = causes.first
-        return AuditResult(
+        result = AuditResult(
             run_dir=str(path),
             verdict=verdict,
             outcome=ctx.outcome,
@@ -293,6 +293,10 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             if ctx.plan.bindings
             else None,
         )
+        # The one redaction (schemas/credentials.py) before any report: the files may come from an
+        # older version or a hand, and the text, JSON and HTML reports all render this result.
+        redacted: AuditResult = credentials.redact(result)
+        return redacted
 
 
 def _plan(spec: dict[str, Any], fingerprint: str | None, run: LoadedRun) -> tuple[PlanView, list[Finding]]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from launch.backends.answers import SchedulerView
 from launch.backends.registry import BACKENDS
 from launch.spec.errors import UsageError
-from schemas import RunDir, RunDirError, names
+from schemas import RunDir, RunDirError, credentials, names
 from schemas.records import SubmissionRecord
 
 if TYPE_CHECKING:
@@ -233,7 +233,10 @@ def read_status(
     finished = outcome in ("failed", "succeeded") and ends
     elapsed_run = ((max(ends) if finished else wall) - started) if started is not None else None
     unfit = unfit_of(run, scheduler.backend if scheduler is not None else None)
-    return Status(str(run.path), replicas, started, elapsed_run, outcome, tuple(rows), scheduler, unfit)
+    status = Status(str(run.path), replicas, started, elapsed_run, outcome, tuple(rows), scheduler, unfit)
+    # The one redaction: the records may come from an older version or a hand (text and --json alike).
+    redacted: Status = credentials.redact(status)
+    return redacted
 
 
 def unfit_of(run: RunDir, backend: str | None) -> dict[str, Any] | None:

@@ -119,3 +119,34 @@ def test_a_run_whose_driver_leaks_credentials_writes_none_and_reports_none(tmp_p
     for name, text in _reports(d, tmp_path).items():
         assert not any(v in text for v in LEAKS), (name, text[-3000:])
     assert "<redacted>" in _reports(d, tmp_path)["status"]  # the planted cause was read, and redacted
+
+
+def test_the_audit_and_status_redact_what_an_older_version_wrote(tmp_path: Path) -> None:
+    """Records and logs written without redaction (an older version, a hand): the audit's text,
+    JSON and HTML reports and `gym-launch status` (text and JSON) print no credential of them."""
+    from audit import _report_html, _report_json, _report_text
+    from audit.api import audit_run
+    from launch._status import HeartbeatClock, format_status, read_status
+    from schemas import RunDir
+    from tests.harness import rundirs
+
+    b = rundirs.driver_failure(tmp_path)
+    rank = b.driver_rank
+    failure = json.loads((b.path / names.failure(rank)).read_text())
+    failure["cause"] += f" (train.py --api-key {FLAG_VALUE} {TOKEN})"
+    (b.path / names.failure(rank)).write_text(json.dumps(failure))
+    with (b.path / names.driver_log(rank)).open("a") as fh:
+        fh.write(f"Traceback (most recent call last):\nValueError: bad --api-key {FLAG_VALUE} {TOKEN}\n")
+    result = audit_run(b.path, ask_scheduler=False)
+    run = RunDir.open(b.path)
+    status = read_status(run, HeartbeatClock(), 3)
+    reports = {
+        "text": _report_text.render(result),
+        "json": _report_json.render(result),
+        "html": _report_html.render(result),
+        "status": format_status(status),
+        "status json": json.dumps(status.to_json()),
+    }
+    for name, text in reports.items():
+        assert not any(v in text for v in LEAKS), (name, text)
+    assert "--api-key <redacted>" in reports["text"] and "--api-key <redacted>" in reports["status"]

@@ -22,10 +22,10 @@ from agent.lifecycle._console_tee import ConsoleTee
 from agent.lifecycle._driver_stop import DriverStop, await_driver_node
 from agent.lifecycle._evidence_tail import EvidenceTail
 from agent.lifecycle._progress_watch import ProgressThread, ProgressWatch, Sources, board_reader, evidence_source
+from agent.preflight.runtime import driver_env_values
 from agent.proc import driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
-from launch.spec.resolve import RUNTIME_PREFIX
 from schemas import DriverEnv, FailureKind, Phase, credentials, names, records
 
 __all__ = ["DriverRuntime"]
@@ -106,18 +106,7 @@ class DriverRuntime:
 
     def _spec_env(self) -> dict[str, str]:
         """``[driver] env``; a ``runtime:VAR`` value is VAR of the job's environment."""
-        out: dict[str, str] = {}
-        for key, value in self.ctx.config.driver.env.items():
-            if value.startswith(RUNTIME_PREFIX):
-                var = value[len(RUNTIME_PREFIX) :]
-                if var not in os.environ:
-                    raise self.ctx.fail(
-                        FailureKind.PLACEMENT,
-                        f"driver.env.{key} = {value!r} but {var} is not set in the job's environment",
-                    )
-                value = os.environ[var]
-            out[key] = value
-        return out
+        return driver_env_values(self.ctx.config.driver.env)
 
     def argv(self) -> tuple[list[str], bool]:
         """The driver's command line as the spec spells it (references kept), and whether it is one

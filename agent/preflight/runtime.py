@@ -9,7 +9,7 @@ and what to change; the failure rings the peers like any other (the doorbell is 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agent.coord.context import RunContext
@@ -30,17 +30,14 @@ PROBE_TIMEOUT_S = 30.0  # every peer's doorbell answers within this (or the star
 ProbePeers = Callable[[Sequence[Peer], float], "list[Probed] | None"]
 
 
-def driver_env_values(env: dict[str, str]) -> dict[str, str]:
-    """[driver] env as the driver gets it (a `runtime:VAR` value is VAR of the job's environment)."""
-    out = {}
-    for key, value in env.items():
-        if value.startswith(RUNTIME_PREFIX):
-            var = value[len(RUNTIME_PREFIX) :]
-            if var not in os.environ:
-                continue  # the driver step names that problem itself
-            value = os.environ[var]
-        out[key] = value
-    return out
+def driver_env_values(env: Mapping[str, str]) -> dict[str, str]:
+    """[driver] env as the driver gets it (a `runtime:VAR` value is VAR of the job's environment:
+    set, since the rendezvous failed the run on a missing one, kind `environment`, before any step
+    that asks this)."""
+    return {
+        key: os.environ[value[len(RUNTIME_PREFIX) :]] if value.startswith(RUNTIME_PREFIX) else value
+        for key, value in env.items()
+    }
 
 
 class PreflightRuntime:
@@ -69,7 +66,7 @@ class PreflightRuntime:
         env = socket_env(
             (os.environ, "the job's environment"),
             (ctx.config.launch.env, "[launch] env"),
-            (driver_env_values(dict(ctx.config.driver.env)), "[driver] env"),
+            (driver_env_values(ctx.config.driver.env), "[driver] env"),
         )
         root = ctx.run.path.parent.parent  # OUTPUT/cluster/UUID
         started_wall = clock.wall() - (clock.mono() - (ctx.deadline - ctx.config.coordination.startup_timeout))

@@ -8,7 +8,7 @@ Every default is declared once, in those two modules.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launch.spec import _keys as keys
@@ -137,12 +137,10 @@ class RunConfig:
         an argv, ``runtime:NAME`` in [driver] env): each must be set before any process starts."""
         out: dict[str, str] = {}
         command = self.driver.command
-        for i, arg in enumerate((command,) if isinstance(command, str) else command):
+        whole = [("driver.command", command)] if isinstance(command, str) else _keyed("driver.command", command)
+        for where, arg in (*whole, *_keyed("ray.extra_args", self.ray.extra_args)):
             for var in credentials.references([arg]):
-                out.setdefault(var, "driver.command" if isinstance(command, str) else f"driver.command.{i}")
-        for i, arg in enumerate(self.ray.extra_args):
-            for var in credentials.references([arg]):
-                out.setdefault(var, f"ray.extra_args.{i}")
+                out.setdefault(var, where)
         for name, value in self.driver.env.items():
             if value.startswith(RUNTIME_PREFIX):
                 out.setdefault(value[len(RUNTIME_PREFIX) :], f"driver.env.{name}")
@@ -162,3 +160,8 @@ class RunConfig:
     def from_spec(cls, resolved: ResolvedSpec) -> RunConfig:
         """The model of ``resolved``; raises SpecError with every problem of its keys."""
         return resolve(cls, resolved)
+
+
+def _keyed(key: str, argv: Sequence[str]) -> list[tuple[str, str]]:
+    """Each argument of an argv with its key (``driver.command.3``)."""
+    return [(f"{key}.{i}", arg) for i, arg in enumerate(argv)]

@@ -19,13 +19,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from audit._logs import LogFile, Matcher, grep_log, list_logs
 from audit._sanitize import terminal_safe
 from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
 from launch.spec.console import quiet_broken_pipe, use_colour, version
-from schemas import safe_io
+from schemas import credentials, safe_io
 from schemas.errors import GymError
 
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
@@ -203,8 +203,8 @@ def _audit(argv: Sequence[str]) -> int:
         result = audit_run(run_dir, ask_scheduler=not args.offline)
     except UnusableRunDir as exc:
         if args.json:
-            sys.stdout.write(report_json.render_unusable(str(run_dir), str(exc)))
-        print(terminal_safe(f"gym-audit: cannot audit {run_dir}: {exc}"), file=sys.stderr)
+            sys.stdout.write(report_json.render_unusable(str(run_dir), credentials.redact_text(str(exc))))
+        print(terminal_safe(credentials.redact_text(f"gym-audit: cannot audit {run_dir}: {exc}")), file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.write(report_json.render(result))
@@ -269,7 +269,7 @@ def _logs(argv: Sequence[str]) -> int:
         return 2
     matcher, since = filters
     safe = SafeDir(resolve_run(args.run_dir, args.output_root))
-    out = sys.stdout.buffer
+    out = cast(BinaryIO, _Redacted(sys.stdout.buffer))
     # Followed without context or times, the history is printed by the follower's own reader:
     # a line written while it starts is neither lost nor printed twice.
     follow_all = args.follow and not (args.after or args.before or since is not None or args.merge)
@@ -283,6 +283,20 @@ def _logs(argv: Sequence[str]) -> int:
         if args.follow:
             printed += _follow(safe, [] if follow_all else logs, matcher, args, out)
     return 0 if printed else 1
+
+
+class _Redacted:
+    """Every line `gym-audit logs` prints through the one redaction (schemas/credentials.py): a log
+    an older version or a child wrote may hold a credential."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+
+    def write(self, data: bytes) -> int:
+        return self.raw.write(credentials.redact_bytes(data))
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 def _log_filters(args: argparse.Namespace) -> tuple[Matcher, float | None] | None:

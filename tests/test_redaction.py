@@ -123,7 +123,8 @@ def test_a_run_whose_driver_leaks_credentials_writes_none_and_reports_none(tmp_p
 
 def test_the_audit_and_status_redact_what_an_older_version_wrote(tmp_path: Path) -> None:
     """Records and logs written without redaction (an older version, a hand): the audit's text,
-    JSON and HTML reports and `gym-launch status` (text and JSON) print no credential of them."""
+    JSON and HTML reports, `gym-audit logs` and `gym-launch status` (text and JSON) print no
+    credential of them."""
     from audit import _report_html, _report_json, _report_text
     from audit.api import audit_run
     from launch._status import HeartbeatClock, format_status, read_status
@@ -146,7 +147,11 @@ def test_the_audit_and_status_redact_what_an_older_version_wrote(tmp_path: Path)
         "html": _report_html.render(result),
         "status": format_status(status),
         "status json": json.dumps(status.to_json()),
+        "logs": subprocess.run(
+            [str(BIN / "gym-audit"), "logs", str(b.path)], capture_output=True, text=True, timeout=60, check=True
+        ).stdout,
     }
     for name, text in reports.items():
         assert not any(v in text for v in LEAKS), (name, text)
-    assert "--api-key <redacted>" in reports["text"] and "--api-key <redacted>" in reports["status"]
+    for name in ("text", "status", "logs"):
+        assert "--api-key <redacted>" in reports[name], (name, reports[name])

@@ -115,19 +115,25 @@ def hold(values: Iterable[str]) -> None:
 # a NAME=value, or a held value. A superset of the rule, never a second one: it only decides whether
 # the rule runs (tests/test_redaction.py compares both on many texts). Python's re is slow on
 # patterns that start with an alternation of words: each search here starts with a character class.
+# Punctuation prose wraps a word in ("(--api-key VALUE)", "'sk-...',"): redact_text reads words
+# without it. Never braces: they end a reference (${runtime:NAME}).
+_OPENERS = "([<\"'`"
+_CLOSERS = ")]>\"'`,.;:!?"
 _HEAD = re.compile(_PREFIXES)
-_HEAD_OR_DASH = re.compile(rf"[\s=](?:{_PREFIXES})|\s-")  # a word's prefix, or a word that starts with '-'
+# A word's prefix (after whitespace and openers, or after '='), or a word that starts with '-'.
+_HEAD_OR_DASH = re.compile(rf"[\s=][{re.escape(_OPENERS)}]*+(-|{_PREFIXES})")
 _NAME_WORDS = re.compile("|".join(sorted(CREDENTIAL_WORDS, key=len, reverse=True)))
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 
 def _may_hold(text: str) -> bool:
     """Whether the rule could redact anything in ``text`` (False: it would return it unchanged)."""
-    if _HEAD.match(text) or "-----BEGIN" in text:
+    start = text.lstrip(_OPENERS)
+    if _HEAD.match(start) or "-----BEGIN" in text:
         return True
-    named = text.startswith("-") or "=" in text
+    named = start.startswith("-") or "=" in text
     for m in _HEAD_OR_DASH.finditer(text):
-        if m.end() - m.start() > 2:
+        if m.group(1) != "-":
             return True  # a token's prefix
         named = True
     if named and _named(text.upper()):  # the rule reads names upper-cased
@@ -149,11 +155,13 @@ def _named(t: str) -> bool:
 def _in_flag_or_name(t: str, i: int, j: int) -> bool:
     """Whether t[i:j] is in a word that starts with '-' (the whole text may be one argument that
     does) or before an '=' in its word."""
-    if t.startswith("-"):
+    if t.lstrip(_OPENERS).startswith("-"):
         return True
     start = i
     while start and not t[start - 1].isspace():
         start -= 1
+    while t[start] in _OPENERS:
+        start += 1
     if t[start] == "-":
         return True
     for k in range(j, len(t)):
@@ -190,13 +198,23 @@ _SPACE = re.compile(r"(\s+)")
 
 
 def redact_text(text: str) -> str:
-    """A text as a file may keep it (a log line, a cause): its whitespace-separated words read as a
-    command line and redacted by the same rule (redact_argv); the spacing is kept."""
+    """A text as a file may keep it (a log line, a cause): its whitespace-separated words, each
+    without the punctuation around it, read as a command line and redacted by the same rule
+    (redact_argv); the spacing and the punctuation are kept."""
     if not text or not _may_hold(text):
         return text
+    if _HELD:
+        text = _unheld(text)
     parts = _SPACE.split(text)
-    words = redact_argv(parts[0::2])
-    parts[0::2] = words
+    heads, cores, tails = [], [], []
+    for word in parts[0::2]:
+        core = word.lstrip(_OPENERS)
+        heads.append(word[: len(word) - len(core)])
+        bare = core.rstrip(_CLOSERS)
+        tails.append(core[len(bare) :])
+        cores.append(bare)
+    words = redact_argv(cores)
+    parts[0::2] = [h + w + t for h, w, t in zip(heads, words, tails, strict=True)]
     return "".join(parts)
 
 

@@ -22,7 +22,7 @@ _WORDS = """
     --api-key --api_key -token --hub_token --password= --pass-rate HF_TOKEN= token= keyboard passage path
     author PAT key Key: auth = - -- -x a=b sk- sk_live hf_ ghp_ github_pat_ glpat- xoxb- AKIAABCDEFGHIJKLMNOP
     AIza ya29. eyJhbGc.eyJzdWIi -----BEGIN RSA PRIVATE KEY----- task-based risk-free value47 paß= ﬀ ſk- é …
-    ${runtime:HF_TOKEN} " ' /v1/chat?api_key= --secret NAME
+    ${runtime:HF_TOKEN} " ' /v1/chat?api_key= --secret NAME ( ) (-- (--token "sk- 'hf_ ), ". [ ] ` ,
 """
 PIECES = tuple(_WORDS.split())
 SEPARATORS = (" ", "", "\n", "\t", "  ", "=", "\u00a0", "\x1c")
@@ -155,3 +155,109 @@ def test_the_audit_and_status_redact_what_an_older_version_wrote(tmp_path: Path)
         assert not any(v in text for v in LEAKS), (name, text)
     for name in ("text", "status", "logs"):
         assert "--api-key <redacted>" in reports[name], (name, reports[name])
+
+
+# -- each writer, alone ------------------------------------------------------------------------------
+
+
+def _clean(text: str) -> None:
+    assert not any(v in text for v in LEAKS), text
+    assert "<redacted>" in text, text
+
+
+def test_a_grade_record_redacts_the_request_the_reply_and_the_error(tmp_path: Path) -> None:
+    from agent.judges._grade_log import GradeLog
+    from agent.judges._recorder import GradeRecorder
+    from agent.judges.rubrics import resolve_rubric
+    from schemas import violations
+    from schemas.vocab import GradeOutcome
+    from tests.harness.grades import diagnostics as grade_diagnostics
+
+    rubric = resolve_rubric("quality", {"profile": "general-quality", "max_output_tokens": 8, "temperature": 0.0})
+    recorder = GradeRecorder(GradeLog(tmp_path, 0), rank=0, attempt=1, fingerprint="f" * 64)
+    diagnostics = grade_diagnostics(
+        request={"messages": [{"role": "user", "content": f"grade this: {TOKEN}"}]},
+        raw_reply=f"Score: 1 (--api-key {FLAG_VALUE})",
+    )
+    recorder.record(
+        binding="b", judge="j", rubric=rubric, outcome=GradeOutcome.INVALID, score=None,
+        error=f"HF_TOKEN={FLAG_VALUE}", diagnostics=diagnostics,
+    )  # fmt: skip
+    recorder.log.close()  # type: ignore[union-attr]
+    text = (tmp_path / names.grades(0)).read_text()
+    _clean(text)
+    line = json.loads(text)
+    assert not violations("grade", line), violations("grade", line)
+    assert line["error"] == "HF_TOKEN=<redacted>"
+    assert line["diagnostics"]["raw_reply"] == "Score: 1 (--api-key <redacted>)"
+
+
+def test_a_gateway_line_redacts_its_path_and_error(tmp_path: Path) -> None:
+    from agent.judges._gateway_log import GatewayLog, RequestLine
+    from schemas import violations
+
+    log = GatewayLog(str(tmp_path), "general", rank=0, attempt=1, fingerprint="f" * 64, max_bytes=1 << 20, keep=1)
+    line = RequestLine(1.0, "127.0.0.1:5", "POST", f"/v1/chat/completions {TOKEN}", True, False, "0" * 64, 10)
+    line.error = f"upstream said: bad --api-key {FLAG_VALUE}"
+    log.add(line)
+    log.close()
+    text = (tmp_path / names.gateway_log("general")).read_text()
+    _clean(text)
+    assert not violations("judge-gateway", json.loads(text))
+
+
+def test_the_driver_tee_redacts_lines_split_anywhere_and_keeps_other_bytes(tmp_path: Path) -> None:
+    """The pipe may cut a line (and a token, or a flag from its value) anywhere: whole lines are
+    redacted; bytes that are no UTF-8 and a last line without a newline reach the log as they were."""
+    import os
+
+    from agent.lifecycle._console_tee import ConsoleTee
+
+    out = (f"step 1 --api-key {FLAG_VALUE} ok\nvalue {TOKEN}\r progress 50%\r".encode() + b"\xff\xfe raw\n"
+           + f"last words HF_TOKEN={FLAG_VALUE}".encode())  # fmt: skip
+    log = os.open(tmp_path / "driver.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    console = os.open(tmp_path / "console", os.O_WRONLY | os.O_CREAT, 0o600)
+    tee = ConsoleTee(log, "[rank 0 driver] ", console_fd=console)
+    for i in range(0, len(out), 7):  # every token and the flag cut from its value at some write
+        os.write(tee.write_fd, out[i : i + 7])
+    tee.close_child_end()
+    tee.join(10)
+    os.close(log)
+    os.close(console)
+    data = (tmp_path / "driver.log").read_bytes()
+    assert data == (
+        b"step 1 --api-key <redacted> ok\nvalue <redacted>\r progress 50%\r\xff\xfe raw\nlast words HF_TOKEN=<redacted>"
+    )
+    assert tee.bytes == len(out)
+    _clean((tmp_path / "console").read_text(errors="replace"))
+
+
+def test_the_agents_library_log_records_and_the_kept_ray_logs_are_redacted(tmp_path: Path) -> None:
+    import logging
+    import os
+
+    from agent.lifecycle import _logsetup
+    from agent.ray import _logs
+    from schemas import RunDir
+
+    fd = os.open(tmp_path / "agent.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    null = os.open(os.devnull, os.O_WRONLY)
+    root = logging.getLogger()
+    saved = list(root.handlers), root.level
+    try:
+        _logsetup.configure("[rank 0]", fd, console_fd=null)
+        logging.getLogger("httpx").warning("POST with --api-key %s and %s", FLAG_VALUE, TOKEN)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        os.close(fd)
+        os.close(null)
+    _clean((tmp_path / "agent.log").read_text())
+
+    session = tmp_path / "tmp" / "session_2026-12-04_00-00-00_000000_1" / "logs"
+    session.mkdir(parents=True)
+    (session / "raylet.out").write_text(f"worker started: python train.py --api-key {FLAG_VALUE} {TOKEN}\n")
+    run = RunDir.create(tmp_path / "out", "u", mode=0o750)
+    kept = _logs.keep(str(tmp_path / "tmp"), run, names.ray_session_dir(0), 1 << 20)
+    assert kept.files == ("raylet.out",), kept
+    _clean((run.path / names.ray_session_log(0, "raylet.out")).read_text())

@@ -126,8 +126,15 @@ _NAME_WORDS = re.compile("|".join(sorted(CREDENTIAL_WORDS, key=len, reverse=True
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 
+# One word of ordinary characters, not starting with '-' (a name, a time, an address): only a
+# token's prefix or a held value can be redacted in it. Most strings of a record or report are such.
+_PLAIN = re.compile(r"[\w.:/@+,-]*")
+
+
 def _may_hold(text: str) -> bool:
     """Whether the rule could redact anything in ``text`` (False: it would return it unchanged)."""
+    if _PLAIN.fullmatch(text) and not text.startswith("-"):
+        return bool(_HEAD.match(text)) or (bool(_HELD) and any(value in text for value in _HELD))
     start = text.lstrip(_OPENERS)
     if _HEAD.match(start) or "-----BEGIN" in text:
         return True
@@ -225,11 +232,18 @@ def redact_bytes(data: bytes) -> bytes:
     return redact_text(text).encode("utf-8", "surrogateescape")
 
 
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def redact(value: Any) -> Any:
     """JSON-like data with every string redacted (redact_text) and every list of strings read as a
     command line first (--token VALUE); mapping keys stay. What a rule of the checks missed does
     not reach disk: every artifact writer passes its document through here. A frozen dataclass
-    (a report, a status) comes back as a copy of its type, its tuples still tuples."""
+    (a report, a status) comes back as a copy of its type, its tuples still tuples (itself when
+    nothing in it changed)."""
+    kind = type(value)
+    if kind in _SCALARS:  # most values of a record: one set lookup
+        return value
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
@@ -238,15 +252,28 @@ def redact(value: Any) -> Any:
         if all(isinstance(v, str) for v in value):
             return [redact_text(v) for v in redact_argv(value)]
         return [redact(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if hasattr(kind, "__dataclass_fields__") and not isinstance(value, type):
         changes = {}
-        for f in dataclasses.fields(value):
-            if f.init:
-                old = getattr(value, f.name)
-                new = redact(old)
-                changes[f.name] = tuple(new) if isinstance(old, tuple) else new
-        return dataclasses.replace(value, **changes)
+        for name in _init_fields(kind):
+            old = getattr(value, name)
+            new = redact(old)
+            if isinstance(old, tuple):
+                new = tuple(new)
+            if new != old:
+                changes[name] = new
+        return dataclasses.replace(value, **changes) if changes else value
     return value
+
+
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _init_fields(kind: type) -> tuple[str, ...]:
+    """A dataclass's fields its constructor takes (dataclasses.fields is slow: asked once a class)."""
+    names = _INIT_FIELDS.get(kind)
+    if names is None:
+        names = _INIT_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind) if f.init)
+    return names
 
 
 def references(argv: Iterable[str]) -> tuple[str, ...]:

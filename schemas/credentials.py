@@ -128,7 +128,7 @@ _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 # One word of ordinary characters, not starting with '-' (a name, a time, an address): only a
 # token's prefix or a held value can be redacted in it. Most strings of a record or report are such.
-_PLAIN = re.compile(r"[\w.:/@+,-]*")
+_PLAIN = re.compile(r"[\w.:/+,-]*")
 
 
 def _may_hold(text: str) -> bool:
@@ -136,7 +136,7 @@ def _may_hold(text: str) -> bool:
     if _PLAIN.fullmatch(text) and not text.startswith("-"):
         return bool(_HEAD.match(text)) or (bool(_HELD) and any(value in text for value in _HELD))
     start = text.lstrip(_OPENERS)
-    if _HEAD.match(start) or "-----BEGIN" in text:
+    if _HEAD.match(start) or "-----BEGIN" in text or ("://" in text and "@" in text):
         return True
     named = start.startswith("-") or "=" in text
     for m in _HEAD_OR_DASH.finditer(text):
@@ -220,9 +220,26 @@ def redact_text(text: str) -> str:
         bare = core.rstrip(_CLOSERS)
         tails.append(core[len(bare) :])
         cores.append(bare)
-    words = redact_argv(cores)
+    words = [_in_url(w) if "://" in w or w.startswith("/") else w for w in redact_argv(cores)]
     parts[0::2] = [h + w + t for h, w, t in zip(heads, words, tails, strict=True)]
     return "".join(parts)
+
+
+# A URL's query parameters (?api_key=VALUE&...) and its userinfo's password (scheme://user:VALUE@host):
+# the rule's NAME=value and token prefixes, read inside a URL.
+_QUERY_PAIR = re.compile(r"(?<=[?&;])([^=&;#]+)=([^&;#]*)")
+_USERINFO = re.compile(r"(?<=://)([^/@:]*):([^/@]+)@")
+
+
+def _in_url(word: str) -> str:
+    def pair(m: re.Match[str]) -> str:
+        name, value = m.group(1), m.group(2)
+        hidden = looks_like_credential(name, value) and _literal(value)
+        return f"{name}={REDACTED}" if hidden else m.group()
+
+    if "?" in word:
+        word = _QUERY_PAIR.sub(pair, word)
+    return _USERINFO.sub(lambda m: f"{m.group(1)}:{REDACTED}@", word) if "@" in word else word
 
 
 def redact_bytes(data: bytes) -> bytes:

@@ -23,6 +23,7 @@ _WORDS = """
     author PAT key Key: auth = - -- -x a=b sk- sk_live hf_ ghp_ github_pat_ glpat- xoxb- AKIAABCDEFGHIJKLMNOP
     AIza ya29. eyJhbGc.eyJzdWIi -----BEGIN RSA PRIVATE KEY----- task-based risk-free value47 paß= ﬀ ſk- é …
     ${runtime:HF_TOKEN} " ' /v1/chat?api_key= --secret NAME ( ) (-- (--token "sk- 'hf_ ), ". [ ] ` ,
+    https:// http://u: pw@h/ ? & ; /v1?x= &token= ?model=m @
 """
 PIECES = tuple(_WORDS.split())
 SEPARATORS = (" ", "", "\n", "\t", "  ", "=", "\u00a0", "\x1c")
@@ -197,12 +198,15 @@ def test_a_gateway_line_redacts_its_path_and_error(tmp_path: Path) -> None:
     from schemas import violations
 
     log = GatewayLog(str(tmp_path), "general", rank=0, attempt=1, fingerprint="f" * 64, max_bytes=1 << 20, keep=1)
-    line = RequestLine(1.0, "127.0.0.1:5", "POST", f"/v1/chat/completions {TOKEN}", True, False, "0" * 64, 10)
+    line = RequestLine(
+        1.0, "127.0.0.1:5", "POST", f"/v1/chat/completions?api_key={FLAG_VALUE}", True, False, "0" * 64, 10
+    )
     line.error = f"upstream said: bad --api-key {FLAG_VALUE}"
     log.add(line)
     log.close()
     text = (tmp_path / names.gateway_log("general")).read_text()
     _clean(text)
+    assert json.loads(text)["path"] == "/v1/chat/completions?api_key=<redacted>"
     assert not violations("judge-gateway", json.loads(text))
 
 

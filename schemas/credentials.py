@@ -108,24 +108,24 @@ def hold(values: Iterable[str]) -> None:
     _HELD.update(v for v in values if len(v) >= MIN_HELD)
 
 
-# The fast path: redaction runs on hot paths (every grade record, every line of a driver's output),
-# and almost no text holds anything to redact. A text where the rule below could find nothing is
-# returned as it is, without reading it word by word: the rule needs a token's prefix at a word's
-# start or after '=' (or a PEM block), a credential word (a whole word) in a -flag or in the name of
-# a NAME=value, or a held value. A superset of the rule, never a second one: it only decides whether
-# the rule runs (tests/test_redaction.py compares both on many texts). Python's re is slow on
-# patterns that start with an alternation of words: each search here starts with a character class.
 # Punctuation prose wraps a word in ("(--api-key VALUE)", "'sk-...',"): redact_text reads words
 # without it. Never braces: they end a reference (${runtime:NAME}).
 _OPENERS = "([<\"'`"
 _CLOSERS = ")]>\"'`,.;:!?"
+
+# The fast path: redaction runs on hot paths (every grade record, every line of a driver's output),
+# and almost no text holds anything to redact. A text where the rule below could find nothing is
+# returned as it is, without reading it word by word: the rule needs a token's prefix at a word's
+# start or after '=' (or a PEM block), a credential word (a whole word) in a -flag or in the name of
+# a NAME=value (a URL's query too), a URL's userinfo, or a held value. A superset of the rule, never
+# a second one: it only decides whether the rule runs (tests/test_redaction.py compares both on many
+# texts). Python's re is slow on patterns that start with an alternation of words: each search here
+# starts with a character class or a literal.
 _HEAD = re.compile(_PREFIXES)
 # A word's prefix (after whitespace and openers, or after '='), or a word that starts with '-'.
 _HEAD_OR_DASH = re.compile(rf"[\s=][{re.escape(_OPENERS)}]*+(-|{_PREFIXES})")
 _NAME_WORDS = re.compile("|".join(sorted(CREDENTIAL_WORDS, key=len, reverse=True)))
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-
-
 # One word of ordinary characters, not starting with '-' (a name, a time, an address): only a
 # token's prefix or a held value can be redacted in it. Most strings of a record or report are such.
 _PLAIN = re.compile(r"[\w.:/+,-]*")

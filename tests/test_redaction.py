@@ -236,6 +236,28 @@ def test_the_driver_tee_redacts_lines_split_anywhere_and_keeps_other_bytes(tmp_p
     _clean((tmp_path / "console").read_text(errors="replace"))
 
 
+def test_the_driver_tee_writes_a_line_without_its_end_once_the_output_pauses(tmp_path: Path) -> None:
+    """A hung driver's last words (or a prompt) have no newline: they reach the log, redacted, once
+    the output pauses, while the pipe is still open (a grandchild may hold it for long)."""
+    import os
+    import time
+
+    from agent.lifecycle._console_tee import IDLE_FLUSH_S, ConsoleTee
+
+    log = os.open(tmp_path / "driver.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    console = os.open(os.devnull, os.O_WRONLY)
+    tee = ConsoleTee(log, "[rank 0 driver] ", console_fd=console)
+    os.write(tee.write_fd, f"stuck at --api-key {FLAG_VALUE} waiting".encode())  # the pipe stays open
+    deadline = time.monotonic() + 20 * IDLE_FLUSH_S
+    while time.monotonic() < deadline and b"waiting" not in (tmp_path / "driver.log").read_bytes():
+        time.sleep(0.05)
+    assert (tmp_path / "driver.log").read_bytes() == b"stuck at --api-key <redacted> waiting"
+    tee.close_child_end()
+    tee.join(10)
+    os.close(log)
+    os.close(console)
+
+
 def test_the_agents_library_log_records_and_the_kept_ray_logs_are_redacted(tmp_path: Path) -> None:
     import logging
     import os

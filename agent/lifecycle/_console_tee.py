@@ -3,10 +3,10 @@
 On Slurm and Beaker the job log is the agent's stdout: the driver's own lines (a traceback, the
 loss) must be there, like torchrun's `[rank N]:` lines, while `driver-RANK.log` keeps the exact
 bytes but for a credential's (the one redaction, schemas/credentials.py, line by line: a line is
-written once its newline or carriage return came, or once it is LOG_PENDING long). The child writes
-into a pipe; a daemon thread copies the lines to the log file and hands each complete line to a
-second thread that writes the console. A console that does not keep up (a
-paused terminal, a slow pipe) costs console lines, never the driver's progress: past
+written once its newline or carriage return came, once it is LOG_PENDING long, or after IDLE_FLUSH_S
+without more output). The child writes into a pipe; a daemon thread copies the lines to the log
+file and hands each complete line to a second thread that writes the console. A console that does
+not keep up (a paused terminal, a slow pipe) costs console lines, never the driver's progress: past
 CONSOLE_BACKLOG lines waiting, lines are dropped from the console (the log has them) and the count
 is said. The supervisor thread is not involved (it must never block on I/O).
 """
@@ -15,17 +15,27 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import sys
 import threading
 from collections.abc import Callable
 
 from schemas.credentials import redact_bytes
 
-__all__ = ["CONSOLE_BACKLOG", "ConsoleLines", "ConsoleTee", "LOG_PENDING", "MAX_CONSOLE_LINE", "redacted_lines"]
+__all__ = [
+    "CONSOLE_BACKLOG",
+    "ConsoleLines",
+    "ConsoleTee",
+    "IDLE_FLUSH_S",
+    "LOG_PENDING",
+    "MAX_CONSOLE_LINE",
+    "redacted_lines",
+]
 
 MAX_CONSOLE_LINE = 4000  # a line of megabytes (a progress bar without newlines) is cut on the console
 CONSOLE_BACKLOG = 10_000
 LOG_PENDING = 65536  # a line without a newline this long (a progress bar) is written redacted as it is
+IDLE_FLUSH_S = 0.5  # ... and so is one whose end has not come for this long
 
 
 class ConsoleTee:
@@ -100,7 +110,15 @@ class ConsoleTee:
     def _pump(self) -> None:
         lines = ConsoleLines()
         pending = b""
+        poller = select.poll()
+        poller.register(self.read_fd, select.POLLIN)
         while True:
+            if pending and not poller.poll(IDLE_FLUSH_S * 1000):
+                # A line without its end for a while (a prompt, a hung driver's last words, a
+                # grandchild still holding the pipe): written as it is.
+                self._out(redacted_lines(pending, whole=True)[0], lines)
+                pending = b""
+                continue
             try:
                 chunk = os.read(self.read_fd, 65536)
             except OSError:
@@ -111,7 +129,7 @@ class ConsoleTee:
             done, pending = redacted_lines(pending + chunk)
             self._out(done, lines)
         if pending:
-            self._out(redacted_lines(pending, final=True)[0], lines)
+            self._out(redacted_lines(pending, whole=True)[0], lines)
         last = lines.rest()
         if last:
             self._emit(last)
@@ -133,11 +151,11 @@ class ConsoleTee:
                     self._on_line = None
 
 
-def redacted_lines(data: bytes, final: bool = False) -> tuple[bytes, bytes]:
-    """(what may be written now, redacted; what waits for the rest of its line). A line is read
-    whole, so a flag and its value (--api-key VALUE) are seen together."""
+def redacted_lines(data: bytes, whole: bool = False) -> tuple[bytes, bytes]:
+    """(what may be written now, redacted; what waits for the rest of its line; all of it with
+    `whole`). A line is read whole, so a flag and its value (--api-key VALUE) are seen together."""
     end = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-    if final or len(data) - end >= LOG_PENDING:
+    if whole or len(data) - end >= LOG_PENDING:
         end = len(data)
     if not end:
         return b"", data

@@ -248,6 +248,15 @@ def _cycle_note(failures: Mapping[int, FailureRec]) -> str:
     )
 
 
+def _hang_log_end(c: Cause, log: str) -> int | None:
+    """A hang's driver log is quoted as it stood when the hang was called (hang.log_bytes): what
+    the driver printed while it was being stopped is not why it hung."""
+    if c.kind != FailureKind.HANG or log != names.driver_log(c.rank) or not c.hang:
+        return None
+    end = c.hang.get("log_bytes")
+    return end if isinstance(end, int) and not isinstance(end, bool) and end >= 0 else None
+
+
 def analyse(
     failures: Mapping[int, FailureRec],
     phases: Mapping[int, PhasesRec],
@@ -300,7 +309,7 @@ def analyse(
     roots = _hang_before_time_limit(_signals_after_real_failures(roots))
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.judge)
-    excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()
+    excerpt = log_excerpt(safe, log, _hang_log_end(first, log)) if (safe is not None and log and log in logs) else ()
     first = replace(first, log=log, excerpt=excerpt, ray_logs=ray_evidence(first, log, logs))
     cascade = tuple(sorted(roots[1:] + reactions, key=order_key))
     return first, cascade, tuple(roots[1:])

@@ -14,7 +14,7 @@ cycle cannot be named from its stacks, only the threads and the lines where each
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "WAITING",
     "group",
     "notes_of",
+    "persistent",
     "procs_of",
     "ranks_text",
     "shown_frames",
@@ -374,3 +375,22 @@ def summarise(docs: Mapping[int, Mapping[str, Any]], files: Sequence[str], expec
     reasons = sorted({str(d.get("reason")) for d in docs.values()})
     missing = tuple(sorted(set(expected) - set(docs)))
     return Summary(tuple(files), tuple(sorted(docs)), missing, groups, without, notes_of(docs), "/".join(reasons))
+
+
+def persistent(samples: Sequence[Summary]) -> Summary | None:
+    """A live view from several samples: the last one, where a process is the odd one out only
+    when it was, in the same frames, in every sample (a worker caught in another function at one
+    instant is not; one stuck in it is)."""
+    if not samples:
+        return None
+    last = samples[-1]
+
+    def odd_in(s: Summary) -> set[tuple[int, int, Signature]]:
+        return {(p.rank, p.pid, g.signature) for g in s.odd for p in g.members}
+
+    kept = set.intersection(*(odd_in(s) for s in samples))
+    groups = [
+        replace(g, odd=g.odd and all((p.rank, p.pid, g.signature) in kept for p in g.members)) for g in last.groups
+    ]
+    groups.sort(key=lambda g: not g.odd)  # stable: the odd ones out first, the rest in their order
+    return replace(last, groups=tuple(groups))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
+from launch.backends._local_stragglers import straggler_bound, wait_agents
 from launch.backends._local_verdict import verdict
 from launch.backends.base import Backend, agent_argv
 from launch.backends.rundir import claim_run_dir
@@ -141,7 +142,8 @@ def _run_replicas(
         agents.start(rep.argv, {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}, alive_r)
     os.close(alive_r)
     try:
-        codes = [p.wait() for p in agents.procs]
+        # A frozen agent (SIGSTOPped with its children) would keep us here while it stays frozen.
+        codes = wait_agents(agents.procs, straggler_bound(config), agents.say, time.monotonic)
         # An agent that was killed leaves its reaper to record and clean up after it: the run is
         # over (and its files final) only once that is done too.
         grace = config.coordination.teardown_grace + ORPHAN_MARGIN_S
@@ -199,6 +201,10 @@ class _Agents:
         for line in stream:
             with self.lock:
                 self.out(line.rstrip("\n"))
+
+    def say(self, line: str) -> None:
+        with self.lock:  # never inside an agent's line
+            self.out(line)
 
     def forward(self, signum: int, _frame: object) -> None:
         self.stopping.append(signum)

@@ -9,6 +9,7 @@ pids): tests/test_hang_trials_e2e.py."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from agent.stacks._targets import describe
 from agent.stacks.capture import capture
 from audit.stacks import shown_frames, summarise
 from schemas.vocab import StackReason
-from tests.harness.rundirs import TRAIN
+from tests.harness.rundirs import TRAIN, RunBuilder
 from tests.test_audit_first_cause import first, rec
 
 DEADLOCK = """
@@ -112,39 +113,39 @@ def test_two_threads_deadlocked_on_two_locks_are_named_with_their_lines(
 def test_a_live_view_calls_a_difference_odd_only_when_it_persists(
     started: Callable[..., subprocess.Popen[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`gym-launch stacks` on a run of three agents, each answering with its worker's real stacks
+    (the agents' side and the doorbell: tests/test_hang_e2e.py)."""
     flag = tmp_path / "loaded"
     steady = [started(WORKER, ready="serving") for _ in range(2)]
     late = started(WORKER, str(flag), ready="loading")
+    run = RunBuilder(tmp_path / "out")
+    run.startup()  # three agents' address records, no cleanup record: all live
+    workers = [*steady, late]
     asked: list[int] = []
 
     def ask(_run: object, ranks: list[int] | None, _wait: float) -> live.Answers:
-        """Each rank's agent answers with its worker's real stacks; after the first sample the
-        late worker has loaded its batch and serves like the others."""
-        docs = {r: _doc(p.pid, "ray_worker") for r, p in enumerate([*steady, late])}
+        """After the first sample the late worker has loaded its batch and serves like the others."""
+        docs = {r: _doc(p.pid, "ray_worker") for r, p in enumerate(workers)}
         asked.append(len(asked))
-        if len(asked) == 1:
+        if not flag.exists():
             flag.write_text("")
             assert late.stdout is not None and late.stdout.readline().strip() == "serving"
         return live.Answers("r", [0, 1, 2], docs)
 
     monkeypatch.setattr(live, "ask", ask)
-    monkeypatch.setattr(live, "SAMPLE_GAP_S", 0.0)
-    _answers, summary = live.sample(None, None, 1.0)  # type: ignore[arg-type]
-    assert len(asked) == live.SAMPLES >= 3
-    assert summary is not None and not summary.odd, summary.lines()
+    monkeypatch.setattr(live, "SAMPLE_GAP_S", 0.0, raising=False)
+    said: list[str] = []
+    assert live.run_stacks(run.path, None, True, said.append) == 0
+    doc = json.loads(said[0])
+    assert doc["summary"]["odd_ones_out"] == [], doc["summary"]["groups"]  # caught in load_batch once: not odd
+    assert len(asked) == doc["samples"] == 3
 
-    stuck = started(WORKER, "stuck", ready="serving")
+    workers[2] = stuck = started(WORKER, "stuck", ready="serving")
     asked.clear()
-
-    def ask_stuck(_run: object, ranks: list[int] | None, _wait: float) -> live.Answers:
-        asked.append(len(asked))
-        docs = {r: _doc(p.pid, "ray_worker") for r, p in enumerate([*steady, stuck])}
-        return live.Answers("r", [0, 1, 2], docs)
-
-    monkeypatch.setattr(live, "ask", ask_stuck)
-    _answers, summary = live.sample(None, None, 1.0)  # type: ignore[arg-type]
-    assert summary is not None
-    assert [g.line() for g in summary.odd] == [f"rank 2, Ray worker pid {stuck.pid}: stuck ← <module>"]
+    said.clear()
+    assert live.run_stacks(run.path, None, False, said.append) == 0
+    assert f"odd one out: rank 2, Ray worker pid {stuck.pid}: stuck ← <module>" in said[0].splitlines(), said[0]
+    assert "only a difference seen in each of 3 samples" in said[0]
 
 
 def test_the_groups_caller_is_the_users_frame_not_rays_tracing_wrapper() -> None:

@@ -87,19 +87,12 @@ def test_a_frozen_node_is_ended_by_the_launcher_and_status_gives_every_pid(tmp_p
     )
     assert status.returncode == 0, status.stderr
     rows = {r["rank"]: r for r in json.loads(status.stdout)["ranks"]}
-    for rank, row in rows.items():
-        assert row["agent_pid"] == agent_pid(run.run_dir, rank)
-        assert "agent.cli" in " ".join(psutil.Process(row["agent_pid"]).cmdline())
-    drivers = [r for r in rows.values() if r["driver_pid"] is not None]
-    assert len(drivers) == 1, rows
-    driver = psutil.Process(drivers[0]["driver_pid"])
-    assert "time.sleep(300)" in " ".join(driver.cmdline())
-    assert drivers[0]["agent_pid"] in [p.pid for p in driver.parents()]
+    pids = {rank: psutil.Process(agent_pid(run.run_dir, rank)) for rank in rows}  # (read before the freeze)
+    driver_rank = next(r for r in rows if any("time.sleep(300)" in " ".join(c.cmdline()) for c in pids[r].children()))
+    driver_pids = [c.pid for c in pids[driver_rank].children() if "time.sleep(300)" in " ".join(c.cmdline())]
     text = subprocess.run([str(BIN / "gym-launch"), "status", str(run.run_dir)], capture_output=True, text=True)
-    assert f"agent {drivers[0]['agent_pid']} driver {driver.pid}" in text.stdout, text.stdout
-
-    frozen_rank = next(r for r in (1, 2) if rows[r]["driver_pid"] is None)
-    agent = psutil.Process(agent_pid(run.run_dir, frozen_rank))
+    frozen_rank = next(r for r in range(3) if r != driver_rank)
+    agent = pids[frozen_rank]
     frozen = [agent, *agent.children(recursive=True)]
     for p in frozen:
         os.kill(p.pid, signal.SIGSTOP)
@@ -117,6 +110,13 @@ def test_a_frozen_node_is_ended_by_the_launcher_and_status_gives_every_pid(tmp_p
     assert any(rec["kind"] == "peer_silent" and rec["reacting_to"]["rank"] == frozen_rank for rec in recs.values())
     first = render(audit_run(run.run_dir))
     assert f"rank {frozen_rank}, silent" in first[first.index("First cause:") :].splitlines()[1]
+    # gym-launch status, read while every agent ran, gave each agent's pid and the driver's.
+    for rank, row in rows.items():
+        assert row["agent_pid"] == pids[rank].pid
+    assert [r for r in rows if rows[r]["driver_pid"] is not None] == [driver_rank], rows
+    driver = rows[driver_rank]["driver_pid"]
+    assert driver in driver_pids, (driver, driver_pids)
+    assert f"agent {pids[driver_rank].pid} driver {driver}" in text.stdout, text.stdout
     assert_nothing_left(run.run_dir)
 
 
@@ -128,7 +128,6 @@ def test_two_deadlocked_threads_are_named_and_the_excerpt_ends_where_the_hang_wa
     assert run.wait(180) == 1, run.text[-3000:]
     recs = failures(run.run_dir)
     [rank] = [r for r, rec in recs.items() if rec["kind"] == "hang"]
-    assert isinstance(recs[rank]["hang"]["log_bytes"], int)
     assert "SystemExit: 15" in (run.run_dir / names.driver_log(rank)).read_text()  # it was stopped so
     stacks = read(run.run_dir, names.stacks(rank))
     assert {t["name"] for p in stacks["processes"] for t in p["threads"]} >= {"loader", "saver"}
@@ -146,5 +145,6 @@ def test_two_deadlocked_threads_are_named_and_the_excerpt_ends_where_the_hang_wa
     assert doc["stacks"]["waiting_threads"] and "take_ab" in doc["stacks"]["waiting_threads"][0]
     html = render_html(result)
     assert "loader in take_ab (deadlock.py:13)" in html and 'id="stacks-waiting"' in html
+    assert isinstance(recs[rank]["hang"]["log_bytes"], int)
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)

@@ -97,7 +97,12 @@ def test_a_frozen_node_is_ended_by_the_launcher_and_status_gives_every_pid(tmp_p
     for p in frozen:
         os.kill(p.pid, signal.SIGSTOP)
     t0 = time.monotonic()
-    code = run.wait(150)  # on main: waits for as long as the node stays frozen
+    try:
+        code = run.wait(150)  # before the fix: waits for as long as the node stays frozen
+    finally:
+        for p in frozen:  # a failed test leaves no stopped process behind
+            if p.is_running():
+                p.kill()
     took = time.monotonic() - t0
     assert code == 1
     said = [ln for ln in run.text.splitlines() if f"rank {frozen_rank}'s agent (pid {agent.pid}, stopped)" in ln]

@@ -291,9 +291,8 @@ def _stacks_html(result: AuditResult) -> str:
         )
     without = "".join(f"<li>rank {p.rank} {_e(p.role)} pid {p.pid}: {_e(p.problem or '')}</li>" for p in s.without[:20])
     notes = "".join(f"<li>{_e(n)}</li>" for n in s.notes)
-    waiting = "".join(f"<li>{_e(w)}</li>" for w in s.waiting()) if s.waiting() else ""
-    if waiting:
-        waiting += f"<li>{_e(NO_LOCKS)}</li>"
+    waits = s.waiting()
+    waiting = "".join(f"<li>{_e(w)}</li>" for w in [*waits, NO_LOCKS]) if waits else ""
     return (
         f"<p>{_e(head)}:</p>"
         '<table id="stacks"><tr><th>processes</th><th>where (innermost frames)</th><th>which</th></tr>'

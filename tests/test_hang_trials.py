@@ -10,8 +10,11 @@ pids): tests/test_hang_trials_e2e.py."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import launch._live_stacks as live
 from agent.stacks._targets import describe
 from agent.stacks.capture import capture
 from audit.stacks import shown_frames, summarise
+from launch.backends._local_stragglers import wait_agents
 from schemas.vocab import StackReason
 from tests.harness.rundirs import TRAIN, RunBuilder
 from tests.test_audit_first_cause import first, rec
@@ -175,3 +179,27 @@ def test_a_frozen_ranks_late_record_does_not_displace_its_silence_as_the_first_c
     # A dead agent's reaper writes at once, before its peers call it silent: still the cause.
     fc, _, _ = first(rec(1, "agent_died", 100.0), rec(0, "peer_silent", 130.0, 1))
     assert fc is not None and (fc.rank, fc.kind) == (1, "agent_died")
+
+
+def test_the_launcher_ends_a_still_agent_but_not_one_whose_heartbeat_moves() -> None:
+    """Rank 0 ended; rank 1 still beats (it waits for a peer, say) and ends by itself at 3 s;
+    rank 2 neither ends nor beats (SIGSTOPped): ended after the bound, by process group."""
+    procs = [
+        subprocess.Popen(["true"], start_new_session=True),
+        subprocess.Popen(["sleep", "3"], start_new_session=True),
+        subprocess.Popen(["sleep", "60"], start_new_session=True),
+    ]
+    os.kill(procs[2].pid, signal.SIGSTOP)
+    said: list[str] = []
+    t0 = time.monotonic()
+    try:
+        beats = {1: lambda: int(time.monotonic() * 4), 2: lambda: 7}  # rank 1's heartbeat moves
+        codes = wait_agents(procs, 1.0, said.append, time.monotonic, lambda rank: beats[rank]())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [0, 0, -signal.SIGKILL], (codes, said)
+    assert len(said) == 1 and said[0].startswith(f"gym-launch: rank 2's agent (pid {procs[2].pid}, stopped)"), said
+    assert 2.5 < time.monotonic() - t0 < 30

@@ -106,7 +106,8 @@ def test_a_frozen_node_is_ended_by_the_launcher_and_status_gives_every_pid(tmp_p
     took = time.monotonic() - t0
     assert code == 1
     said = [ln for ln in run.text.splitlines() if f"rank {frozen_rank}'s agent (pid {agent.pid}, stopped)" in ln]
-    assert said and "SIGKILL, by process group and pid" in said[0], run.text[-3000:]
+    assert said and "neither ended nor written a heartbeat" in said[0], run.text[-3000:]
+    assert "SIGKILL, by process group and pid" in said[0]
     # beacon_timeout, then the bound: poll 0.25 + stack_dump_timeout 10 + teardown_grace 2 + 15 s margin.
     assert took < BEACON_TIMEOUT + 0.25 + 10 + 2 + 15 + 30, took
     assert not [p.pid for p in frozen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, NoReturn
 
@@ -143,7 +144,7 @@ def _run_replicas(
     os.close(alive_r)
     try:
         # A frozen agent (SIGSTOPped with its children) would keep us here while it stays frozen.
-        codes = wait_agents(agents.procs, straggler_bound(config), agents.say, time.monotonic)
+        codes = wait_agents(agents.procs, straggler_bound(config), agents.say, time.monotonic, partial(_beat, run))
         # An agent that was killed leaves its reaper to record and clean up after it: the run is
         # over (and its files final) only once that is done too.
         grace = config.coordination.teardown_grace + ORPHAN_MARGIN_S
@@ -156,6 +157,12 @@ def _run_replicas(
     if left:
         out(f"gym-launch: still running after the agents exited (pids {left}): they end by themselves")
     return verdict(run.path, codes, out)
+
+
+def _beat(run: RunDir, rank: int) -> tuple[object, object] | None:
+    """A token of rank's heartbeat that changes with each one it writes."""
+    doc = run.read_json(names.heartbeat(rank), attempts=1)
+    return (doc.get("seq"), doc.get("incarnation")) if doc is not None else None
 
 
 def _agents_environment(resume: bool) -> dict[str, str]:

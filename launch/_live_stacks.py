@@ -62,6 +62,7 @@ class Answers:
     docs: dict[int, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
     doorbell: str = ""  # how the agents were woken (or why they were not)
+    samples: int = 1  # answers taken (gym-launch stacks takes SAMPLES)
 
     @property
     def missing(self) -> list[int]:
@@ -183,7 +184,7 @@ def format_text(run: RunDir, answers: Answers, summary: Summary | None) -> str:
     lines = [
         f"stacks of run {run.path.name}: {len(answers.docs)} of {len(answers.asked)} rank(s) answered "
         f"in {answers.seconds:.1f}s{missing} ({answers.doorbell}); odd one out: only a difference seen in "
-        f"each of {SAMPLES} samples {SAMPLE_GAP_S:g} s apart"
+        f"each of {answers.samples} samples {SAMPLE_GAP_S:g} s apart"
     ]
     if summary is None:
         return "\n".join(lines) + "\n"
@@ -207,7 +208,7 @@ def to_json(run: RunDir, answers: Answers, summary: Summary | None) -> str:
             "missing": answers.missing,
             "seconds": round(answers.seconds, 3),
             "doorbell": answers.doorbell,
-            "samples": SAMPLES,
+            "samples": answers.samples,
             "summary": summary.to_json() if summary is not None else None,
             "stacks": {str(r): {k: v for k, v in d.items() if k != "fingerprint"} for r, d in answers.docs.items()},
         },
@@ -216,20 +217,23 @@ def to_json(run: RunDir, answers: Answers, summary: Summary | None) -> str:
 
 
 def sample(run: RunDir, ranks: list[int] | None, wait: float) -> tuple[Answers, Summary | None]:
-    """SAMPLES answers SAMPLE_GAP_S apart (fewer when no agent answers); the last one's stacks,
-    odd ones out only where every sample had them (audit.stacks.persistent)."""
+    """SAMPLES answers SAMPLE_GAP_S apart, the later ones asked only of the ranks that answered
+    the first (one that did not costs its wait once); the last one's stacks, odd ones out only
+    where every sample had them (audit.stacks.persistent)."""
+    first = answers = ask(run, ranks, wait)
     summaries: list[Summary] = []
-    answers = ask(run, ranks, wait)
+    seconds = 0.0
     for i in range(SAMPLES):
         if i:
             time.sleep(SAMPLE_GAP_S)
-            answers = ask(run, ranks, wait)
-        if not answers.docs:
+            answers = ask(run, sorted(first.docs), wait)
+        seconds += answers.seconds
+        summary = summarise(answers.docs, [], first.asked)
+        if summary is None:
             break
-        summary = summarise(answers.docs, [], answers.asked)
-        if summary is not None:
-            summaries.append(summary)
-    return answers, persistent(summaries)
+        summaries.append(summary)
+    said = Answers(answers.request, first.asked, answers.docs, seconds, first.doorbell, len(summaries))
+    return said, persistent(summaries)
 
 
 def run_stacks(path: Path, rank: int | None, as_json: bool, out: Callable[[str], None]) -> int:

@@ -14,6 +14,10 @@ Rules (the agent's failure records are the evidence):
 - among several roots the earliest wall time wins, ties broken by kind (a crash of a child or
   the agent explains a later signal or timeout better than the other way round). Wall times
   come from different hosts whose clocks may differ, so the order across hosts is best effort;
+- a `peer_silent` record about X written more than LATE_RECORD_S before X's own record (X was
+  frozen, SIGSTOPped or stalled, and wrote, or its reaper wrote, only after it resumed) reacted to
+  X's silence, not to that record: X silent is the cause, at the time it was noticed, and X's late
+  record is in the cascade (by time), not a cause of its own;
 - a hang on the driver's node explains the other nodes' time_limit records of the same walltime
   warning (a run stuck when the warning came is a hang);
 - when no record is a root (reactions in a cycle), the earliest record is the first cause and
@@ -37,6 +41,7 @@ __all__ = [
     "JUDGE_KINDS",
     "JUDGE_PHASES",
     "KIND_PRIORITY",
+    "LATE_RECORD_S",
     "REACTION_KINDS",
     "SCHEDULER_REACTION_S",
     "SIGNALLED_EXIT_CODES",
@@ -83,6 +88,10 @@ KIND_PRIORITY: dict[str, int] = {
 # (its reaper needs a moment). A signal is taken as that reaction when a real failure of another
 # rank was recorded within this many seconds after it.
 SCHEDULER_REACTION_S = 10.0
+# A dead agent's reaper writes its record within a second or two, long before a peer calls it
+# silent (beacon_timeout, 30 s by default): a record this much later than the silence report was
+# written after the rank resumed.
+LATE_RECORD_S = 10.0
 REACTION_KINDS = {FailureKind.SIGNAL, FailureKind.STARTUP_TIMEOUT, FailureKind.PEER_FAILURE, FailureKind.PEER_SILENT}
 
 JUDGE_KINDS = {FailureKind.JUDGE_HEALTH, FailureKind.JUDGE, FailureKind.CANARY, FailureKind.JUDGE_DEGRADED}
@@ -239,6 +248,29 @@ def _reacts_to_recorded(rec: FailureRec, failures: Mapping[int, FailureRec]) -> 
     return want is None or target.incarnation is None or want == target.incarnation
 
 
+def _late_records(failures: Mapping[int, FailureRec]) -> set[int]:
+    """Ranks whose own record came LATE_RECORD_S after a peer reported them silent (wall times)."""
+    out = set()
+    for rec in failures.values():
+        target = failures.get(rec.reacting_to) if rec.reacting_to is not None else None
+        if (
+            rec.kind == FailureKind.PEER_SILENT
+            and target is not None
+            and target.rank != rec.rank
+            and target.reacting_to is None
+            and rec.wall_time is not None
+            and target.wall_time is not None
+            and target.wall_time - rec.wall_time > LATE_RECORD_S
+        ):
+            out.add(target.rank)
+    return out
+
+
+def _late_note(own: FailureRec, noticed: FailureRec) -> str:
+    late = (own.wall_time or 0.0) - (noticed.wall_time or 0.0)
+    return f" [its own record ({own.kind}) came {late:.0f} s later, once it resumed: {own.cause[:200]}]"
+
+
 def _cycle_note(failures: Mapping[int, FailureRec]) -> str:
     """Say that no record is a root: the evidence points in a circle (or the root was lost)."""
     edges = ", ".join(f"{r}->{rec.reacting_to}" for r, rec in sorted(failures.items()))
@@ -246,6 +278,15 @@ def _cycle_note(failures: Mapping[int, FailureRec]) -> str:
         f" [no failure record is a root cause: every record reacts to another ({edges}); "
         "the earliest is shown, the real cause may be unrecorded]"
     )
+
+
+def _hang_log_end(c: Cause, log: str) -> int | None:
+    """A hang's driver log is quoted as it stood when the hang was called (hang.log_bytes): what
+    the driver printed while it was being stopped is not why it hung."""
+    if c.kind != FailureKind.HANG or log != names.driver_log(c.rank) or not c.hang:
+        return None
+    end = c.hang.get("log_bytes")
+    return end if isinstance(end, int) and not isinstance(end, bool) and end >= 0 else None
 
 
 def analyse(
@@ -262,10 +303,20 @@ def analyse(
     reactions: list[Cause] = []
     silent_seen: set[int] = set()
     heard_seen: set[int] = set()
+    late = _late_records(failures)
     for rank, rec in sorted(failures.items()):
         target = rec.reacting_to
-        if target is None or target == rank:
+        if rank in late:
+            reactions.append(_from_record(rec))  # after its silence was the cause: in the cascade
+        elif target is None or target == rank:
             roots.append(_from_record(rec))
+        elif rec.kind == FailureKind.PEER_SILENT and target in late:
+            if target not in silent_seen:
+                silent_seen.add(target)
+                culprit = _silent_culprit(rec, phases, heartbeat_phases.get(target))
+                own = failures[target]
+                roots.append(replace(culprit, cause=culprit.cause + _late_note(own, rec)))
+            reactions.append(_from_record(rec))
         elif _reacts_to_recorded(rec, failures):
             reactions.append(_from_record(rec))
         elif rec.kind == FailureKind.PEER_SILENT and target not in failures:
@@ -300,7 +351,7 @@ def analyse(
     roots = _hang_before_time_limit(_signals_after_real_failures(roots))
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.judge)
-    excerpt = log_excerpt(safe, log) if (safe is not None and log and log in logs) else ()
+    excerpt = log_excerpt(safe, log, _hang_log_end(first, log)) if (safe is not None and log and log in logs) else ()
     first = replace(first, log=log, excerpt=excerpt, ray_logs=ray_evidence(first, log, logs))
     cascade = tuple(sorted(roots[1:] + reactions, key=order_key))
     return first, cascade, tuple(roots[1:])

@@ -91,16 +91,17 @@ def list_logs(safe: SafeDir, rank: int | None = None, judge: str | None = None) 
 # -- excerpts -----------------------------------------------------------------------------------
 
 
-def read_tail(safe: SafeDir, relpath: str, nbytes: int = TAIL_BYTES) -> list[str]:
-    """The last lines within the last `nbytes` of a log, decoded leniently (logs are not always UTF-8)."""
+def read_tail(safe: SafeDir, relpath: str, nbytes: int = TAIL_BYTES, end: int | None = None) -> list[str]:
+    """The last lines within the last `nbytes` of a log (of its first `end` bytes: whole lines
+    only), decoded leniently (logs are not always UTF-8)."""
     fd = safe.open_file(relpath)
     try:
-        size = os.fstat(fd).st_size
+        size = os.fstat(fd).st_size if end is None else min(end, os.fstat(fd).st_size)
         offset = max(0, size - nbytes)
         os.lseek(fd, offset, os.SEEK_SET)
         chunks, total = [], 0
-        while total < nbytes:
-            chunk = os.read(fd, min(1 << 20, nbytes - total))
+        while total < size - offset:
+            chunk = os.read(fd, min(1 << 20, size - offset - total))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -111,6 +112,8 @@ def read_tail(safe: SafeDir, relpath: str, nbytes: int = TAIL_BYTES) -> list[str
     if offset > 0:
         nl = data.find(b"\n")
         data = data[nl + 1 :] if nl >= 0 else b""  # drop the partial first line
+    if end is not None and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]  # a line cut at `end` was still being written
     return data.decode("utf-8", errors="replace").splitlines()
 
 
@@ -131,11 +134,22 @@ def excerpt(lines: list[str], max_lines: int = 30, max_chars: int = 400) -> tupl
     return tuple(ln if len(ln) <= max_chars else ln[: max_chars - 3] + "..." for ln in picked)
 
 
-def log_excerpt(safe: SafeDir, relpath: str) -> tuple[str, ...]:
+def log_excerpt(safe: SafeDir, relpath: str, until: int | None = None) -> tuple[str, ...]:
+    """The excerpt of a log; `until`: of its first bytes only, as its last lines (a hang's driver
+    log up to the moment the hang was called: what it did then, not how it was stopped)."""
     try:
-        return excerpt(read_tail(safe, relpath))
+        if until is None:
+            return excerpt(read_tail(safe, relpath))
+        lines = _last_lines(read_tail(safe, relpath, end=until))
+        return tuple(ln if len(ln) <= 400 else ln[:397] + "..." for ln in lines)
     except (UnsafeFile, OSError):
         return ()
+
+
+def _last_lines(lines: list[str], count: int = 10) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines[-count:]
 
 
 # -- streaming grep -----------------------------------------------------------------------------

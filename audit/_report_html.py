@@ -16,6 +16,7 @@ from audit._model import AuditResult, Cause, Finding, NodeMap, PhaseSpan, RankSu
 from audit._report_charts import bar_chart, line_chart
 from audit._report_text import cause_headline
 from audit._sanitize import clean_text
+from audit.stacks import NO_LOCKS
 from schemas import Phase, timefmt
 
 __all__ = ["CSS", "FIRST_CAUSE", "OTHER_PHASE", "PHASE_COLORS", "REACTION", "ROLE_COLORS", "render", "run_span"]
@@ -281,18 +282,23 @@ def _stacks_html(result: AuditResult) -> str:
             f'{_e(fn)} <span class="muted">({_e(f)}:{line})</span>' for fn, f, line in g.members[0].frames[:8]
         )
         pids = ", ".join(f"rank {p.rank} pid {p.pid}" for p in g.members[:12])
+        others = g.members[0].others
+        threads = f"<br>threads: {_e(', '.join(t.where() for t in others))}" if others else ""
         rows.append(
             f'<tr class="{"odd" if g.odd else "group"}"><td class="who">{_e(g.who())}</td>'
-            f"<td><b>{_e(g.shown())}</b><details><summary>frames</summary>"
+            f"<td><b>{_e(g.shown())}</b>{threads}<details><summary>frames</summary>"
             f'<div class="frames">{frames}</div></details></td><td class="muted">{_e(pids)}</td></tr>'
         )
     without = "".join(f"<li>rank {p.rank} {_e(p.role)} pid {p.pid}: {_e(p.problem or '')}</li>" for p in s.without[:20])
     notes = "".join(f"<li>{_e(n)}</li>" for n in s.notes)
+    waits = s.waiting()
+    waiting = "".join(f"<li>{_e(w)}</li>" for w in [*waits, NO_LOCKS]) if waits else ""
     return (
         f"<p>{_e(head)}:</p>"
         '<table id="stacks"><tr><th>processes</th><th>where (innermost frames)</th><th>which</th></tr>'
         + "".join(rows)
         + "</table>"
+        + (f'<ul id="stacks-waiting">{waiting}</ul>' if waiting else "")
         + (f'<ul id="stacks-without">{without}</ul>' if without else "")
         + (f'<ul id="stacks-notes">{notes}</ul>' if notes else "")
     )

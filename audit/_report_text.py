@@ -11,6 +11,7 @@ from audit._model import AttemptSummary, AuditResult, Cause, Finding
 from audit._ray_startup import describe as describe_ray_startup
 from audit._restarts import REFUSED
 from audit._sanitize import terminal_safe as _t
+from audit.stacks import WAITING
 from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
 
@@ -136,7 +137,7 @@ def _first_cause_lines(
     name sits in the report's first six lines; a hang's stacks, grouped across ranks, follow the log."""
     lines = ["First cause:", "  " + _cause_line(fc)]
     stack_lines = stacks.lines() if stacks is not None else []
-    odd = [ln for ln in stack_lines if ln.startswith("odd one out: ")]
+    odd = [ln for ln in stack_lines if ln.startswith(("odd one out: ", WAITING))]
     lines += [_t(f"  {ln}") for ln in odd[:1]]  # where the run was stuck, named before anything else
     context = []
     if fc.reported_by is not None:

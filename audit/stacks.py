@@ -1,28 +1,40 @@
 """The stacks every agent kept (stacks-RANK.json), summarised across ranks and processes: processes
-of one role whose main thread sits in the same innermost frames are one group, and a process no
-other of its role shares frames with is named the odd one out ("rank 2, Ray worker pid 4711:
-load_weights ← run; ranks 0–1, 2 Ray workers: barrier"). The audit reports a hang's stacks with
-it; `gym-launch stacks` prints live answers with it.
+of one role whose threads sit in the same innermost frames are one group (the main thread's, and
+every other thread that stands in the user's own code), and a process no other of its role shares
+frames with is named the odd one out ("rank 2, Ray worker pid 4711: load_weights ← run; ranks 0–1,
+2 Ray workers: barrier"). Threads of one process that wait in the user's own code are named with
+their lines (two workers deadlocked on two locks while the main thread joins them). The audit
+reports a hang's stacks with it; `gym-launch stacks` prints live answers with it.
+
+What py-spy gives (and so what this can say): each thread's frames (function, file, line), its
+name, and whether it is idle. Not which lock a thread waits for, nor which locks it holds: a lock
+cycle cannot be named from its stacks, only the threads and the lines where each one waits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
     "Group",
     "MIN_FOR_ODD",
     "NOT_COMPARED",
+    "NO_LOCKS",
+    "OURS",
     "PLURALS",
     "Proc",
     "ROLE_NAMES",
     "SHOWN_FRAMES",
     "SIGNATURE_FRAMES",
+    "SHOWN_THREAD_FRAMES",
     "Summary",
+    "ThreadStack",
+    "WAITING",
     "group",
     "notes_of",
+    "persistent",
     "procs_of",
     "ranks_text",
     "shown_frames",
@@ -31,12 +43,48 @@ __all__ = [
 
 SIGNATURE_FRAMES = 3  # innermost frames of the main thread that make two processes' stacks "the same"
 SHOWN_FRAMES = 2  # frames a group is shown by: the innermost own frame and its caller
+SHOWN_THREAD_FRAMES = 8  # a thread's frames in --json
 MIN_FOR_ODD = 3  # a role needs this many processes with stacks before one can be the odd one out
 # Ray's own daemons (monitor, dashboard, log monitor) differ between head and workers by design:
 # grouped, never the odd one out.
 NOT_COMPARED = frozenset({"ray"})
+WAITING = "waiting threads: "
+NO_LOCKS = (
+    "py-spy shows where each thread waits, not which lock it waits for or holds: a lock cycle among "
+    "waiting threads is not named from the stacks (the lines are)"
+)
 ROLE_NAMES = {"driver": "driver", "ray_worker": "Ray worker", "ray": "Ray process", "judge": "judge"}
 PLURALS = {"driver": "drivers", "ray_worker": "Ray workers", "ray": "Ray processes", "judge": "judges"}
+
+
+Frames = tuple[tuple[str, str, int], ...]  # (function, file, line), innermost first
+Signature = tuple[tuple[str, str], ...]
+
+
+def _signature(frames: Frames) -> Signature:
+    return tuple((fn, _leaf(f)) for fn, f, _line in frames[:SIGNATURE_FRAMES])
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """A thread other than the main one that stands in the user's own code."""
+
+    name: str
+    frames: Frames
+    idle: bool  # py-spy: not running (waiting on a lock, a sleep, I/O)
+
+    def where(self) -> str:
+        """'loader in take_ab (dl.py:6)': its innermost own frame, with the line it waits at."""
+        fn, f, line = next((fr for fr in self.frames if _own(fr[1])), self.frames[0])
+        return f"{self.name} in {fn} ({_leaf(f)}:{line})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "where": self.where(),
+            "idle": self.idle,
+            "frames": [{"function": fn, "file": f, "line": line} for fn, f, line in self.frames[:SHOWN_THREAD_FRAMES]],
+        }
 
 
 @dataclass(frozen=True)
@@ -49,18 +97,34 @@ class Proc:
     cmd: str
     method: str
     problem: str | None
-    frames: tuple[tuple[str, str, int], ...]  # the main thread's (function, file, line), innermost first
+    frames: Frames  # the main thread's
     threads: int
+    others: tuple[ThreadStack, ...] = ()  # its other threads in the user's own code (library threads: not)
+    main_idle: bool = False
 
     @property
-    def signature(self) -> tuple[tuple[str, str], ...]:
-        return tuple((fn, _leaf(f)) for fn, f, _line in self.frames[:SIGNATURE_FRAMES])
+    def signature(self) -> Signature:
+        """Every thread counts: the main thread's frames, then each user thread's (sorted)."""
+        threads = sorted({_signature(t.frames) for t in self.others})
+        return _signature(self.frames) + tuple(frame for sig in threads for frame in sig)
+
+    @property
+    def has_stacks(self) -> bool:
+        return bool(self.frames or self.others)
+
+    def waiting(self) -> list[str]:
+        """Its threads idle in the user's own code (the main thread among them), each where it
+        waits: with two or more, they may wait for each other."""
+        out = [t.where() for t in self.others if t.idle and _own(t.frames[0][1])]
+        if self.main_idle and self.frames and _own(self.frames[0][1]):
+            out.insert(0, ThreadStack("main thread", self.frames, True).where())
+        return out
 
 
 @dataclass(frozen=True)
 class Group:
     role: str
-    signature: tuple[tuple[str, str], ...]
+    signature: Signature
     members: tuple[Proc, ...]
     odd: bool = False
 
@@ -74,12 +138,15 @@ class Group:
         return f"{ranks}, {len(self.members)} {PLURALS.get(self.role, self.role + ' processes')}"
 
     def line(self) -> str:
-        return f"{self.who()}: {self.shown()}"
+        others = self.members[0].others
+        threads = f"; threads: {', '.join(t.where() for t in others)}" if others else ""
+        return f"{self.who()}: {self.shown()}{threads}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "role": self.role,
-            "frames": [{"function": fn, "file": f} for fn, f in self.signature],
+            "frames": [{"function": fn, "file": f} for fn, f in _signature(self.members[0].frames)],
+            "threads": [t.to_json() for t in self.members[0].others],
             "shown": self.shown(),
             "odd_one_out": self.odd,
             "processes": [{"rank": p.rank, "pid": p.pid, "method": p.method} for p in self.members],
@@ -100,6 +167,18 @@ class Summary:
     def odd(self) -> tuple[Group, ...]:
         return tuple(g for g in self.groups if g.odd)
 
+    def waiting(self) -> list[str]:
+        """'waiting threads: rank 0, driver pid 7: loader in take_ab (dl.py:6), saver in …': a
+        process with two or more threads idle in the user's own code (py-spy names no lock)."""
+        out = []
+        for g in self.groups:
+            for p in g.members:
+                where = p.waiting()
+                if len(where) >= 2:
+                    who = f"rank {p.rank}, {ROLE_NAMES.get(p.role, p.role)} pid {p.pid}"
+                    out.append(f"{WAITING}{who}: {len(where)} threads wait in their own code: {', '.join(where)}")
+        return out
+
     def lines(self) -> list[str]:
         """The text report's lines (no indentation)."""
         count = sum(len(g.members) for g in self.groups) + len(self.without)
@@ -108,6 +187,8 @@ class Summary:
             head += f"; none from {ranks_text(self.missing)}"
         out = [head]
         out += [f"odd one out: {g.line()}" for g in self.odd]
+        waiting = self.waiting()
+        out += waiting
         out += [g.line() for g in self.groups if not g.odd]
         if self.without:
             shown = "; ".join(
@@ -116,6 +197,8 @@ class Summary:
             more = f" (+{len(self.without) - 3} more)" if len(self.without) > 3 else ""
             out.append(f"without stacks: {shown}{more}")
         out += list(self.notes)
+        if waiting:
+            out.append(NO_LOCKS)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -126,6 +209,7 @@ class Summary:
             "missing_ranks": list(self.missing),
             "groups": [g.to_json() for g in self.groups],
             "odd_ones_out": [g.line() for g in self.odd],
+            "waiting_threads": self.waiting(),
             "without_stacks": [
                 {"rank": p.rank, "pid": p.pid, "role": p.role, "problem": p.problem} for p in self.without
             ],
@@ -137,16 +221,28 @@ def _leaf(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+# The modules of ours a driver's frames pass through (its progress() calls, the judge client):
+# wrappers, like Ray's, never the user's frame.
+OURS = ("/agent/driver_api.py", "/agent/proc/driver_local.py", "/agent/judges/")
+
+
 def _own(path: str) -> bool:
-    """A frame of the user's code, not of Python's standard library or an installed package."""
-    return "/lib/python" not in path and "site-packages" not in path and not path.startswith("<frozen")
+    """A frame of the user's code, not of Python's standard library, an installed package (Ray's
+    tracing wrapper, its task executor) or the driver-side modules of ours."""
+    return (
+        "/lib/python" not in path
+        and "site-packages" not in path
+        and not path.startswith("<frozen")
+        and not any(m in path for m in OURS)
+    )
 
 
 def shown_frames(frames: Sequence[tuple[str, str, int]]) -> str:
-    """The innermost frame of the user's own code and its caller ("load_weights ← run"); the
-    innermost frames when none is the user's (an idle Ray worker in Ray's own loop)."""
-    start = next((i for i, (_fn, f, _line) in enumerate(frames) if _own(f)), 0)
-    picked = [fn for fn, _f, _line in frames[start : start + SHOWN_FRAMES]]
+    """The innermost frame of the user's own code and its own caller ("load_weights ← run", Ray's
+    or our wrappers between them skipped); the innermost frames when none is the user's (an idle
+    Ray worker in Ray's own loop)."""
+    own = [fn for fn, f, _line in frames if _own(f)]
+    picked = own[:SHOWN_FRAMES] if own else [fn for fn, _f, _line in frames[:SHOWN_FRAMES]]
     return " ← ".join(picked) if picked else "(no frames)"
 
 
@@ -167,6 +263,25 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(runs)
 
 
+def _frames_of(thread: Mapping[str, Any] | None) -> Frames:
+    return tuple(
+        (str(f.get("function")), str(f.get("file")), f["line"] if isinstance(f.get("line"), int) else 0)
+        for f in ((thread or {}).get("frames") or [])
+        if isinstance(f, dict)
+    )
+
+
+def _others(threads: Sequence[Mapping[str, Any]], main: Mapping[str, Any] | None) -> tuple[ThreadStack, ...]:
+    out = []
+    for t in threads:
+        frames = _frames_of(t)
+        if t is main or not any(_own(f) for _fn, f, _line in frames):
+            continue
+        name = t.get("name") if isinstance(t.get("name"), str) else f"thread {t.get('id')}"
+        out.append(ThreadStack(str(name), frames, t.get("active") is False))
+    return tuple(out)
+
+
 def procs_of(rank: int, doc: Mapping[str, Any]) -> list[Proc]:
     out = []
     for p in doc.get("processes") or []:
@@ -174,15 +289,21 @@ def procs_of(rank: int, doc: Mapping[str, Any]) -> list[Proc]:
             continue
         threads = [t for t in p.get("threads") or [] if isinstance(t, dict)]
         main = next((t for t in threads if t.get("main")), threads[0] if threads else None)
-        frames = tuple(
-            (str(f.get("function")), str(f.get("file")), f["line"] if isinstance(f.get("line"), int) else 0)
-            for f in ((main or {}).get("frames") or [])
-            if isinstance(f, dict)
-        )
         cmd = " ".join(str(a) for a in (p.get("cmdline") or [])[:4])
         problem = p.get("problem") if isinstance(p.get("problem"), str) else None
         out.append(
-            Proc(rank, p["pid"], str(p.get("role")), cmd[:200], str(p.get("method")), problem, frames, len(threads))
+            Proc(
+                rank,
+                p["pid"],
+                str(p.get("role")),
+                cmd[:200],
+                str(p.get("method")),
+                problem,
+                _frames_of(main),
+                len(threads),
+                _others(threads, main),
+                main is not None and main.get("active") is False,
+            )
         )
     return out
 
@@ -190,10 +311,10 @@ def procs_of(rank: int, doc: Mapping[str, Any]) -> list[Proc]:
 def group(procs: Sequence[Proc]) -> tuple[tuple[Group, ...], tuple[Proc, ...]]:
     """(groups, processes without stacks). Within a role of at least MIN_FOR_ODD processes with
     stacks, a group of one is the odd one out when another group of that role has several."""
-    with_stacks = [p for p in procs if p.frames]
+    with_stacks = [p for p in procs if p.has_stacks]
     # Ray's native daemons (raylet, gcs_server) never have Python stacks: not worth a line.
-    without = tuple(p for p in procs if not p.frames and not (p.role in NOT_COMPARED and p.method == "none"))
-    by: dict[tuple[str, tuple[tuple[str, str], ...]], list[Proc]] = {}
+    without = tuple(p for p in procs if not p.has_stacks and not (p.role in NOT_COMPARED and p.method == "none"))
+    by: dict[tuple[str, Signature], list[Proc]] = {}
     for p in with_stacks:
         by.setdefault((p.role, p.signature), []).append(p)
     groups = []
@@ -254,3 +375,22 @@ def summarise(docs: Mapping[int, Mapping[str, Any]], files: Sequence[str], expec
     reasons = sorted({str(d.get("reason")) for d in docs.values()})
     missing = tuple(sorted(set(expected) - set(docs)))
     return Summary(tuple(files), tuple(sorted(docs)), missing, groups, without, notes_of(docs), "/".join(reasons))
+
+
+def persistent(samples: Sequence[Summary]) -> Summary | None:
+    """A live view from several samples: the last one, where a process is the odd one out only
+    when it was, in the same frames, in every sample (a worker caught in another function at one
+    instant is not; one stuck in it is)."""
+    if not samples:
+        return None
+    last = samples[-1]
+
+    def odd_in(s: Summary) -> set[tuple[int, int, Signature]]:
+        return {(p.rank, p.pid, g.signature) for g in s.odd for p in g.members}
+
+    kept = set.intersection(*(odd_in(s) for s in samples))
+    groups = [
+        replace(g, odd=g.odd and all((p.rank, p.pid, g.signature) in kept for p in g.members)) for g in last.groups
+    ]
+    groups.sort(key=lambda g: not g.odd)  # stable: the odd ones out first, the rest in their order
+    return replace(last, groups=tuple(groups))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.stacks import Summary, summarise
+from audit.stacks import Summary, persistent, summarise
 from launch.spec.errors import UsageError
 from schemas import RunDir, RunDirError, Writer, WriterKind, names
 from schemas.doorbell_wire import send_copies, stacks_request
@@ -30,6 +30,8 @@ __all__ = [
     "COPIES_AT",
     "MARGIN_S",
     "POLL_S",
+    "SAMPLES",
+    "SAMPLE_GAP_S",
     "SHOWN_FRAMES",
     "Target",
     "ask",
@@ -44,6 +46,12 @@ COPIES_AT = (0.0, 0.05, 0.25)  # a lost datagram is sent again, briefly
 AGENT_LIST_EVERY_S = 10.0  # agent/stacks/live.py's slow path (an agent not reached by the doorbell)
 MARGIN_S = 5.0
 POLL_S = 0.2
+# A live run moves: one sample catches a healthy worker in another function than its peers. A
+# difference is called odd only when it is in every one of SAMPLES samples SAMPLE_GAP_S apart: a
+# worker that spends a fifth of its time elsewhere is caught there three times running about one
+# time in 125, a stuck one every time; each sample costs one non-pausing py-spy dump per process.
+SAMPLES = 3
+SAMPLE_GAP_S = 1.0
 SHOWN_FRAMES = 12
 
 
@@ -54,6 +62,7 @@ class Answers:
     docs: dict[int, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
     doorbell: str = ""  # how the agents were woken (or why they were not)
+    samples: int = 1  # answers taken (gym-launch stacks takes SAMPLES)
 
     @property
     def missing(self) -> list[int]:
@@ -174,7 +183,8 @@ def format_text(run: RunDir, answers: Answers, summary: Summary | None) -> str:
     missing = f"; no answer from {', '.join(map(str, answers.missing))}" if answers.missing else ""
     lines = [
         f"stacks of run {run.path.name}: {len(answers.docs)} of {len(answers.asked)} rank(s) answered "
-        f"in {answers.seconds:.1f}s{missing} ({answers.doorbell})"
+        f"in {answers.seconds:.1f}s{missing} ({answers.doorbell}); odd one out: only a difference seen in "
+        f"each of {answers.samples} samples {SAMPLE_GAP_S:g} s apart"
     ]
     if summary is None:
         return "\n".join(lines) + "\n"
@@ -198,11 +208,32 @@ def to_json(run: RunDir, answers: Answers, summary: Summary | None) -> str:
             "missing": answers.missing,
             "seconds": round(answers.seconds, 3),
             "doorbell": answers.doorbell,
+            "samples": answers.samples,
             "summary": summary.to_json() if summary is not None else None,
             "stacks": {str(r): {k: v for k, v in d.items() if k != "fingerprint"} for r, d in answers.docs.items()},
         },
         indent=2,
     )
+
+
+def sample(run: RunDir, ranks: list[int] | None, wait: float) -> tuple[Answers, Summary | None]:
+    """SAMPLES answers SAMPLE_GAP_S apart, the later ones asked only of the ranks that answered
+    the first (one that did not costs its wait once); the last one's stacks, odd ones out only
+    where every sample had them (audit.stacks.persistent)."""
+    first = answers = ask(run, ranks, wait)
+    summaries: list[Summary] = []
+    seconds = 0.0
+    for i in range(SAMPLES):
+        if i:
+            time.sleep(SAMPLE_GAP_S)
+            answers = ask(run, sorted(first.docs), wait)
+        seconds += answers.seconds
+        summary = summarise(answers.docs, [], first.asked)
+        if summary is None:
+            break
+        summaries.append(summary)
+    said = Answers(answers.request, first.asked, answers.docs, seconds, first.doorbell, len(summaries))
+    return said, persistent(summaries)
 
 
 def run_stacks(path: Path, rank: int | None, as_json: bool, out: Callable[[str], None]) -> int:
@@ -222,8 +253,7 @@ def run_stacks(path: Path, rank: int | None, as_json: bool, out: Callable[[str],
                 f"ask; the stacks a hang kept are in its audit: gym-audit {run.path}"
             )
             return 1
-        answers = ask(run, [rank] if rank is not None else None, wait_for(run))
-        summary = summarise(answers.docs, [], answers.asked)
+        answers, summary = sample(run, [rank] if rank is not None else None, wait_for(run))
         out(to_json(run, answers, summary) if as_json else format_text(run, answers, summary).rstrip("\n"))
         if not answers.docs:
             out(

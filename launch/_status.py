@@ -108,6 +108,8 @@ class RankRow:
     heartbeat_age_s: float | None
     heartbeat_measured: bool
     failure: str | None
+    agent_pid: int | None = None  # on the agent's host (its address record)
+    driver_pid: int | None = None  # on the driver's node while the driver runs (its heartbeat)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +121,8 @@ class RankRow:
             "heartbeat_age_s": None if self.heartbeat_age_s is None else round(self.heartbeat_age_s, 3),
             "heartbeat_age_basis": "observer_monotonic" if self.heartbeat_measured else "writer_wall_clock",
             "failure": self.failure,
+            "agent_pid": self.agent_pid,
+            "driver_pid": self.driver_pid,
         }
 
 
@@ -215,11 +219,13 @@ def read_status(
                 starts.append(float(first))
             if state in TERMINAL and isinstance(t1, int | float):
                 ends.append(float(t1))
-        age, measured = hb.age(rank, run.read_json(names.heartbeat(rank)))
+        beat = run.read_json(names.heartbeat(rank))
+        age, measured = hb.age(rank, beat)
         failure = None
         if fail:
             failure = f"{fail.get('kind')}: {str(fail.get('cause', ''))[:160]}"
-        rows.append(RankRow(rank, addr.get("address"), state, phase, elapsed, age, measured, failure))
+        pids = _pid(addr.get("pid")), _pid((beat or {}).get("driver_pid"))
+        rows.append(RankRow(rank, addr.get("address"), state, phase, elapsed, age, measured, failure, *pids))
     states = {r.state for r in rows}
     if not rows or states == {"NOT STARTED"}:
         outcome = "not started"
@@ -237,6 +243,10 @@ def read_status(
     # The one redaction: the records may come from an older version or a hand (text and --json alike).
     redacted: Status = credentials.redact(status)
     return redacted
+
+
+def _pid(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def unfit_of(run: RunDir, backend: str | None) -> dict[str, Any] | None:
@@ -270,6 +280,12 @@ def _age(row: RankRow) -> str:
     return f"{'' if row.heartbeat_measured else '~'}{row.heartbeat_age_s:.1f}s"
 
 
+def _pids(row: RankRow) -> str:
+    """'agent 4711' or 'agent 4711 driver 4790': on the rank's own host."""
+    shown = [f"{who} {pid}" for who, pid in (("agent", row.agent_pid), ("driver", row.driver_pid)) if pid is not None]
+    return " ".join(shown) or "-"
+
+
 def format_status(st: Status, colour: bool = False) -> str:
     from schemas.timefmt import iso_ms
 
@@ -289,7 +305,7 @@ def format_status(st: Status, colour: bool = False) -> str:
     if st.not_joined and st.rows and len(st.not_joined) < len(st.rows):
         lines.append(f"not joined yet: rank(s) {', '.join(map(str, st.not_joined))} (no address record)")
     lines.append("")
-    header = ("rank", "address", "state", "phase", "in phase", "heartbeat", "failure")
+    header = ("rank", "address", "state", "phase", "in phase", "heartbeat", "pids", "failure")
     table = [header] + [
         (
             str(r.rank),
@@ -298,6 +314,7 @@ def format_status(st: Status, colour: bool = False) -> str:
             r.phase or "-",
             f"{r.phase_elapsed_s:.1f}s" if r.phase_elapsed_s is not None else "-",
             _age(r),
+            _pids(r),
             r.failure or "",
         )
         for r in st.rows

@@ -64,6 +64,13 @@ class ConsoleTee:
         self._thread = threading.Thread(target=self._pump, name="console-tee", daemon=True)
         self._thread.start()
 
+    def log_size(self) -> int | None:
+        """The log file's size now (None once it is closed): what the log held at a moment."""
+        try:
+            return os.fstat(self.log_fd).st_size
+        except OSError:
+            return None
+
     def close_child_end(self) -> None:
         """The child has its copy; ours must close so the pump sees EOF when the child's side closes."""
         try:

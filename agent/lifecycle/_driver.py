@@ -45,6 +45,7 @@ class DriverRuntime:
         self._wrote_complete = False  # this node wrote complete.json (the driver's node)
         self.watch: ProgressWatch | None = None  # the driver's progress (the driver's node, once it runs)
         self._board: str | None = None  # the progress board's node-local path
+        self._driver_pid: int | None = None  # said in the heartbeat while the driver runs (gym-launch status)
         # Called with the hang before it trips (the agent takes every process's stacks then).
         self.before_hang: Callable[[Failure], None] = lambda _failure: None
 
@@ -254,6 +255,7 @@ class DriverRuntime:
             )
         finally:
             tee.close_child_end()
+        self._driver_pid = group.pid
         self._watch_progress(evidence, tee)
         grace = self._grace()
         if grace:
@@ -275,7 +277,12 @@ class DriverRuntime:
 
     def _watch_progress(self, evidence: EvidenceTail | None, tee: ConsoleTee) -> None:
         """From the driver's start: its progress is watched; none for the bound is a hang."""
-        sources = Sources(board=board_reader(self._board), evidence=evidence_source(evidence), output=lambda: tee.bytes)
+        sources = Sources(
+            board=board_reader(self._board),
+            evidence=evidence_source(evidence),
+            output=lambda: tee.bytes,
+            log_size=tee.log_size,
+        )
         watch = ProgressWatch(self.ctx.config.driver, sources, self.ctx.rank)
         watch.start()
         self.watch = watch
@@ -285,9 +292,14 @@ class DriverRuntime:
 
     def heartbeat_fields(self) -> dict[str, Any]:
         """The driver's node's heartbeat says how long the driver has made no progress (the other
-        nodes read it when the scheduler's walltime warning comes)."""
-        watch = self.watch
-        return {"progress": watch.status()} if watch is not None and not self._done.is_set() else {}
+        nodes read it when the scheduler's walltime warning comes) and the driver's pid (gym-launch status)."""
+        watch, pid = self.watch, self._driver_pid
+        if self._done.is_set():
+            return {}
+        return {
+            **({"progress": watch.status()} if watch is not None else {}),
+            **({"driver_pid": pid} if pid is not None else {}),
+        }
 
     def stuck_at_walltime(self) -> Failure | None:
         """The driver's node, on the walltime warning: a stuck driver makes it a hang."""

@@ -49,6 +49,7 @@ class Sources:
     board: Callable[[], BoardReading | None] = lambda: None
     evidence: Callable[[], tuple[int, int | None]] | None = None  # None: nothing declared
     output: Callable[[], int] = lambda: 0
+    log_size: Callable[[], int | None] = lambda: None  # the driver log's bytes so far (None: unknown)
 
 
 @dataclass
@@ -126,6 +127,9 @@ class ProgressWatch:
             "last_step": self.step,
             "progress_count": self.count,
             **({"walltime_warning": True} if walltime else {}),
+            # Where the log stood when the hang was called: the audit's excerpt ends there, not at
+            # what the driver printed while it was being stopped (a shutdown traceback).
+            **({"log_bytes": size} if (size := self.sources.log_size()) is not None else {}),
         }
 
     def hang(self) -> Failure | None:

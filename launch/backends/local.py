@@ -19,9 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, NoReturn
 
+from launch.backends._local_stragglers import straggler_bound, wait_agents
 from launch.backends._local_verdict import verdict
 from launch.backends.base import Backend, agent_argv
 from launch.backends.rundir import claim_run_dir
@@ -141,7 +143,8 @@ def _run_replicas(
         agents.start(rep.argv, {**env_base, **dict(rep.env), **per_rank_env.get(rep.rank, {})}, alive_r)
     os.close(alive_r)
     try:
-        codes = [p.wait() for p in agents.procs]
+        # A frozen agent (SIGSTOPped with its children) would keep us here while it stays frozen.
+        codes = wait_agents(agents.procs, straggler_bound(config), agents.say, time.monotonic, partial(_beat, run))
         # An agent that was killed leaves its reaper to record and clean up after it: the run is
         # over (and its files final) only once that is done too.
         grace = config.coordination.teardown_grace + ORPHAN_MARGIN_S
@@ -154,6 +157,12 @@ def _run_replicas(
     if left:
         out(f"gym-launch: still running after the agents exited (pids {left}): they end by themselves")
     return verdict(run.path, codes, out)
+
+
+def _beat(run: RunDir, rank: int) -> tuple[object, object] | None:
+    """A token of rank's heartbeat that changes with each one it writes."""
+    doc = run.read_json(names.heartbeat(rank), attempts=1)
+    return (doc.get("seq"), doc.get("incarnation")) if doc is not None else None
 
 
 def _agents_environment(resume: bool) -> dict[str, str]:
@@ -199,6 +208,10 @@ class _Agents:
         for line in stream:
             with self.lock:
                 self.out(line.rstrip("\n"))
+
+    def say(self, line: str) -> None:
+        with self.lock:  # never inside an agent's line
+            self.out(line)
 
     def forward(self, signum: int, _frame: object) -> None:
         self.stopping.append(signum)

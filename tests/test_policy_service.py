@@ -23,6 +23,7 @@ from launch.spec.policy_argv import PolicyNode, policy_command
 from launch.spec.sglang_argv import argv_flags, recorded_flags
 from schemas import names, port_grid
 from tests.harness import (
+    LocalRun,
     assert_artifacts_valid,
     assert_nothing_left,
     failures,
@@ -237,13 +238,13 @@ def free_policy_port() -> int:
     raise AssertionError("no free port pair below 10000")
 
 
-@pytest.mark.slow
-def test_a_two_replica_run_hands_the_driver_the_managed_policy_and_leaves_nothing(tmp_path: Path) -> None:
+def run_policy(tmp_path: Path, tag: str, env: dict[str, str]) -> tuple[LocalRun, int, Path]:
+    """Two replicas: the policy (on the SGLang stand-in) and the driver on node 0, a reference judge on
+    node 1. Returns the run, its exit code (every agent ended) and the prepared directory."""
     prepared = tmp_path / "hub" / "models--tiny-policy" / "snapshots" / REVISION
     prepared.mkdir(parents=True)
     driver = tmp_path / "ask_policy.py"
     driver.write_text(ASKING_DRIVER)
-    port = free_policy_port()
     spec = f"""
 name = "policy"
 [launch]
@@ -272,27 +273,47 @@ backend = "sglang"
 model = "tiny-policy"
 revision = "{REVISION}"
 prepared_dir = "{prepared}"
-port = {port}
+port = {free_policy_port()}
 """ + judge_tables()
-    record, reply = tmp_path / "starts.jsonl", tmp_path / "reply.json"
-    env = {"PYTHONPATH": str(STAND_IN), "GYM_STAND_IN_SGLANG_RECORD": str(record), "POLICY_REPLY": str(reply)}
-    run = launch_local(tmp_path, spec, uid("policy"), env=env)
+    run = launch_local(tmp_path, spec, uid(tag), env={"PYTHONPATH": str(STAND_IN), **env})
     try:
         code = run.wait(240)
     finally:
         kill_tree_by_session(run.proc)
+    return run, code, prepared
+
+
+@pytest.mark.slow
+def test_a_two_replica_run_hands_the_driver_the_managed_policy_and_leaves_nothing(tmp_path: Path) -> None:
+    record, reply = tmp_path / "starts.jsonl", tmp_path / "reply.json"
+    env = {"GYM_STAND_IN_SGLANG_RECORD": str(record), "POLICY_REPLY": str(reply)}
+    run, code, prepared = run_policy(tmp_path, "policy", env)
     assert code == 0, (failures(run.run_dir), run.text[-3000:])
-    # Two replicas: the policy (and the driver) on node 0, the judge on node 1.
     placement = read(run.run_dir, names.placement(0))
     assert placement["is_driver_node"] is True and placement["judges"] == {}
     assert read(run.run_dir, names.placement(1))["judges"]["general"]["devices"] == [0]
-    got = json.loads(reply.read_text())
-    assert got["url"] == f"http://127.0.0.1:{port}/v1" or got["url"].endswith(f":{port}/v1")
-    assert got["reply"]["model"] == "tiny-policy" and got["reply"]["choices"][0]["message"]["content"]
     (start,) = [json.loads(line) for line in record.read_text().splitlines()]
     argv = start["argv"]
-    assert argv[argv.index("--port") + 1] == str(port) and argv[argv.index("--model-path") + 1] == str(prepared)
-    assert "ready" in (run.run_dir / names.agent_log(0)).read_text()
+    port = argv[argv.index("--port") + 1]
+    assert argv[argv.index("--model-path") + 1] == str(prepared)
+    got = json.loads(reply.read_text())
+    assert got["url"] == f"http://{argv[argv.index('--host') + 1]}:{port}/v1"
+    assert got["reply"]["model"] == "tiny-policy" and got["reply"]["choices"][0]["message"]["content"]
+    assert "policy ready at" in (run.run_dir / names.agent_log(0)).read_text()
     assert (run.run_dir / names.policy_log(0)).exists()
+    assert_artifacts_valid(run.run_dir)
+    assert_nothing_left(run.run_dir)
+
+
+@pytest.mark.slow
+def test_a_policy_server_that_exits_while_loading_fails_the_run_naming_it_and_leaves_nothing(tmp_path: Path) -> None:
+    # The stand-in's lost port race: it prints the bind error and exits 1 before it serves.
+    run, code, _ = run_policy(tmp_path, "policy-exit", {"GYM_STAND_IN_SGLANG_LOSE_RACES": "9"})
+    assert code != 0
+    failure = failures(run.run_dir)[0]
+    assert failure["kind"] == "child_exit" and failure["exit_code"] == 1, failure
+    assert "policy server exited with code 1 before it was ready" in failure["cause"]
+    assert failure["log"] == names.policy_log(0)
+    assert "address already in use" in (run.run_dir / names.policy_log(0)).read_text()
     assert_artifacts_valid(run.run_dir)
     assert_nothing_left(run.run_dir)

@@ -53,7 +53,7 @@ JUDGE_MODES = ("managed", "external")
 # How a judge's context is enforced: counted by its /tokenize (refused above the limit, never
 # truncated), or left to the service (seed 000: an external service's context is its own).
 CONTEXT_CHECKS = ("tokenize", "none")
-JUDGE_BACKENDS = ("sglang", "reference")
+JUDGE_BACKENDS = ("sglang", "vllm", "reference")
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
 DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking
 # This project's own profiles, and open-instruct's (their text is read from the installed open_instruct

@@ -201,7 +201,7 @@ def _configure_judge_command(parser: argparse.ArgumentParser) -> None:
     add_spec_arguments(parser)
     parser.add_argument("judge", metavar="NAME", help="a managed judge: [judges.NAME]")
     parser.add_argument("--host", default="HOST", help="address to show in the argv (default: a placeholder)")
-    parser.add_argument("--port", type=int, default=30000, help="port to show for SGLang (the agent picks one)")
+    parser.add_argument("--port", type=int, default=30000, help="port to show for SGLang, vLLM (the agent picks one)")
 
 
 def _run_judge_command(args: argparse.Namespace) -> int:

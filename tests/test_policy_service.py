@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import random
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from launch.cli import main
+from launch.spec import sglang_argv, vllm_argv
 from launch.spec.plan import plan as make_plan
 from launch.spec.policy_argv import PolicyNode, policy_command
-from launch.spec.sglang_argv import argv_flags, recorded_flags
+from launch.spec.sglang_argv import argv_flags
 from schemas import names, port_grid
 from tests.harness import (
     LocalRun,
@@ -32,8 +34,10 @@ from tests.harness import (
     read,
     uid,
 )
+from tests.harness.engines import require_engine
 from tests.harness.specs import judge_tables
 from tests.test_pools import config_of, plan_of, problems_of
+from tests.test_vllm_argv import _PARSE_SCRIPT as PARSE_SCRIPT
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 STAND_IN = Path(__file__).parent / "stand_in_sglang"
@@ -120,20 +124,51 @@ def test_policy_and_judge_share_one_node_on_their_own_devices_and_ports(tmp_path
     assert problems_of(tmp_path, ONE_NODE, "policy.port=10050")["policy.port"]
 
 
-def test_a_multi_node_policy_gets_sglangs_own_multi_node_flags_on_each_node(tmp_path: Path) -> None:
-    config = config_of(tmp_path, SEED_001)
+# Each engine's own multi-node flags, and where node 0 is named: (backend, flags, the leader's flag and value).
+MULTI_NODE = {
+    "sglang": (sglang_argv, "--tp-size", ("--dist-init-addr", "10.0.0.0:8002")),
+    "vllm": (vllm_argv, "--tensor-parallel-size", ("--master-addr", "10.0.0.0")),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(MULTI_NODE))
+def test_a_multi_node_policy_gets_the_engines_own_multi_node_flags_on_each_node(tmp_path: Path, backend: str) -> None:
+    module, tp_flag, (leader_flag, leader) = MULTI_NODE[backend]
+    config = config_of(tmp_path, SEED_001, f'policy.backend="{backend}"')
     p = make_plan(config)
     commands = [
         policy_command(config.policy, PolicyNode(rank, len(p.policy_nodes), f"10.0.0.{i}", "10.0.0.0")).argv
         for rank, i in enumerate(p.policy_nodes)
     ]
     for rank, argv in enumerate(commands):
-        assert set(argv_flags(argv)) <= recorded_flags(), argv  # SGLang 0.5.23's own parser's flags
-        assert argv[argv.index("--tp-size") + 1] == "16"
+        assert set(argv_flags(argv)) <= module.recorded_flags(), argv  # the pinned release's own parser's flags
+        assert argv[argv.index(tp_flag) + 1] == "16"
         assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--node-rank") + 1] == str(rank)
-        assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.0:8002"
-    single = policy_command(config_of(tmp_path, ONE_NODE).policy, PolicyNode()).argv
-    assert "--nnodes" not in single
+        assert argv[argv.index(leader_flag) + 1] == leader
+        assert argv[argv.index("--host") + 1] == f"10.0.0.{rank}"
+    if backend == "vllm":
+        assert "--headless" not in commands[0] and "--headless" in commands[1]  # only node 0 serves HTTP
+    single = config_of(tmp_path, ONE_NODE, f'policy.backend="{backend}"').policy
+    assert "--nnodes" not in policy_command(single, PolicyNode()).argv
+
+
+def test_the_vllm_policys_commands_parse_with_vllms_own_parser(tmp_path: Path) -> None:
+    python = require_engine()
+    config = config_of(tmp_path, SEED_001, 'policy.backend="vllm"', 'policy.extra_args=["--load-format", "dummy"]')
+    argvs = [policy_command(config.policy, PolicyNode(rank, 2, f"10.0.0.{rank}", "10.0.0.0")).argv for rank in (0, 1)]
+    proc = subprocess.run(
+        [python, "-c", PARSE_SCRIPT],
+        input=json.dumps([list(argv[3:]) for argv in argvs]),  # without "python -m MODULE"
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank, ns in enumerate(json.loads(proc.stdout)):
+        assert (ns["model"], ns["served_model_name"]) == ("/models/policy", ["my-org/policy-model"])
+        assert (ns["host"], ns["port"], ns["tensor_parallel_size"]) == (f"10.0.0.{rank}", 8000, 16)
+        assert (ns["nnodes"], ns["node_rank"], ns["master_addr"], ns["master_port"]) == (2, rank, "10.0.0.0", 8002)
+        assert ns["headless"] is (rank == 1) and ns["load_format"] == "dummy"
 
 
 @pytest.mark.parametrize("backend", ["slurm", "beaker", "skypilot"])
@@ -177,8 +212,9 @@ REFUSALS = [
     (("policy.tensor_parallel_size=12",), "policy.tensor_parallel_size", "multiple of 8"),
     (("policy.tensor_parallel_size=24",), "pools.policy.nodes", "need 3 nodes"),
     (('policy.node_pool="nope"',), "policy.node_pool", "[pools.NAME]"),
-    (('policy.extra_args=["--port", "9000"]',), "policy.extra_args", "--port"),
-    (('policy.extra_args=["--tp-size=2"]',), "policy.extra_args", "--tp-size"),
+    (('policy.extra_args=["--port", "9000"]',), "policy.extra_args.0", "--port"),
+    (('policy.extra_args=["--tp-size=2"]',), "policy.extra_args.0", "--tp-size"),
+    (('policy.backend="vllm"', 'policy.extra_args=["-x", "--master-addr=h"]'), "policy.extra_args.1", "--master-addr"),
     (('policy.extra_args=["--api-key", "sk-abcdefabcdefabcdef0123"]',), "policy.extra_args.1", "credential"),
     (("policy.gpus=8",), "policy.gpus", "tensor_parallel_size"),
     (('policy.endpoint="http://x:8000"',), "policy.endpoint", "managed"),

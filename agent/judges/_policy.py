@@ -22,6 +22,7 @@ from agent.judges._prepared import prove_revision
 from agent.proc.supervisor import ExitPolicy, child_env
 from launch.spec.policy_argv import PolicyNode, policy_command, policy_url
 from launch.spec.sections import PolicyConfig
+from launch.spec.vllm_argv import ENGINE_PYTHON_ENV
 from schemas import DriverEnv, FailureKind, names
 from schemas.credentials import substitute
 
@@ -29,10 +30,8 @@ if TYPE_CHECKING:
     from agent.judges._engine_health import EngineHealthRegistry, EngineStatus
     from agent.proc.procgroup import ProcessGroup
 
-__all__ = ["ENGINE_PYTHON_ENV", "PolicyRuntime"]
+__all__ = ["PolicyRuntime"]
 
-# The interpreter with the engine installed, where it is not the agent's (an engine in its own venv).
-ENGINE_PYTHON_ENV = "GYM_ENGINE_PYTHON"
 ENGINE_ID = "policy"
 
 

@@ -55,7 +55,7 @@ JUDGE_MODES = ("managed", "external")
 # How a judge's context is enforced: counted by its /tokenize (refused above the limit, never
 # truncated), or left to the service (seed 000: an external service's context is its own).
 CONTEXT_CHECKS = ("tokenize", "none")
-JUDGE_BACKENDS = ("sglang", "reference")
+JUDGE_BACKENDS = ("sglang", "vllm", "reference")
 # The policy service's engines (seed 001 serves it with vLLM), and its port (seed 001's default).
 POLICY_BACKENDS = ("vllm", "sglang")
 POLICY_PORT = 8000

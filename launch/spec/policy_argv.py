@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from launch.spec.sglang_argv import MEM_FRACTION_STATIC, NCCL_PORT_OFFSET, JudgeCommand, JudgeCommandError
+from launch.spec import sglang_argv, vllm_argv
+from launch.spec._engine_command import JudgeCommand, JudgeCommandError
+from launch.spec.sglang_argv import MEM_FRACTION_STATIC, NCCL_PORT_OFFSET
+from launch.spec.vllm_argv import VllmServe, vllm_env
 
 if TYPE_CHECKING:
     from launch.spec.sections import PolicyConfig
@@ -21,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DIST_INIT_OFFSET",
     "PolicyNode",
-    "SGLANG_OWNED_FLAGS",
     "owned_flags",
     "policy_command",
     "policy_url",
@@ -30,25 +32,6 @@ __all__ = [
 # SGLang over several nodes meets at --dist-init-addr (torch.distributed's store on node 0): the
 # port after --nccl-port, so the policy's ports stay together, below the agents' port blocks.
 DIST_INIT_OFFSET = 2
-
-# Flags the agent sets for an SGLang policy: extra_args may not repeat or override them.
-SGLANG_OWNED_FLAGS = frozenset(
-    {
-        "--model-path",
-        "--model",
-        "--served-model-name",
-        "--revision",
-        "--host",
-        "--port",
-        "--nccl-port",
-        "--tp-size",
-        "--tensor-parallel-size",
-        "--nnodes",
-        "--node-rank",
-        "--dist-init-addr",
-        "--api-key",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -63,13 +46,9 @@ class PolicyNode:
 
 
 def owned_flags(backend: str | None) -> frozenset[str]:
-    """The flags the agent sets for a policy on ``backend``."""
-    if backend == "vllm":
-        from launch.spec.vllm_argv import OWNED_FLAGS
-
-        owned: frozenset[str] = OWNED_FLAGS
-        return owned
-    return SGLANG_OWNED_FLAGS
+    """The flags the agent sets for a server on ``backend`` (a judge's and the policy's alike), which
+    extra_args may not repeat or override."""
+    return vllm_argv.OWNED_FLAGS if backend == "vllm" else sglang_argv.OWNED_FLAGS
 
 
 def policy_url(host: str, port: int) -> str:
@@ -123,8 +102,6 @@ def _sglang(policy: PolicyConfig, node: PolicyNode, python: str | None) -> Judge
 
 
 def _vllm(policy: PolicyConfig, node: PolicyNode, python: str | None) -> JudgeCommand:
-    from launch.spec.vllm_argv import VllmServe, vllm_argv, vllm_env
-
     serve = VllmServe(
         model=str(policy.prepared_dir),
         served_name=str(policy.model),
@@ -138,4 +115,4 @@ def _vllm(policy: PolicyConfig, node: PolicyNode, python: str | None) -> JudgeCo
         master_addr=node.leader if node.nodes > 1 else None,
         master_port=policy.port + DIST_INIT_OFFSET if node.nodes > 1 else None,
     )
-    return JudgeCommand(argv=vllm_argv(serve, python=python), env=MappingProxyType(vllm_env(serve)))
+    return JudgeCommand(argv=vllm_argv.vllm_argv(serve, python=python), env=MappingProxyType(vllm_env(serve)))

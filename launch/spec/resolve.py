@@ -54,6 +54,7 @@ from launch.spec.sections import (
     RubricConfig,
     TrainerConfig,
 )
+from launch.spec.vllm_argv import owned_flag_problems
 from schemas import DriverEnv
 from schemas.credentials import CREDENTIAL_VALUE, CREDENTIAL_WORDS, argv_credentials, looks_like_credential
 
@@ -98,7 +99,7 @@ Model = TypeVar("Model")
 
 Path_ = tuple[str, ...]
 
-VLLM = "independent vLLM allocations are not supported; managed judges run SGLang or the reference judge"
+VLLM = 'a judge\'s engine is its backend: backend = "vllm" (or "sglang", "reference"); remove this key'
 CREDENTIALS = "credentialed judges are not supported; use an unauthenticated endpoint and remove this key"
 RUBRIC_FILES = (
     'your own rubric text is named by template_file = "PATH" (with template_sha256), or choose profile = '
@@ -339,13 +340,12 @@ def _judge(c: Checker, cls: type[JudgeConfig], name: str, t: Mapping[str, Any], 
             if "context_extension" in t
             else 'is not supported; long context is set with context_extension = "qwen3-yarn-128k"'
         )
-    if t.get("backend") == "vllm":
-        unsupported["backend"] = VLLM
     built = walk(c, cls, t, p, mode="managed" if mode else None, unsupported=unsupported)
     if mode is None or built is None:
         return None
+    check_argv(c, built.get("extra_args", ()), (*p, "extra_args"))
     for k, message in _managed_judge_problems(cls(name=name, **built), p):
-        c.add((*p, k), message)
+        c.add((*p, *k.split(".")), message)
     return built if c.clean_since(start) else None
 
 
@@ -356,6 +356,11 @@ def _managed_judge_problems(j: JudgeConfig, p: Path_) -> Iterator[tuple[str, str
         for k in ("revision", "prepared_dir"):
             if getattr(j, k) is None:
                 yield k, f"is required for a managed {j.backend} judge; add it to {_where(p)}"
+    owned = owned_flags(j.backend) if j.backend in ("sglang", "vllm") else None
+    if owned is None and j.extra_args:
+        yield "extra_args", f"is for an sglang or vllm server; the {j.backend} judge takes none: remove it"
+    for i, message in owned_flag_problems(j.extra_args, owned or frozenset()):
+        yield f"extra_args.{i}", message
     if j.tensor_parallel_size != j.gpus:
         tp = j.tensor_parallel_size
         yield "tensor_parallel_size", f"must equal gpus ({j.gpus}): one server spans its GPUs, not {tp}"
@@ -696,13 +701,8 @@ def _policy_rules(
             "rollout engines and a policy service would be two policies)",
         )
     check_argv(c, policy.extra_args, (*p, "extra_args"))
-    owned = [a for a in policy.extra_args if a.split("=", 1)[0] in owned_flags(policy.backend)]
-    if owned:
-        c.add(
-            (*p, "extra_args"),
-            f"must not set {', '.join(owned)}: the agent sets the model, host, ports, parallelism and nodes of "
-            f"the {policy.backend} server from [policy] and the plan",
-        )
+    for i, message in owned_flag_problems(policy.extra_args, owned_flags(policy.backend)):
+        c.add((*p, "extra_args", str(i)), message)
 
 
 def _rubric_source_rules(c: Checker, r: RubricConfig, p: Path_) -> None:

@@ -716,7 +716,7 @@ class JudgeConfig:
     backend: str | None = key(
         keys.Choice(names.JUDGE_BACKENDS),
         None,
-        doc='"sglang", or "reference" (the project\'s small CPU judge, for tests and demos)',
+        doc='"sglang", "vllm", or "reference" (the project\'s small CPU judge, for tests and demos)',
         modes=MANAGED,
         derived='"sglang" for a managed judge',
     )
@@ -724,14 +724,14 @@ class JudgeConfig:
     revision: str | None = key(
         keys.Text(pattern="[0-9a-f]{40}", rule="an immutable commit: 40 lowercase hex digits"),
         None,
-        doc="pinned model revision; the prepared directory must prove it (required for sglang)",
+        doc="pinned model revision; the prepared directory must prove it (required for sglang and vllm)",
         rule=SEED_JUDGES,
         modes=MANAGED,
     )
     prepared_dir: str | None = key(
         keys.AbsolutePath(),
         None,
-        doc="weights prepared before GPU allocation (required for sglang)",
+        doc="weights prepared before GPU allocation (required for sglang and vllm)",
         rule=SEED_JUDGES,
         modes=MANAGED,
     )
@@ -786,6 +786,14 @@ class JudgeConfig:
         "no valid grade, fails the run as judge_degraded. 0: only the canaries before training",
         rule=CANARY_RULE,
     )
+    canary: bool = key(
+        keys.Bool(),
+        True,
+        doc="false: no canaries for this judge's bindings, before or during the run (a judge that cannot tell "
+        "right from wrong, such as a test's random weights, would fail them); its grades are then unchecked, "
+        "and the run's console says so",
+        rule=CANARY_RULE,
+    )
     # None = key absent (eager); kept distinct from False, as in the fingerprint.
     cuda_graphs: bool | None = key(
         keys.Bool(), None, doc="CUDA graphs for decode and prefill (absent: eager)", rule=SEED_JUDGES, modes=MANAGED
@@ -795,6 +803,13 @@ class JudgeConfig:
         None,
         doc='"qwen3-yarn-128k": YaRN factor 4 over 32768, Qwen/Qwen3-32B only, max_context_length <= 131072',
         rule=SEED_JUDGES,
+        modes=MANAGED,
+    )
+    extra_args: tuple[str, ...] = key(
+        keys.TextList(64),
+        (),
+        doc="appended to the server's command line (sglang, vllm); flags the agent sets from the spec (model, "
+        "ports, host, parallelism, context, template) are refused; no credentials",
         modes=MANAGED,
     )
     endpoint: str | None = key(
@@ -872,13 +887,7 @@ class PolicyConfig:
     node_pool: str | None = _as_judge(
         "node_pool", None, "a [pools.NAME] the policy runs on, sized against it; the driver runs on its first node"
     )
-    extra_args: tuple[str, ...] = key(
-        keys.TextList(64),
-        (),
-        doc="appended to the engine's command; flags the agent sets (model, host, ports, parallelism, nodes) are "
-        'refused; no credentials ("${runtime:NAME}" passes one by reference)',
-        rule=SEED_POOLS,
-    )
+    extra_args: tuple[str, ...] = _as_judge("extra_args", ())
 
     @property
     def managed(self) -> bool:

@@ -27,8 +27,13 @@ An evaluation run has no trainer (``trainer.nodes = 0``) but rollout engines (``
 and judges: it is packed as in 2 and 3 with no trainer node, and its driver goes to the last rollout
 node (as ``placement = "inference"``). A judge-only job (no rollout either) runs its driver on node 0.
 
+The policy service (``[policy]``, seed 001; evaluation runs only) is packed after rollout on nodes of
+its own, ``min(C, tensor_parallel_size)`` GPUs each (a policy larger than a node takes whole nodes:
+one engine across them), and judges may share its last node; the driver runs on its first node.
+
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
-(trainer, then rollout), judges the next ones in name order, the tail is unused.
+(trainer, then rollout), the policy the next ``policy_gpus``, judges the next ones in name order, the
+tail is unused.
 
 Ray: the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (absent: every
 node but a CPU pool's; ``[]``: the driver's node alone). Trainer or rollout GPUs planned on a node

@@ -241,6 +241,11 @@ def test_required_policy_keys_and_keys_without_a_mode_are_refused(tmp_path: Path
     assert "has no mode" in problems_of(tmp_path, no_mode)["policy.backend"]
 
 
+def test_a_credential_passed_by_reference_is_a_variable_the_run_needs(tmp_path: Path) -> None:
+    config = config_of(tmp_path, SEED_001, 'policy.extra_args=["--api-token", "${runtime:POLICY_TOKEN}"]')
+    assert config.environment_references() == {"POLICY_TOKEN": "policy.extra_args.1"}
+
+
 def test_validate_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "seed001.toml"
     spec.write_text(SEED_001)

@@ -340,9 +340,10 @@ def test_a_two_replica_run_hands_the_driver_the_managed_policy_and_leaves_nothin
     env = {"GYM_STAND_IN_SGLANG_RECORD": str(record), "POLICY_REPLY": str(reply)}
     run, code, prepared = run_policy(tmp_path, "policy", env)
     assert code == 0, (failures(run.run_dir), run.text[-3000:])
-    placement = read(run.run_dir, names.placement(0))
+    placement, judge_node = read(run.run_dir, names.placement(0)), read(run.run_dir, names.placement(1))
     assert placement["is_driver_node"] is True and placement["judges"] == {}
-    assert read(run.run_dir, names.placement(1))["judges"]["general"]["devices"] == [0]
+    assert placement["policy"]["devices"] == [0] and "policy" not in judge_node
+    assert judge_node["judges"]["general"]["devices"] == [0]
     (start,) = [json.loads(line) for line in record.read_text().splitlines()]
     argv = start["argv"]
     port = argv[argv.index("--port") + 1]

@@ -273,19 +273,24 @@ def test_section_rules(change: Callable[[dict[str, Any]], None], key: str, fragm
             "true or false",
         ),
         (
-            _set("judges", "general", "backend", value="vllm"),
-            "judges.general.backend",
-            "independent vLLM allocations are not supported",
-        ),
-        (
             _set("judges", "general", "engine", value="vllm"),
             "judges.general.engine",
-            "independent vLLM allocations are not supported",
+            'backend = "vllm"',
+        ),
+        (
+            _set("judges", "general", "extra_args", value=["--max-num-batched-tokens", "64", "--port=9"]),
+            "judges.general.extra_args.2",
+            "--port is set by the agent",
+        ),
+        (
+            _set("judges", "general", "extra_args", value=["--api-key", "x"]),
+            "judges.general.extra_args.0",
+            "--api-key is set by the agent",
         ),
         (
             _set("judges", "general", "backend", value="tgi"),
             "judges.general.backend",
-            '"sglang" or "reference"',
+            '"sglang" or "vllm" or "reference"',
         ),
         (
             _set("judges", "general", "endpoint", value="http://x:1"),

@@ -1,4 +1,4 @@
-"""The pure spec model: loading, resolving and validating a run spec, its plan and SGLang argv, and the
+"""The pure spec model: loading, resolving and validating a run spec, its plan, SGLang and vLLM argv, and the
 errors that name what to change. The only part of launch/ that agent/ and audit/ import; it imports
 only the standard library and schemas/ (tests/test_import_graph.py)."""
 
@@ -14,4 +14,5 @@ __all__ = [
     "plan",
     "sglang_argv",
     "validate",
+    "vllm_argv",
 ]

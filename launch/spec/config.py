@@ -29,6 +29,7 @@ from launch.spec.sections import (
     JudgingConfig,
     LaunchConfig,
     OutputConfig,
+    PolicyConfig,
     PoolConfig,
     RayConfig,
     RubricConfig,
@@ -61,6 +62,7 @@ class RunConfig:
     trainer: TrainerConfig = section(TrainerConfig, doc="the trainer's GPUs")
     inference: InferenceConfig = section(InferenceConfig, doc="rollout engines")
     driver: DriverConfig = section(DriverConfig, doc="the training driver the agent starts")
+    policy: PolicyConfig = section(PolicyConfig, doc="the policy service (seed 001): served for the driver")
     judges: Mapping[str, JudgeConfig] = section(
         JudgeConfig, named=True, limit=MAX_JUDGES, doc="[judges.NAME]: judge services"
     )
@@ -128,6 +130,11 @@ class RunConfig:
         return tuple(self.judges[n] for n in sorted(self.judges) if n in used)
 
     @property
+    def managed_policy(self) -> PolicyConfig | None:
+        """The policy service the agents run, or None without one."""
+        return self.policy if self.policy.managed else None
+
+    @property
     def gpu_judges(self) -> tuple[JudgeConfig, ...]:
         """Bound managed judges: the ones that take GPUs from the allocation."""
         return tuple(j for j in self.bound_judges if j.managed)
@@ -138,7 +145,11 @@ class RunConfig:
         out: dict[str, str] = {}
         command = self.driver.command
         whole = [("driver.command", command)] if isinstance(command, str) else _keyed("driver.command", command)
-        for where, arg in (*whole, *_keyed("ray.extra_args", self.ray.extra_args)):
+        for where, arg in (
+            *whole,
+            *_keyed("ray.extra_args", self.ray.extra_args),
+            *_keyed("policy.extra_args", self.policy.extra_args),
+        ):
             for var in credentials.references([arg]):
                 out.setdefault(var, where)
         for name, value in self.driver.env.items():

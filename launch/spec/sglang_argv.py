@@ -12,12 +12,19 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from launch.spec.errors import GymError
+from launch.spec._engine_command import (
+    CHAT_TEMPLATES,
+    CONTEXT_EXTENSIONS,
+    JudgeCommand,
+    JudgeCommandError,
+    chat_template_path,
+    context_override,
+)
+from launch.spec.vllm_argv import vllm_bound_ports, vllm_judge_command
 
 if TYPE_CHECKING:
     from launch.spec.sections import JudgeConfig
@@ -30,6 +37,7 @@ __all__ = [
     "JudgeCommandError",
     "MEM_FRACTION_STATIC",
     "NCCL_PORT_OFFSET",
+    "OWNED_FLAGS",
     "SGLANG_VERSION",
     "argv_flags",
     "bound_ports",
@@ -50,24 +58,6 @@ MEM_FRACTION_STATIC = "0.85"
 # one-token generation that queues behind grading traffic.
 JUDGE_ENV: Mapping[str, str] = MappingProxyType({"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false"})
 
-CHAT_TEMPLATES: Mapping[str, str] = MappingProxyType({"qwen3-no-thinking": "qwen3-no-thinking.jinja"})
-
-# Qwen's documented factor-4 YaRN setting, passed as a serving override so prepared weights
-# and their config.json are never rewritten.
-CONTEXT_EXTENSIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {
-        "qwen3-yarn-128k": MappingProxyType(
-            {
-                "rope_scaling": {
-                    "rope_type": "yarn",
-                    "factor": 4.0,
-                    "original_max_position_embeddings": 32768,
-                }
-            }
-        )
-    }
-)
-
 # SGLang binds two TCP ports on one node (no DP attention; its zmq sockets are ipc:// files):
 # --port (uvicorn, on --host, once the weights are loaded) and --nccl-port (torch.distributed's
 # store, on every interface, as its scheduler starts). Left out, --nccl-port is a random port it
@@ -75,35 +65,36 @@ CONTEXT_EXTENSIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 # removes. So the judge is given the port next to --port, inside the block reserved for it.
 NCCL_PORT_OFFSET = 1
 
+# Flags sglang_command sets from the spec (or that change where and how the server is reached):
+# a judge's extra_args may not repeat or override them.
+OWNED_FLAGS = frozenset(
+    {
+        "--model-path",
+        "--model",
+        "--served-model-name",
+        "--revision",
+        "--host",
+        "--port",
+        "--nccl-port",
+        "--tp-size",
+        "--tensor-parallel-size",
+        "--context-length",
+        "--max-running-requests",
+        "--mem-fraction-static",
+        "--chat-template",
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-backend-decode",
+        "--cuda-graph-backend-prefill",
+        "--disable-cuda-graph",
+        "--json-model-override-args",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--api-key",
+    }
+)
+
 _DATA_DIR = Path(__file__).resolve().parent / "data"
-
-
-class JudgeCommandError(GymError, ValueError):
-    """The judge table cannot be turned into a command; the message names the key."""
-
-
-@dataclass(frozen=True)
-class JudgeCommand:
-    """What the agent executes for one judge: argv plus the variables it adds to the environment.
-
-    ``CUDA_VISIBLE_DEVICES`` is deliberately absent: the agent adds the judge's own devices.
-    """
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"argv": list(self.argv), "env": dict(self.env)}
-
-
-def chat_template_path(name: str) -> str:
-    """Absolute path of a chat template shipped with the project (resolved where it runs)."""
-    try:
-        file_name = CHAT_TEMPLATES[name]
-    except KeyError:
-        known = ", ".join(sorted(CHAT_TEMPLATES))
-        raise JudgeCommandError(f"unknown chat_template {name!r} (known: {known})") from None
-    return str(_DATA_DIR / file_name)
 
 
 def recorded_flags(version: str = SGLANG_VERSION) -> frozenset[str]:
@@ -123,6 +114,8 @@ def bound_ports(judge: JudgeConfig, port: int) -> dict[str, int]:
     (none for the reference server, which binds port 0 itself)."""
     if judge.backend == "reference":
         return {}
+    if judge.backend == "vllm":
+        return vllm_bound_ports(port)
     return {"--port": port, "--nccl-port": port + NCCL_PORT_OFFSET}
 
 
@@ -177,15 +170,10 @@ def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | No
         # Eager when absent or false. The per-phase backends are the 0.5.23 spelling; the older
         # --disable-cuda-graph is deprecated there.
         argv += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
-    if judge.context_extension is not None:
-        try:
-            override = CONTEXT_EXTENSIONS[judge.context_extension]
-        except KeyError:
-            known = ", ".join(sorted(CONTEXT_EXTENSIONS))
-            raise JudgeCommandError(
-                f"judges.{judge.name}.context_extension {judge.context_extension!r} is unknown (known: {known})"
-            ) from None
+    override = context_override(judge.name, judge.context_extension)
+    if override is not None:
         argv += ["--json-model-override-args", json.dumps(_plain(override), sort_keys=True)]
+    argv += judge.extra_args
     return JudgeCommand(argv=tuple(argv), env=MappingProxyType(dict(JUDGE_ENV)))
 
 
@@ -232,9 +220,11 @@ def judge_command(
     port_file: str,
     python: str | None = None,
 ) -> JudgeCommand:
-    """Dispatch on ``backend``: SGLang gets ``port``; the reference server reports via ``port_file``."""
+    """Dispatch on ``backend``: SGLang and vLLM get ``port``; the reference server reports via ``port_file``."""
     if judge.backend == "reference":
         return reference_command(judge, host=host, port_file=port_file, python=python)
+    if judge.backend == "vllm":
+        return vllm_judge_command(judge, host=host, port=port, python=python)
     return sglang_command(judge, host=host, port=port, python=python)
 
 

@@ -196,10 +196,14 @@ def test_patterns_over_the_drivers_log(tmp_path: Path) -> None:
     assert "driver.nonfinite_loss" in errors(audit_run(b.path))
 
 
+# A single-node trainer whose rollouts share its GPUs: the one shape without a separate refresh.
+COLOCATED = ('inference.placement_mode="colocated"', "inference.gpus=4")
+
+
 def test_a_trainer_without_a_separate_refresh_says_so_and_the_audit_reports_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    b = build(tmp_path, LOG_STEPS, 'driver.evidence.refresh="none"')
+    b = build(tmp_path, LOG_STEPS, *COLOCATED, 'driver.evidence.refresh="none"')
     judge_log(b, 4)
     result = audit_run(b.path)
     assert result.verdict == "pass", errors(result)
@@ -208,7 +212,7 @@ def test_a_trainer_without_a_separate_refresh_says_so_and_the_audit_reports_it(
     assert main([str(b.path)]) == 0
     assert 'no separate policy refresh (refresh = "none")' in capsys.readouterr().out
     # The choice holds for a driver-result.json too: policy_refreshes 0 is then no error.
-    r = build(tmp_path / "r", 'driver.evidence.refresh="none"', result=True)
+    r = build(tmp_path / "r", *COLOCATED, 'driver.evidence.refresh="none"', result=True)
     doc = json.loads((r.path / names.DRIVER_RESULT).read_text())
     (r.path / names.DRIVER_RESULT).write_text(json.dumps({**doc, "policy_refreshes": 0}))
     result = audit_run(r.path)
@@ -313,7 +317,10 @@ def test_refresh_none_beside_a_declared_refresh_is_refused() -> None:
         )
     assert "driver.evidence.refresh" in str(exc.value) and "keep one of them" in str(exc.value)
     ok = _config(
-        'driver.evidence.metrics="m.jsonl"', 'driver.evidence.loss_field="loss"', 'driver.evidence.refresh="none"'
+        'driver.evidence.metrics="m.jsonl"',
+        'driver.evidence.loss_field="loss"',
+        'driver.evidence.refresh="none"',
+        *COLOCATED,
     )
     assert ok.driver.evidence.refresh_none
 

@@ -578,7 +578,8 @@ class EvidenceConfig:
         keys.Choice(EVIDENCE_REFRESH),
         None,
         doc='"none": the trainer has no separate policy refresh (a colocated single-node run updates in place the '
-        "weights its rollouts use), so no evidence can show one; the audit reports this choice. Absent: the "
+        "weights its rollouts use), so no evidence can show one; the audit reports this choice; refused where "
+        "rollout has GPUs of its own (disaggregated). Absent: the "
         "evidence must prove a refresh (the preset, refresh_field or log_refresh_pattern)",
         rule=SEED_EVIDENCE,
     )

@@ -67,7 +67,26 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
     for src in (t.get("evidence") or {}).get("sources", []):
         files = ", ".join(src.get("files") or []) or "no file"
         out.append(f"    {src.get('source')}: {src.get('optimizer_steps')} step(s) in {files}")
-    return [_t(x) for x in out]
+    return [_t(x) for x in out + _trainer_record_lines(t.get("evidence") or {})]
+
+
+def _trainer_record_lines(ev: dict[str, Any]) -> list[str]:
+    """The trainer's replay lines and its rollout dumps' verifier diagnostics, when it wrote them."""
+    out = []
+    replay = ev.get("replay_routes")
+    if replay:
+        out.append(f"    replay routes: {replay.get('lines')} line(s) on {len(replay.get('per_rank') or {})} rank(s)")
+    rollouts = ev.get("rollout_diagnostics")
+    if rollouts:
+        out.append(
+            f"    rollout dumps: {rollouts.get('samples')} sample(s) in {len(rollouts.get('files') or [])} file(s), "
+            f"{rollouts.get('without_diagnostics')} without verifier diagnostics"
+        )
+        for binding, b in (rollouts.get("bindings") or {}).items():
+            statuses = ", ".join(f"{k} {v}" for k, v in (b.get("statuses") or {}).items())
+            failed = b.get("failed_attempts")
+            out.append(f"      {binding}: {b.get('samples')} sample(s) ({statuses}), {failed} failed attempt(s)")
+    return out
 
 
 def _reply_lines(r: dict[str, Any] | None) -> list[str]:

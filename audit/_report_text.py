@@ -3,7 +3,7 @@ the cascade and the findings."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit._doorbell import describe as describe_doorbell
 from audit._filesystem import describe as describe_filesystem
@@ -11,8 +11,10 @@ from audit._model import AttemptSummary, AuditResult, Cause, Finding
 from audit._ray_startup import describe as describe_ray_startup
 from audit._restarts import REFUSED
 from audit._sanitize import terminal_safe as _t
-from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
+
+if TYPE_CHECKING:  # the hang's stacks reader loads only for a run that kept stacks
+    from audit.stacks import Summary as StacksSummary
 
 __all__ = ["cause_headline", "fmt_time", "render"]
 

@@ -21,13 +21,12 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from audit._lines import LineReader
 from audit._model import Finding
-from audit._rollout_records import ReplayTally, RolloutTally
 from audit.safedir import SafeDir, UnsafeFile
 from launch.spec.evidence_lines import (
     MILES_CONTRACT_GLOB,
@@ -41,6 +40,9 @@ from launch.spec.evidence_lines import (
     miles_step,
 )
 from launch.spec.sections import EvidenceConfig
+
+if TYPE_CHECKING:  # loaded by read_evidence, for a run that declares evidence
+    from audit._rollout_records import ReplayTally, RolloutTally
 
 __all__ = [
     "ACCEPTED",
@@ -214,6 +216,8 @@ def _listing(safe: SafeDir, folder: str, limit: int, what: str, found: list[Find
 
 
 def read_miles(safe: SafeDir, save_dir: str, found: list[Finding], replay: ReplayTally | None = None) -> SourceReading:
+    from audit._rollout_records import ReplayTally
+
     r = _Reading("miles")
     replay = replay if replay is not None else ReplayTally()
     listing = _listing(safe, save_dir, MAX_RANK_FILES * 4, "evidence of training", found)
@@ -345,6 +349,8 @@ def read_log(safe: SafeDir, log: str | None, cfg: EvidenceConfig, found: list[Fi
 def read_rollouts(safe: SafeDir, rollouts: str, found: list[Finding]) -> RolloutTally:
     """The rollout dumps' samples (every *.jsonl file of the directory, one sample per line); a
     directory the trainer never made lists nothing: no finding."""
+    from audit._rollout_records import RolloutTally
+
     tally = RolloutTally()
     listing = _listing(safe, rollouts, MAX_RANK_FILES, "rollout dumps", found)
     if listing is None:
@@ -370,6 +376,8 @@ def read_evidence(safe: SafeDir, cfg: EvidenceConfig | None, driver_log: str | N
     """Every declared source, read. A spec that declares none yields NOT_DECLARED."""
     if cfg is None or not cfg.declared:
         return NOT_DECLARED
+    from audit._rollout_records import ReplayTally, RolloutTally
+
     found: list[Finding] = []
     sources = []
     replay = ReplayTally()

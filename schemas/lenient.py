@@ -277,7 +277,12 @@ def _reader(tp: Any) -> Reader:
     origin = typing.get_origin(tp)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = _reader_of_item(args[0])
-        return lambda v: tuple(x for x in map(item, as_list(v)) if x is not None)
+
+        def readable_items(v: Any) -> tuple[Any, ...]:
+            # A list comprehension, not a generator: one call per list, not one per item.
+            return tuple([x for x in map(item, v) if x is not None]) if isinstance(v, list) else ()
+
+        return readable_items
     if origin in (dict, Mapping):
         if args[1] is Any:
             return as_dict
@@ -298,7 +303,7 @@ def _optional_reader(tp: Any) -> Reader:
         def all_or_none(v: Any) -> tuple[Any, ...] | None:
             if not isinstance(v, list):
                 return None
-            out = tuple(x for x in map(item, v) if x is not None)
+            out = tuple([x for x in map(item, v) if x is not None])
             return out if len(out) == len(v) else None
 
         return all_or_none
@@ -315,7 +320,10 @@ def _reader_of_item(tp: Any) -> Reader:
 
 
 def _record_reader(cls: type[Any]) -> Reader:
-    return lambda v: decode(cls, as_dict(v))
+    # The nested record's decoder, bound once: it is asked for every item of every rank's records.
+    read = _decoder(cls)  # type: ignore[arg-type]
+    none: Mapping[str, Any] = {}
+    return lambda v: read(v if isinstance(v, dict) else {}, none)
 
 
 def _is_optional(tp: Any) -> bool:

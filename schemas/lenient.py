@@ -132,6 +132,14 @@ def _text(v: Any) -> str | None:
 
 
 _SCALARS: dict[Any, Reader] = {int: as_int, float: as_num, str: as_str, bool: as_bool}
+# The same rules as statements on a value `v` (decode's generated code uses them in place of a call).
+_INLINE: dict[Reader, str] = {
+    as_str: "if not isinstance({v}, str): {v} = None",
+    _text: "if not isinstance({v}, str) or not {v}: {v} = None",
+    as_int: "if not isinstance({v}, int) or isinstance({v}, bool): {v} = None",
+    as_bool: "if not isinstance({v}, bool): {v} = None",
+    as_dict: "if not isinstance({v}, dict): {v} = {{}}",
+}
 
 
 @dataclass(frozen=True)
@@ -209,8 +217,12 @@ def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
                 for step in f.path:
                     walk = f"as_dict({walk}.get({step!r}))"
                 body.append(f"    {where} = {walk}")
-            scope[f"read{i}"] = f.read
-            body.append(f"    {value} = read{i}({where}.get({f.key!r}))")
+            inline = _INLINE.get(f.read)
+            if inline is None:
+                scope[f"read{i}"] = f.read
+                body.append(f"    {value} = read{i}({where}.get({f.key!r}))")
+            else:  # the common readers written out: a call per field of every rank's records is most of the decoding
+                body += [f"    {value} = {where}.get({f.key!r})", "    " + inline.format(v=value)]
             if f.keyed:
                 body.append(f"    if {value} is None and {f.key!r} not in {where}:")
                 body.append(f"        {value} = ABSENT")

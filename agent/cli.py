@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -28,17 +28,28 @@ EXIT_CODES = """exit codes:
   2    a usage or configuration problem found before this replica joined the run"""
 
 
-class _PrintSteps(argparse.Action):
-    """`--steps`, like `--version`: prints and exits before the required arguments are checked."""
+class _PrintAndExit(argparse.Action):
+    """`--version`, `--steps`: prints `say()` and exits before the required arguments are checked.
+    `say` runs only when the flag is given: an agent that runs never loads what it needs (the
+    version's importlib.metadata is megabytes of an idle agent's memory, issue 51)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, say: Callable[[], str], **kw: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+        self.say = say
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: object, **_kw: object) -> None:
-        from agent.lifecycle.steps import text  # data only: no runtime is imported
-
-        sys.stdout.write(text())
+        sys.stdout.write(self.say())
         parser.exit(0)
+
+
+def _version() -> str:
+    return version("gym-agent") + "\n"
+
+
+def _steps() -> str:
+    from agent.lifecycle.steps import text  # data only: no runtime is imported
+
+    return text()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,9 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--version", action="version", version=version("gym-agent"))
+    ap.add_argument("--version", action=_PrintAndExit, say=_version, help="show program's version number and exit")
     ap.add_argument(
-        "--steps", action=_PrintSteps, help="print the lifecycle's step table (state, phase, nodes, what runs) and exit"
+        "--steps",
+        action=_PrintAndExit,
+        say=_steps,
+        help="print the lifecycle's step table (state, phase, nodes, what runs) and exit",
     )
     loud = ap.add_mutually_exclusive_group()
     loud.add_argument(

@@ -216,7 +216,13 @@ def training_summary(ctx: AuditContext) -> dict[str, Any]:
         "policy_refreshes": doc.policy_refreshes
         if doc is not None
         else (ev.refreshes if ev.declared and ev.refresh_checkable else None),
-        "evidence": {"declared": ev.declared, "sources": [r.to_json() for r in ev.sources]},
+        "evidence": {
+            "declared": ev.declared,
+            "sources": [r.to_json() for r in ev.sources],
+            # The trainer's replay and rollout records (seed 000), null when it wrote none.
+            "replay_routes": ev.replay,
+            "rollout_diagnostics": ev.rollouts,
+        },
         # "none": the spec says the trainer has no separate policy refresh; "required": one must show.
         "refresh": "none" if _refresh_none(ctx) else "required",
         "series": _training_series(doc, ev),

@@ -7,10 +7,12 @@ without any of them changing what another one sees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from audit.stacks import Summary as StacksSummary
 from schemas.records import PhaseSpan as PhaseSpan  # re-exported: the audit's modules name it here
+
+if TYPE_CHECKING:  # the hang's stacks reader is imported only for a run that kept stacks
+    from audit.stacks import Summary as StacksSummary
 
 __all__ = [
     "AttemptSummary",

@@ -4,7 +4,6 @@ and the settings the head recorded for a cluster of its size (ray-head.json)."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from audit._context import AuditContext
@@ -54,6 +53,8 @@ def describe(table: dict[str, Any]) -> list[str]:
     timed = sorted((r for r in rows if r["seconds"] is not None), key=lambda r: r["seconds"])
     head = f"Ray startup ({len(rows)} node(s)"
     if timed:
+        import statistics  # here: the text report alone needs it (issue 51: the audit's start-up time)
+
         median = timefmt.seconds(statistics.median(r["seconds"] for r in timed))
         head += f"; median {median} s, slowest rank {timed[-1]['rank']} {timefmt.seconds(timed[-1]['seconds'])} s"
     lines = [head + "):"]

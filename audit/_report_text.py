@@ -3,7 +3,7 @@ the cascade and the findings."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit._doorbell import describe as describe_doorbell
 from audit._filesystem import describe as describe_filesystem
@@ -11,9 +11,10 @@ from audit._model import AttemptSummary, AuditResult, Cause, Finding
 from audit._ray_startup import describe as describe_ray_startup
 from audit._restarts import REFUSED
 from audit._sanitize import terminal_safe as _t
-from audit.stacks import WAITING
-from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
+
+if TYPE_CHECKING:  # the hang's stacks reader loads only for a run that kept stacks
+    from audit.stacks import Summary as StacksSummary
 
 __all__ = ["cause_headline", "fmt_time", "render"]
 
@@ -68,7 +69,26 @@ def _training_lines(t: dict[str, Any] | None) -> list[str]:
     for src in (t.get("evidence") or {}).get("sources", []):
         files = ", ".join(src.get("files") or []) or "no file"
         out.append(f"    {src.get('source')}: {src.get('optimizer_steps')} step(s) in {files}")
-    return [_t(x) for x in out]
+    return [_t(x) for x in out + _trainer_record_lines(t.get("evidence") or {})]
+
+
+def _trainer_record_lines(ev: dict[str, Any]) -> list[str]:
+    """The trainer's replay lines and its rollout dumps' verifier diagnostics, when it wrote them."""
+    out = []
+    replay = ev.get("replay_routes")
+    if replay:
+        out.append(f"    replay routes: {replay.get('lines')} line(s) on {len(replay.get('per_rank') or {})} rank(s)")
+    rollouts = ev.get("rollout_diagnostics")
+    if rollouts:
+        out.append(
+            f"    rollout dumps: {rollouts.get('samples')} sample(s) in {len(rollouts.get('files') or [])} file(s), "
+            f"{rollouts.get('without_diagnostics')} without verifier diagnostics"
+        )
+        for binding, b in (rollouts.get("bindings") or {}).items():
+            statuses = ", ".join(f"{k} {v}" for k, v in (b.get("statuses") or {}).items())
+            failed = b.get("failed_attempts")
+            out.append(f"      {binding}: {b.get('samples')} sample(s) ({statuses}), {failed} failed attempt(s)")
+    return out
 
 
 def _reply_lines(r: dict[str, Any] | None) -> list[str]:
@@ -137,7 +157,11 @@ def _first_cause_lines(
     name sits in the report's first six lines; a hang's stacks, grouped across ranks, follow the log."""
     lines = ["First cause:", "  " + _cause_line(fc)]
     stack_lines = stacks.lines() if stacks is not None else []
-    odd = [ln for ln in stack_lines if ln.startswith(("odd one out: ", WAITING))]
+    odd: list[str] = []
+    if stacks is not None:  # loaded only for a run that kept stacks (the audit's start-up stays lean)
+        from audit.stacks import WAITING
+
+        odd = [ln for ln in stack_lines if ln.startswith(("odd one out: ", WAITING))]
     lines += [_t(f"  {ln}") for ln in odd[:1]]  # where the run was stuck, named before anything else
     context = []
     if fc.reported_by is not None:

@@ -16,9 +16,6 @@ from collections.abc import Iterable, Mapping
 from audit._model import Cause
 from audit._views import AddressRec
 from launch.backends.answers import Answer
-from launch.backends.beaker import query as beaker
-from launch.backends.skypilot import query as skypilot
-from launch.backends.slurm import query as slurm
 from schemas import FailureKind
 
 __all__ = ["ask", "recorded_job", "scheduler_of", "silent_ranks"]
@@ -71,10 +68,18 @@ def ask(
     scheduler: str | None, job_id: str | None, causes: Iterable[Cause], addresses: Mapping[int, AddressRec]
 ) -> Answer:
     """The scheduler's own account of the ending (`scheduler`: scheduler_of's answer)."""
+    # Each backend's query module (subprocess and all) is imported only when that scheduler is
+    # asked: most audits never ask (issue 51: the audit's start-up time).
     if scheduler == "slurm":
+        from launch.backends.slurm import query as slurm
+
         return slurm.ending(job_id, _slurm_nodes(silent_ranks(causes), addresses))
     if scheduler == "beaker":
+        from launch.backends.beaker import query as beaker
+
         return beaker.ending(_beaker_jobs(addresses))
     if scheduler == "skypilot":
+        from launch.backends.skypilot import query as skypilot
+
         return skypilot.ending(job_id)
     return Answer(None)

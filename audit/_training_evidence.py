@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -34,11 +34,15 @@ from launch.spec.evidence_lines import (
     MILES_LOSS_FIELD,
     MILES_OPTIMIZER_EVENT,
     MILES_PUBLICATION,
+    MILES_REPLAY_EVENT,
     is_number,
     metrics_step,
     miles_step,
 )
 from launch.spec.sections import EvidenceConfig
+
+if TYPE_CHECKING:  # loaded by read_evidence, for a run that declares evidence
+    from audit._rollout_records import ReplayTally, RolloutTally
 
 __all__ = [
     "ACCEPTED",
@@ -55,6 +59,7 @@ __all__ = [
     "read_log",
     "read_metrics",
     "read_miles",
+    "read_rollouts",
     "thin",
 ]
 
@@ -99,6 +104,9 @@ class TrainingEvidence:
     declared: bool
     sources: tuple[SourceReading, ...] = ()
     findings: tuple[Finding, ...] = ()  # files that could not be read safely
+    # The trainer's replay and rollout records (audit/_rollout_records.py), None when it wrote none.
+    replay: dict[str, Any] | None = None
+    rollouts: dict[str, Any] | None = None
 
     @property
     def steps(self) -> int:
@@ -196,16 +204,26 @@ def thin(points: list[tuple[float, float]], at_most: int = MAX_SERIES) -> tuple[
     return tuple(points[round(i * last / (at_most - 1))] for i in range(at_most))
 
 
-def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceReading:
-    r = _Reading("miles")
+def _listing(safe: SafeDir, folder: str, limit: int, what: str, found: list[Finding]) -> tuple[list[str], bool] | None:
+    """The folder's files (cut at `limit`?), or None with a finding when it cannot be listed safely."""
     try:
-        names, cut = safe.list_files(save_dir, MAX_RANK_FILES * 4)
+        return safe.list_files(folder, limit)
     except UnsafeFile as exc:
-        found.append(Finding("error", exc.code, f"{exc}; evidence of training not read", save_dir))
-        return r.frozen(True, f"{save_dir}/ could not be read")
+        found.append(Finding("error", exc.code, f"{exc}; {what} not read", folder))
     except OSError as exc:
-        found.append(Finding("error", "file.unreadable", f"cannot be listed: {exc.strerror}", save_dir))
+        found.append(Finding("error", "file.unreadable", f"cannot be listed: {exc.strerror}", folder))
+    return None
+
+
+def read_miles(safe: SafeDir, save_dir: str, found: list[Finding], replay: ReplayTally | None = None) -> SourceReading:
+    from audit._rollout_records import ReplayTally
+
+    r = _Reading("miles")
+    replay = replay if replay is not None else ReplayTally()
+    listing = _listing(safe, save_dir, MAX_RANK_FILES * 4, "evidence of training", found)
+    if listing is None:
         return r.frozen(True, f"{save_dir}/ could not be listed")
+    names, cut = listing
     ranks = sorted((int(m.group(1)), n) for n in names if (m := MILES_CONTRACT_RE.match(n)))[:MAX_RANK_FILES]
     if cut:
         found.append(Finding("warning", "evidence.truncated", f"more than {MAX_RANK_FILES * 4} files listed", save_dir))
@@ -213,7 +231,7 @@ def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceRead
     for rank, leaf in ranks:
         rel = f"{save_dir}/{leaf}"
         r.files.append(rel)
-        per_rank.setdefault(rank, set()).update(_read_contract(safe, rel, r, found))
+        per_rank.setdefault(rank, set()).update(_read_contract(safe, rel, rank, r, found, replay))
     _read_publications(safe, save_dir, r, found)
     gaps = _step_gaps(per_rank, max(r.steps, default=0))
     missing = "" if ranks else f"no {save_dir}/{MILES_CONTRACT_GLOB}"
@@ -222,11 +240,16 @@ def read_miles(safe: SafeDir, save_dir: str, found: list[Finding]) -> SourceRead
     return r.frozen(True, missing, gaps)
 
 
-def _read_contract(safe: SafeDir, rel: str, r: _Reading, found: list[Finding]) -> set[int]:
+def _read_contract(
+    safe: SafeDir, rel: str, rank: int, r: _Reading, found: list[Finding], replay: ReplayTally
+) -> set[int]:
     """One rank's contract records: its optimizer steps (returned, and counted in `r` with their
-    losses and the publications they name)."""
+    losses and the publications they name), and its replay lines (counted in `replay`)."""
     steps: set[int] = set()
     for n, doc in _objects(safe, rel, found):
+        if doc.get("event") == MILES_REPLAY_EVENT:
+            replay.add(rank, doc, f"{rel}:{n}")
+            continue
         if doc.get("event") != MILES_OPTIMIZER_EVENT or doc.get("optimizer_skipped") is True:
             continue
         step = miles_step(doc)
@@ -323,19 +346,59 @@ def read_log(safe: SafeDir, log: str | None, cfg: EvidenceConfig, found: list[Fi
     return r.frozen(refresh_re is not None, missing)
 
 
+def read_rollouts(safe: SafeDir, rollouts: str, found: list[Finding]) -> RolloutTally:
+    """The rollout dumps' samples (every *.jsonl file of the directory, one sample per line); a
+    directory the trainer never made lists nothing: no finding."""
+    from audit._rollout_records import RolloutTally
+
+    tally = RolloutTally()
+    listing = _listing(safe, rollouts, MAX_RANK_FILES, "rollout dumps", found)
+    if listing is None:
+        return tally
+    listed, cut = listing
+    if cut:
+        found.append(Finding("warning", "evidence.truncated", f"more than {MAX_RANK_FILES} files listed", rollouts))
+    for leaf in sorted(n for n in listed if n.endswith(".jsonl")):
+        rel = f"{rollouts}/{leaf}"
+        tally.files.append(rel)
+        for n, doc in _objects(safe, rel, found):
+            tally.add(doc, f"{rel}:{n}")
+    return tally
+
+
+def _invalid_finding(code: str, what: str, count: int, where: tuple[str, ...], file: str | None) -> list[Finding]:
+    if not count:
+        return []
+    return [Finding("warning", code, f"{count} {what} not valid: {'; '.join(where)}", file)]
+
+
 def read_evidence(safe: SafeDir, cfg: EvidenceConfig | None, driver_log: str | None) -> TrainingEvidence:
     """Every declared source, read. A spec that declares none yields NOT_DECLARED."""
     if cfg is None or not cfg.declared:
         return NOT_DECLARED
+    from audit._rollout_records import ReplayTally, RolloutTally
+
     found: list[Finding] = []
     sources = []
+    replay = ReplayTally()
     if cfg.preset is not None:
-        sources.append(read_miles(safe, cfg.save_dir, found))
+        sources.append(read_miles(safe, cfg.save_dir, found, replay))
     if cfg.metrics is not None:
         sources.append(read_metrics(safe, cfg, found))
     if cfg.log_step_pattern is not None:
         sources.append(read_log(safe, driver_log, cfg, found))
-    return TrainingEvidence(True, tuple(sources), tuple(found))
+    rollouts = read_rollouts(safe, cfg.rollouts, found) if cfg.rollouts is not None else RolloutTally()
+    found += _invalid_finding(
+        "evidence.replay_invalid", "replay_routes line(s)", replay.invalid.count, replay.invalid_where, cfg.save_dir
+    )
+    found += _invalid_finding(
+        "evidence.rollout_invalid",
+        "verifier diagnostics",
+        rollouts.invalid.count,
+        rollouts.invalid_where,
+        cfg.rollouts,
+    )
+    return TrainingEvidence(True, tuple(sources), tuple(found), replay.to_json(), rollouts.to_json())
 
 
 ACCEPTED = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit import _scheduler_query as scheduler_query
 from audit._context import AuditContext, build_context
@@ -38,7 +38,6 @@ from audit._doorbell import summary as doorbell_summary
 from audit._expected import PlanView, expected_plan
 from audit._filesystem import check_filesystem, mounts
 from audit._first_cause import analyse, order_key
-from audit._gateway_stats import gateway_summary
 from audit._judge_replies import count_replies
 from audit._load import LoadedRun, current_attempt, load_run
 from audit._model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
@@ -58,12 +57,13 @@ from audit._training_evidence import read_evidence
 from audit._views import by_rank, rank_of
 from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
 from audit.safedir import SafeDir, UnusableRunDir
-from audit.stacks import Summary as StacksSummary
-from audit.stacks import summarise as summarise_stacks
 from launch.spec.load import restore_key_order
 from schemas import credentials, names
 from schemas.lenient import as_str
 from schemas.records import DriverResultRecord, HeartbeatRecord
+
+if TYPE_CHECKING:  # the readers of a hang's stacks and of the judge gateways load only for a run that has them
+    from audit.stacks import Summary as StacksSummary
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
 
@@ -289,9 +289,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
             ray_startup=startup_table(ctx),
             stacks=_stacks(run, expected),
-            judge_gateways=gateway_summary(line for _, line in run.jsonl_lines("judge-gateway"))
-            if ctx.plan.bindings
-            else None,
+            judge_gateways=_gateways(run) if ctx.plan.bindings else None,
         )
         # The one redaction (schemas/credentials.py) before any report: the files may come from an
         # older version or a hand, and the text, JSON and HTML reports all render this result.
@@ -401,7 +399,21 @@ def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:
             continue
         docs[rank] = art.doc
         files.append(art.relpath)
+    if not docs:
+        return None
+    from audit.stacks import summarise as summarise_stacks
+
     return summarise_stacks(docs, sorted(files), expected)
+
+
+def _gateways(run: LoadedRun) -> dict[str, Any]:
+    """The judge gateways' request logs, summarised (empty without any)."""
+    lines = run.jsonl_lines("judge-gateway")
+    if not lines:
+        return {}
+    from audit._gateway_stats import gateway_summary
+
+    return gateway_summary(line for _, line in lines)
 
 
 def _attempts(

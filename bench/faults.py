@@ -578,9 +578,11 @@ SILENT_HANG = (
 )
 CHATTER_HANG = (
     'command = ["python", "-c", "import time\\nfor i in range(1, 4): print(\'step\', i, \'loss\', 0.5, flush=True); '
-    "time.sleep(0.3)\\nwhile True: print('waiting for the rollout queue', flush=True); time.sleep(0.2)\"]\n"
+    "print('published policy', i, flush=True); time.sleep(0.3)\\n"
+    "while True: print('waiting for the rollout queue', flush=True); time.sleep(0.2)\"]\n"
     f"progress_timeout = {HANG_TIMEOUT}\n"
-    'evidence = { log_step_pattern = "^step (?P<step>\\\\d+) loss (?P<loss>\\\\S+)", refresh = "none" }'
+    'evidence = { log_step_pattern = "^step (?P<step>\\\\d+) loss (?P<loss>\\\\S+)", '
+    'log_refresh_pattern = "^published policy" }'
 )
 RAY_STUCK = (
     f'command = ["python", "{REPO / "tests" / "data" / "ray_stuck_actor_driver.py"}"]\n'

@@ -6,9 +6,11 @@ Two kinds of profile:
 
 - **cpu**: the run serves nothing beside its policy (no bound managed judge; external judges are
   reached over HTTP). The job is one node of a CPU partition with no service, no Ray, no GPU.
-  Partition: a saved CPU pool's (``gpus_per_node = 0``; seed 003's order puts it first), else
-  ``--judge-partition``, else the reader placement (``GYM_READER_SRUN``'s ``-p/--partition``), else
-  refused naming only what can still be given (the flag, the reader placement). QOS:
+  Partition: ``--judge-partition`` (an explicit flag wins: seed 003's function reference; its prose
+  puts the saved pool first), else a saved CPU pool's (``gpus_per_node = 0``), else the reader
+  placement (``GYM_READER_SRUN``'s ``-p/--partition``), else refused naming only what can still be
+  given (the flag, the reader placement). A saved CPU pool of that partition lends the judge node
+  its directives (QOS, tasks per node). QOS:
   ``--judge-qos``, else the saved CPU pool's, else the reader placement's (when it names this
   partition or none), else the partition's default. The run's own QOS does not follow: it belongs
   to its GPU allocation, and a GPU QOS can refuse a job without GPUs. A run that is CPU-only
@@ -125,6 +127,7 @@ class PoolShape:
     gpus_per_node: int
     partition: str | None
     qos: str | None
+    tasks_per_node: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -316,11 +319,18 @@ def _refuse_policy_nodes(config: RunConfig) -> None:
 
 
 def _shape(pool: sections.PoolConfig) -> PoolShape:
-    return PoolShape(pool.name, pool.nodes, pool.gpus_per_node, pool.partition, pool.qos)
+    return PoolShape(pool.name, pool.nodes, pool.gpus_per_node, pool.partition, pool.qos, pool.tasks_per_node)
 
 
 def _cpu_pool(config: RunConfig) -> sections.PoolConfig | None:
     return next((p for p in config.pool_list if p.cpu_only), None)
+
+
+def _lending_pool(config: RunConfig, partition: str | None) -> sections.PoolConfig | None:
+    """The saved CPU pool of the judge job's partition (or of none), which lends the judge node its
+    directives (seed 003); None when the run has no such pool."""
+    pool = _cpu_pool(config)
+    return pool if pool is not None and pool.partition in (None, partition) else None
 
 
 def kind_of(config: RunConfig) -> str:
@@ -355,12 +365,12 @@ def target_partition(config: RunConfig, placement: Placement) -> tuple[str, str 
     if is_cpu_only(config):
         part = config.pool_list[0].partition or config.launch.slurm.partition
         return kind, part, (OWN_COMPUTE if part else f"{OWN_COMPUTE}; {CLUSTER_DEFAULT}")
-    pool = _cpu_pool(config)
-    if pool is not None and pool.partition:
-        # Seed 003's order: the saved config's CPU pool first.
-        return kind, pool.partition, f"the saved CPU pool {pool.name} (gpus_per_node = 0)"
+    # Seed 003's function reference: the flag, then the saved config's CPU pool, then the reader.
     if placement.judge_partition:
         return kind, placement.judge_partition, "--judge-partition"
+    pool = _cpu_pool(config)
+    if pool is not None and pool.partition:
+        return kind, pool.partition, f"the saved CPU pool {pool.name} (gpus_per_node = 0)"
     reader = reader_partition(placement.reader_srun)
     if reader:
         return kind, reader, f"the reader placement ({READER})"
@@ -399,8 +409,8 @@ def _cpu_qos(config: RunConfig, placement: Placement, partition: str | None) -> 
         return None, PARTITION_DEFAULT
     if placement.judge_qos:
         return placement.judge_qos, "--judge-qos"
-    pool = _cpu_pool(config)
-    if pool is not None and pool.qos and (pool.partition in (None, partition)):
+    pool = _lending_pool(config, partition)
+    if pool is not None and pool.qos:
         return pool.qos, f"the saved CPU pool {pool.name}"
     qos = reader_qos(placement.reader_srun)
     named = reader_partition(placement.reader_srun)
@@ -460,21 +470,23 @@ def _cpu_job(config: RunConfig, placement: Placement, partition: str) -> _Kept:
     unused: list[str] = []
     dropped = [p.name for p in config.pool_list]
     cpu_pool = _cpu_pool(config)
-    pools = (PoolShape(JUDGE_POOL, 1, 0, partition, None),)
     qos, qos_source = _cpu_qos(config, placement, partition)
-    pools = (dataclasses.replace(pools[0], qos=qos),)
+    # Seed 003: a saved CPU pool of the partition lends its own directives to the judge node.
+    lender = _lending_pool(config, partition)
+    pools = (PoolShape(JUDGE_POOL, 1, 0, partition, qos, lender.tasks_per_node if lender is not None else 1),)
     if config.launch.slurm.qos and qos != config.launch.slurm.qos:
         unused.append(
             f"launch.slurm.qos {config.launch.slurm.qos}: the run's QOS belongs to its GPU allocation "
             "(a GPU QOS can refuse a job without GPUs)"
         )
-    if cpu_pool is not None and cpu_pool.partition == partition:
-        dropped = [n for n in dropped if n != cpu_pool.name]
-    if placement.judge_partition and partition != placement.judge_partition:
+    if lender is not None:
+        dropped = [n for n in dropped if n != lender.name]
+    elif cpu_pool is not None and cpu_pool.partition:
         unused.append(
-            f"--judge-partition {placement.judge_partition}: the saved CPU pool's partition {partition} "
-            "comes first (seed 003)"
+            f"pools {cpu_pool.name}: its partition {cpu_pool.partition} is not the judge job's {partition} "
+            "(--judge-partition comes first, seed 003), so it lends the judge node nothing"
         )
+        dropped = [n for n in dropped if n != cpu_pool.name]
     gpu_only = [d for d in config.launch.slurm.directives if d not in _cpu_directives(config.launch.slurm.directives)]
     if gpu_only:
         unused.append(f"directives {' '.join(gpu_only)}: they ask for GPUs or GPU nodes")
@@ -617,7 +629,7 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
                     ("gpus_per_node", p.gpus_per_node),
                     ("partition", p.partition),
                     ("qos", p.qos),
-                    ("tasks_per_node", _saved_tasks(config, p.name)),
+                    ("tasks_per_node", p.tasks_per_node if p.tasks_per_node != 1 else None),
                 )
                 if v is not None
             }
@@ -625,12 +637,6 @@ def judge_job_spec(config: RunConfig, profile: Profile, command: str) -> dict[st
         },
         "ray": {"enabled": False},
     }
-
-
-def _saved_tasks(config: RunConfig, pool: str) -> int | None:
-    """A kept pool's saved tasks per node (seed 003: its saved shape), None when it has the default."""
-    saved = config.pools.get(pool)
-    return saved.tasks_per_node if saved is not None and saved.tasks_per_node != 1 else None
 
 
 def source_record(run_dir: str, uuid: str, config: RunConfig, profile: Profile, command: str) -> dict[str, Any]:

@@ -132,6 +132,14 @@ def _text(v: Any) -> str | None:
 
 
 _SCALARS: dict[Any, Reader] = {int: as_int, float: as_num, str: as_str, bool: as_bool}
+# The same rules as statements on a value `v` (decode's generated code uses them in place of a call).
+_INLINE: dict[Reader, str] = {
+    as_str: "if not isinstance({v}, str): {v} = None",
+    _text: "if not isinstance({v}, str) or not {v}: {v} = None",
+    as_int: "if not isinstance({v}, int) or isinstance({v}, bool): {v} = None",
+    as_bool: "if not isinstance({v}, bool): {v} = None",
+    as_dict: "if not isinstance({v}, dict): {v} = {{}}",
+}
 
 
 @dataclass(frozen=True)
@@ -209,8 +217,12 @@ def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
                 for step in f.path:
                     walk = f"as_dict({walk}.get({step!r}))"
                 body.append(f"    {where} = {walk}")
-            scope[f"read{i}"] = f.read
-            body.append(f"    {value} = read{i}({where}.get({f.key!r}))")
+            inline = _INLINE.get(f.read)
+            if inline is None:
+                scope[f"read{i}"] = f.read
+                body.append(f"    {value} = read{i}({where}.get({f.key!r}))")
+            else:  # the common readers written out: a call per field of every rank's records is most of the decoding
+                body += [f"    {value} = {where}.get({f.key!r})", "    " + inline.format(v=value)]
             if f.keyed:
                 body.append(f"    if {value} is None and {f.key!r} not in {where}:")
                 body.append(f"        {value} = ABSENT")
@@ -277,7 +289,12 @@ def _reader(tp: Any) -> Reader:
     origin = typing.get_origin(tp)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = _reader_of_item(args[0])
-        return lambda v: tuple(x for x in map(item, as_list(v)) if x is not None)
+
+        def readable_items(v: Any) -> tuple[Any, ...]:
+            # A list comprehension, not a generator: one call per list, not one per item.
+            return tuple([x for x in map(item, v) if x is not None]) if isinstance(v, list) else ()
+
+        return readable_items
     if origin in (dict, Mapping):
         if args[1] is Any:
             return as_dict
@@ -298,7 +315,7 @@ def _optional_reader(tp: Any) -> Reader:
         def all_or_none(v: Any) -> tuple[Any, ...] | None:
             if not isinstance(v, list):
                 return None
-            out = tuple(x for x in map(item, v) if x is not None)
+            out = tuple([x for x in map(item, v) if x is not None])
             return out if len(out) == len(v) else None
 
         return all_or_none
@@ -315,7 +332,10 @@ def _reader_of_item(tp: Any) -> Reader:
 
 
 def _record_reader(cls: type[Any]) -> Reader:
-    return lambda v: decode(cls, as_dict(v))
+    # The nested record's decoder, bound once: it is asked for every item of every rank's records.
+    read = _decoder(cls)  # type: ignore[arg-type]
+    none: Mapping[str, Any] = {}
+    return lambda v: read(v if isinstance(v, dict) else {}, none)
 
 
 def _is_optional(tp: Any) -> bool:

@@ -103,6 +103,7 @@ __all__ = [
     "slurm_output",
     "stacks",
     "stacks_request",
+    "stacks_request_id",
     "temp_name",
 ]
 
@@ -298,6 +299,15 @@ STACK_REQUEST_RE = re.compile(r"^[0-9a-f]{8,32}$")
 
 def stacks_request(request: str) -> str:
     return f"{STACK_REQUESTS_DIR}/request-{request}.json"
+
+
+_STACK_REQUEST_LEAF = re.compile(r"^request-([0-9a-f]{8,32})\.json$")
+
+
+def stacks_request_id(leaf: str) -> str | None:
+    """The request id of a leaf listed in STACK_REQUESTS_DIR, or None when it is not a request."""
+    m = _STACK_REQUEST_LEAF.match(leaf)
+    return m.group(1) if m else None
 
 
 def live_stacks(rank: int, request: str) -> str:

@@ -67,6 +67,7 @@ LISTED_PREFIXES = {
     "driver-",
     "agent-",
     "ray-",
+    "request-",  # stack-requests/request-ID.json (issue 51: agent/stacks/live.py parsed it by hand)
 }
 
 
@@ -81,7 +82,7 @@ def looks_like_run_dir_name(text: str) -> bool:
 
 
 def test_the_detector_catches_hand_built_names() -> None:
-    for text in ("ack-0.json", "failures/failure-0.json", "spec.json", "judge-general-0.log", "failure-"):
+    for text in ("ack-0.json", "failures/failure-0.json", "spec.json", "judge-general-0.log", "failure-", "request-"):
         assert looks_like_run_dir_name(text), text
     for text in ("ray-head", "judge-general", "x.json", "RUN.toml", "judge-NAME-*.log", "gym-agent"):
         assert not looks_like_run_dir_name(text), text
@@ -171,6 +172,9 @@ def test_names_round_trip_through_the_parser() -> None:
         assert names.rank_in(sub, names.leaf(build(5))) == 5
         assert names.rank_in(sub, names.temp_name(names.leaf(build(5)), "0" * 12)) is None
     assert names.is_temp(names.temp_name("spec.json", "abcdef012345"))
+    assert names.stacks_request_id(names.leaf(names.stacks_request("0123abcd"))) == "0123abcd"
+    for leaf in ("request-0123ABCD.json", "request-0123abcd.json.tmp", "other-0123abcd.json"):
+        assert names.stacks_request_id(leaf) is None, leaf
     assert not names.is_temp("spec.json")
 
 

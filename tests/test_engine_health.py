@@ -243,3 +243,25 @@ def test_background_loop_probes_and_joins_on_stop(controlled: tuple[Control, str
     registry.stop()
     assert registry.status("engine-4").probes >= 3
     assert registry._thread is not None and not registry._thread.is_alive()
+
+
+def test_a_result_arriving_after_stop_began_is_counted_as_cancelled(controlled: tuple[Control, str]) -> None:
+    control, url = controlled
+    control.gate = threading.Event()  # the probe's answer waits until the stop has begun
+    registry = fast_registry(interval=0.05, probe_timeout=5.0)
+    registry.register("engine-5", url)
+    registry.start()
+    deadline = time.monotonic() + 5
+    while control.hits == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert control.hits == 1
+    stopping = threading.Thread(target=registry.stop)
+    stopping.start()
+    while not registry._stop.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    control.gate.set()  # the engine answers healthy, but too late: the registry is stopping
+    stopping.join(15)
+    assert not stopping.is_alive()
+    assert registry.stats.cancelled == 1 and registry.stats.probes == 0
+    status = registry.status("engine-5")
+    assert (status.state, status.probes) == (EngineState.STARTING, 0)  # the late answer changed nothing

@@ -101,11 +101,13 @@ def test_a_quiet_driver_calling_progress_passes(tmp_path: Path) -> None:
 def test_evidence_that_stops_while_the_driver_keeps_printing_is_a_hang(tmp_path: Path) -> None:
     chatty = (
         'command = ["python", "-c", "import time\\nfor i in range(1, 4): '
-        "print('step', i, 'loss', 0.5, flush=True); time.sleep(0.3)\\n"
+        "print('step', i, 'loss', 0.5, flush=True); print('published policy', i, flush=True); time.sleep(0.3)\\n"
         "while True: print('waiting for the rollout queue', flush=True); time.sleep(0.2)\"]"
     )
-    # Evidence that proves finite losses, and a trainer without a separate refresh (seed 000's rule).
-    evidence = 'log_step_pattern = "^step (?P<step>\\\\d+) loss (?P<loss>\\\\S+)"\nrefresh = "none"'
+    # Evidence that proves finite losses and a refresh (seed 000's rule).
+    evidence = (
+        'log_step_pattern = "^step (?P<step>\\\\d+) loss (?P<loss>\\\\S+)"\nlog_refresh_pattern = "^published policy"'
+    )
     spec = _spec(chatty).replace("[ray]", f"[driver.evidence]\n{evidence}\n[ray]", 1)
     run = launch_local(tmp_path, spec, uid("hang-chatter"))
     assert run.wait(120) == 1, run.text[-3000:]

@@ -128,7 +128,7 @@ def test_a_run_serving_nothing_beside_its_policy_gets_the_cpu_profile() -> None:
     p = profile(demo_external(), judge_partition="cpu")
     assert (p.kind, p.services, p.external) == (rg.CPU, (), ("general",))
     assert [x.to_json() for x in p.pools] == [
-        {"name": "judge", "nodes": 1, "gpus_per_node": 0, "partition": "cpu", "qos": None}
+        {"name": "judge", "nodes": 1, "gpus_per_node": 0, "partition": "cpu", "qos": None, "tasks_per_node": 1}
     ]
 
 
@@ -220,14 +220,33 @@ def test_served_judges_on_two_partitions_are_refused(tmp_path: Path) -> None:
 # --- CPU partition precedence -------------------------------------------------------------------
 
 
-def test_cpu_partition_saved_cpu_pool_wins_over_the_flag_and_the_reader(tmp_path: Path) -> None:
+def test_cpu_partition_flag_wins_over_the_saved_cpu_pool(tmp_path: Path) -> None:
+    # Seed 003's function reference: an explicit --judge-partition wins, then the saved CPU pool, then the
+    # reader placement (its prose orders it otherwise: README, judge-only re-grading).
     config = from_text(tmp_path, GPU_WITH_CPU_POOL)
     assert make_plan(config).nodes[1].gpus == 0  # the CPU pool beside the policy's GPU pool
     p = profile(config, judge_partition="flag", reader_srun="-p reader")
+    assert (p.partition, p.partition_source) == ("flag", "--judge-partition")
+    # The saved pool is of another partition: it lends the judge node nothing (not its QOS either).
+    assert p.qos is None and any(u.startswith("pools readers: its partition cpu-saved") for u in p.unused)
+
+
+def test_cpu_partition_saved_cpu_pool_wins_over_the_reader(tmp_path: Path) -> None:
+    p = profile(from_text(tmp_path, GPU_WITH_CPU_POOL), reader_srun="-p reader")
     assert p.partition == "cpu-saved" and "saved CPU pool readers" in p.partition_source
-    assert "--judge-partition flag: the saved CPU pool's partition cpu-saved comes first (seed 003)" in p.unused
     # The saved CPU pool is the job's own placement: not listed as unused; the policy's pool is.
     assert not any("readers" in u for u in p.unused) and any("pools policy" in u for u in p.unused)
+
+
+def test_a_saved_cpu_pool_lends_the_judge_node_all_its_directives(tmp_path: Path) -> None:
+    # Seed 003: "a saved CPU pool of the partition lends its own directives to the judge node".
+    config = from_text(tmp_path, GPU_WITH_CPU_POOL, "pools.readers.tasks_per_node=4")
+    p = profile(config, judge_partition="cpu-saved")
+    (judge,) = p.pools
+    assert (judge.name, judge.partition, judge.qos, judge.tasks_per_node) == ("judge", "cpu-saved", "pool-qos", 4)
+    job = RunConfig.from_spec(resolved_from_dict(rg.judge_job_spec(config, p, "grade")))
+    assert (job.pools["judge"].tasks_per_node, job.pools["judge"].qos) == (4, "pool-qos")
+    assert p.to_json()["pools"][0]["tasks_per_node"] == 4  # regrade.json records it
 
 
 def test_cpu_partition_flag_wins_over_the_reader() -> None:
@@ -242,7 +261,14 @@ def test_a_cpu_only_run_keeps_its_own_compute(tmp_path: Path) -> None:
     assert (p.kind, p.partition, p.partition_source) == (rg.CPU, "cpu-saved", rg.OWN_COMPUTE)
     assert (p.qos, p.qos_source) == ("pool-qos", "the saved pool readers")
     assert [x.to_json() for x in p.pools] == [
-        {"name": "readers", "nodes": 2, "gpus_per_node": 0, "partition": "cpu-saved", "qos": "pool-qos"}
+        {
+            "name": "readers",
+            "nodes": 2,
+            "gpus_per_node": 0,
+            "partition": "cpu-saved",
+            "qos": "pool-qos",
+            "tasks_per_node": 1,
+        }
     ]
     assert rg.OWN_COMPUTE_UNUSED in p.unused
     job = RunConfig.from_spec(resolved_from_dict(rg.judge_job_spec(config, p, "grade")))

@@ -196,10 +196,14 @@ def test_patterns_over_the_drivers_log(tmp_path: Path) -> None:
     assert "driver.nonfinite_loss" in errors(audit_run(b.path))
 
 
+# A single-node trainer whose rollouts share its GPUs: the one shape without a separate refresh.
+COLOCATED = ('inference.placement_mode="colocated"', "inference.gpus=4")
+
+
 def test_a_trainer_without_a_separate_refresh_says_so_and_the_audit_reports_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    b = build(tmp_path, LOG_STEPS, 'driver.evidence.refresh="none"')
+    b = build(tmp_path, LOG_STEPS, *COLOCATED, 'driver.evidence.refresh="none"')
     judge_log(b, 4)
     result = audit_run(b.path)
     assert result.verdict == "pass", errors(result)
@@ -208,7 +212,7 @@ def test_a_trainer_without_a_separate_refresh_says_so_and_the_audit_reports_it(
     assert main([str(b.path)]) == 0
     assert 'no separate policy refresh (refresh = "none")' in capsys.readouterr().out
     # The choice holds for a driver-result.json too: policy_refreshes 0 is then no error.
-    r = build(tmp_path / "r", 'driver.evidence.refresh="none"', result=True)
+    r = build(tmp_path / "r", *COLOCATED, 'driver.evidence.refresh="none"', result=True)
     doc = json.loads((r.path / names.DRIVER_RESULT).read_text())
     (r.path / names.DRIVER_RESULT).write_text(json.dumps({**doc, "policy_refreshes": 0}))
     result = audit_run(r.path)
@@ -313,7 +317,10 @@ def test_refresh_none_beside_a_declared_refresh_is_refused() -> None:
         )
     assert "driver.evidence.refresh" in str(exc.value) and "keep one of them" in str(exc.value)
     ok = _config(
-        'driver.evidence.metrics="m.jsonl"', 'driver.evidence.loss_field="loss"', 'driver.evidence.refresh="none"'
+        'driver.evidence.metrics="m.jsonl"',
+        'driver.evidence.loss_field="loss"',
+        'driver.evidence.refresh="none"',
+        *COLOCATED,
     )
     assert ok.driver.evidence.refresh_none
 
@@ -340,3 +347,85 @@ def test_a_miles_run_file_defaults_to_the_miles_preset() -> None:
     assert (moved.driver.evidence.preset, moved.driver.evidence.save_dir) == ("miles", "checkpoints/save")
     # Our own spelling declares nothing by default.
     assert not _config().driver.evidence.declared
+
+
+# -- the trainer's replay and rollout records (issue 51 item 5) ------------------------------------
+
+
+def _diagnostics(status: str, failed: Any = None, binding: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"status": status, "rubric_sha256": "0" * 64, "elapsed_seconds": 0.5}
+    if failed is not None:
+        entry["failed_attempts"] = failed
+    if binding is not None:
+        entry["binding"] = binding
+    return entry
+
+
+def test_replay_lines_and_rollout_diagnostics_are_validated_and_summarised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = build(tmp_path, MILES, 'driver.evidence.rollouts="checkpoints/rollouts"')
+    miles_contract(b, 2)
+    write_jsonl(b.path / "checkpoints" / "publication.jsonl", [{"version": 1}])
+    judge_log(b, 4)
+    replay = {"schema_version": 1, "event": "replay_routes", "rollout_id": 0, "routes": 12}
+    contract = b.path / "checkpoints" / "training_contract_rank0.jsonl"
+    with contract.open("a") as f:
+        f.write(json.dumps({**replay, "rank": 0}) + "\n" + json.dumps({**replay, "rank": 0, "rollout_id": 1}) + "\n")
+        f.write(json.dumps({**replay, "rank": 3}) + "\n")  # another rank's line in rank 0's file: not valid
+    miles_contract(b, 2, rank=1)
+    with (b.path / "checkpoints" / "training_contract_rank1.jsonl").open("a") as f:
+        f.write(json.dumps({**replay, "rank": 1}) + "\n")
+    samples: list[dict[str, Any]] = [
+        {"prompt": "q1", "metadata": {"verifier_diagnostics": {"general-quality": _diagnostics("ok", [])}}},
+        {
+            "prompt": "q2",
+            "metadata": {
+                "verifier_diagnostics": {
+                    "general-quality": _diagnostics("ok", [{"attempt": 1, "error": "ReadTimeout"}]),
+                    "ref": _diagnostics("error", 2, binding="general-quality_ref"),
+                }
+            },
+        },
+        {"prompt": "q3", "metadata": {"label": "x"}},  # a deterministic verifier: no judge diagnostics
+        {"prompt": "q4", "metadata": {"verifier_diagnostics": {"general-quality": {"raw_reply": "7"}}}},
+    ]
+    write_jsonl(b.path / "checkpoints" / "rollouts" / "rollout_0.jsonl", samples)
+    result = audit_run(b.path)
+    assert result.verdict == "pass", errors(result)
+    assert result.training is not None
+    ev = result.training["evidence"]
+    assert ev["replay_routes"] == {"lines": 3, "per_rank": {"0": 2, "1": 1}, "invalid": 1}
+    assert ev["rollout_diagnostics"] == {
+        "files": ["checkpoints/rollouts/rollout_0.jsonl"],
+        "samples": 4,
+        "without_diagnostics": 1,
+        "bindings": {
+            "general-quality": {"samples": 2, "statuses": {"ok": 2}, "failed_attempts": 1},
+            "general-quality_ref": {"samples": 1, "statuses": {"error": 1}, "failed_attempts": 2},
+        },
+        "invalid": 1,
+    }
+    warnings = {f.code: f.message for f in result.findings if f.severity == "warning"}
+    assert "training_contract_rank0.jsonl:" in warnings["evidence.replay_invalid"]
+    assert (
+        "rollout_0.jsonl:4: metadata.verifier_diagnostics.general-quality has no status"
+        in (warnings["evidence.rollout_invalid"])
+    )
+    assert main([str(b.path)]) == 0
+    text = capsys.readouterr().out
+    assert "replay routes: 3 line(s) on 2 rank(s)" in text
+    assert "general-quality_ref: 1 sample(s) (error 1), 2 failed attempt(s)" in text
+
+
+def test_a_run_without_replay_or_rollout_records_reports_none_and_no_finding(tmp_path: Path) -> None:
+    b = build(tmp_path, MILES, 'driver.evidence.rollouts="checkpoints/rollouts"')  # declared, never written
+    miles_contract(b, 2)
+    write_jsonl(b.path / "checkpoints" / "publication.jsonl", [{"version": 1}])
+    judge_log(b, 4)
+    result = audit_run(b.path)
+    assert result.verdict == "pass", errors(result)
+    assert result.training is not None
+    ev = result.training["evidence"]
+    assert (ev["replay_routes"], ev["rollout_diagnostics"]) == (None, None)
+    assert not [f for f in result.findings if f.code.startswith("evidence.")]

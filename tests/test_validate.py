@@ -738,3 +738,47 @@ def test_validate_never_crashes_and_clean_specs_plan(changes: list[tuple[tuple[s
     problems = validate(data)  # must not raise, whatever the types
     if not problems:
         plan(RunConfig.from_spec(resolved_from_dict(data)))
+
+
+# --- seed rules across sections (issue 51) ---------------------------------------------------------
+
+
+def _with_cpu_pool(d: dict[str, Any]) -> None:
+    d["pools"] = {"policy": {"nodes": 3, "gpus_per_node": 8}, "readers": {"nodes": 1, "gpus_per_node": 0}}
+
+
+def test_ray_resources_on_a_cpu_pool_without_node_pools_are_refused() -> None:
+    # Seed 001: every pool named under resources is also in node_pools; absent, a CPU pool never joins Ray.
+    found = with_change(lambda d: (_with_cpu_pool(d), _set("ray", "resources", value={"readers": {"x": 1}})(d)))
+    assert "is a CPU pool" in found["ray.resources.readers"] and "ray.node_pools" in found["ray.resources.readers"]
+    # A GPU pool joins without node_pools; a CPU pool named in node_pools joins too.
+    assert with_change(lambda d: (_with_cpu_pool(d), _set("ray", "resources", value={"policy": {"x": 1}})(d))) == {}
+    spanned = with_change(
+        lambda d: (
+            _with_cpu_pool(d),
+            _set("ray", "resources", value={"readers": {"x": 1}})(d),
+            _set("ray", "node_pools", value=["policy", "readers"])(d),
+        )
+    )
+    assert spanned == {}
+
+
+LOG_EVIDENCE = {"log_step_pattern": r"^step \d+ loss (?P<loss>\S+)$", "refresh": "none"}
+
+
+def test_refresh_none_is_refused_where_rollout_has_gpus_of_its_own() -> None:
+    # Seed 000: a successful run shows a policy refresh; only a trainer whose rollouts use its own weights has none.
+    found = with_change(_set("driver", "evidence", value=dict(LOG_EVIDENCE)))
+    assert "19 rollout GPU(s) of their own" in found["driver.evidence.refresh"], found
+    colocated = with_change(
+        lambda d: (
+            _set("driver", "evidence", value=dict(LOG_EVIDENCE))(d),
+            _set("inference", "placement_mode", value="colocated")(d),
+            _set("inference", "gpus", value=4)(d),
+        )
+    )
+    assert "driver.evidence.refresh" not in colocated, colocated
+    no_rollout = with_change(
+        lambda d: (_set("driver", "evidence", value=dict(LOG_EVIDENCE))(d), _set("inference", "gpus", value=0)(d))
+    )
+    assert "driver.evidence.refresh" not in no_rollout, no_rollout

@@ -3,10 +3,15 @@ rank's identity (how many GPUs this node has) and the preflight's GPU checks bot
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Nvml", "nvml_device_count", "open_nvml"]
+
+NVML_LIBRARY = "libnvidia-ml.so.1"  # the driver's library, the name nvidia-ml-py loads on Linux
+NVML_NOT_FOUND = "NVML Shared Library Not Found"  # nvidia-ml-py's words when it cannot load it
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,14 @@ class Nvml:
 def open_nvml(module: Any = None) -> tuple[Nvml | None, str]:
     """NVML initialised, or None and why not (no binding, no library, no driver)."""
     if module is None:
+        # No driver library, no NVML: said without importing the binding, megabytes an idle agent
+        # on a node without GPUs (a CPU pool's) would keep (issue 51). A binding already loaded
+        # (or a stand-in put in its place) answers for itself.
+        if "pynvml" not in sys.modules:
+            try:
+                ctypes.CDLL(NVML_LIBRARY)
+            except OSError:
+                return None, NVML_NOT_FOUND
         try:
             import pynvml  # only nodes that check GPUs load NVML
         except ImportError as exc:

@@ -11,15 +11,17 @@ filesystem). The record is capped: threads per process, frames per thread, bytes
 from __future__ import annotations
 
 import json
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.ground import clock
 from agent.proc import driver_local
 from agent.stacks import _pyspy as pyspy
 from agent.stacks._targets import Target
 from schemas.vocab import StackMethod, StackReason
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["Capture", "StackReason", "capture", "trigger_of"]
 
@@ -147,6 +149,9 @@ def _dump_all(
 ) -> dict[int, pyspy.Dump]:
     """py-spy's dump of every Python process, a few at once, all within the deadline; the ones not
     taken by then say so."""
+    # Imported here: an idle agent never takes stacks, and the pool's modules are memory it keeps (issue 51).
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
     dumps: dict[int, pyspy.Dump] = {}
     runner = pyspy.Runner(path, nonblocking=nonblocking)
     pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="py-spy")

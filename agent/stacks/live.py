@@ -84,13 +84,8 @@ class LiveStacks(threading.Thread):
                 self._done.append(request)
 
     def _listed(self) -> set[str]:
-        out = set()
-        for leaf in self.run_dir.listdir(names.STACK_REQUESTS_DIR):
-            if leaf.startswith("request-") and leaf.endswith(".json"):
-                request = leaf[len("request-") : -len(".json")]
-                if names.STACK_REQUEST_RE.match(request):
-                    out.add(request)
-        return out
+        found = (names.stacks_request_id(leaf) for leaf in self.run_dir.listdir(names.STACK_REQUESTS_DIR))
+        return {request for request in found if request is not None}
 
     def _answer(self, request: str) -> None:
         doc = self.run_dir.read_json(names.stacks_request(request))

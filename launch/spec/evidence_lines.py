@@ -11,9 +11,11 @@ from typing import Any
 __all__ = [
     "MILES_CONTRACT_GLOB",
     "MILES_CONTRACT_RE",
+    "MILES_CONTRACT_VERSION",
     "MILES_LOSS_FIELD",
     "MILES_OPTIMIZER_EVENT",
     "MILES_PUBLICATION",
+    "MILES_REPLAY_EVENT",
     "is_number",
     "metrics_step",
     "miles_step",
@@ -23,7 +25,9 @@ __all__ = [
 MILES_CONTRACT_RE = re.compile(r"^training_contract_rank(\d+)\.jsonl$")
 MILES_CONTRACT_GLOB = "training_contract_rank*.jsonl"
 MILES_PUBLICATION = "publication.jsonl"
+MILES_CONTRACT_VERSION = 1  # every contract line's schema_version
 MILES_OPTIMIZER_EVENT = "optimizer"
+MILES_REPLAY_EVENT = "replay_routes"  # written only with the trainer's replay diagnostics on
 MILES_LOSS_FIELD = "local_policy_objective"
 
 

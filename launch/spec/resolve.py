@@ -513,6 +513,8 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
         _slurm_directive_rules(c, launch)
     if driver is not None:
         _driver_rules(c, driver)
+    if driver is not None and inference is not None:
+        _refresh_rules(c, driver, inference)
     if launch is not None:
         _launch_env_rules(c, launch)
     if policy is not None:
@@ -538,6 +540,19 @@ def _driver_rules(c: Checker, driver: DriverConfig) -> None:
     check_argv(c, _command_words(driver.command), ("driver", "command"))
     for k, message in driver.evidence.problems():
         c.add(("driver", "evidence", k), message)
+
+
+def _refresh_rules(c: Checker, driver: DriverConfig, inference: InferenceConfig) -> None:
+    """Seed 000: a successful run shows a policy refresh. Only a trainer whose rollouts use its own
+    weights (colocated, or no rollout GPUs) has none; separate rollout GPUs must be sent new weights."""
+    if driver.evidence.refresh_none and inference.gpus > 0 and inference.placement_mode != "colocated":
+        c.add(
+            ("driver", "evidence", "refresh"),
+            f'"none" says the trainer has no separate policy refresh, but the plan has {inference.gpus} '
+            f"rollout GPU(s) of their own (inference.placement_mode = {inference.placement_mode!r}): the trainer "
+            "must send them its weights, so the evidence must show it (refresh_field, log_refresh_pattern or "
+            'the preset); keep "none" for a colocated run (inference.placement_mode = "colocated")',
+        )
 
 
 def _launch_env_rules(c: Checker, launch: LaunchConfig) -> None:
@@ -772,6 +787,14 @@ def _ray_rules(c: Checker, ray: RayConfig, pools: Mapping[str, PoolConfig] | Non
             c.add(rp, f"names no [pools.{pool}]; declared pools: {', '.join(pools) or 'none'}")
         elif spanned is not None and pool not in spanned:
             c.add(rp, f"pool {pool} is not in ray.node_pools ({', '.join(spanned) or 'empty'}): add it there")
+        elif spanned is None and pools[pool].cpu_only:
+            # Seed 001: every pool named under resources is in node_pools; absent, a CPU pool never joins.
+            c.add(
+                rp,
+                f"pool {pool} is a CPU pool (gpus_per_node = 0), which joins Ray only when ray.node_pools names it, "
+                "and ray.node_pools is not set: list the pools Ray spans in ray.node_pools (with this one), or "
+                "remove its resources",
+            )
         if not isinstance(res, Mapping):
             c.add(rp, f"must be a table of resource = amount, not {keys.describe(res)}")
             continue

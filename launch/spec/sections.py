@@ -553,6 +553,14 @@ class EvidenceConfig:
         "with a number in step_field is one optimizer step",
         rule=SEED_EVIDENCE,
     )
+    rollouts: str | None = key(
+        keys.RunPath(),
+        None,
+        doc="a directory of the trainer's rollout dumps, relative to the run directory: its *.jsonl files, one "
+        "sample per line; the audit validates and summarises each sample's metadata.verifier_diagnostics per "
+        "binding (status, failed attempts). Absent, or never written: not read, no finding",
+        rule=SEED_EVIDENCE,
+    )
     step_field: str = key(keys.Text(MAX_NAME), "step", doc="metrics: the key of the step number")
     loss_field: str | None = key(
         keys.Text(MAX_NAME), None, doc="metrics: the key of the loss, which must be finite wherever it is present"
@@ -579,7 +587,8 @@ class EvidenceConfig:
         keys.Choice(EVIDENCE_REFRESH),
         None,
         doc='"none": the trainer has no separate policy refresh (a colocated single-node run updates in place the '
-        "weights its rollouts use), so no evidence can show one; the audit reports this choice. Absent: the "
+        "weights its rollouts use), so no evidence can show one; the audit reports this choice; refused where "
+        "rollout has GPUs of its own (disaggregated). Absent: the "
         "evidence must prove a refresh (the preset, refresh_field or log_refresh_pattern)",
         rule=SEED_EVIDENCE,
     )

@@ -46,7 +46,8 @@ class RunBuilder:
         # Set by with_summaries(): what a real run's records add (filesystem facts, doorbell counts).
         self.filesystem: dict[int, dict[str, Any]] = {}
         self.doorbell: dict[str, Any] | None = None
-        self.address = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}
+        addresses = {0: "10.0.0.10", 1: "10.0.0.9", 2: "10.0.0.100"}
+        self.address = {r: addresses[r] for r in self.ranks}  # fewer for a single-node plan
         order = node_owners(self.address)  # the agent's own node order
         self.node_of = {r: i for i, r in enumerate(order)}
         self.rank_of_node = {i: r for r, i in self.node_of.items()}

@@ -478,6 +478,7 @@ FAULTS += (
         "fail",
         2,
         ("judge",),
+        words=("engine died",),
         judges=True,
         engine=True,
         prepare=_engine_agents,

@@ -44,7 +44,8 @@ GRADING_DRIVER = f'command = ["{sys.executable}", "{Path(__file__).parent / "dat
 SHM = Path("/dev/shm")
 
 
-def engine_run(tmp_path: Path, tag: str, *, canary: bool) -> LocalRun:
+def engine_run(tmp_path: Path, tag: str, *, canary: bool) -> tuple[LocalRun, int, set[str]]:
+    """The run to its end: the run, gym-launch's exit code, and /dev/shm's entries before it."""
     python = require_engine()
     model_dir, revision = tiny_model(python)
     spec = small_spec(
@@ -55,7 +56,12 @@ def engine_run(tmp_path: Path, tag: str, *, canary: bool) -> LocalRun:
         judges=vllm_judge_tables(model_dir, revision, canary=canary),
     )
     env = {**engine_env(python), "GRADES": "1"}
-    return launch_local(tmp_path, spec, uid(f"vllm-{tag}"), env=env)
+    before = shm_entries()
+    run = launch_local(tmp_path, spec, uid(f"vllm-{tag}"), env=env)
+    try:
+        return run, run.wait(RUN_TIMEOUT), before
+    finally:
+        kill_tree_by_session(run.proc)
 
 
 def shm_entries() -> set[str]:
@@ -111,12 +117,7 @@ def judge_started_as_the_spec_says(run: LocalRun) -> dict:
 def test_canaries_against_a_real_engine_with_random_weights_fail_naming_the_judge_and_its_reply(
     tmp_path: Path,
 ) -> None:
-    before = shm_entries()
-    run = engine_run(tmp_path, "canary", canary=True)
-    try:
-        code = run.wait(RUN_TIMEOUT)
-    finally:
-        kill_tree_by_session(run.proc)
+    run, code, before = engine_run(tmp_path, "canary", canary=True)
     assert code != 0
     judge_started_as_the_spec_says(run)
     fails = failures(run.run_dir)
@@ -134,12 +135,7 @@ def test_canaries_against_a_real_engine_with_random_weights_fail_naming_the_judg
 
 
 def test_without_canaries_the_driver_grades_through_a_real_engine_and_everything_ends(tmp_path: Path) -> None:
-    before = shm_entries()
-    run = engine_run(tmp_path, "grade", canary=False)
-    try:
-        code = run.wait(RUN_TIMEOUT)
-    finally:
-        kill_tree_by_session(run.proc)
+    run, code, before = engine_run(tmp_path, "grade", canary=False)
     assert code == 0, failures(run.run_dir)
     judge_started_as_the_spec_says(run)
     log = (run.run_dir / names.judge_log("general", 1)).read_text(errors="replace")

@@ -46,6 +46,9 @@ CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky s
 HEALTH_FAILURES = 3
 SPAWN_ATTEMPTS = 3  # starts of a judge that lost its ports to another process (judge_ports)
 ENGINES = ("sglang", "vllm")  # real inference engines (the reference judge is the project's own)
+# What vLLM's API server logs once its EngineCore is gone (it then answers /health with 503).
+ENGINE_DEATH_MARKERS = ("engine core exited unexpectedly", "EngineDeadError", "EngineCore encountered an issue")
+ENGINE_DEATH_SCAN = 1 << 20  # bytes of the judge log's end read for them
 
 
 @dataclass
@@ -300,6 +303,14 @@ class JudgeRuntime:
 
         def quarantined(status: EngineStatus) -> None:
             j = self.local[status.engine_id]
+            died = self._engine_died(j)
+            if died is not None:
+                # Not a judge that stopped answering: its engine is gone and its server says so.
+                cause = f"judge {status.engine_id}'s engine died; its server logged: {died}"
+                ctx.signal.trip(
+                    Failure(kind=FailureKind.JUDGE, cause=cause, phase=ctx.phase(), log=j.log, judge=j.config.name)
+                )
+                return
             ctx.signal.trip(
                 Failure(
                     kind=FailureKind.JUDGE_HEALTH,
@@ -317,6 +328,18 @@ class JudgeRuntime:
             probe_timeout=max(1.0, min(5.0, 2 * interval)),
             on_quarantine=quarantined,
         )
+
+    def _engine_died(self, j: LocalJudge) -> str | None:
+        """The line of this start's log where the server says its engine process died (vLLM keeps
+        serving /health with 503 after its EngineCore exits), or None."""
+        try:
+            part = self.ctx.run.read_bytes(j.log)[j.log_start :][-ENGINE_DEATH_SCAN:]
+        except OSError:
+            return None
+        for line in part.decode(errors="replace").splitlines():
+            if any(m in line for m in ENGINE_DEATH_MARKERS):
+                return line.strip()[: judge_ports.MAX_LINE]
+        return None
 
     def _lost_port_race(self, j: LocalJudge) -> str | None:
         """The line of this start's log saying a port was taken (only SGLang's ports are the

@@ -141,6 +141,7 @@ def _placement_devices(ctx: AuditContext, rank: int, rec: PlacementRec) -> list[
     groups: dict[str, tuple[int, ...]] = {"ray": rec.ray_devices or ()}
     for name, slot in sorted(rec.judges.items()):
         groups[f"judge {name}"] = slot.devices or ()
+    groups["policy"] = rec.policy_devices or ()
     groups["unused"] = rec.unused_devices or ()
     for problem in _overlaps(groups):
         out.append(Finding("error", "devices.overlap", problem, f, rank))

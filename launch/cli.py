@@ -108,7 +108,7 @@ def describe_format(config: RunConfig) -> str:
 def format_plan(p: Plan, name: str, fingerprint: str, source: str = "", ray_enabled: bool = True) -> str:
     """A table with one row per replica (planned node) and a totals line. With `[ray] enabled =
     false` no node starts Ray, so the ray column says `off` rather than GPUs Ray would have had."""
-    header: tuple[str, ...] = ("node", "pool", "trainer", "rollout", "judges", "ray", "unused")
+    header: tuple[str, ...] = ("node", "pool", "trainer", "rollout", "policy", "judges", "ray", "unused")
     rows: list[tuple[str, ...]] = []
     for n in p.nodes:
         judges = ", ".join(f"{k}:{v}" for k, v in n.judges.items()) or "-"
@@ -122,6 +122,7 @@ def format_plan(p: Plan, name: str, fingerprint: str, source: str = "", ray_enab
                 n.pool or "-",
                 str(n.trainer_gpus),
                 rollout,
+                str(n.policy_gpus),
                 judges,
                 str(n.ray_gpus) if ray_enabled else "off",
                 str(n.unused_gpus),
@@ -133,15 +134,17 @@ def format_plan(p: Plan, name: str, fingerprint: str, source: str = "", ray_enab
             "",
             str(sum(n.trainer_gpus for n in p.nodes)),
             str(sum(n.rollout_gpus for n in p.nodes)),
+            str(sum(n.policy_gpus for n in p.nodes)),
             str(sum(n.judge_gpus for n in p.nodes)),
             str(sum(n.ray_gpus for n in p.nodes)) if ray_enabled else "off",
             str(p.unused_gpus),
         )
     )
-    if not any(n.pool for n in p.nodes):
-        # No [pools]: drop the column rather than print a column of dashes.
-        header = header[:1] + header[2:]
-        rows = [r[:1] + r[2:] for r in rows]
+    # No [pools] or no policy service: drop the column rather than print a column of dashes or zeros.
+    dropped = {i for i, h in enumerate(header) if (h == "pool" and not any(n.pool for n in p.nodes))}
+    dropped |= {header.index("policy")} if not p.policy_nodes else set()
+    header = tuple(h for i, h in enumerate(header) if i not in dropped)
+    rows = [tuple(c for i, c in enumerate(r) if i not in dropped) for r in rows]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     cpu = sum(1 for n in p.nodes if not n.gpus)
     shape = (

@@ -86,6 +86,7 @@ __all__ = [
     "judge_degraded",
     "judge_endpoint",
     "judge_log",
+    "policy_log",
     "leaf",
     "live_stacks",
     "new_uuid",
@@ -338,6 +339,11 @@ def judge_log(name: str, rank: int) -> str:
     return f"judge-{name}-{rank}.log"
 
 
+def policy_log(rank: int) -> str:
+    """The policy service's engine on that rank's node (seed 001)."""
+    return f"policy-{rank}.log"
+
+
 def agent_log(rank: int) -> str:
     return f"agent-{rank}.log"
 
@@ -420,6 +426,7 @@ LOG_KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^judge-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "judge"),
     (re.compile(r"^agent-(\d+)\.log$"), "agent"),
     (re.compile(r"^ray-(\d+)\.log$"), "ray"),
+    (re.compile(r"^policy-(\d+)\.log$"), "policy"),
     (re.compile(r"^gateway-([a-z][a-z0-9_-]*)-(\d+)\.log$"), "gateway"),
     (re.compile(r"^ray-session-(\d+)/[A-Za-z0-9][A-Za-z0-9_.-]*$"), "ray-session"),
 )

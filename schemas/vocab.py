@@ -242,6 +242,8 @@ class DriverEnv:
         """GYM_JUDGE_URL_<NAME>: judge's OpenAI base URL (``.../v1``), its gateway's."""
         return f"GYM_JUDGE_URL_{judge.upper().replace('-', '_')}"
 
+    # The policy service's OpenAI base URL (http://HOST:PORT/v1), on its first node: the driver's (seed 001).
+    POLICY_URL = "GYM_POLICY_URL"
     RUN_DIR = "GYM_RUN_DIR"
     RANK = "GYM_RANK"
     NODE_INDEX = "GYM_NODE_INDEX"

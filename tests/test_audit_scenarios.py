@@ -155,6 +155,11 @@ def _judge_into_ray(p: Path) -> None:
     patch(p, "placement-2.json", change)
 
 
+def _policy_on_ray(p: Path) -> None:
+    # A policy service's devices (seed 001) recorded on a device Ray owns.
+    patch(p, "placement-0.json", lambda d: d.update(policy={"devices": [0], "cuda_visible_devices": "0"}))
+
+
 def _swap_node_claims(p: Path) -> None:
     # What an agent sorting addresses as strings would do: "10.0.0.10" < "10.0.0.100" < "10.0.0.9".
     patch(p, "placement-0.json", lambda d: d.update(node_index=0))
@@ -230,6 +235,7 @@ MUTATIONS: list[tuple[str, Callable[[Path], None], str, str]] = [
     ("no address", _rm(names.address(1)), "rank.missing_address", "error"),
     ("judge in ray mask", _judge_into_ray, "devices.judge_in_ray_mask", "error"),
     ("overlap", _judge_into_ray, "devices.overlap", "error"),
+    ("policy overlap", _policy_on_ray, "devices.overlap", "error"),
     ("string-sorted nodes", _swap_node_claims, "placement.node_index", "error"),
     ("duplicate address", _dup_address, "address.duplicate", "error"),
     ("extra rank", _extra_rank, "rank.unexpected", "error"),

@@ -197,6 +197,8 @@ def test_to_json_shape() -> None:
         "colocated_rollout_gpus": 0,
         "ray_gpus": 7,
         "judges": {"general": 1},
+        "policy_gpus": 0,
+        "policy_devices": [],
         "unused_gpus": 0,
         "ray_devices": [0, 1, 2, 3, 4, 5, 6],
         "judge_devices": {"general": [7]},

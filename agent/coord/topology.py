@@ -71,4 +71,5 @@ class Topology:
             in_ray=self.in_ray,
             gpus=gpus,
             ray_address_exported=ray_address_exported,
+            policy_devices=node.policy_devices,
         )

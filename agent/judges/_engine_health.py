@@ -35,7 +35,9 @@ __all__ = [
     "RegistryStats",
     "UnhealthyStatus",
     "UnknownEngine",
+    "agent_registry",
     "log",
+    "quarantine_cause",
 ]
 
 log = logging.getLogger("gym.engine_health")
@@ -326,3 +328,19 @@ class EngineHealthRegistry:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+def agent_registry(interval: float, failures: int, on_quarantine: QuarantineCallback) -> EngineHealthRegistry:
+    """The registry an agent probes its engines with (judges, the policy): at the heartbeat's rate,
+    each probe bounded by twice it (1 to 5 s)."""
+    return EngineHealthRegistry(
+        failure_threshold=failures,
+        interval=interval,
+        probe_timeout=max(1.0, min(5.0, 2 * interval)),
+        on_quarantine=on_quarantine,
+    )
+
+
+def quarantine_cause(what: str, status: EngineStatus, failures: int) -> str:
+    """The failure's cause when ``what`` (an engine) is quarantined."""
+    return f"{what} failed {failures} consecutive /health probes (last: {status.last_error or 'no answer'})"

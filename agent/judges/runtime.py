@@ -23,6 +23,7 @@ from agent.ground.failure import Failure
 from agent.ground.waits import poll_until
 from agent.judges import _judge_ports as judge_ports
 from agent.judges._gateways import LocalGateways
+from agent.judges._policy import PolicyRuntime
 from agent.judges._prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.proc import tempdirs
@@ -86,6 +87,7 @@ class JudgeRuntime:
         self._gateway_endpoints: dict[str, str] = {}
         self._epochs: dict[str, int] = {}
         self._tmp: str | None = None
+        self.policy = PolicyRuntime(ctx, HEALTH_FAILURES)  # started, gated and stopped with the judges; never graded
 
     # -- data -------------------------------------------------------------------------------------
 
@@ -138,7 +140,10 @@ class JudgeRuntime:
         if gateways:
             assert self._tmp is not None
             self.gateways.start(gateways, self._tmp)
-        return f"{len(self.local)} managed judge(s), {len(gateways)} gateway(s) on this node"
+        policy = self.policy.start(topo)
+        return f"{len(self.local)} managed judge(s), {len(gateways)} gateway(s) on this node" + (
+            f"; {policy}" if policy else ""
+        )
 
     def _spawn(self, j: LocalJudge) -> None:
         ctx = self.ctx
@@ -187,8 +192,9 @@ class JudgeRuntime:
         """Every local judge answers /health (probed through the health registry's own pool),
         then the registry keeps probing them for the rest of the run."""
         ctx = self.ctx
+        policy = self.policy.wait_ready()
         if not self.local:
-            return ""
+            return policy
         self.health = self._new_health_registry()
         poll = min(0.5, ctx.config.coordination.poll_interval)
         for name, j in self.local.items():
@@ -212,7 +218,7 @@ class JudgeRuntime:
             self.gateways.point_at(name, self._endpoint(j))
             self._write_endpoint(j, ready_after=clock.mono() - j.started)
         self.health.start()
-        return ""
+        return policy
 
     @staticmethod
     def _loading_line(name: str, j: LocalJudge) -> Callable[[float], str]:
@@ -296,10 +302,9 @@ class JudgeRuntime:
     def _new_health_registry(self) -> EngineHealthRegistry:
         # The judge client (httpx) is imported only by a node that serves judges: an agent
         # without judges stays small (README, "Performance").
-        from agent.judges._engine_health import EngineHealthRegistry
+        from agent.judges._engine_health import agent_registry, quarantine_cause
 
         ctx = self.ctx
-        interval = ctx.config.coordination.heartbeat_interval
 
         def quarantined(status: EngineStatus) -> None:
             j = self.local[status.engine_id]
@@ -314,20 +319,14 @@ class JudgeRuntime:
             ctx.signal.trip(
                 Failure(
                     kind=FailureKind.JUDGE_HEALTH,
-                    cause=f"judge {status.engine_id} failed {HEALTH_FAILURES} consecutive /health probes "
-                    f"(last: {status.last_error or 'no answer'})",
+                    cause=quarantine_cause(f"judge {status.engine_id}", status, HEALTH_FAILURES),
                     phase=ctx.phase(),
                     log=j.log,
                     judge=status.engine_id,
                 )
             )
 
-        return EngineHealthRegistry(
-            failure_threshold=HEALTH_FAILURES,
-            interval=interval,
-            probe_timeout=max(1.0, min(5.0, 2 * interval)),
-            on_quarantine=quarantined,
-        )
+        return agent_registry(ctx.config.coordination.heartbeat_interval, HEALTH_FAILURES, quarantined)
 
     def _engine_died(self, j: LocalJudge) -> str | None:
         """The line of this start's log where the server says its engine process died (vLLM keeps
@@ -376,6 +375,7 @@ class JudgeRuntime:
     def stop(self) -> None:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
         self.stop_canary_watch()
+        self.policy.stop()
         if self.health is not None:
             self.health.stop(timeout=5)
             self.health = None
@@ -584,8 +584,9 @@ class JudgeRuntime:
 
     def driver_env(self) -> dict[str, str]:
         if self.registry is None:
-            return {}
+            return self.policy.driver_env()
         return {
+            **self.policy.driver_env(),
             DriverEnv.REGISTRY: json.dumps(self.registry, sort_keys=True),
             DriverEnv.REGISTRY_FILE: str(self.ctx.run.path / names.REGISTRY),
             **({DriverEnv.MILES_JUDGE_REGISTRY: self.miles_registry} if self.miles_registry is not None else {}),

@@ -122,7 +122,7 @@ PLACED_STEPS: tuple[Step, ...] = (
         Nodes.ALL,
         "JudgeRuntime.start_local",
         "this node's managed judges, each in its own session, and their gateways (the driver's node: the "
-        "external judges' too); `gateway-NAME.json`",
+        "external judges' too); `gateway-NAME.json`; the policy server on the policy's nodes",
     ),
     Step(
         Phase.RAY_START,
@@ -135,7 +135,8 @@ PLACED_STEPS: tuple[Step, ...] = (
         Phase.JUDGE_HEALTH,
         Nodes.ALL,
         "JudgeRuntime.wait_local_healthy",
-        "this node's judges answer `/health`; then probed for the whole run",
+        "this node's judges answer `/health` (the policy: `/health`, then `/v1/models` lists it); then probed "
+        "for the whole run",
     ),
     Step(
         Phase.READINESS,

@@ -64,7 +64,8 @@ class PreflightRuntime:
         ctx = self.ctx
         node = topo.node
         vis = ctx.visible_devices
-        planned = sorted({*node.ray_devices, *(d for devs in node.judge_devices.values() for d in devs)})
+        judges = (d for devs in node.judge_devices.values() for d in devs)
+        planned = sorted({*node.ray_devices, *node.policy_devices, *judges})
         devices = tuple((d, vis[d]) for d in planned if d < len(vis))
         env = socket_env(
             (os.environ, "the job's environment"),

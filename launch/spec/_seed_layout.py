@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schemas import DriverEnv
+
 __all__ = ["MAPPING", "TOP_LEVEL", "mapping_table", "problems"]
 
 # (seed 001 key, our key, a note)
@@ -20,8 +22,11 @@ MAPPING: tuple[tuple[str, str, str], ...] = (
     ("compute.cluster.node_pools.NAME.nodes", "pools.NAME.nodes", ""),
     ("compute.cluster.node_pools.NAME.gpus_per_node", "pools.NAME.gpus_per_node", "0: a CPU pool"),
     ("compute.cluster.node_pools.NAME.partition", "pools.NAME.partition", "pools on other partitions: a hetjob"),
-    ("services.NAME.node_pool (the policy)", "trainer.node_pool, inference.node_pool", "the policy's GPUs"),
-    ("services.NAME.tensor_parallel_size (the policy)", "inference.tensor_parallel_size", ""),
+    ("services.NAME (the policy, type vllm or sglang)", "[policy]", 'mode = "managed", backend = "vllm" or "sglang"'),
+    ("services.NAME.node_pool (the policy)", "policy.node_pool", "the driver runs on its first node"),
+    ("services.NAME.tensor_parallel_size (the policy)", "policy.tensor_parallel_size", "above a node: whole nodes"),
+    ("services.NAME.port (the policy)", "policy.port", "default 8000"),
+    ("driver.policy_model", DriverEnv.POLICY_URL, "the policy's http://HOST:PORT/v1, in the driver's environment"),
     ("services.NAME (a judge)", "[judges.NAME]", 'mode = "managed" (the agent serves it) or "external"'),
     ("services.NAME.node_pool (a judge)", "judges.NAME.node_pool", ""),
     ("services.NAME.type = ray", "[ray]", "name = NAME (GYM_RAY_ADDRESS_<NAME>)"),
@@ -34,7 +39,9 @@ MAPPING: tuple[tuple[str, str, str], ...] = (
 TOP_LEVEL = {
     "compute": "is seed 001's layout; ours declares the allocation in [launch] (launch.slurm.account, "
     "launch.backend) and each node pool as its own [pools.NAME] table (nodes, gpus_per_node, partition)",
-    "services": "is seed 001's layout; ours pins the policy with trainer.node_pool and inference.node_pool, "
+    "services": "is seed 001's layout; ours serves an evaluation's policy with [policy] (node_pool, "
+    "tensor_parallel_size, port) and a training run's with its rollout engines (trainer.node_pool, "
+    "inference.node_pool), "
     "each judge is a [judges.NAME] table (with node_pool), and a Ray service is [ray] (name, node_pools, "
     "resources)",
 }

@@ -29,6 +29,7 @@ from launch.spec.sections import (
     JudgingConfig,
     LaunchConfig,
     OutputConfig,
+    PolicyConfig,
     PoolConfig,
     RayConfig,
     RubricConfig,
@@ -61,6 +62,7 @@ class RunConfig:
     trainer: TrainerConfig = section(TrainerConfig, doc="the trainer's GPUs")
     inference: InferenceConfig = section(InferenceConfig, doc="rollout engines")
     driver: DriverConfig = section(DriverConfig, doc="the training driver the agent starts")
+    policy: PolicyConfig = section(PolicyConfig, doc="the policy service (seed 001): served for the driver")
     judges: Mapping[str, JudgeConfig] = section(
         JudgeConfig, named=True, limit=MAX_JUDGES, doc="[judges.NAME]: judge services"
     )
@@ -128,6 +130,11 @@ class RunConfig:
         return tuple(self.judges[n] for n in sorted(self.judges) if n in used)
 
     @property
+    def managed_policy(self) -> PolicyConfig | None:
+        """The policy service the agents run, or None without one."""
+        return self.policy if self.policy.managed else None
+
+    @property
     def gpu_judges(self) -> tuple[JudgeConfig, ...]:
         """Bound managed judges: the ones that take GPUs from the allocation."""
         return tuple(j for j in self.bound_judges if j.managed)
@@ -140,9 +147,10 @@ class RunConfig:
         for i, arg in enumerate((command,) if isinstance(command, str) else command):
             for var in credentials.references([arg]):
                 out.setdefault(var, "driver.command" if isinstance(command, str) else f"driver.command.{i}")
-        for i, arg in enumerate(self.ray.extra_args):
-            for var in credentials.references([arg]):
-                out.setdefault(var, f"ray.extra_args.{i}")
+        for where, argv in (("ray.extra_args", self.ray.extra_args), ("policy.extra_args", self.policy.extra_args)):
+            for i, arg in enumerate(argv):
+                for var in credentials.references([arg]):
+                    out.setdefault(var, f"{where}.{i}")
         for name, value in self.driver.env.items():
             if value.startswith(RUNTIME_PREFIX):
                 out.setdefault(value[len(RUNTIME_PREFIX) :], f"driver.env.{name}")

@@ -21,6 +21,8 @@ __all__ = [
     "OPEN_INSTRUCT_PROFILES",
     "OPEN_INSTRUCT_REPLY_FORMATS",
     "PLACEMENT_MODES",
+    "POLICY_BACKENDS",
+    "POLICY_PORT",
     "RAY_NAME",
     "RAY_NAME_RULE",
     "REPLY_FORMATS",
@@ -54,6 +56,9 @@ JUDGE_MODES = ("managed", "external")
 # truncated), or left to the service (seed 000: an external service's context is its own).
 CONTEXT_CHECKS = ("tokenize", "none")
 JUDGE_BACKENDS = ("sglang", "vllm", "reference")
+# The policy service's engines (seed 001 serves it with vLLM), and its port (seed 001's default).
+POLICY_BACKENDS = ("vllm", "sglang")
+POLICY_PORT = 8000
 CHAT_TEMPLATES = ("qwen3-no-thinking",)
 DEFAULT_CHAT_TEMPLATE = "qwen3-no-thinking"  # managed judges grade without thinking
 # This project's own profiles, and open-instruct's (their text is read from the installed open_instruct

@@ -27,8 +27,13 @@ An evaluation run has no trainer (``trainer.nodes = 0``) but rollout engines (``
 and judges: it is packed as in 2 and 3 with no trainer node, and its driver goes to the last rollout
 node (as ``placement = "inference"``). A judge-only job (no rollout either) runs its driver on node 0.
 
+The policy service (``[policy]``, seed 001; evaluation runs only) is packed after rollout on nodes of
+its own, ``min(C, tensor_parallel_size)`` GPUs each (a policy larger than a node takes whole nodes:
+one engine across them), and judges may share its last node; the driver runs on its first node.
+
 Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
-(trainer, then rollout), judges the next ones in name order, the tail is unused.
+(trainer, then rollout), the policy the next ``policy_gpus``, judges the next ones in name order, the
+tail is unused.
 
 Ray: the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (absent: every
 node but a CPU pool's; ``[]``: the driver's node alone). Trainer or rollout GPUs planned on a node
@@ -75,6 +80,9 @@ class NodePlan:
     colocated_rollout_gpus: int = 0
     # The node's GPUs: the run's capacity, 0 on a CPU pool's node (its agent runs coordination only).
     gpus: int = 0
+    # The policy service's GPUs here (seed 001), after Ray's and before the judges'.
+    policy_gpus: int = 0
+    policy_devices: tuple[int, ...] = ()
 
     @property
     def judge_gpus(self) -> int:
@@ -82,7 +90,7 @@ class NodePlan:
 
     @property
     def used_gpus(self) -> int:
-        return self.ray_gpus + self.judge_gpus
+        return self.ray_gpus + self.policy_gpus + self.judge_gpus
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +102,8 @@ class NodePlan:
             "colocated_rollout_gpus": self.colocated_rollout_gpus,
             "ray_gpus": self.ray_gpus,
             "judges": dict(self.judges),
+            "policy_gpus": self.policy_gpus,
+            "policy_devices": list(self.policy_devices),
             "unused_gpus": self.unused_gpus,
             "ray_devices": list(self.ray_devices),
             "judge_devices": {k: list(v) for k, v in self.judge_devices.items()},
@@ -115,6 +125,9 @@ class Plan:
     # Ray (seed 001): the head runs on the driver's node; the nodes of ray.node_pools join it
     # (every node when node_pools is absent). Empty when Ray is off.
     ray_nodes: tuple[int, ...] = ()
+    # The policy service's nodes (seed 001), its engine's node ranks in order; node 0 serves HTTP
+    # and runs the driver. Empty without a policy service.
+    policy_nodes: tuple[int, ...] = ()
 
     @property
     def ray_head(self) -> int:
@@ -137,6 +150,7 @@ class Plan:
             "nodes": [n.to_json() for n in self.nodes],
             "ray_head": self.ray_head,
             "ray_nodes": list(self.ray_nodes),
+            "policy_nodes": list(self.policy_nodes),
         }
 
 
@@ -147,11 +161,12 @@ class _Slots:
     trainer: int = 0
     rollout: int = 0
     colocated: int = 0
+    policy: int = 0
     judges: dict[str, int] = field(default_factory=dict)
     pool: str | None = None
 
     def used(self) -> int:
-        return self.trainer + self.rollout + sum(self.judges.values())
+        return self.trainer + self.rollout + self.policy + sum(self.judges.values())
 
 
 def _pack(
@@ -162,6 +177,7 @@ def _pack(
     tp: int,
     judges: Sequence[JudgeConfig],
     colocated_rollout: int = 0,
+    policy: int = 0,
 ) -> list[_Slots]:
     nodes = [_Slots(trainer=trainer_per_node) for _ in range(trainer_nodes)]
     if nodes and colocated_rollout:
@@ -177,6 +193,11 @@ def _pack(
         take = min(capacity, remaining)
         nodes.append(_Slots(rollout=take))
         remaining -= take
+    # The policy on nodes of its own: whole nodes when it is larger than one (its engine spans them).
+    while policy > 0:
+        take = min(capacity, policy)
+        nodes.append(_Slots(policy=take))
+        policy -= take
     open_nodes = nodes[-1:]
     for judge in judges:
         for node in open_nodes:
@@ -193,7 +214,7 @@ def _pack(
 def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
     """Node ``index`` of ``capacity`` GPUs (0 on a CPU pool's node)."""
     ray = slots.trainer + slots.rollout
-    cursor = ray
+    cursor = ray + slots.policy
     judge_devices: dict[str, tuple[int, ...]] = {}
     for name in sorted(slots.judges):
         judge_devices[name] = tuple(range(cursor, cursor + slots.judges[name]))
@@ -211,6 +232,8 @@ def _node_plan(index: int, slots: _Slots, capacity: int) -> NodePlan:
         pool=slots.pool,
         colocated_rollout_gpus=slots.colocated,
         gpus=capacity,
+        policy_gpus=slots.policy,
+        policy_devices=tuple(range(ray, ray + slots.policy)),
     )
 
 
@@ -256,6 +279,13 @@ def _engine_problems(config: RunConfig) -> Iterator[Problem]:
             "inference.gpus",
             f"({r}) must be a multiple of inference.tensor_parallel_size ({tp}): engines are whole",
         )
+    policy = config.managed_policy
+    if policy is not None and policy.tensor_parallel_size > c and policy.tensor_parallel_size % c:
+        yield Problem(
+            "policy.tensor_parallel_size",
+            f"is {policy.tensor_parallel_size}, more than a node's {c} GPUs, so the policy spans whole nodes: "
+            f"make it a multiple of {c}",
+        )
     for judge in config.gpu_judges:
         if judge.gpus > c:
             yield Problem(
@@ -300,6 +330,7 @@ def _standard_layout(config: RunConfig) -> tuple[list[_Slots], int, list[Problem
         config.inference.tensor_parallel_size,
         config.gpu_judges,
         colocated_rollout=config.inference.gpus if colocated else 0,
+        policy=_policy_gpus(config, None),
     )
     if len(nodes) == 1:
         # Single node: allocate only what is requested.
@@ -323,9 +354,17 @@ def _pinned(config: RunConfig) -> dict[str | None, list[str]]:
         out.setdefault(config.trainer.node_pool, []).append("trainer")
     if config.inference.gpus:
         out.setdefault(config.inference.node_pool, []).append("rollout")
+    if config.managed_policy is not None:
+        out.setdefault(config.managed_policy.node_pool, []).append("policy")
     for j in config.gpu_judges:
         out.setdefault(j.node_pool, []).append(f"judge {j.name}")
     return out
+
+
+def _policy_gpus(config: RunConfig, pool: str | None) -> int:
+    """The policy service's GPUs packed with what is pinned to ``pool`` (None: the unpinned)."""
+    policy = config.managed_policy
+    return policy.tensor_parallel_size if policy is not None and policy.node_pool == pool else 0
 
 
 def _pack_group(config: RunConfig, capacity: int, pool: str | None) -> list[_Slots]:
@@ -342,6 +381,7 @@ def _pack_group(config: RunConfig, capacity: int, pool: str | None) -> list[_Slo
         config.inference.tensor_parallel_size,
         [j for j in config.gpu_judges if j.node_pool == pool],
         colocated_rollout=config.inference.gpus if colocated and trainer_here else 0,
+        policy=_policy_gpus(config, pool),
     )
 
 
@@ -354,6 +394,11 @@ def _fits_pool(config: RunConfig, pool: Any) -> list[Problem]:
     tp = config.inference.tensor_parallel_size
     if config.inference.gpus and config.inference.node_pool == pool.name and (tp > size or size % tp):
         out.append(Problem("inference.tensor_parallel_size", f"({tp}) must divide {size}: {where}"))
+    ptp = _policy_gpus(config, pool.name)
+    if ptp > size and ptp % size:
+        out.append(
+            Problem("policy.tensor_parallel_size", f"({ptp}) must be a multiple of {size} over whole nodes: {where}")
+        )
     for j in config.gpu_judges:
         if j.node_pool == pool.name and j.gpus > size:
             out.append(Problem(f"judges.{j.name}.gpus", f"is {j.gpus} but {where}"))
@@ -434,7 +479,8 @@ def _node_bound(config: RunConfig) -> list[Problem]:
         )
         rollout = 0 if config.inference.placement_mode == "colocated" else config.inference.gpus
         rollout_nodes = -(-max(rollout - spare, 0) // c)
-        nodes = config.trainer.nodes + rollout_nodes + len(config.gpu_judges)
+        policy_nodes = -(-_policy_gpus(config, None) // max(c, 1))
+        nodes = config.trainer.nodes + rollout_nodes + policy_nodes + len(config.gpu_judges)
         key = "inference.gpus" if rollout_nodes > config.trainer.nodes else "trainer.nodes"
     if nodes > MAX_NODES:
         return [Problem(key, f"this request needs about {nodes} nodes; at most {MAX_NODES} are supported")]
@@ -470,6 +516,10 @@ def driver_placement(config: RunConfig) -> str:
 
 
 def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
+    policy = [n.index for n in nodes if n.policy_gpus]
+    if policy:
+        # Seed 001: the driver reaches the policy over localhost, on the first node of its pool.
+        return policy[0]
     trainer_node = next((n.index for n in nodes if n.trainer_gpus), 0)
     if driver_placement(config) == "inference":
         inference = [n.index for n in nodes if n.rollout_gpus and not n.trainer_gpus]
@@ -536,6 +586,7 @@ def _build(config: RunConfig) -> tuple[Plan | None, list[Problem]]:
             placement_mode=config.inference.placement_mode,
             nodes=nodes,
             ray_nodes=ray_nodes,
+            policy_nodes=tuple(n.index for n in nodes if n.policy_gpus),
         ),
         [],
     )

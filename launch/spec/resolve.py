@@ -41,19 +41,19 @@ from launch.spec._fields import REQUIRED, default_of, frozen, key_info, section_
 from launch.spec.errors import Problem, SpecError
 from launch.spec.keypath import format_key
 from launch.spec.load import ResolvedSpec
+from launch.spec.policy_argv import owned_flags
 from launch.spec.sections import (
     DriverConfig,
     InferenceConfig,
     JudgeConfig,
     JudgingConfig,
     LaunchConfig,
+    PolicyConfig,
     PoolConfig,
     RayConfig,
     RubricConfig,
     TrainerConfig,
 )
-from launch.spec.sglang_argv import OWNED_FLAGS as SGLANG_OWNED_FLAGS
-from launch.spec.vllm_argv import OWNED_FLAGS as VLLM_OWNED_FLAGS
 from launch.spec.vllm_argv import owned_flag_problems
 from schemas import DriverEnv
 from schemas.credentials import CREDENTIAL_VALUE, CREDENTIAL_WORDS, argv_credentials, looks_like_credential
@@ -106,6 +106,10 @@ RUBRIC_FILES = (
     '"general-quality" or "general-quality-ref"'
 )
 EVAL_POOLS = "separate evaluation GPU pools are not supported; evaluation uses the rollout engines"
+POLICY_EXTERNAL = (
+    'must be "managed": the agents start the policy server; an external one is reached through the driver\'s own '
+    "configuration ([driver] env)"
+)
 CROSS_NODE_TP = "cross-node serving tensor parallelism is not supported; an engine must fit within one node"
 
 CREDENTIAL_KEYS = ("api_key", "api_key_env", "headers", "token", "password", "auth", "bearer_token", "username")
@@ -352,7 +356,7 @@ def _managed_judge_problems(j: JudgeConfig, p: Path_) -> Iterator[tuple[str, str
         for k in ("revision", "prepared_dir"):
             if getattr(j, k) is None:
                 yield k, f"is required for a managed {j.backend} judge; add it to {_where(p)}"
-    owned = {"sglang": SGLANG_OWNED_FLAGS, "vllm": VLLM_OWNED_FLAGS}.get(j.backend or "")
+    owned = owned_flags(j.backend) if j.backend in ("sglang", "vllm") else None
     if owned is None and j.extra_args:
         yield "extra_args", f"is for an sglang or vllm server; the {j.backend} judge takes none: remove it"
     for i, message in owned_flag_problems(j.extra_args, owned or frozenset()):
@@ -413,6 +417,12 @@ UNSUPPORTED: dict[Path_, Mapping[str, str]] = {
     ("rubrics", "*"): dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
     ("inference",): {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
     ("ray",): {"node_pool": RAY_NODE_POOL},
+    ("policy",): {
+        **dict.fromkeys(CREDENTIAL_KEYS, CREDENTIALS),
+        "endpoint": POLICY_EXTERNAL,
+        "gpus": "is tensor_parallel_size for the policy: one engine over that many GPUs",
+        "nnodes": "follows from tensor_parallel_size: a policy larger than a node spans whole nodes of its pool",
+    },
 }
 
 
@@ -491,21 +501,24 @@ def _cross_checks(c: Checker, sections: Mapping[str, Any]) -> None:
     judging: JudgingConfig | None = sections.get("judging")
     pools: Mapping[str, PoolConfig] | None = sections.get("pools")
     ray: RayConfig | None = sections.get("ray")
+    policy: PolicyConfig | None = sections.get("policy")
 
     if launch is not None:
         _launch_rules(c, launch)
     if launch is not None and pools is not None:
-        _pool_size_rules(c, launch, pools, trainer, inference, judges)
+        _pool_size_rules(c, launch, pools, trainer, inference, judges, policy)
     if pools is not None:
-        _pool_shape_rules(c, pools, trainer, inference, judges, judging)
+        _pool_shape_rules(c, pools, trainer, inference, judges, judging, policy)
     if launch is not None:
         _slurm_directive_rules(c, launch)
     if driver is not None:
         _driver_rules(c, driver)
     if launch is not None:
         _launch_env_rules(c, launch)
+    if policy is not None:
+        _policy_rules(c, policy, trainer, inference)
     if pools is not None:
-        _pin_rules(c, pools, trainer, inference, judges)
+        _pin_rules(c, pools, trainer, inference, judges, policy)
     if rubrics is not None:
         for rname, r in rubrics.items():
             _rubric_source_rules(c, r, ("rubrics", rname))
@@ -558,18 +571,21 @@ def _pool_shape_rules(
     inference: InferenceConfig | None,
     judges: Mapping[str, JudgeConfig] | None,
     judging: JudgingConfig | None,
+    policy: PolicyConfig | None = None,
 ) -> None:
     """CPU pools and judge-only jobs (a CPU pool beside GPU pools is fine: the job is heterogeneous)."""
     cpu_pools = [n for n, p in pools.items() if p.cpu_only]
     no_trainer = trainer is not None and trainer.nodes == 0
-    # An evaluation run (no trainer, rollout engines serving the policy) is placed as rollout nodes are;
-    # a judge-only job (no rollout either) has nothing to place, so its pools state its nodes.
-    rollout = inference is not None and inference.gpus > 0
+    # An evaluation run (no trainer; rollout engines or the policy service serving the policy) is placed
+    # as those are; a judge-only job (neither) has nothing to place, so its pools state its nodes.
+    rollout = (inference is not None and inference.gpus > 0) or (policy is not None and policy.managed)
     if no_trainer and not rollout and not pools:
         c.add(("trainer", "nodes"), "is 0 (a judge-only job) but no [pools.NAME] states the job's nodes; declare one")
     if not cpu_pools or len(cpu_pools) != len(pools):
         return
-    if rollout:
+    if policy is not None and policy.managed:
+        c.add(("policy", "mode"), "needs GPUs, but every pool is a CPU pool (gpus_per_node = 0): no GPU work")
+    elif rollout:
         c.add(("inference", "gpus"), "needs GPUs, but every pool is a CPU pool (gpus_per_node = 0): no GPU work")
     if trainer is not None and not no_trainer:
         c.add(("trainer", "nodes"), "must be 0 when every pool is a CPU pool (gpus_per_node = 0): no GPU work")
@@ -591,10 +607,12 @@ def _pool_size_rules(
     trainer: TrainerConfig | None,
     inference: InferenceConfig | None,
     judges: Mapping[str, JudgeConfig] | None,
+    policy: PolicyConfig | None = None,
 ) -> None:
     """A GPU pool has the replica's size, unless only what is pinned to it runs there: a pinned
     service is sized against its own pool (a pool on another partition may have other nodes)."""
     pinned = {j.node_pool for j in (judges or {}).values() if j.managed}
+    pinned |= {policy.node_pool} if policy is not None and policy.managed else set()
     pinned |= {trainer.node_pool} if trainer is not None else set()
     pinned |= {inference.node_pool} if inference is not None else set()
     for pname, pool in pools.items():
@@ -619,9 +637,12 @@ def _pin_rules(
     trainer: TrainerConfig | None,
     inference: InferenceConfig | None,
     judges: Mapping[str, JudgeConfig] | None,
+    policy: PolicyConfig | None = None,
 ) -> None:
     """Every node_pool names a declared pool, and one with GPUs: what is pinned there takes GPUs."""
     pins: list[tuple[Path_, str | None, str]] = []
+    if policy is not None and policy.managed:
+        pins.append((("policy", "node_pool"), policy.node_pool, "the policy"))
     if trainer is not None and trainer.nodes:
         pins.append((("trainer", "node_pool"), trainer.node_pool, "the trainer"))
     if inference is not None and inference.gpus:
@@ -648,6 +669,40 @@ def _pin_rules(
             f"is {inference.node_pool!r} but colocated rollout shares the trainer's GPUs "
             f"(trainer.node_pool is {trainer.node_pool!r}): pin both to one pool",
         )
+
+
+def _policy_rules(
+    c: Checker, policy: PolicyConfig, trainer: TrainerConfig | None, inference: InferenceConfig | None
+) -> None:
+    """A policy service is managed, names its engine and weights, and serves an evaluation run."""
+    p: Path_ = ("policy",)
+    if policy.mode is None:
+        for k, f in _declared(PolicyConfig).items():
+            if default_of(f) != getattr(policy, f.name):
+                c.add((*p, k), 'is set but [policy] has no mode: add mode = "managed" or remove [policy]')
+        return
+    if policy.mode != "managed":
+        c.add((*p, "mode"), POLICY_EXTERNAL)
+        return
+    for k in ("backend", "model", "revision", "prepared_dir"):
+        if getattr(policy, k) is None:
+            c.add((*p, k), f"is required for a managed policy; add it to {_where(p)}")
+    if trainer is not None and trainer.nodes:
+        c.add(
+            (*p, "mode"),
+            f"a policy service serves an evaluation run (trainer.nodes = 0), but trainer.nodes is {trainer.nodes}: "
+            "a training run's rollout engines serve its policy (inference.gpus); remove [policy] or set "
+            "trainer.nodes = 0",
+        )
+    elif inference is not None and inference.gpus:
+        c.add(
+            ("inference", "gpus"),
+            f"is {inference.gpus}, but [policy] serves this evaluation run's policy: set inference.gpus = 0 (the "
+            "rollout engines and a policy service would be two policies)",
+        )
+    check_argv(c, policy.extra_args, (*p, "extra_args"))
+    for i, message in owned_flag_problems(policy.extra_args, owned_flags(policy.backend)):
+        c.add((*p, "extra_args", str(i)), message)
 
 
 def _rubric_source_rules(c: Checker, r: RubricConfig, p: Path_) -> None:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from launch.spec import _keys as keys
 from launch.spec import names
-from launch.spec._fields import key, section
+from launch.spec._fields import key, key_info, section
 
 __all__ = [
     "ABSOLUTE",
@@ -67,6 +67,7 @@ __all__ = [
     "MAX_TASKS_PER_NODE",
     "OutputConfig",
     "PREFLIGHT_RULE",
+    "PolicyConfig",
     "PoolConfig",
     "PreflightConfig",
     "REFRESH_NONE",
@@ -837,6 +838,56 @@ class JudgeConfig:
             # An external judge's serving is owned by its endpoint: it takes no GPU here.
             object.__setattr__(self, "gpus", 0)
             object.__setattr__(self, "tensor_parallel_size", 0)
+
+    @property
+    def managed(self) -> bool:
+        return self.mode == "managed"
+
+
+def _as_judge(name: str, default: Any, doc: str = "") -> Any:
+    """A [policy] key that means what the judge's key ``name`` means: the judge's value type, rule
+    and words (``doc`` replaces the words where they speak of judges), declared once, there."""
+    info = next(key_info(f) for f in fields(JudgeConfig) if f.name == name)
+    assert info is not None
+    return key(info.type, default, doc=doc or info.doc, rule=info.rule)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """The policy service (seed 001): a managed OpenAI-compatible server for the policy, pinned to a
+    pool like any service; the driver runs on its first node and gets GYM_POLICY_URL. Absent
+    (``mode`` unset): no policy service. Its keys are a judge's where they mean the same."""
+
+    mode: str | None = _as_judge(
+        "mode", None, '"managed": the agents start, gate and stop the policy server (absent: no policy service)'
+    )
+    backend: str | None = key(
+        keys.Choice(names.POLICY_BACKENDS),
+        None,
+        doc='the engine serving the policy: "vllm" or "sglang" (required with mode)',
+        rule=SEED_POOLS,
+    )
+    model: str | None = _as_judge("model", None, "served model name (what /v1/models lists; required with mode)")
+    revision: str | None = _as_judge("revision", None, "pinned model revision; the prepared directory must prove it")
+    prepared_dir: str | None = _as_judge("prepared_dir", None, "weights prepared before GPU allocation")
+    tensor_parallel_size: int = key(
+        keys.Int(1, MAX_GPUS),
+        1,
+        doc="GPUs of the server; more than a node's: whole nodes of its pool, one engine across them "
+        "(the engine's own multi-node flags)",
+        rule=SEED_POOLS,
+    )
+    port: int = key(
+        keys.Int(1024, 9998),
+        names.POLICY_PORT,
+        doc="the server's HTTP port on its first node (the engine may bind the next one too); below the "
+        "agents' port blocks (10000 and up), so judges and Ray never collide with it",
+        rule=SEED_POOLS,
+    )
+    node_pool: str | None = _as_judge(
+        "node_pool", None, "a [pools.NAME] the policy runs on, sized against it; the driver runs on its first node"
+    )
+    extra_args: tuple[str, ...] = _as_judge("extra_args", ())
 
     @property
     def managed(self) -> bool:

@@ -44,6 +44,7 @@ class PlacementRecord(Lenient):
     ray_mask: str | None = doc_field(path=("ray",), key="cuda_visible_devices", default=None)
     ray_num_gpus: int | None = doc_field(path=("ray",), key="num_gpus", default=None)
     judges: Mapping[str, JudgeSlot] = field(default_factory=dict)
+    policy_devices: tuple[int, ...] | None = doc_field(path=("policy",), key="devices", default=None)
     unused_devices: tuple[int, ...] | None = None
     trainer_gpus: int | None = None
     rollout_gpus: int | None = None
@@ -75,6 +76,7 @@ def placement_fields(
     in_ray: bool = True,
     gpus: Sequence[Mapping[str, Any]] | None = None,
     ray_address_exported: str | None = None,
+    policy_devices: Sequence[int] = (),
 ) -> dict[str, Any]:
     """placement-RANK.json: which local device does what on one node (audit/_views.py reads it),
     what the output root lives on there (`filesystem_fields`), and, when NVML could tell, each
@@ -82,10 +84,17 @@ def placement_fields(
     fs = {"filesystem": dict(filesystem)} if filesystem is not None else {}
     named = {"gpus": [dict(g) for g in gpus]} if gpus else {}
     exported = {"ray_address_exported": ray_address_exported} if ray_address_exported is not None else {}
+    # Only on the policy's nodes: every other record stays as it was.
+    policy = (
+        {"policy": {"devices": list(policy_devices), "cuda_visible_devices": _mask(visible_devices, policy_devices)}}
+        if policy_devices
+        else {}
+    )
     return {
         **fs,
         **named,
         **exported,
+        **policy,
         "node_index": node_index,
         "pool": pool,
         "in_ray": in_ray,

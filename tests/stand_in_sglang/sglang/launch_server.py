@@ -124,7 +124,10 @@ def main(argv: list[str]) -> int:
 def _serve(argv: list[str], host: str, port: int) -> int:
     server_argv = ["--host", host, "--port", str(port), "--model", _value(argv, "--served-model-name")]
     try:
-        return reference_server.main([*server_argv, "--context-length", _value(argv, "--context-length")])
+        # Without --context-length (the policy's command gives none) SGLang takes the model's: the
+        # reference server's default here.
+        context = ["--context-length", _value(argv, "--context-length")] if "--context-length" in argv else []
+        return reference_server.main([*server_argv, *context])
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

@@ -1,0 +1,171 @@
+"""The policy service at run time (seed 001): its engine on each node the plan gives it.
+
+Started beside the managed judges, gated with them (the engine's ``/health``, then ``/v1/models``
+listing the served name) and probed for the rest of the run like a judge: the same supervisor (its
+own process group, ended whole at the teardown), the same health registry and the same revision
+proof. It is not graded: no gateway, no canaries, no registry entry. The driver runs on the
+engine's node 0 and gets its URL (``GYM_POLICY_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import TYPE_CHECKING
+
+from agent.coord.context import RunContext
+from agent.coord.topology import Topology
+from agent.ground import clock
+from agent.ground.failure import Failure
+from agent.ground.waits import poll_until
+from agent.judges._prepared import prove_revision
+from agent.proc.supervisor import ExitPolicy, child_env
+from launch.spec.policy_argv import PolicyNode, policy_command, policy_url
+from launch.spec.sections import PolicyConfig
+from launch.spec.vllm_argv import ENGINE_PYTHON_ENV
+from schemas import DriverEnv, FailureKind, names
+from schemas.credentials import substitute
+
+if TYPE_CHECKING:
+    from agent.judges._engine_health import EngineHealthRegistry, EngineStatus
+    from agent.proc.procgroup import ProcessGroup
+
+__all__ = ["PolicyRuntime"]
+
+ENGINE_ID = "policy"
+
+
+class PolicyRuntime:
+    """The policy service's part of one agent: nothing on a node the policy does not span."""
+
+    def __init__(self, ctx: RunContext, health_failures: int) -> None:
+        self.ctx = ctx
+        self.health_failures = health_failures  # consecutive failed /health probes that fail the run, as a judge's
+        self.group: ProcessGroup | None = None
+        self.exits: list[int] = []
+        self.url: str | None = None  # set once the engine is ready, on its node 0
+        self.health: EngineHealthRegistry | None = None
+        self._serves = False  # node 0: the engine's HTTP server (and the driver) is here
+        self._started = 0.0
+        self._log = names.policy_log(ctx.rank)
+        self._base = ""
+
+    @property
+    def config(self) -> PolicyConfig | None:
+        return self.ctx.config.managed_policy
+
+    def start(self, topo: Topology) -> str:
+        ctx, policy = self.ctx, self.config
+        nodes = ctx.plan.policy_nodes
+        if policy is None or topo.node.index not in nodes:
+            return ""
+        if policy.revision and policy.prepared_dir:
+            proof = prove_revision(policy.prepared_dir, policy.revision)
+            if not proof.ok:
+                raise ctx.fail(FailureKind.CHILD_EXIT, f"policy: {proof.detail}")
+        rank = nodes.index(topo.node.index)
+        node = PolicyNode(rank, len(nodes), ctx.address, topo.peers[nodes[0]].address)
+        cmd = policy_command(policy, node, python=os.environ.get(ENGINE_PYTHON_ENV) or None)
+        # "${runtime:NAME}" in extra_args: the value only in the exec, never in a record.
+        argv = substitute(cmd.argv, os.environ)
+        vis = ctx.visible_devices
+        devices = ",".join(vis[i] for i in topo.node.policy_devices)
+        env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": devices})
+        self.group = ctx.supervisor.start(
+            "policy",
+            argv,
+            env=env,
+            log_fd=ctx.run.open_log(self._log),
+            policy=ExitPolicy(FailureKind.CHILD_EXIT, self._log, on_exit=self.exits.append),
+        )
+        self._started = clock.mono()
+        self._serves = rank == 0
+        self._base = policy_url(ctx.address, policy.port).removesuffix("/v1")
+        where = f"node {rank} of {len(nodes)}" if len(nodes) > 1 else "one node"
+        return f"policy server ({policy.backend}, {where})"
+
+    def wait_ready(self) -> str:
+        """The engine answers /health, then lists the served name on /v1/models; then probed like a
+        judge for the rest of the run. Only node 0 serves HTTP: the others are supervised only."""
+        ctx, policy = self.ctx, self.config
+        if policy is None or self.group is None:
+            return ""
+        if not self._serves:
+            self._supervise()
+            return "policy engine node running"
+        self.health = self._new_health_registry()
+        epoch = self.health.register(ENGINE_ID, self._base)
+        ok = poll_until(
+            partial(self._ready_once, epoch, policy.model or ""),
+            deadline=ctx.deadline,
+            interval=min(0.5, ctx.config.coordination.poll_interval),
+            signal=ctx.signal,
+            progress=ctx.progress(self._loading_line),
+        )
+        if not ok:
+            raise ctx.fail(
+                FailureKind.STARTUP_TIMEOUT,
+                f"the policy server did not answer /health and list {policy.model!r} on /v1/models within "
+                f"startup_timeout {ctx.config.coordination.startup_timeout:g}s",
+                log=self._log,
+            )
+        self._supervise()
+        self.health.start()
+        self.url = policy_url(ctx.address, policy.port)
+        return f"policy ready at {self.url} after {clock.mono() - self._started:.0f} s"
+
+    def _loading_line(self, left: float) -> str:
+        return f"policy: loading, {clock.mono() - self._started:.0f} s; {left:.0f} s left"
+
+    def _supervise(self) -> None:
+        assert self.group is not None
+        self.ctx.supervisor.set_policy(self.group, ExitPolicy(FailureKind.CHILD_EXIT, self._log))
+
+    def _ready_once(self, epoch: int, model: str) -> bool:
+        if self.exits:
+            child = self.group.name if self.group is not None else None
+            raise self.ctx.fail(
+                FailureKind.CHILD_EXIT,
+                f"the policy server exited with code {self.exits[0]} before it was ready",
+                log=self._log,
+                exit_code=self.exits[0],
+                child=child,
+            )
+        assert self.health is not None
+        result = self.health.probe(ENGINE_ID, epoch, self._base)
+        if not result.ok or not _lists_model(self._base, model):
+            return False
+        self.health.record(result)
+        return True
+
+    def _new_health_registry(self) -> EngineHealthRegistry:
+        from agent.judges._engine_health import agent_registry, quarantine_cause
+
+        ctx = self.ctx
+
+        def quarantined(status: EngineStatus) -> None:
+            cause = quarantine_cause("the policy server", status, self.health_failures)
+            ctx.signal.trip(Failure(kind=FailureKind.CHILD_EXIT, cause=cause, phase=ctx.phase(), log=self._log))
+
+        return agent_registry(ctx.config.coordination.heartbeat_interval, self.health_failures, quarantined)
+
+    def stop(self) -> None:
+        """Stop probing before the engine is stopped: its exit then is no health failure."""
+        if self.health is not None:
+            self.health.stop(timeout=5)
+            self.health = None
+
+    def driver_env(self) -> dict[str, str]:
+        return {DriverEnv.POLICY_URL: self.url} if self.url is not None else {}
+
+
+def _lists_model(base: str, model: str) -> bool:
+    """``/v1/models`` answers and lists ``model``: the engine serves the name the driver will ask for."""
+    import httpx
+
+    try:
+        got = httpx.get(f"{base}/v1/models", timeout=5.0)
+        data = got.json().get("data") if got.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+    return isinstance(data, list) and any(isinstance(m, dict) and m.get("id") == model for m in data)

@@ -12,9 +12,12 @@ Marked `engines`: minutes each on two busy cores, so in `make test-engines`, not
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,7 @@ from tests.harness import (
     uid,
 )
 from tests.harness.engines import engine_env, engine_python, require_engine, tiny_model, vllm_judge_tables
+from tests.test_policy_service import free_policy_port
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow]
 
@@ -44,20 +48,53 @@ GRADING_DRIVER = f'command = ["{sys.executable}", "{Path(__file__).parent / "dat
 SHM = Path("/dev/shm")
 
 
-def engine_run(tmp_path: Path, tag: str, *, canary: bool) -> tuple[LocalRun, int, set[str]]:
-    """The run to its end: the run, gym-launch's exit code, and /dev/shm's entries before it."""
-    python = require_engine()
-    model_dir, revision = tiny_model(python)
-    spec = small_spec(
+def judge_only(model_dir: Path, revision: str, *, canary: bool) -> str:
+    """Two replicas, a trainer on node 0 (the driver's), the vLLM judge on node 1."""
+    return small_spec(
         replicas=2,
         ray=False,
         driver=GRADING_DRIVER,
         startup_timeout=STARTUP_TIMEOUT,
         judges=vllm_judge_tables(model_dir, revision, canary=canary),
     )
-    env = {**engine_env(python), "GRADES": "1"}
+
+
+def policy_and_judge(model_dir: Path, revision: str) -> str:
+    """An evaluation run of two 1-GPU replicas: the vLLM policy and the driver on node 0, the vLLM
+    judge (canaries off) on node 1; both engines serve the tiny model."""
+    driver = Path(__file__).parent / "data" / "policy_grading_driver.py"
+    policy = f"""
+[policy]
+mode = "managed"
+backend = "vllm"
+model = "tiny-policy"
+revision = "{revision}"
+prepared_dir = "{model_dir}"
+port = {free_policy_port()}
+extra_args = ["--load-format", "dummy"]
+"""
+    spec = small_spec(
+        replicas=2,
+        node_gpus=1,
+        ray=False,
+        placement=None,
+        driver=f'command = ["{sys.executable}", "{driver}"]\ntrains = false',
+        startup_timeout=STARTUP_TIMEOUT,
+        judges=policy + vllm_judge_tables(model_dir, revision, canary=False),
+    )
+    no_trainer = spec.replace("[trainer]\nnodes = 1\n", "[trainer]\nnodes = 0\n")
+    assert no_trainer != spec and "[inference]\ngpus = 0\n" in spec
+    return no_trainer
+
+
+def engine_run(
+    tmp_path: Path, tag: str, spec: Callable[[Path, str], str], env: dict[str, str] | None = None
+) -> tuple[LocalRun, int, set[str]]:
+    """The run to its end: the run, gym-launch's exit code, and /dev/shm's entries before it."""
+    python = require_engine()
+    text = spec(*tiny_model(python))
     before = shm_entries()
-    run = launch_local(tmp_path, spec, uid(f"vllm-{tag}"), env=env)
+    run = launch_local(tmp_path, text, uid(f"vllm-{tag}"), env={**engine_env(python), "GRADES": "1", **(env or {})})
     try:
         return run, run.wait(RUN_TIMEOUT), before
     finally:
@@ -83,13 +120,12 @@ def held_by_someone(name: str) -> bool:
 
 
 def engine_leftovers(before: set[str]) -> list[str]:
-    """Segments of the kinds vLLM makes (Python shared memory, multiprocessing semaphores, its own
-    names) that appeared since ``before`` and that no live process holds. Other work on this machine
-    makes them too, briefly: what is still there and unheld a moment later is a leak."""
-    kinds = ("psm_", "sem.mp-", "vllm")
+    """vLLM's shared-memory segments (Python's `psm_*`, names with "vllm") that appeared since
+    ``before`` and that no live process maps, a moment apart: another test's engine maps its own.
+    Its `sem.mp-*` semaphores are left out: other engines here create theirs unmapped for a while."""
 
     def unheld() -> set[str]:
-        new = {n for n in shm_entries() - before if n.startswith(kinds) or "vllm" in n}
+        new = {n for n in shm_entries() - before if n.startswith("psm_") or "vllm" in n.lower()}
         return {n for n in new if not held_by_someone(n)}
 
     first = unheld()
@@ -117,7 +153,7 @@ def judge_started_as_the_spec_says(run: LocalRun) -> dict:
 def test_canaries_against_a_real_engine_with_random_weights_fail_naming_the_judge_and_its_reply(
     tmp_path: Path,
 ) -> None:
-    run, code, before = engine_run(tmp_path, "canary", canary=True)
+    run, code, before = engine_run(tmp_path, "canary", partial(judge_only, canary=True))
     assert code != 0
     judge_started_as_the_spec_says(run)
     fails = failures(run.run_dir)
@@ -134,14 +170,22 @@ def test_canaries_against_a_real_engine_with_random_weights_fail_naming_the_judg
     audit(run.run_dir, verdict="fail", rank=0, kind="canary")
 
 
-def test_without_canaries_the_driver_grades_through_a_real_engine_and_everything_ends(tmp_path: Path) -> None:
-    run, code, before = engine_run(tmp_path, "grade", canary=False)
-    assert code == 0, failures(run.run_dir)
+def test_the_driver_asks_a_real_vllm_policy_and_grades_its_answer_through_a_real_vllm_judge(tmp_path: Path) -> None:
+    """Item 3 (a): without canaries the run reaches the driver, which asks the policy service (its
+    URL from the agent) and grades the answer through the bindings; every engine process ends."""
+    reply = tmp_path / "reply.json"
+    run, code, before = engine_run(tmp_path, "policy", policy_and_judge, {"POLICY_REPLY": str(reply)})
+    assert code == 0, (failures(run.run_dir), run.text[-3000:])
     judge_started_as_the_spec_says(run)
-    log = (run.run_dir / names.judge_log("general", 1)).read_text(errors="replace")
-    assert "POST /tokenize" in log and "POST /v1/chat/completions" in log  # the context check, then the grade
-    grades = [line for line in (run.run_dir / names.grades(0)).read_text().splitlines() if line.strip()]
-    assert grades, "the driver graded nothing"
-    assert read(run.run_dir, names.DRIVER_RESULT)["optimizer_steps"] == 1
+    got = json.loads(reply.read_text())
+    assert got["url"].endswith("/v1") and got["answer"], got  # the policy's own words (random weights)
+    assert got["outcomes"] == {"general-quality": "TruncatedGrade"}, got  # the judge replied, with no grade
+    policy_log = (run.run_dir / names.policy_log(0)).read_text(errors="replace")
+    assert "POST /v1/chat/completions" in policy_log and "'served_model_name': ['tiny-policy']" in policy_log
+    judge_log = (run.run_dir / names.judge_log("general", 1)).read_text(errors="replace")
+    assert "POST /tokenize" in judge_log and "POST /v1/chat/completions" in judge_log  # context check, then grade
+    (line,) = [json.loads(x) for x in (run.run_dir / names.grades(0)).read_text().splitlines() if x.strip()]
+    assert line["replied"] is True and line["outcome"] != "graded", line
     assert_artifacts_valid(run.run_dir)
     assert_engine_gone(run, before)
+    audit(run.run_dir, verdict="pass")

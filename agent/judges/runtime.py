@@ -28,6 +28,7 @@ from agent.judges._prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
+from agent.proc.segments import group_segments, release_segments
 from agent.proc.supervisor import ExitPolicy, child_env
 from launch.spec.data_check import DataError, check_data, spec_bindings
 from launch.spec.miles_handoff import judge_registry_json, openai_base
@@ -50,6 +51,9 @@ ENGINES = ("sglang", "vllm")  # real inference engines (the reference judge is t
 # What vLLM's API server logs once its EngineCore is gone (it then answers /health with 503).
 ENGINE_DEATH_MARKERS = ("engine core exited unexpectedly", "EngineDeadError", "EngineCore encountered an issue")
 ENGINE_DEATH_SCAN = 1 << 20  # bytes of the judge log's end read for them
+# SIGTERM to vLLM's API server alone stops its EngineCore, workers and resource tracker in order (2.5-3 s,
+# /dev/shm clean); SIGTERM to the whole group at once let the tracker die first, leaving semaphores.
+ENGINE_STOP_LEADER = ("vllm",)
 
 
 @dataclass
@@ -69,6 +73,7 @@ class LocalJudge:
     given: list[int] = field(default_factory=list)  # the --port of every start so far (never reused)
     started: float = 0.0
     log_start: int = 0  # where this start's part of the log begins (earlier starts' lines are not its)
+    segments: set[str] = field(default_factory=set)  # /dev/shm files its processes mapped (agent/proc/segments.py)
 
 
 class JudgeRuntime:
@@ -185,6 +190,7 @@ class JudgeRuntime:
             env=env,
             log_fd=log_fd,
             policy=ExitPolicy(FailureKind.JUDGE, j.log, on_exit=j.exits.append, judge=j.config.name),
+            term_leader_only=j.config.backend in ENGINE_STOP_LEADER,
         )
         j.started = clock.mono()
 
@@ -217,6 +223,7 @@ class JudgeRuntime:
             ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log, judge=name))
             self.gateways.point_at(name, self._endpoint(j))
             self._write_endpoint(j, ready_after=clock.mono() - j.started)
+            j.segments |= group_segments(j.group.session)
         self.health.start()
         return policy
 
@@ -376,11 +383,22 @@ class JudgeRuntime:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
         self.stop_canary_watch()
         self.policy.stop()
+        for j in self.local.values():
+            if j.group is not None:
+                j.segments |= group_segments(j.group.session)  # the last look while its engine runs
         if self.health is not None:
             self.health.stop(timeout=5)
             self.health = None
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def release_segments(self) -> None:
+        """Once every engine here has ended: remove the /dev/shm files they mapped that nothing maps
+        now (a killed engine cannot unlink its own)."""
+        names = set(self.policy.segments).union(*(j.segments for j in self.local.values()))
+        removed = release_segments(names)
+        if removed:
+            self.ctx.out(f"removed {len(removed)} /dev/shm file(s) the engines left: {', '.join(removed)}")
 
     # -- registry and canaries (the driver's node) -------------------------------------------------
 

@@ -162,4 +162,4 @@ demo-slurm: $(STAMP)
 	echo "job output: $$run/job-slurm-$$job.out; audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"; exit $$rc
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache bench-out
+	rm -rf $(VENV) $(ENGINE_VENV) $(DEMO_OUT) .pytest_cache bench-out

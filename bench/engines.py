@@ -18,12 +18,12 @@ everything it started must be gone afterwards (the harness's orphan check).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -36,9 +36,9 @@ from tests.harness.orphans import run_processes
 
 STARTUP = 900.0  # s: vLLM starts in 68-126 s on idle cores, far slower beside other work
 CALLS = 64
-BODY = json.dumps(
-    {"model": "tiny", "messages": [{"role": "user", "content": "grade this answer"}], "max_tokens": 16}
-).encode()
+# Exactly 16 tokens a reply (random weights may say EOS early): every request costs the same.
+PROMPT = [{"role": "user", "content": "grade this answer"}]
+BODY = json.dumps({"model": "tiny", "messages": PROMPT, "max_tokens": 16, "min_tokens": 16}).encode()
 
 
 def _cpu(procs: list[psutil.Process]) -> float:
@@ -53,20 +53,13 @@ def _cpu(procs: list[psutil.Process]) -> float:
 
 
 def _split(run_dir: Path, engine_pid: int) -> tuple[list[psutil.Process], list[psutil.Process]]:
-    """The run's live processes: (the engine's, everything else of gym-agent's) — the engine is its
-    API server's process group."""
-    group = psutil.Process(engine_pid)
-    pgid = group.pid
-    procs = run_processes(run_dir)
-    engine = [p for p in procs if _pgid(p) == pgid]
-    return engine, [p for p in procs if _pgid(p) != pgid and "time.sleep" not in " ".join(_cmd(p))]
-
-
-def _pgid(p: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(p.pid)
-    except OSError:
-        return None
+    """The run's live processes: (the engine's: its API server and every descendant, everything else of
+    the run but the sleeping driver)."""
+    server = psutil.Process(engine_pid)
+    engine = [server, *server.children(recursive=True)]
+    pids = {p.pid for p in engine}
+    others = [p for p in run_processes(run_dir) if p.pid not in pids and "time.sleep" not in " ".join(_cmd(p))]
+    return engine, others
 
 
 def _cmd(p: psutil.Process) -> list[str]:
@@ -100,7 +93,7 @@ def run(window: float = 10.0, idle: float = 30.0, say: Any = print) -> dict[str,
     tables = vllm_judge_tables(model_dir, revision, canary=False, max_concurrent_calls=CALLS)
     driver = 'command = ["python", "-c", "import time; time.sleep(3600)"]\ntrains = false'
     spec = small_spec(replicas=2, ray=False, driver=driver, startup_timeout=STARTUP, judges=tables)
-    with tempfile.TemporaryDirectory(prefix="enginebench") as d:
+    with tempfile.TemporaryDirectory(prefix="enginebench", ignore_cleanup_errors=True) as d:
         tmp = Path(d)
         run = launch_local(tmp, spec, uid("engines", "bench"), env=engine_env(python))
         try:
@@ -111,13 +104,15 @@ def run(window: float = 10.0, idle: float = 30.0, say: Any = print) -> dict[str,
             say(f"  engine ready after {endpoint['ready_after_s']:.1f} s; idle for {idle:g} s")
             out: dict[str, Any] = {"ready_after_s": round(float(endpoint["ready_after_s"]), 2)}
             out["idle"] = _idle(run.run_dir, int(endpoint["pid"]), idle)
-            engine_port = int(endpoint["port"])
-            gateway_port = int(str(gateway["endpoint"]).rsplit(":", 1)[1].split("/", 1)[0])
+            engine = (str(endpoint["host"]), int(endpoint["port"]))
+            gw = urlsplit(str(gateway["endpoint"]))
+            assert gw.hostname is not None and gw.port is not None, gateway
+            through_gateway = (gw.hostname, gw.port)
             out["gateway"] = []
             for callers in (1, CALLS):
                 say(f"  {callers} caller(s): direct, then through the gateway, {window:g} s each")
-                direct = judges.load(engine_port, callers, window, BODY)
-                through = judges.load(gateway_port, callers, window, BODY)
+                direct = judges.load(engine[1], callers, window, BODY, host=engine[0])
+                through = judges.load(through_gateway[1], callers, window, BODY, host=through_gateway[0])
                 out["gateway"].append(
                     {
                         "callers": callers,

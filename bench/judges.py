@@ -70,10 +70,10 @@ def _process(args: list[str], tmp: Path, name: str) -> Iterator[int]:
                 proc.wait()
 
 
-async def _caller(port: int, until: float, latencies: list[float], body: bytes = BODY) -> None:
-    reader, writer = await asyncio.open_connection(HOST, port)
+async def _caller(port: int, until: float, latencies: list[float], body: bytes = BODY, host: str = HOST) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
     conn = h11.Connection(h11.CLIENT)
-    headers = [(b"host", f"{HOST}:{port}".encode()), (b"content-type", b"application/json")]
+    headers = [(b"host", f"{host}:{port}".encode()), (b"content-type", b"application/json")]
     headers.append((b"content-length", str(len(body)).encode()))
     try:
         while time.monotonic() < until:
@@ -102,15 +102,15 @@ async def _caller(port: int, until: float, latencies: list[float], body: bytes =
         writer.close()
 
 
-def load(port: int, callers: int, seconds: float, body: bytes = BODY) -> dict[str, float]:
+def load(port: int, callers: int, seconds: float, body: bytes = BODY, host: str = HOST) -> dict[str, float]:
     """``callers`` keep-alive connections posting ``body`` back to back for ``seconds`` (after a 1 s warm-up)."""
 
     async def run() -> tuple[list[float], float]:
         warm: list[float] = []
-        await asyncio.gather(*(_caller(port, time.monotonic() + 1.0, warm, body) for _ in range(callers)))
+        await asyncio.gather(*(_caller(port, time.monotonic() + 1.0, warm, body, host) for _ in range(callers)))
         latencies: list[float] = []
         t0 = time.monotonic()
-        await asyncio.gather(*(_caller(port, t0 + seconds, latencies, body) for _ in range(callers)))
+        await asyncio.gather(*(_caller(port, t0 + seconds, latencies, body, host) for _ in range(callers)))
         return latencies, time.monotonic() - t0
 
     latencies, took = asyncio.run(run())

@@ -79,11 +79,10 @@ TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 suite: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m "not long and not engines" -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
-# The tests that run the real engine (marked `engines`; minutes each), and the argv test against its
-# own parser: kept out of `make test` for its time budget; a missing engine fails them here.
+# The tests that run the real engine or its own parser (marked `engines`; a run is minutes): kept out
+# of `make test` for its time budget; here a missing engine fails them.
 test-engines: $(STAMP) engines
-	$(TEST_ENV) GYM_REQUIRE_ENGINES=1 $(PY) -m pytest -q -p no:cacheprovider -m "engines or not engines" \
-	  -n 2 --dist loadgroup tests/test_vllm_argv.py $$(grep -l 'pytest.mark.engines' tests/test_*.py)
+	$(TEST_ENV) GYM_REQUIRE_ENGINES=1 $(PY) -m pytest -q -p no:cacheprovider -m engines -n 2 --dist loadgroup tests
 
 # The tests marked `long`, kept out of `make test` for its time budget, each beside a test or a
 # `make faults` row that `make test` keeps: a Slurm job run to its one-minute time limit (the
@@ -163,4 +162,4 @@ demo-slurm: $(STAMP)
 	echo "job output: $$run/job-slurm-$$job.out; audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"; exit $$rc
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache bench-out
+	rm -rf $(VENV) $(ENGINE_VENV) $(DEMO_OUT) .pytest_cache bench-out

@@ -212,6 +212,12 @@ def check_canaries(ctx: AuditContext) -> list[Finding]:
     entries, out = _canary_entries(ctx, doc)
     for b in ctx.plan.bindings:
         item = entries.get(b.verifier)
+        if item is None and b.judge in ctx.plan.unchecked_judges:
+            text = (
+                f"binding {b.verifier!r} had no canary: judge {b.judge!r} has canary = false, its grades are unchecked"
+            )
+            out.append(Finding("warning", "canary.off", text, f))
+            continue
         if item is None:
             out.append(Finding("error", "canary.binding_missing", f"no canary for binding {b.verifier!r}", f))
             continue

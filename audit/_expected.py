@@ -56,6 +56,7 @@ class PlanView:
     # An evaluation run (no trainer, rollout engines): judged by its exit and its judges' replies.
     evaluation: bool = False
     evidence: EvidenceConfig | None = None  # `[driver.evidence]`, when the spec resolved
+    unchecked_judges: frozenset[str] = frozenset()  # `canary = false`: no canary is expected for them
 
     @property
     def bound_judges(self) -> frozenset[str]:
@@ -162,8 +163,13 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         no_training=_no_training(config),
         evaluation=_evaluation(config),
         evidence=config.driver.evidence,
+        unchecked_judges=_unchecked(config),
     )
     return view, []
+
+
+def _unchecked(config: RunConfig) -> frozenset[str]:
+    return frozenset(name for name, j in config.judges.items() if not j.canary)
 
 
 def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
@@ -202,6 +208,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         no_training=_no_training(config) if config else None,
         evaluation=_evaluation(config) if config else False,
         evidence=config.driver.evidence if config else None,
+        unchecked_judges=_unchecked(config) if config else frozenset(),
     )
 
 

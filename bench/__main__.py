@@ -1,6 +1,7 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges engines]
+                    [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -15,12 +16,24 @@ import sys
 import time
 from pathlib import Path
 
-from . import audit_logs, audit_scale, coordination, fstrace, hang, judges, netfs, preflight, procstat, projection
+from . import (
+    audit_logs,
+    audit_scale,
+    coordination,
+    engines,
+    fstrace,
+    hang,
+    judges,
+    netfs,
+    preflight,
+    procstat,
+    projection,
+)
 from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang", "judges")
+PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang", "judges", "engines")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -241,6 +254,16 @@ def part_judges(args: argparse.Namespace, res: dict) -> None:
     print(judges.table(out))
 
 
+def part_engines(args: argparse.Namespace, res: dict) -> None:
+    print(
+        "\n## Engines: a real vLLM (CPU build, tiny model) as a managed judge of two agents: start to ready, "
+        f"idle cost ({args.engine_idle:g} s), the gateway's added latency (1 and 64 callers, "
+        f"{args.judge_window:g} s each)"
+    )
+    res["engines"] = out = engines.run(args.judge_window, args.engine_idle)
+    print(engines.table(out))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -269,6 +292,7 @@ def main() -> int:
     )
     ap.add_argument("--judge-latency", type=float, nargs="+", default=[0.2, 1.0], help="stand-in judge latency, s")
     ap.add_argument("--judge-window", type=float, default=10.0, help="seconds of load per gateway measurement")
+    ap.add_argument("--engine-idle", type=float, default=30.0, help="seconds the engines part measures idle cost")
     args = ap.parse_args()
     m = procstat.machine()
     print(f"machine: {procstat.describe(m)}")

@@ -45,6 +45,7 @@ from schemas import DriverEnv, names
 from schemas.vocab import ResumeEnv
 from tests.harness import audit_head, doorbell_fuzz, fullfs, fuse_install, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
+from tests.harness.engines import engine_env, engine_python, tiny_model, vllm_judge_tables
 from tests.harness.nfs_model import NfsClient, nfs_clients
 from tests.harness.specs import JUDGE_TABLES, judge_tables, result_driver, small_spec, uid
 
@@ -179,6 +180,8 @@ class Fault:
     # fake NVML a rank loads; what it starts goes to run.holders (ended after the trial).
     prepare: Callable[[Run], dict[str, dict]] | None = None
     judge_timeout: int | None = None  # the managed judge's per-request timeout (default: the harness's)
+    engine: bool = False  # the managed judge is a real vLLM (`make engines`; the row skips without it)
+    startup_timeout: float | None = None  # the spec's (default: 60 s with Ray, else 30 s)
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -310,14 +313,48 @@ def _kill_raylet(run: Run) -> None:
         p.kill()
 
 
-def _judge_sig(sig: signal.Signals) -> Callable[[Run], None]:
+def _judge_sig(sig: signal.Signals, ready_within: float = 60) -> Callable[[Run], None]:
     def inject(run: Run) -> None:
-        run.wait_phase()
+        run.wait_phase(timeout=ready_within)
         pid = int(read(run.run_dir, names.judge_endpoint("general", 2))["pid"])
         run.fault()
         os.kill(pid, sig)
 
     return inject
+
+
+# -- a real inference engine as the managed judge (vLLM's CPU build, tests/harness/engines.py) ----------
+
+ENGINE_STARTUP = 900.0  # s: vLLM starts in 68-126 s on idle cores, far slower beside other work
+ENGINE_SLOW_START = 20.0  # s: a startup_timeout the engine cannot meet here (its start takes minutes)
+
+
+def _engine_agents(_run: Run) -> dict[str, dict]:
+    python = engine_python()
+    assert python is not None  # run_trial skips the row without one
+    return {f"r{r}": {"env": engine_env(python)} for r in range(REPLICAS)}
+
+
+def _kill_engine_core(run: Run) -> None:
+    """SIGKILL to the engine's EngineCore, a child of its API server, mid-run."""
+    run.wait_phase(timeout=ENGINE_STARTUP)
+    server = psutil.Process(int(read(run.run_dir, names.judge_endpoint("general", 2))["pid"]))
+    # Which child is which, by the titles vLLM gives its own processes; each is killed by its PID.
+    cores = [p for p in server.children(recursive=True) if "EngineCore" in " ".join(p.cmdline())]
+    if not cores:
+        raise OSError(f"the judge's engine (pid {server.pid}) has no EngineCore process")
+    run.fault()
+    for p in cores:
+        p.kill()
+
+
+def _engine_starting(run: Run) -> None:
+    """The fault is the engine's own start outlasting startup_timeout: it counts from its first log line."""
+    log = run.run_dir / names.judge_log("general", 2)
+    end = time.monotonic() + 60
+    while not log.exists() and time.monotonic() < end:
+        time.sleep(0.1)
+    run.fault()
 
 
 def _close_stdout(run: Run) -> None:
@@ -434,6 +471,44 @@ FAULTS += (
     Fault("judge-hung", SLEEPY, _judge_sig(signal.SIGSTOP), "fail", 2, ("judge_health",), judges=True),
     Fault("judge-degraded", GRADES, _wait_then(lambda _r: None), "fail", 0, ("judge_degraded",), judges=True),
     Fault("walltime-warning", CHECKPOINTS, _walltime_warning, "fail", None, ("time_limit",)),
+    Fault(
+        "vllm-enginecore-killed",
+        SLEEPY,
+        _kill_engine_core,
+        "fail",
+        2,
+        ("judge",),
+        words=("engine died",),
+        judges=True,
+        engine=True,
+        prepare=_engine_agents,
+        startup_timeout=ENGINE_STARTUP,
+    ),
+    Fault(
+        "vllm-engine-stopped",
+        SLEEPY,
+        _judge_sig(signal.SIGSTOP, ENGINE_STARTUP),
+        "fail",
+        2,
+        ("judge_health",),
+        judges=True,
+        engine=True,
+        prepare=_engine_agents,
+        startup_timeout=ENGINE_STARTUP,
+    ),
+    Fault(
+        "vllm-slow-start",
+        SLEEPY,
+        _engine_starting,
+        "fail",
+        2,
+        ("startup_timeout",),
+        judges=True,
+        engine=True,
+        prepare=_engine_agents,
+        startup_timeout=ENGINE_SLOW_START,
+        words=("judge general",),
+    ),
     Fault(
         "doorbell-fuzz",
         RESULT,
@@ -763,7 +838,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         name="faults",
         replicas=REPLICAS,
         driver=fault.driver,
-        startup_timeout=60 if fault.ray else 30,  # three Ray nodes start in 20 s on a loaded 2-core host
+        # Three Ray nodes start in 20 s on a loaded 2-core host.
+        startup_timeout=fault.startup_timeout or (60 if fault.ray else 30),
         heartbeat_timeout=HB_TIMEOUT,
         teardown_grace=3.0,
         ray=fault.ray,
@@ -772,6 +848,12 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
     text = text.replace("[launch]\n", f"[launch]\n{fault.launch_keys}\n", 1)
     if fault.judge_timeout is not None:
         text = text.replace(JUDGE_TABLES, judge_tables(timeout=fault.judge_timeout))
+    if fault.engine:
+        python = engine_python()
+        if python is None:
+            return Trial(fault.name, False, [], None, {}, [], "skipped", False, [], skipped="no vLLM: `make engines`")
+        # Random weights fail the canaries (tests/test_vllm_engine_e2e.py): these rows are about the engine.
+        text = text.replace(JUDGE_TABLES, vllm_judge_tables(*tiny_model(python), canary=False))
     text = text.replace("[launch.coordination]\n", f"[launch.coordination]\n{fault.coordination}\n", 1)
     spec.write_text(text + (f"\n[launch.preflight]\n{fault.preflight}\n" if fault.preflight else ""))
     run = Run(root, uuid, spec, tmp=Path(tempfile.mkdtemp(prefix="gf", dir="/tmp")))

@@ -70,17 +70,17 @@ def _process(args: list[str], tmp: Path, name: str) -> Iterator[int]:
                 proc.wait()
 
 
-async def _caller(port: int, until: float, latencies: list[float]) -> None:
-    reader, writer = await asyncio.open_connection(HOST, port)
+async def _caller(port: int, until: float, latencies: list[float], body: bytes = BODY, host: str = HOST) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
     conn = h11.Connection(h11.CLIENT)
-    headers = [(b"host", f"{HOST}:{port}".encode()), (b"content-type", b"application/json")]
-    headers.append((b"content-length", str(len(BODY)).encode()))
+    headers = [(b"host", f"{host}:{port}".encode()), (b"content-type", b"application/json")]
+    headers.append((b"content-length", str(len(body)).encode()))
     try:
         while time.monotonic() < until:
             t0 = time.perf_counter()
             writer.write(
                 conn.send(h11.Request(method="POST", target="/v1/chat/completions", headers=headers))
-                + conn.send(h11.Data(data=BODY))
+                + conn.send(h11.Data(data=body))
                 + conn.send(h11.EndOfMessage())
             )
             status = 0
@@ -102,15 +102,15 @@ async def _caller(port: int, until: float, latencies: list[float]) -> None:
         writer.close()
 
 
-def load(port: int, callers: int, seconds: float) -> dict[str, float]:
-    """``callers`` keep-alive connections posting back to back for ``seconds`` (after a 1 s warm-up)."""
+def load(port: int, callers: int, seconds: float, body: bytes = BODY, host: str = HOST) -> dict[str, float]:
+    """``callers`` keep-alive connections posting ``body`` back to back for ``seconds`` (after a 1 s warm-up)."""
 
     async def run() -> tuple[list[float], float]:
         warm: list[float] = []
-        await asyncio.gather(*(_caller(port, time.monotonic() + 1.0, warm) for _ in range(callers)))
+        await asyncio.gather(*(_caller(port, time.monotonic() + 1.0, warm, body, host) for _ in range(callers)))
         latencies: list[float] = []
         t0 = time.monotonic()
-        await asyncio.gather(*(_caller(port, t0 + seconds, latencies) for _ in range(callers)))
+        await asyncio.gather(*(_caller(port, t0 + seconds, latencies, body, host) for _ in range(callers)))
         return latencies, time.monotonic() - t0
 
     latencies, took = asyncio.run(run())

@@ -206,6 +206,7 @@ def _configure_judge_command(parser: argparse.ArgumentParser) -> None:
 
 def _run_judge_command(args: argparse.Namespace) -> int:
     from launch.spec.sglang_argv import judge_command
+    from launch.spec.vllm_argv import ENGINE_PYTHON_ENV
 
     resolved, config, p = load_valid(args)
     judge = config.judges.get(args.judge)
@@ -213,7 +214,9 @@ def _run_judge_command(args: argparse.Namespace) -> int:
         raise UsageError(f"no judge named {args.judge!r}; judges: {', '.join(config.judges) or 'none'}")
     if not judge.managed:
         raise UsageError(f"judges.{args.judge} is external: the agent runs no command for it")
-    cmd = judge_command(judge, host=args.host, port=args.port, port_file="PORT_FILE")  # GymError: main reports it
+    # As the agent runs it: an engine's interpreter may be named apart from this one.
+    engine_python = os.environ.get(ENGINE_PYTHON_ENV) if judge.backend in ("sglang", "vllm") else None
+    cmd = judge_command(judge, host=args.host, port=args.port, port_file="PORT_FILE", python=engine_python or None)
     node = p.judge_node(args.judge)
     env = dict(cmd.env)
     if node is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,51 @@ def test_check_data_fails_on_a_binding_no_row_uses(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stdout
     assert 'binding "general-quality" is used by no train/eval row' in out.stdout
     assert '[judging.bindings."general-quality"]' in out.stdout and "Traceback" not in out.stderr
+
+
+VLLM = ("--set", 'judges.general.backend="vllm"', "--set", 'judges.general.extra_args=["--load-format", "dummy"]')
+
+
+def test_judge_command_prints_the_vllm_argv_with_the_engines_interpreter() -> None:
+    out = subprocess.run(
+        [GYM_LAUNCH, "judge-command", "examples/three-node.toml", "general", "--port", "12050", *VLLM],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "GYM_ENGINE_PYTHON": "/opt/engines/bin/python"},
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    argv = doc["argv"]
+    assert argv[:3] == ["/opt/engines/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--model") + 1] == "/weka/prepared/models/Qwen3-32B"
+    assert argv[argv.index("--port") + 1] == "12050" and argv[-2:] == ["--load-format", "dummy"]
+    assert doc["env"]["VLLM_PORT"] == "12051" and "CUDA_VISIBLE_DEVICES" in doc["env"]
+
+
+def test_validate_plan_and_every_render_accept_a_vllm_judge(tmp_path: Path) -> None:
+    assert run("validate", "examples/three-node.toml", *VLLM).returncode == 0
+    plan = run("plan", "examples/three-node.toml", "--json", *VLLM)
+    assert plan.returncode == 0, plan.stderr
+    # What the example (written for Beaker) needs for SkyPilot: a cluster, and its Weka as one volume.
+    sky = [f"--set={kv}" for kv in ('launch.skypilot.infra="k8s/team-ctx"', 'launch.skypilot.accelerators="H100"')]
+    sky += [f"--set={kv}" for kv in ('launch.skypilot.mount.path="/weka"', 'launch.skypilot.mount.volume="weka-pvc"')]
+    sky.append("--set=launch.weka_mounts=[]")
+    for backend, more in (("slurm", []), ("beaker", []), ("skypilot", sky)):
+        out = run("render", "examples/three-node.toml", "--backend", backend, "--uuid", "r1", *VLLM, *more)
+        assert out.returncode == 0, (backend, out.stderr)
+        assert out.stdout.strip()
+
+
+def test_a_vllm_judge_setting_an_owned_flag_is_refused_by_key() -> None:
+    out = run(
+        "validate",
+        "examples/three-node.toml",
+        "--set",
+        'judges.general.backend="vllm"',
+        "--set",
+        'judges.general.extra_args=["--port", "1"]',
+    )
+    assert out.returncode != 0 and "judges.general.extra_args.0" in out.stderr + out.stdout
+    assert "--port is set by the agent" in out.stderr + out.stdout and "Traceback" not in out.stderr

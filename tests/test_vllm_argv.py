@@ -1,6 +1,6 @@
 """vLLM argv for judges and for any server the builder makes (a policy, an engine over two nodes),
-checked against the recorded 0.32.0 flag list always and against vLLM's own parser when the engine
-venv (`make engines`) or GYM_ENGINE_PYTHON is at hand; that part skips otherwise."""
+checked against the recorded 0.32.0 flag list always and against vLLM's own parser in `make
+test-engines` (marked `engines`: the engine venv, `make engines`, or GYM_ENGINE_PYTHON)."""
 
 from __future__ import annotations
 
@@ -192,6 +192,7 @@ json.dump(out, sys.stdout)
 """
 
 
+@pytest.mark.engines
 def test_argv_against_vllms_own_parser() -> None:
     python = require_engine()
     argvs = all_argvs()
@@ -227,6 +228,7 @@ def test_argv_against_vllms_own_parser() -> None:
         assert ns["tensor_parallel_size"] == 16
 
 
+@pytest.mark.engines
 def test_the_recorded_flags_are_the_parsers(tmp_path: Path) -> None:
     """The recorded list (used when no vLLM is at hand) is what the installed release accepts."""
     python = require_engine()

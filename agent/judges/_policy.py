@@ -10,6 +10,7 @@ engine's node 0 and gets its URL (``GYM_POLICY_URL``).
 from __future__ import annotations
 
 import os
+import shutil
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from agent.ground import clock
 from agent.ground.failure import Failure
 from agent.ground.waits import poll_until
 from agent.judges._prepared import prove_revision
+from agent.proc import tempdirs
+from agent.proc.segments import group_segments
 from agent.proc.supervisor import ExitPolicy, child_env
 from launch.spec.policy_argv import PolicyNode, policy_command, policy_url
 from launch.spec.sections import PolicyConfig
@@ -49,6 +52,8 @@ class PolicyRuntime:
         self._started = 0.0
         self._log = names.policy_log(ctx.rank)
         self._base = ""
+        self._tmp: str | None = None
+        self.segments: set[str] = set()  # /dev/shm files the engine mapped (agent/proc/segments.py)
 
     @property
     def config(self) -> PolicyConfig | None:
@@ -70,13 +75,17 @@ class PolicyRuntime:
         argv = substitute(cmd.argv, os.environ)
         vis = ctx.visible_devices
         devices = ",".join(vis[i] for i in topo.node.policy_devices)
-        env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": devices})
+        # The engine's own temp files (vLLM's file:// rendezvous, its sockets) where the agent removes them.
+        self._tmp = tempdirs.make(tempdirs.JUDGE_PREFIX)
+        ctx.reaper.temp_dir(self._tmp)
+        env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": devices, "TMPDIR": self._tmp})
         self.group = ctx.supervisor.start(
             "policy",
             argv,
             env=env,
             log_fd=ctx.run.open_log(self._log),
             policy=ExitPolicy(FailureKind.CHILD_EXIT, self._log, on_exit=self.exits.append),
+            term_leader_only=policy.backend == "vllm",  # as a vLLM judge: runtime.ENGINE_STOP_LEADER
         )
         self._started = clock.mono()
         self._serves = rank == 0
@@ -119,6 +128,7 @@ class PolicyRuntime:
 
     def _supervise(self) -> None:
         assert self.group is not None
+        self.segments |= group_segments(self.group.session)
         self.ctx.supervisor.set_policy(self.group, ExitPolicy(FailureKind.CHILD_EXIT, self._log))
 
     def _ready_once(self, epoch: int, model: str) -> bool:
@@ -151,9 +161,13 @@ class PolicyRuntime:
 
     def stop(self) -> None:
         """Stop probing before the engine is stopped: its exit then is no health failure."""
+        if self.group is not None:
+            self.segments |= group_segments(self.group.session)  # the last look while it runs
         if self.health is not None:
             self.health.stop(timeout=5)
             self.health = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     def driver_env(self) -> dict[str, str]:
         return {DriverEnv.POLICY_URL: self.url} if self.url is not None else {}

@@ -28,11 +28,13 @@ from agent.judges._prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
 from agent.proc import tempdirs
 from agent.proc.procgroup import ProcessGroup
+from agent.proc.segments import group_segments, release_segments
 from agent.proc.supervisor import ExitPolicy, child_env
 from launch.spec.data_check import DataError, check_data, spec_bindings
 from launch.spec.miles_handoff import judge_registry_json, openai_base
 from launch.spec.sections import JudgeConfig
 from launch.spec.sglang_argv import judge_command
+from launch.spec.vllm_argv import ENGINE_PYTHON_ENV
 from schemas import DriverEnv, FailureKind, names, records
 from schemas.safe_io import RunDirError
 
@@ -45,6 +47,13 @@ __all__ = ["CANARY_REPETITIONS", "HEALTH_FAILURES", "JudgeRuntime", "LocalJudge"
 CANARY_REPETITIONS = 3  # known-good must beat known-bad every time: one lucky sample proves little
 HEALTH_FAILURES = 3
 SPAWN_ATTEMPTS = 3  # starts of a judge that lost its ports to another process (judge_ports)
+ENGINES = ("sglang", "vllm")  # real inference engines (the reference judge is the project's own)
+# What vLLM's API server logs once its EngineCore is gone (it then answers /health with 503).
+ENGINE_DEATH_MARKERS = ("engine core exited unexpectedly", "EngineDeadError", "EngineCore encountered an issue")
+ENGINE_DEATH_SCAN = 1 << 20  # bytes of the judge log's end read for them
+# SIGTERM to vLLM's API server alone stops its EngineCore, workers and resource tracker in order (2.5-3 s,
+# /dev/shm clean); SIGTERM to the whole group at once let the tracker die first, leaving semaphores.
+ENGINE_STOP_LEADER = ("vllm",)
 
 
 @dataclass
@@ -64,6 +73,7 @@ class LocalJudge:
     given: list[int] = field(default_factory=list)  # the --port of every start so far (never reused)
     started: float = 0.0
     log_start: int = 0  # where this start's part of the log begins (earlier starts' lines are not its)
+    segments: set[str] = field(default_factory=set)  # /dev/shm files its processes mapped (agent/proc/segments.py)
 
 
 class JudgeRuntime:
@@ -108,7 +118,7 @@ class JudgeRuntime:
         node = topo.node
         for name in node.judges:
             judge_cfg = ctx.config.judges[name]
-            if judge_cfg.backend == "sglang" and judge_cfg.revision and judge_cfg.prepared_dir:
+            if judge_cfg.backend in ENGINES and judge_cfg.revision and judge_cfg.prepared_dir:
                 # The pinned revision must mean something at run time: refuse other weights.
                 proof = prove_revision(judge_cfg.prepared_dir, judge_cfg.revision)
                 if not proof.ok:
@@ -158,12 +168,19 @@ class JudgeRuntime:
                 f"no free ports for judge {j.config.name} on {ctx.address}: {exc.strerror or exc}",
                 judge=j.config.name,
             ) from None
-        cmd = judge_command(j.config, host=ctx.address, port=port, port_file=j.port_file)
+        # An engine may live in an interpreter of its own (a venv or image beside the agent's).
+        python = os.environ.get(ENGINE_PYTHON_ENV) if j.config.backend in ENGINES else None
+        cmd = judge_command(j.config, host=ctx.address, port=port, port_file=j.port_file, python=python or None)
         if j.config.backend != "reference":
             j.port = port
             j.given.append(port)
         j.argv = list(cmd.argv)
-        env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices})
+        extra = {**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices}
+        if j.config.backend in ENGINES and self._tmp is not None:
+            # An engine's own temp files (vLLM's file:// rendezvous, its sockets) go where the agent
+            # removes them: /tmp kept vLLM's vllm_dist_* files after a clean exit.
+            extra["TMPDIR"] = self._tmp
+        env = child_env(extra)
         log_fd = ctx.run.open_log(j.log)
         j.log_start = os.fstat(log_fd).st_size
         # On probation until healthy: an early exit may be a lost port race, retried below.
@@ -173,6 +190,7 @@ class JudgeRuntime:
             env=env,
             log_fd=log_fd,
             policy=ExitPolicy(FailureKind.JUDGE, j.log, on_exit=j.exits.append, judge=j.config.name),
+            term_leader_only=j.config.backend in ENGINE_STOP_LEADER,
         )
         j.started = clock.mono()
 
@@ -205,6 +223,7 @@ class JudgeRuntime:
             ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log, judge=name))
             self.gateways.point_at(name, self._endpoint(j))
             self._write_endpoint(j, ready_after=clock.mono() - j.started)
+            j.segments |= group_segments(j.group.session)
         self.health.start()
         return policy
 
@@ -258,9 +277,34 @@ class JudgeRuntime:
         # A failed probe while starting is no health failure (the judge is still loading): only
         # a success is recorded, which makes the engine healthy in the registry.
         result = self.health.probe(name, self._epochs[name], self._endpoint(j))
-        if result.ok:
-            self.health.record(result)
-        return result.ok
+        if not result.ok:
+            return False
+        # Healthy is not yet serving: the engine is ready once /v1/models lists its served name.
+        if not self._serves_model(j):
+            return False
+        self.health.record(result)
+        return True
+
+    def _serves_model(self, j: LocalJudge) -> bool:
+        """Does the judge's /v1/models list its model? False while it cannot say; a list without
+        it fails the run (the server serves something else)."""
+        from agent.judges.client import JudgeClient, JudgeError
+
+        client = JudgeClient(self._endpoint(j), j.config.model, timeout=5.0, max_retries=0)
+        try:
+            listed = client.list_models()
+        except JudgeError:
+            return False
+        finally:
+            client.close()
+        if j.config.model not in listed:
+            raise self.ctx.fail(
+                FailureKind.JUDGE,
+                f"judge {j.config.name}'s /v1/models lists {listed}, not its model {j.config.model!r}",
+                log=j.log,
+                judge=j.config.name,
+            )
+        return True
 
     def _new_health_registry(self) -> EngineHealthRegistry:
         # The judge client (httpx) is imported only by a node that serves judges: an agent
@@ -271,6 +315,14 @@ class JudgeRuntime:
 
         def quarantined(status: EngineStatus) -> None:
             j = self.local[status.engine_id]
+            died = self._engine_died(j)
+            if died is not None:
+                # Not a judge that stopped answering: its engine is gone and its server says so.
+                cause = f"judge {status.engine_id}'s engine died; its server logged: {died}"
+                ctx.signal.trip(
+                    Failure(kind=FailureKind.JUDGE, cause=cause, phase=ctx.phase(), log=j.log, judge=j.config.name)
+                )
+                return
             ctx.signal.trip(
                 Failure(
                     kind=FailureKind.JUDGE_HEALTH,
@@ -282,6 +334,18 @@ class JudgeRuntime:
             )
 
         return agent_registry(ctx.config.coordination.heartbeat_interval, HEALTH_FAILURES, quarantined)
+
+    def _engine_died(self, j: LocalJudge) -> str | None:
+        """The line of this start's log where the server says its engine process died (vLLM keeps
+        serving /health with 503 after its EngineCore exits), or None."""
+        try:
+            part = self.ctx.run.read_bytes(j.log)[j.log_start :][-ENGINE_DEATH_SCAN:]
+        except OSError:
+            return None
+        for line in part.decode(errors="replace").splitlines():
+            if any(m in line for m in ENGINE_DEATH_MARKERS):
+                return line.strip()[: judge_ports.MAX_LINE]
+        return None
 
     def _lost_port_race(self, j: LocalJudge) -> str | None:
         """The line of this start's log saying a port was taken (only SGLang's ports are the
@@ -319,11 +383,22 @@ class JudgeRuntime:
         """Stop probing before the judges are stopped: their exit then is no health failure."""
         self.stop_canary_watch()
         self.policy.stop()
+        for j in self.local.values():
+            if j.group is not None:
+                j.segments |= group_segments(j.group.session)  # the last look while its engine runs
         if self.health is not None:
             self.health.stop(timeout=5)
             self.health = None
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def release_segments(self) -> None:
+        """Once every engine here has ended: remove the /dev/shm files they mapped that nothing maps
+        now (a killed engine cannot unlink its own)."""
+        names = set(self.policy.segments).union(*(j.segments for j in self.local.values()))
+        removed = release_segments(names)
+        if removed:
+            self.ctx.out(f"removed {len(removed)} /dev/shm file(s) the engines left: {', '.join(removed)}")
 
     # -- registry and canaries (the driver's node) -------------------------------------------------
 
@@ -447,10 +522,10 @@ class JudgeRuntime:
 
         # Canaries are in judge-canaries.json only, and marked for the gateway: not training grades.
         clients = clients_from_registry(registry, recorder=None, headers={CANARY_HEADER: "1"})
+        off = {j.name for j in ctx.config.bound_judges if not j.canary}
+        checked = {v: b for v, b in registry["bindings"].items() if str(b["judge"]) not in off}
         try:
-            report = run_canaries(
-                registry["bindings"], clients, rubrics_from_registry(registry), repetitions=CANARY_REPETITIONS
-            )
+            report = run_canaries(checked, clients, rubrics_from_registry(registry), repetitions=CANARY_REPETITIONS)
         finally:
             for c in clients.values():
                 c.close()
@@ -466,6 +541,8 @@ class JudgeRuntime:
                 log=next((x for x in logs if x), None),
                 judge=next(iter(judges)) if len(judges) == 1 else None,
             )
+        if off:
+            return f"{report.summary()}; canary = false for judge(s) {', '.join(sorted(off))}: grades unchecked"
         return report.summary()
 
     # -- canaries during the run (the driver's node) -----------------------------------------------
@@ -473,14 +550,15 @@ class JudgeRuntime:
     def start_canary_watch(self) -> None:
         """Canary rounds every [judges.NAME] canary_interval while the driver runs (agent/judges/_canary_watch.py)."""
         cfg = self.ctx.config
-        if self.registry is None or not cfg.bindings or not any(j.canary_interval for j in cfg.bound_judges):
+        intervals = {j.name: j.canary_interval for j in cfg.bound_judges if j.canary}
+        if self.registry is None or not cfg.bindings or not any(intervals.values()):
             return
         from agent.judges._canary_watch import CanaryWatch
         from agent.judges._gateway import CANARY_HEADER
 
         self.watch = CanaryWatch(
             self.registry,
-            {j.name: j.canary_interval for j in cfg.bound_judges},
+            intervals,
             repetitions=CANARY_REPETITIONS,
             on_round=self._record_round,
             on_failure=self._degraded,

@@ -46,6 +46,7 @@ def stop_everything(running: Running) -> list[dict[str, Any]]:
     running.live.stop()
     running.judges.stop()
     records_ = supervisor.stop_all()
+    running.judges.release_segments()  # what a killed engine could not unlink itself
     supervisor.halt()
     running.driver.drain(TEE_DRAIN_S)  # the driver's last lines (a traceback) reach the console first
     running.liveness.stop()

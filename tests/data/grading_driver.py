@@ -16,7 +16,7 @@ import time
 
 from agent import driver_api
 from agent.judges._bindings import bindings_from_registry
-from agent.judges.client import JudgeDegraded, JudgeError
+from agent.judges.client import InvalidGrade, JudgeDegraded, JudgeError
 
 SAMPLE = {"metadata": {"judge_query": "What is the capital of France?"}, "label": "Paris."}
 ANSWER = "<think>France... its capital.</think>The capital of France is Paris."
@@ -45,6 +45,7 @@ def main() -> int:
                         raise
                     degraded = True
                 errors += 1
+                replies += isinstance(exc, InvalidGrade)  # the judge replied: not a grade, still a reply
                 print(f"grade {i} via {verifier}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 continue
             replies += 1

@@ -21,9 +21,11 @@ __all__ = [
     "ENGINE_VENV",
     "REQUIRE_ENV",
     "TINY_MODEL",
+    "engine_env",
     "engine_python",
     "require_engine",
     "tiny_model",
+    "vllm_judge_tables",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,3 +63,33 @@ def tiny_model(python: str) -> tuple[Path, str]:
     if not manifest.is_file():
         subprocess.run([python, str(TINY_MODEL_SCRIPT), str(TINY_MODEL)], check=True, timeout=300)
     return TINY_MODEL, str(json.loads(manifest.read_text())["revision"])
+
+
+def engine_env(python: str) -> dict[str, str]:
+    """What an agent's environment adds to run the engine here: its interpreter, ENGINE_ENV."""
+    return {ENGINE_PYTHON_ENV: python, **ENGINE_ENV}
+
+
+def vllm_judge_tables(model_dir: Path, revision: str, *, canary: bool, max_concurrent_calls: int = 2) -> str:
+    """A managed vLLM judge serving the tiny model (random weights), bound once."""
+    return f"""
+[judges.general]
+mode = "managed"
+backend = "vllm"
+model = "tiny"
+revision = "{revision}"
+prepared_dir = "{model_dir}"
+gpus = 1
+max_context_length = 2048
+max_concurrent_calls = {max_concurrent_calls}
+timeout = 120
+canary = {str(canary).lower()}
+extra_args = ["--load-format", "dummy"]
+[rubrics.general-quality]
+profile = "general-quality"
+max_output_tokens = 16
+invalid_reply_attempts = 1
+[judging.bindings."general-quality"]
+judge = "general"
+rubric = "general-quality"
+"""

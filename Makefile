@@ -130,7 +130,7 @@ soak: $(STAMP)
 # The fault matrix (issue 13): every fault three times against real agents, from the outside;
 # the Slurm rows (issue 23) once each, on a local Slurm cluster the matrix starts and stops.
 # Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once.
-faults: $(STAMP)
+faults: $(STAMP) engines
 	$(PY) -m bench.faults --trials 3
 
 # A real Slurm cluster on this machine (root; installs Debian's Slurm when missing), the one the

@@ -69,10 +69,17 @@ suite: $(STAMP)
 test-long: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
 
-demo: $(STAMP)
+# The demo's trainer is a real one (examples/torch_trainer.py: torch.distributed across the three
+# replicas), so the demo installs the `trainer` extra (torch) beside the test install.
+DEMO_STAMP := $(VENV)/.demo-stamp
+$(DEMO_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,skypilot,trainer]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/gym-launch validate examples/three-node.toml
-	$(VENV)/bin/gym-launch plan examples/demo.toml
-	$(VENV)/bin/gym-launch local examples/demo.toml --output-root $(DEMO_OUT) --uuid $(DEMO_UUID)
+	$(VENV)/bin/gym-launch plan examples/trainer.toml
+	$(VENV)/bin/gym-launch local examples/trainer.toml --output-root $(DEMO_OUT) --uuid $(DEMO_UUID)
 	$(VENV)/bin/gym-audit $(DEMO_OUT)/cluster/$(DEMO_UUID) --html $(DEMO_OUT)/$(DEMO_UUID)-audit.html
 	@echo "audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from audit.collectives import Summary as CollectivesSummary
 from audit.stacks import Summary as StacksSummary
 from schemas.records import PhaseSpan as PhaseSpan  # re-exported: the audit's modules name it here
 
@@ -262,6 +263,7 @@ class AuditResult:
     unfit: dict[str, Any] | None = None
     ray_startup: dict[str, Any] | None = None  # each node's Ray join time (audit/_ray_startup.py)
     stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
+    collectives: CollectivesSummary | None = None  # the collective a hang stopped in (audit/collectives.py)
     judge_gateways: dict[str, Any] | None = None  # per judge, from its gateway's log (audit/_gateway_stats.py)
 
     @property
@@ -302,5 +304,6 @@ class AuditResult:
             "unfit": self.unfit,
             "ray_startup": self.ray_startup,
             "stacks": self.stacks.to_json() if self.stacks is not None else None,
+            "collectives": self.collectives.to_json() if self.collectives is not None else None,
             "judge_gateways": self.judge_gateways,
         }

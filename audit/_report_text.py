@@ -11,6 +11,7 @@ from audit._model import AttemptSummary, AuditResult, Cause, Finding
 from audit._ray_startup import describe as describe_ray_startup
 from audit._restarts import REFUSED
 from audit._sanitize import terminal_safe as _t
+from audit.collectives import Summary as CollectivesSummary
 from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
 
@@ -128,7 +129,10 @@ def _entered(a: AttemptSummary) -> str:
 
 
 def _first_cause_lines(
-    fc: Cause, unfit: dict[str, Any] | None = None, stacks: StacksSummary | None = None
+    fc: Cause,
+    unfit: dict[str, Any] | None = None,
+    stacks: StacksSummary | None = None,
+    collectives: CollectivesSummary | None = None,
 ) -> list[str]:
     """The first cause's block: its headline (rank, kind, phase, time, message), a hang's odd one
     out, one line of context (who reported it, when in its agent's life, the binding, an unfit
@@ -137,7 +141,9 @@ def _first_cause_lines(
     lines = ["First cause:", "  " + _cause_line(fc)]
     stack_lines = stacks.lines() if stacks is not None else []
     odd = [ln for ln in stack_lines if ln.startswith("odd one out: ")]
-    lines += [_t(f"  {ln}") for ln in odd[:1]]  # where the run was stuck, named before anything else
+    collective = collectives.lines() if collectives is not None and collectives.stuck else []
+    # Where the run was stuck, named before anything else: the collective, else the odd stack.
+    lines += [_t(f"  {ln}") for ln in (collective or odd)[:1]]
     context = []
     if fc.reported_by is not None:
         context.append(f"no record from rank {fc.rank}; reported by rank {fc.reported_by}")
@@ -154,6 +160,7 @@ def _first_cause_lines(
         lines += [_t(f"    | {ln}") for ln in fc.excerpt]
     if fc.ray_logs:
         lines.append(_t(f"  Ray's own logs of rank {fc.rank}: {', '.join(fc.ray_logs)}"))
+    lines += [_t(f"  {ln}") for ln in collective[1:]]  # each rank's part in it, other groups
     if stack_lines:  # every node's stacks, grouped: the odd ones out first
         head, *rest = stack_lines
         lines += [_t(f"  {head}:")] + [_t(f"    {line}") for line in rest]
@@ -169,7 +176,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     # A restart the caps refused is why the run stopped now: said before the attempts' causes.
     lines += [_t(f"  restarts stopped ({f.code}): {f.message}") for f in result.findings if f.code == REFUSED]
     if result.first_cause is not None:
-        lines += _first_cause_lines(result.first_cause, result.unfit, result.stacks) + [""]
+        lines += _first_cause_lines(result.first_cause, result.unfit, result.stacks, result.collectives) + [""]
     elif result.unfit:
         lines.append(_t(f"  unfit node(s): {result.unfit.get('exclude')}"))
     lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")

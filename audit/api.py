@@ -56,6 +56,8 @@ from audit._scheduler_ending import (
 from audit._schema_check import check_schemas
 from audit._training_evidence import read_evidence
 from audit._views import by_rank, rank_of
+from audit.collectives import Summary as CollectivesSummary
+from audit.collectives import summarise as summarise_collectives
 from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
 from audit.safedir import SafeDir, UnusableRunDir
 from audit.stacks import Summary as StacksSummary
@@ -289,6 +291,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
             ray_startup=startup_table(ctx),
             stacks=_stacks(run, expected),
+            collectives=_collectives(run),
             judge_gateways=gateway_summary(line for _, line in run.jsonl_lines("judge-gateway"))
             if ctx.plan.bindings
             else None,
@@ -384,6 +387,12 @@ def _unfit(nodes: list[Any], scheduler: str | None) -> dict[str, Any] | None:
     if not nodes:
         return None
     return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}
+
+
+def _collectives(run: Any) -> CollectivesSummary | None:
+    """Every rank's collectives-RANK.json (a hang's Flight Recorder dumps), analysed together."""
+    docs = {r: art.doc for art in run.by_schema("collectives") if (r := rank_of(art)) is not None and art.doc}
+    return summarise_collectives(docs, sorted(names.collectives(r) for r in docs))
 
 
 def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:

@@ -15,7 +15,7 @@ fallback and, with [driver] collective_trace, the Flight Recorder dump the audit
 collective from. Needs torch (`pip install 'gym-agent[trainer]'`, or your own torch).
 
 Fault switches for the project's fault matrix (not for users): TRAINER_SKIP="RANK:STEP" makes that
-rank skip that step's all_reduce; TRAINER_SIZE_MISMATCH="RANK:STEP" makes it all_reduce a tensor
+rank skip that step's last all_reduce (its statistics'); TRAINER_SIZE_MISMATCH="RANK:STEP" makes it all_reduce a tensor
 of another size; TRAINER_STEP_SLEEP seconds of sleep inside each step (time to kill a rank);
 TRAINER_COLLECTIVE_TIMEOUT the process group's timeout in seconds.
 """
@@ -51,17 +51,20 @@ CANDIDATES = (
 FEATURES, HIDDEN = 16, 96
 
 
-def _fault(name: str, rank: int, step: int) -> bool:
-    raw = os.environ.get(name, "")
-    return raw == f"{rank}:{step}"
+def _settings() -> dict[str, str]:
+    """The driver's TRAINER_* variables, handed to every rank (Ray workers have the node's env)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TRAINER_")}
 
 
 @ray.remote(num_cpus=0)
 class Rank:
     """One rank of the process group, on one node."""
 
-    def __init__(self, rank: int, world: int, host: str, port: int, checkpoint_dir: str) -> None:
+    def __init__(
+        self, rank: int, world: int, host: str, port: int, checkpoint_dir: str, settings: dict[str, str]
+    ) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        self.settings = settings
         import torch
         import torch.distributed as dist
 
@@ -73,7 +76,7 @@ class Rank:
         self.rank, self.world, self.checkpoint_dir = rank, world, checkpoint_dir
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
-        timeout = float(os.environ.get("TRAINER_COLLECTIVE_TIMEOUT", "600"))
+        timeout = float(settings.get("TRAINER_COLLECTIVE_TIMEOUT", "600"))
         dist.init_process_group(
             backend,
             init_method=f"tcp://{host}:{port}",
@@ -102,7 +105,7 @@ class Rank:
 
     def step(self, step: int, rewards: list[float]) -> dict[str, float]:
         torch, dist = self.torch, self.dist
-        time.sleep(float(os.environ.get("TRAINER_STEP_SLEEP", "0")))
+        time.sleep(float(self.settings.get("TRAINER_STEP_SLEEP", "0")))
         r = torch.tensor(rewards, device=self.device)
         advantage = r - r.mean()
         logp = torch.log_softmax(self.policy(self.context), dim=-1)[self._chosen.to(self.device)]
@@ -110,10 +113,9 @@ class Rank:
         self.optimizer.zero_grad()
         loss.backward()
         flat = torch.cat([p.grad.reshape(-1) for p in self.policy.parameters()])
-        if _fault("TRAINER_SIZE_MISMATCH", self.rank, step):
+        if self._fault("TRAINER_SIZE_MISMATCH", step):
             flat = flat[:-1]
-        if not _fault("TRAINER_SKIP", self.rank, step):
-            dist.all_reduce(flat)  # the gradients averaged across ranks: every rank steps alike
+        dist.all_reduce(flat)  # the gradients averaged across ranks: every rank steps alike
         flat /= self.world
         at = 0
         for p in self.policy.parameters():
@@ -122,8 +124,12 @@ class Rank:
             at += n
         self.optimizer.step()
         stats = torch.tensor([loss.item(), r.mean().item()], device=self.device)
-        dist.all_reduce(stats)
+        if not self._fault("TRAINER_SKIP", step):
+            dist.all_reduce(stats)
         return {"loss": stats[0].item() / self.world, "reward": stats[1].item() / self.world}
+
+    def _fault(self, name: str, step: int) -> bool:
+        return self.settings.get(name) == f"{self.rank}:{step}"
 
     def checkpoint(self, step: int) -> str:
         path = os.path.join(self.checkpoint_dir, f"policy-step{step}.pt")
@@ -160,7 +166,7 @@ def main() -> int:
     checkpoints = os.environ.get(DriverEnv.CHECKPOINT_DIR, ".")
     addresses = plan["addresses"]
     ranks = [
-        Rank.options(resources={f"node:{a}": 0.001}).remote(i, len(addresses), host, port, checkpoints)
+        Rank.options(resources={f"node:{a}": 0.001}).remote(i, len(addresses), host, port, checkpoints, _settings())
         for i, a in enumerate(addresses)
     ]
     for d in ray.get([r.describe.remote() for r in ranks]):

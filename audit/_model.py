@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from audit.collectives import Summary as CollectivesSummary
+from audit._collectives import Summary as CollectivesSummary
 from audit.stacks import Summary as StacksSummary
 from schemas.records import PhaseSpan as PhaseSpan  # re-exported: the audit's modules name it here
 
@@ -263,7 +263,7 @@ class AuditResult:
     unfit: dict[str, Any] | None = None
     ray_startup: dict[str, Any] | None = None  # each node's Ray join time (audit/_ray_startup.py)
     stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
-    collectives: CollectivesSummary | None = None  # the collective a hang stopped in (audit/collectives.py)
+    collectives: CollectivesSummary | None = None  # the collective a hang stopped in (audit/_collectives.py)
     judge_gateways: dict[str, Any] | None = None  # per judge, from its gateway's log (audit/_gateway_stats.py)
 
     @property

@@ -1,11 +1,11 @@
-"""The HTML report's view of the collective a hang stopped in (audit/collectives.py): its headline,
+"""The HTML report's view of the collective a hang stopped in (audit/_collectives.py): its headline,
 then one row per rank: what it did with that collective and its last completed sequence id."""
 
 from __future__ import annotations
 
 from html import escape
 
-from audit.collectives import Summary
+from audit._collectives import Summary
 
 __all__ = ["collectives_html"]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from audit._collectives import Summary as CollectivesSummary
 from audit._doorbell import describe as describe_doorbell
 from audit._filesystem import describe as describe_filesystem
 from audit._model import AttemptSummary, AuditResult, Cause, Finding
 from audit._ray_startup import describe as describe_ray_startup
 from audit._restarts import REFUSED
 from audit._sanitize import terminal_safe as _t
-from audit.collectives import Summary as CollectivesSummary
 from audit.stacks import Summary as StacksSummary
 from schemas import names, timefmt
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from audit import _scheduler_query as scheduler_query
+from audit._collectives import Summary as CollectivesSummary
+from audit._collectives import summarise as summarise_collectives
 from audit._context import AuditContext, build_context
 from audit._crosscheck_grace import check_driver_stop
 from audit._crosscheck_judges import (
@@ -56,8 +58,6 @@ from audit._scheduler_ending import (
 from audit._schema_check import check_schemas
 from audit._training_evidence import read_evidence
 from audit._views import by_rank, rank_of
-from audit.collectives import Summary as CollectivesSummary
-from audit.collectives import summarise as summarise_collectives
 from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
 from audit.safedir import SafeDir, UnusableRunDir
 from audit.stacks import Summary as StacksSummary

@@ -144,7 +144,11 @@ def _procs(node: int, doc: Mapping[str, Any]) -> list[_Proc]:
         if not isinstance(p, dict) or not isinstance(p.get("rank"), int):
             continue  # no process group in it (torch imported, never initialised)
         entries = {(str(e["group"]), int(e["seq"])): e for e in p.get("entries") or []}
-        completed = {str(g["group"]): g.get("last_completed") for g in p.get("groups") or []}
+        # The recorder's own status may lag its entries (gloo: a retired entry above it): the later wins.
+        completed = {
+            str(g["group"]): _later(g.get("last_completed"), _last_retired(entries, str(g["group"])))
+            for g in p.get("groups") or []
+        }
         members = {str(g["group"]): tuple(g["ranks"]) if g.get("ranks") else None for g in p.get("groups") or []}
         out.append(
             _Proc(node, int(p["pid"]), p["rank"], p.get("backend"), p.get("world_size"), entries, completed, members)
@@ -181,6 +185,14 @@ def _stuck(group: str, procs: list[_Proc], everyone: list[_Proc]) -> Stuck | Non
     missing = tuple(r for r in members if r not in seen)
     backend = next((p.backend for p in everyone if p.backend), None)
     return Stuck(group, backend, seq, op, sizes, tuple(sorted(ranks, key=lambda r: r.rank)), missing)
+
+
+def _last_retired(entries: Mapping[tuple[str, int], Mapping[str, Any]], group: str) -> int | None:
+    return max((seq for (g, seq), e in entries.items() if g == group and e["completed"]), default=None)
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _shape(e: Mapping[str, Any]) -> tuple[str, tuple[tuple[int, ...], ...]]:

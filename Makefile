@@ -17,7 +17,7 @@ endif
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,skypilot]'
+	$(PY) -m pip install -q -e '.[test,skypilot,trainer]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -70,13 +70,8 @@ test-long: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
 
 # The demo's trainer is a real one (examples/torch_trainer.py: torch.distributed across the three
-# replicas), so the demo installs the `trainer` extra (torch) beside the test install.
-DEMO_STAMP := $(VENV)/.demo-stamp
-$(DEMO_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,skypilot,trainer]'
-	touch $(DEMO_STAMP)
-
-demo: $(DEMO_STAMP)
+# replicas, the `trainer` extra's torch, which the install above brings for the suite's gloo tests too).
+demo: $(STAMP)
 	$(VENV)/bin/gym-launch validate examples/three-node.toml
 	$(VENV)/bin/gym-launch plan examples/trainer.toml
 	$(VENV)/bin/gym-launch local examples/trainer.toml --output-root $(DEMO_OUT) --uuid $(DEMO_UUID)
@@ -85,7 +80,7 @@ demo: $(DEMO_STAMP)
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,skypilot,bench]'
+	$(PY) -m pip install -q -e '.[test,skypilot,trainer,bench]'
 	touch $(BENCH_STAMP)
 
 # FS operations are also counted from outside the agents with strace (Debian's package).

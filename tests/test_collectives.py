@@ -22,8 +22,6 @@ from audit._collectives import summarise
 from schemas import DriverEnv
 from tests.harness.documents import checked
 
-pytest.importorskip("torch")  # the trainer's dependency (`trainer` extra): the suite's install has it
-
 RANK_PROGRAM = Path(__file__).parent / "data" / "gloo_rank.py"
 REPO = Path(__file__).resolve().parent.parent
 

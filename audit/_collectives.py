@@ -100,17 +100,29 @@ class Summary:
     files: tuple[str, ...]
     stuck: tuple[Stuck, ...]  # one per group with a collective not every rank completed
     processes: int
+    errors: tuple[str, ...] = ()  # what a failed group said in the first cause's log (audit/_collective_errors.py)
+
+    @property
+    def named(self) -> bool:
+        """Whether it names a collective or a group's error (else it only says none is pending)."""
+        return bool(self.stuck or self.errors)
 
     def lines(self) -> list[str]:
-        if not self.stuck:
-            return [f"collectives ({self.processes} process(es) in {len(self.files)} file(s)): none pending"]
         out = []
         for s in self.stuck:
             out += [f"collective: {s.headline()}", f"  {s.detail()}"]
+        out += list(self.errors)
+        if not out:
+            return [f"collectives ({self.processes} process(es) in {len(self.files)} file(s)): none pending"]
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": list(self.files), "processes": self.processes, "stuck": [s.to_json() for s in self.stuck]}
+        return {
+            "files": list(self.files),
+            "processes": self.processes,
+            "stuck": [s.to_json() for s in self.stuck],
+            "errors": list(self.errors),
+        }
 
 
 @dataclass(frozen=True)
@@ -125,9 +137,11 @@ class _Proc:
     members: dict[str, tuple[int, ...] | None]  # group -> its ranks, where the recorder said
 
 
-def summarise(docs: Mapping[int, Mapping[str, Any]], files: Sequence[str]) -> Summary | None:
-    """Every node's record analysed together; None without any record."""
-    if not docs:
+def summarise(
+    docs: Mapping[int, Mapping[str, Any]], files: Sequence[str], errors: Sequence[str] = ()
+) -> Summary | None:
+    """Every node's record analysed together, with the group's errors from the log; None without either."""
+    if not docs and not errors:
         return None
     procs = [p for node, doc in sorted(docs.items()) for p in _procs(node, doc)]
     stuck = []
@@ -135,7 +149,7 @@ def summarise(docs: Mapping[int, Mapping[str, Any]], files: Sequence[str]) -> Su
         found = _stuck(group, [p for p in procs if group in p.completed], procs)
         if found is not None:
             stuck.append(found)
-    return Summary(tuple(files), tuple(stuck), len(procs))
+    return Summary(tuple(files), tuple(stuck), len(procs), tuple(errors))
 
 
 def _procs(node: int, doc: Mapping[str, Any]) -> list[_Proc]:

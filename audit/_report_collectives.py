@@ -37,6 +37,7 @@ def collectives_html(summary: Summary | None) -> str:
             '<table class="collectives"><tr><th>rank</th><th>in that collective</th><th>last completed</th>'
             f"<th>where</th></tr>{rows}</table>"
         )
+    parts += [f'<p class="group-error">{escape(e)}</p>' for e in summary.errors]
     if not parts:
         parts.append(f"<p>{escape(summary.lines()[0])}</p>")
     return '<div id="collectives">' + "".join(parts) + "</div>"

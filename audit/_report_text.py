@@ -141,7 +141,7 @@ def _first_cause_lines(
     lines = ["First cause:", "  " + _cause_line(fc)]
     stack_lines = stacks.lines() if stacks is not None else []
     odd = [ln for ln in stack_lines if ln.startswith("odd one out: ")]
-    collective = collectives.lines() if collectives is not None and collectives.stuck else []
+    collective = collectives.lines() if collectives is not None and collectives.named else []
     # Where the run was stuck, named before anything else: the collective, else the odd stack.
     lines += [_t(f"  {ln}") for ln in (collective or odd)[:1]]
     context = []

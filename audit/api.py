@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from audit import _scheduler_query as scheduler_query
+from audit._collective_errors import process_group_errors
 from audit._collectives import Summary as CollectivesSummary
 from audit._collectives import summarise as summarise_collectives
 from audit._context import AuditContext, build_context
@@ -291,7 +292,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
             ray_startup=startup_table(ctx),
             stacks=_stacks(run, expected),
-            collectives=_collectives(run),
+            collectives=_collectives(run, safe, first),
             judge_gateways=gateway_summary(line for _, line in run.jsonl_lines("judge-gateway"))
             if ctx.plan.bindings
             else None,
@@ -389,10 +390,12 @@ def _unfit(nodes: list[Any], scheduler: str | None) -> dict[str, Any] | None:
     return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}
 
 
-def _collectives(run: Any) -> CollectivesSummary | None:
-    """Every rank's collectives-RANK.json (a hang's Flight Recorder dumps), analysed together."""
+def _collectives(run: Any, safe: SafeDir, first: Cause | None) -> CollectivesSummary | None:
+    """Every rank's collectives-RANK.json (a hang's Flight Recorder dumps), analysed together; and
+    what a failed process group said in the first cause's log."""
     docs = {r: art.doc for art in run.by_schema("collectives") if (r := rank_of(art)) is not None and art.doc}
-    return summarise_collectives(docs, sorted(names.collectives(r) for r in docs))
+    errors = process_group_errors(safe, first.log) if first is not None else ()
+    return summarise_collectives(docs, sorted(names.collectives(r) for r in docs), errors)
 
 
 def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:

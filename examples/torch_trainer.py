@@ -143,6 +143,23 @@ class Rank:
         self.dist.destroy_process_group()
 
 
+def gather(refs: list[Any], grace: float = 15.0) -> list[Any]:
+    """Every rank's result; when one fails, the others' outcomes too (bounded by `grace`), each said
+    in the log, so a rank that died and the collective its peers were left in are both on record."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayError:
+        ray.wait(refs, num_returns=len(refs), timeout=grace)
+        for i, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                print(f"rank {i}: still running after {grace:g} s", file=sys.stderr, flush=True)
+            except ray.exceptions.RayError as exc:
+                print(f"rank {i} failed: {exc}", file=sys.stderr, flush=True)
+        raise
+
+
 def grade(answers: list[str]) -> list[float]:
     """Every answer through the first judge binding's grade_many: the rewards, in 0..1."""
     from agent.judges._bindings import bindings_from_registry
@@ -180,7 +197,7 @@ def main() -> int:
         scores = grade(flat)
         replies += len(scores)
         per_rank = [scores[i * SAMPLES : (i + 1) * SAMPLES] for i in range(len(ranks))]
-        stats = ray.get([r.step.remote(step, s) for r, s in zip(ranks, per_rank, strict=True)])
+        stats = gather([r.step.remote(step, s) for r, s in zip(ranks, per_rank, strict=True)])
         losses.append(stats[0]["loss"])
         rewards.append(stats[0]["reward"])
         driver_api.progress(step)

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges] [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges collectives] [--out ...]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -15,12 +15,24 @@ import sys
 import time
 from pathlib import Path
 
-from . import audit_logs, audit_scale, coordination, fstrace, hang, judges, netfs, preflight, procstat, projection
+from . import (
+    audit_logs,
+    audit_scale,
+    collectives,
+    coordination,
+    fstrace,
+    hang,
+    judges,
+    netfs,
+    preflight,
+    procstat,
+    projection,
+)
 from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang", "judges")
+PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang", "judges", "collectives")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -241,6 +253,15 @@ def part_judges(args: argparse.Namespace, res: dict) -> None:
     print(judges.table(out))
 
 
+def part_collectives(args: argparse.Namespace, res: dict) -> None:
+    print(
+        "\n## Collective traces: the Flight Recorder's cost per step of the real trainer's step (3 gloo ranks, on "
+        f"and off, alternating), and a node's collection of every rank's trace at "
+        f"{' and '.join(map(str, args.fr_ranks))} ranks"
+    )
+    res["collectives"] = collectives.run(args.fr_ranks, args.fr_rounds, args.fr_steps, say=print)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -269,6 +290,9 @@ def main() -> int:
     )
     ap.add_argument("--judge-latency", type=float, nargs="+", default=[0.2, 1.0], help="stand-in judge latency, s")
     ap.add_argument("--judge-window", type=float, default=10.0, help="seconds of load per gateway measurement")
+    ap.add_argument("--fr-ranks", type=int, nargs="+", default=[3, 16], help="ranks of the trace collection runs")
+    ap.add_argument("--fr-rounds", type=int, default=4, help="rounds of the recorder on/off step timing")
+    ap.add_argument("--fr-steps", type=int, default=200, help="trainer steps per round")
     args = ap.parse_args()
     m = procstat.machine()
     print(f"machine: {procstat.describe(m)}")

@@ -179,6 +179,7 @@ class Fault:
     # fake NVML a rank loads; what it starts goes to run.holders (ended after the trial).
     prepare: Callable[[Run], dict[str, dict]] | None = None
     judge_timeout: int | None = None  # the managed judge's per-request timeout (default: the harness's)
+    startup_timeout: float | None = None  # the run's startup bound (default: 60 s with Ray, else 30 s)
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -654,14 +655,14 @@ def _trainer(progress_timeout: int, **env: str) -> str:
 
 def _trainer_stepped(run: Run) -> str:
     """Wait until the trainer logged its first step; its log so far."""
-    end = time.monotonic() + TRAINER_UP_S
+    end = time.monotonic() + TRAINER_UP_S + 120  # the startup bound, then the ranks' torch import
     while time.monotonic() < end:
         with contextlib.suppress(OSError):
             text = (run.run_dir / names.driver_log(0)).read_text(errors="replace")
             if "\nstep 1:" in text:
                 return text
         time.sleep(0.2)
-    raise TimeoutError(f"the trainer logged no step within {TRAINER_UP_S:g}s")
+    raise TimeoutError(f"the trainer logged no step within {TRAINER_UP_S + 120:g}s")
 
 
 def _trainer_fault(run: Run) -> None:
@@ -694,7 +695,9 @@ def _trainer_row(
     check: Callable[[Path], list[str]],
 ) -> Fault:
     """A trainer row: the first cause on rank 0 (the driver's node), of `kind`, its first lines saying `words`."""
-    return Fault(name, driver, inject, "fail", 0, (kind,), ray=True, words=words, check=check)
+    return Fault(
+        name, driver, inject, "fail", 0, (kind,), ray=True, words=words, check=check, startup_timeout=TRAINER_UP_S
+    )
 
 
 def _collectives_kept(run_dir: Path) -> list[str]:
@@ -850,7 +853,8 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
         name="faults",
         replicas=REPLICAS,
         driver=fault.driver,
-        startup_timeout=60 if fault.ray else 30,  # three Ray nodes start in 20 s on a loaded 2-core host
+        # three Ray nodes start in 20 s on a loaded 2-core host
+        startup_timeout=fault.startup_timeout or (60 if fault.ray else 30),
         heartbeat_timeout=HB_TIMEOUT,
         teardown_grace=3.0,
         ray=fault.ray,

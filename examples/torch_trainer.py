@@ -143,6 +143,17 @@ class Rank:
         self.dist.destroy_process_group()
 
 
+def started(refs: list[Any]) -> list[Any]:
+    """Every rank up (torch imported, the process group joined), telling the agent the driver is
+    alive meanwhile: starting ranks is progress, and a rank that never joins is bounded by the
+    process group's own timeout (init_process_group raises), not by the agent's progress_timeout."""
+    pending = list(refs)
+    while pending:
+        _ready, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+        driver_api.progress()
+    return ray.get(refs)
+
+
 def gather(refs: list[Any], grace: float = 15.0) -> list[Any]:
     """Every rank's result; when one fails, the others' outcomes too (bounded by `grace`), each said
     in the log, so a rank that died and the collective its peers were left in are both on record."""
@@ -186,7 +197,7 @@ def main() -> int:
         Rank.options(resources={f"node:{a}": 0.001}).remote(i, len(addresses), host, port, checkpoints, _settings())
         for i, a in enumerate(addresses)
     ]
-    for d in ray.get([r.describe.remote() for r in ranks]):
+    for d in started([r.describe.remote() for r in ranks]):
         print(f"rank {d['rank']}: {d['backend']}, {d['parameters']} parameters, pid {d['pid']}", flush=True)
     losses: list[float] = []
     rewards: list[float] = []

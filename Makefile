@@ -93,7 +93,8 @@ strace:
 # (bench-out/projection.png), audit at 1024 and 8192 replicas, log search vs grep, and a driver failure
 # across two NFS-like FUSE clients (bench/netfs.py; root and /dev/fuse), a node's preflight cost and the
 # large-cluster Ray settings against the installed Ray's names (bench/preflight.py), the judge gateway
-# beside direct calls and grade_many against its bound (bench/judges.py); JSON in bench-out/.
+# beside direct calls and grade_many against its bound (bench/judges.py), the Flight Recorder's cost per
+# trainer step and a node's trace collection at 3 and 16 ranks (bench/collectives.py); JSON in bench-out/.
 bench: $(BENCH_STAMP) strace
 	$(PY) -m bench $(BENCH_ARGS)
 

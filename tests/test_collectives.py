@@ -173,3 +173,18 @@ def test_the_recorders_lagging_status_does_not_hide_the_stuck_collective() -> No
     [stuck] = summarise(docs, ["collectives-0.json", "collectives-1.json"]).stuck  # type: ignore[union-attr]
     assert stuck.seq == 6 and "rank 1 never entered all_reduce #6" in stuck.headline()
     assert [r.last_completed for r in stuck.ranks] == [5, 5]
+
+
+def test_the_rendezvous_is_the_spare_port_of_the_ray_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GYM_TRAINER_RENDEZVOUS: a port of the node's held Ray block that Ray never binds, checked free with it."""
+    from agent import driver_api
+    from agent.ray import node
+
+    ports = node._ports_at(20000)
+    taken = {p for f, p in vars(ports).items()} | {ports.dashboard, ports.client_server}
+    assert ports.spare == 20049 and ports.spare not in taken
+    assert node.BLOCK_USED == node.PORT_BLOCK  # _block_free checks the spare port too
+    monkeypatch.setenv(DriverEnv.TRAINER_RENDEZVOUS, "127.0.0.2:20049")
+    assert driver_api.rendezvous() == ("127.0.0.2", 20049)
+    monkeypatch.delenv(DriverEnv.TRAINER_RENDEZVOUS)
+    assert driver_api.rendezvous() is None

@@ -193,9 +193,14 @@ def main() -> int:
     host, port = rendezvous
     checkpoints = os.environ.get(DriverEnv.CHECKPOINT_DIR, ".")
     addresses = plan["addresses"]
+    # One GPU per rank where the node's Ray has GPUs (NCCL on a GPU node; this CPU machine's GPUs are
+    # labels, so torch finds no CUDA and the group is gloo), none on a CPU node.
+    gpus = [1 if n["trainer_gpus"] or n["rollout_gpus"] else 0 for n in plan["nodes"]]
     ranks = [
-        Rank.options(resources={f"node:{a}": 0.001}).remote(i, len(addresses), host, port, checkpoints, _settings())
-        for i, a in enumerate(addresses)
+        Rank.options(num_gpus=g, resources={f"node:{a}": 0.001}).remote(
+            i, len(addresses), host, port, checkpoints, _settings()
+        )
+        for i, (a, g) in enumerate(zip(addresses, gpus, strict=True))
     ]
     for d in started([r.describe.remote() for r in ranks]):
         print(f"rank {d['rank']}: {d['backend']}, {d['parameters']} parameters, pid {d['pid']}", flush=True)

@@ -181,7 +181,7 @@ def test_the_rendezvous_is_the_spare_port_of_the_ray_block(monkeypatch: pytest.M
     from agent.ray import node
 
     ports = node._ports_at(20000)
-    taken = {p for f, p in vars(ports).items()} | {ports.dashboard, ports.client_server}
+    taken = set(vars(ports).values()) | {ports.dashboard, ports.client_server}
     assert ports.spare == 20049 and ports.spare not in taken
     assert node.BLOCK_USED == node.PORT_BLOCK  # _block_free checks the spare port too
     monkeypatch.setenv(DriverEnv.TRAINER_RENDEZVOUS, "127.0.0.2:20049")

@@ -115,7 +115,10 @@ def test_the_rank_that_never_joined_the_collective_is_named(
 
 
 def test_the_hook_never_imports_torch(tmp_path: Path) -> None:
-    """A process that imports agent.driver_api but not torch answers that it has none; torch stays unimported."""
+    """A process that imports agent.driver_api but not torch answers that it has none; torch stays
+    unimported. Its folder's path is longer than a Unix socket's address may be: the hook still binds."""
+    tmp_path = tmp_path / ("deep" * 25)
+    tmp_path.mkdir()
     code = "import sys, time\nfrom agent import driver_api\nprint('torch' in sys.modules, flush=True)\ntime.sleep(60)\n"
     p = subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path), stdout=subprocess.PIPE)
     try:

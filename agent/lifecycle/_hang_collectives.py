@@ -1,6 +1,7 @@
 """A hang's collective traces on this node (collectives-RANK.json), taken with its stacks: the
 processes HangStacks reads are asked for their Flight Recorder (agent/stacks/collectives.py),
-within stack_dump_timeout, before anything is torn down; written beside stacks-RANK.json."""
+within COLLECT_S (at most stack_dump_timeout), before anything is torn down; written beside
+stacks-RANK.json."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ __all__ = ["HangCollectives"]
 
 log = logging.getLogger(__name__)
 
+# A dump takes ~0.05 s; a process whose hook cannot answer (its GIL held) must not eat the stacks'
+# own bound, which the driver's node waits for on every peer.
+COLLECT_S = 5.0
+
 
 class HangCollectives:
     def __init__(self, ctx: RunContext) -> None:
@@ -28,7 +33,7 @@ class HangCollectives:
         folder = self.ctx.local_dir
         if folder is None or self.fields is not None:
             return
-        timeout = self.ctx.config.coordination.stack_dump_timeout
+        timeout = min(COLLECT_S, self.ctx.config.coordination.stack_dump_timeout)
         self.fields = collectives.collect(targets, dump_dir=folder, timeout=timeout, reason=reason)
 
     def publish(self) -> None:

@@ -49,8 +49,8 @@ for _ in range(steps):
     step()
 print(json.dumps({"ms_per_step": 1000 * (time.perf_counter() - t0) / steps}), flush=True)
 if mode == "hang":
+    print("stuck", flush=True)  # before: the others never return from their all_reduce
     if rank != 1:
         dist.all_reduce(torch.ones(4))
-    print("stuck", flush=True)
     time.sleep(3600)
 dist.destroy_process_group()

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ def collection(world: int, say: Callable[[str], None]) -> dict[str, Any]:
                 assert p.stdout is not None
                 p.stdout.readline()  # its step figure
                 assert p.stdout.readline().strip() == "stuck"
+            time.sleep(1.0)  # every rank inside (or past) its last step
             targets = [describe(p.pid, "ray_worker") for p in procs]
             first = collectives.collect(targets, dump_dir=folder, timeout=30, reason="hang")
             again = collectives.collect(targets, dump_dir=folder, timeout=30, reason="hang")

@@ -53,7 +53,11 @@ def _start(world: int, steps: int, mode: str, buffer: str, folder: str) -> list[
     cmd = [sys.executable, str(RANK)]
     return [
         subprocess.Popen(
-            [*cmd, str(r), str(world), str(port), str(steps), mode], env=env, stdout=subprocess.PIPE, text=True
+            [*cmd, str(r), str(world), str(port), str(steps), mode],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # the stuck ranks' tracebacks when they are killed
+            text=True,
         )
         for r in range(world)
     ]

@@ -17,7 +17,7 @@ endif
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,skypilot]'
+	$(PY) -m pip install -q -e '.[test,skypilot,trainer]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -94,16 +94,18 @@ test-engines: $(STAMP) engines
 test-long: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -m long -n $(TEST_WORKERS) --dist loadgroup
 
+# The demo's trainer is a real one (examples/torch_trainer.py: torch.distributed across the three
+# replicas, the `trainer` extra's torch, which the install above brings for the suite's gloo tests too).
 demo: $(STAMP)
 	$(VENV)/bin/gym-launch validate examples/three-node.toml
-	$(VENV)/bin/gym-launch plan examples/demo.toml
-	$(VENV)/bin/gym-launch local examples/demo.toml --output-root $(DEMO_OUT) --uuid $(DEMO_UUID)
+	$(VENV)/bin/gym-launch plan examples/trainer.toml
+	$(VENV)/bin/gym-launch local examples/trainer.toml --output-root $(DEMO_OUT) --uuid $(DEMO_UUID)
 	$(VENV)/bin/gym-audit $(DEMO_OUT)/cluster/$(DEMO_UUID) --html $(DEMO_OUT)/$(DEMO_UUID)-audit.html
 	@echo "audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,skypilot,bench]'
+	$(PY) -m pip install -q -e '.[test,skypilot,trainer,bench]'
 	touch $(BENCH_STAMP)
 
 # FS operations are also counted from outside the agents with strace (Debian's package).
@@ -116,7 +118,8 @@ strace:
 # (bench-out/projection.png), audit at 1024 and 8192 replicas, log search vs grep, and a driver failure
 # across two NFS-like FUSE clients (bench/netfs.py; root and /dev/fuse), a node's preflight cost and the
 # large-cluster Ray settings against the installed Ray's names (bench/preflight.py), the judge gateway
-# beside direct calls and grade_many against its bound (bench/judges.py); JSON in bench-out/.
+# beside direct calls and grade_many against its bound (bench/judges.py), the Flight Recorder's cost per
+# trainer step and a node's trace collection at 3 and 16 ranks (bench/collectives.py); JSON in bench-out/.
 bench: $(BENCH_STAMP) strace
 	$(PY) -m bench $(BENCH_ARGS)
 

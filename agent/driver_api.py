@@ -4,7 +4,8 @@ and `progress(step)`, the cheapest way to tell the agent that it is not hung.
 The agent tells the driver everything through its environment (schemas.DriverEnv names it).
 Importing this module in a process the agent started arms a fallback stack dump (faulthandler on
 agent.proc.driver_local.STACK_SIGNAL, into a node-local file): where py-spy cannot attach, the
-agent can still record that process's stacks when the run hangs.
+agent can still record that process's stacks when the run hangs; with GYM_COLLECTIVE_TRACE set it
+also answers for its collectives (agent/proc/collective_hook.py, never importing torch itself).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent.proc import driver_local
+from agent.proc import collective_hook, driver_local
 from schemas import DriverEnv, RunDir, Writer, WriterKind, names, records
 
-__all__ = ["connect_ray", "plan", "progress", "registry", "run_file", "write_result"]
+__all__ = ["connect_ray", "plan", "progress", "registry", "rendezvous", "run_file", "write_result"]
 
 _board: driver_local.BoardWriter | driver_local._NoBoard | None = None  # opened at the first call
 
@@ -54,6 +55,27 @@ def _arm_stack_dump() -> None:
 
 
 _arm_stack_dump()
+
+
+def _arm_collective_trace() -> None:
+    # [driver] collective_trace: answer for this process's Flight Recorder on a hang. The hook never
+    # imports torch; a process that never imports torch.distributed answers that it has none.
+    folder = os.environ.get(DriverEnv.STACK_DUMP_DIR)
+    if os.environ.get(DriverEnv.COLLECTIVE_TRACE) == "1" and folder and os.path.isdir(folder):
+        collective_hook.arm(folder)
+
+
+_arm_collective_trace()
+
+
+def rendezvous() -> tuple[str, int] | None:
+    """(host, port) for a trainer's torch.distributed rendezvous: the driver's node and a port the
+    agent holds for it (its Ray block's spare port). None without Ray."""
+    raw = os.environ.get(DriverEnv.TRAINER_RENDEZVOUS)
+    if not raw:
+        return None
+    host, _, port = raw.rpartition(":")
+    return host, int(port)
 
 
 def connect_ray(**kwargs: Any) -> Any:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from schemas.records import PhaseSpan as PhaseSpan  # re-exported: the audit's modules name it here
 
-if TYPE_CHECKING:  # the hang's stacks reader is imported only for a run that kept stacks
+if TYPE_CHECKING:  # a hang's readers (stacks, collectives) are imported only for a run that kept them
+    from audit._collectives import Summary as CollectivesSummary
     from audit.stacks import Summary as StacksSummary
 
 __all__ = [
@@ -264,6 +265,7 @@ class AuditResult:
     unfit: dict[str, Any] | None = None
     ray_startup: dict[str, Any] | None = None  # each node's Ray join time (audit/_ray_startup.py)
     stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
+    collectives: CollectivesSummary | None = None  # the collective a hang stopped in (audit/_collectives.py)
     judge_gateways: dict[str, Any] | None = None  # per judge, from its gateway's log (audit/_gateway_stats.py)
 
     @property
@@ -304,5 +306,6 @@ class AuditResult:
             "unfit": self.unfit,
             "ray_startup": self.ray_startup,
             "stacks": self.stacks.to_json() if self.stacks is not None else None,
+            "collectives": self.collectives.to_json() if self.collectives is not None else None,
             "judge_gateways": self.judge_gateways,
         }

@@ -14,6 +14,7 @@ from audit._doorbell import describe as describe_doorbell
 from audit._filesystem import describe as describe_filesystem
 from audit._model import AuditResult, Cause, Finding, NodeMap, PhaseSpan, RankSummary
 from audit._report_charts import bar_chart, line_chart
+from audit._report_collectives import collectives_html
 from audit._report_text import cause_headline
 from audit._sanitize import clean_text
 from audit.stacks import NO_LOCKS
@@ -453,6 +454,7 @@ def _first_cause_html(result: AuditResult) -> list[str]:
     if fc.binding is not None:
         judge = f" (judge <code>{_e(fc.judge)}</code>)" if fc.judge else ""
         parts.append(f'<p id="binding">Binding <code>{_e(fc.binding)}</code>{judge}.</p>')
+    parts.append(collectives_html(result.collectives))
     parts.append(_stacks_html(result))
     if fc.log:
         parts.append(f"<p>Log <code>{_e(fc.log)}</code>:</p>")

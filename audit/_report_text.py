@@ -13,7 +13,8 @@ from audit._restarts import REFUSED
 from audit._sanitize import terminal_safe as _t
 from schemas import names, timefmt
 
-if TYPE_CHECKING:  # the hang's stacks reader loads only for a run that kept stacks
+if TYPE_CHECKING:  # a hang's readers (stacks, collectives) load only for a run that kept them
+    from audit._collectives import Summary as CollectivesSummary
     from audit.stacks import Summary as StacksSummary
 
 __all__ = ["cause_headline", "fmt_time", "render"]
@@ -149,7 +150,10 @@ def _entered(a: AttemptSummary) -> str:
 
 
 def _first_cause_lines(
-    fc: Cause, unfit: dict[str, Any] | None = None, stacks: StacksSummary | None = None
+    fc: Cause,
+    unfit: dict[str, Any] | None = None,
+    stacks: StacksSummary | None = None,
+    collectives: CollectivesSummary | None = None,
 ) -> list[str]:
     """The first cause's block: its headline (rank, kind, phase, time, message), a hang's odd one
     out, one line of context (who reported it, when in its agent's life, the binding, an unfit
@@ -162,7 +166,9 @@ def _first_cause_lines(
         from audit.stacks import WAITING
 
         odd = [ln for ln in stack_lines if ln.startswith(("odd one out: ", WAITING))]
-    lines += [_t(f"  {ln}") for ln in odd[:1]]  # where the run was stuck, named before anything else
+    collective = collectives.lines() if collectives is not None and collectives.named else []
+    # Where the run was stuck, named before anything else: the collective, else the odd stack.
+    lines += [_t(f"  {ln}") for ln in (collective or odd)[:1]]
     context = []
     if fc.reported_by is not None:
         context.append(f"no record from rank {fc.rank}; reported by rank {fc.reported_by}")
@@ -179,6 +185,7 @@ def _first_cause_lines(
         lines += [_t(f"    | {ln}") for ln in fc.excerpt]
     if fc.ray_logs:
         lines.append(_t(f"  Ray's own logs of rank {fc.rank}: {', '.join(fc.ray_logs)}"))
+    lines += [_t(f"  {ln}") for ln in collective[1:]]  # each rank's part in it, other groups
     if stack_lines:  # every node's stacks, grouped: the odd ones out first
         head, *rest = stack_lines
         lines += [_t(f"  {head}:")] + [_t(f"    {line}") for line in rest]
@@ -194,7 +201,7 @@ def render(result: AuditResult, *, show_info: bool = True) -> str:
     # A restart the caps refused is why the run stopped now: said before the attempts' causes.
     lines += [_t(f"  restarts stopped ({f.code}): {f.message}") for f in result.findings if f.code == REFUSED]
     if result.first_cause is not None:
-        lines += _first_cause_lines(result.first_cause, result.unfit, result.stacks) + [""]
+        lines += _first_cause_lines(result.first_cause, result.unfit, result.stacks, result.collectives) + [""]
     elif result.unfit:
         lines.append(_t(f"  unfit node(s): {result.unfit.get('exclude')}"))
     lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")

@@ -63,6 +63,7 @@ from schemas.lenient import as_str
 from schemas.records import DriverResultRecord, HeartbeatRecord
 
 if TYPE_CHECKING:  # the readers of a hang's stacks and of the judge gateways load only for a run that has them
+    from audit._collectives import Summary as CollectivesSummary
     from audit.stacks import Summary as StacksSummary
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
@@ -289,6 +290,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
             ray_startup=startup_table(ctx),
             stacks=_stacks(run, expected),
+            collectives=_collectives(run, safe, first),
             judge_gateways=_gateways(run) if ctx.plan.bindings else None,
         )
         # The one redaction (schemas/credentials.py) before any report: the files may come from an
@@ -386,6 +388,19 @@ def _unfit(nodes: list[Any], scheduler: str | None) -> dict[str, Any] | None:
     if not nodes:
         return None
     return {"scheduler": scheduler, "nodes": [n.to_json() for n in nodes], "exclude": exclude_line(scheduler, nodes)}
+
+
+def _collectives(run: Any, safe: SafeDir, first: Cause | None) -> CollectivesSummary | None:
+    """Every rank's collectives-RANK.json (a hang's Flight Recorder dumps), analysed together; and
+    what a failed process group said in the first cause's log."""
+    docs = {r: art.doc for art in run.by_schema("collectives") if (r := rank_of(art)) is not None and art.doc}
+    if not docs and first is None:
+        return None  # a run that passed: neither reader is loaded (the audit's start-up stays lean)
+    from audit._collective_errors import process_group_errors
+    from audit._collectives import summarise
+
+    errors = process_group_errors(safe, first.log) if first is not None else ()
+    return summarise(docs, sorted(names.collectives(r) for r in docs), errors)
 
 
 def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:

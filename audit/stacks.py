@@ -222,8 +222,8 @@ def _leaf(path: str) -> str:
 
 
 # The modules of ours a driver's frames pass through (its progress() calls, the judge client):
-# wrappers, like Ray's, never the user's frame.
-OURS = ("/agent/driver_api.py", "/agent/proc/driver_local.py", "/agent/judges/")
+# wrappers, like Ray's, never the user's frame; the collective-trace hook's idle thread is never a waiting thread.
+OURS = ("/agent/driver_api.py", "/agent/proc/driver_local.py", "/agent/proc/collective_hook.py", "/agent/judges/")
 
 
 def _own(path: str) -> bool:

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
-    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges engines]
-                    [--out bench-out]
+    python -m bench [--only coordination skew projection audit logs netfs preflight hang judges engines
+                     collectives] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -19,6 +19,7 @@ from pathlib import Path
 from . import (
     audit_logs,
     audit_scale,
+    collectives,
     coordination,
     engines,
     fstrace,
@@ -33,7 +34,19 @@ from .clusters import Settings
 
 # The log search first: its peak-RSS figure is this process's peak. The projection after the
 # coordination runs, whose measured points it plots too.
-PARTS = ("logs", "audit", "coordination", "skew", "projection", "netfs", "preflight", "hang", "judges", "engines")
+PARTS = (
+    "logs",
+    "audit",
+    "coordination",
+    "skew",
+    "projection",
+    "netfs",
+    "preflight",
+    "hang",
+    "judges",
+    "engines",
+    "collectives",
+)
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -264,6 +277,15 @@ def part_engines(args: argparse.Namespace, res: dict) -> None:
     print(engines.table(out))
 
 
+def part_collectives(args: argparse.Namespace, res: dict) -> None:
+    print(
+        "\n## Collective traces: the Flight Recorder's cost per step of the real trainer's step (3 gloo ranks, on "
+        f"and off, alternating), and a node's collection of every rank's trace at "
+        f"{' and '.join(map(str, args.fr_ranks))} ranks"
+    )
+    res["collectives"] = collectives.run(args.fr_ranks, args.fr_rounds, args.fr_steps, say=print)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -293,6 +315,9 @@ def main() -> int:
     ap.add_argument("--judge-latency", type=float, nargs="+", default=[0.2, 1.0], help="stand-in judge latency, s")
     ap.add_argument("--judge-window", type=float, default=10.0, help="seconds of load per gateway measurement")
     ap.add_argument("--engine-idle", type=float, default=30.0, help="seconds the engines part measures idle cost")
+    ap.add_argument("--fr-ranks", type=int, nargs="+", default=[3, 16], help="ranks of the trace collection runs")
+    ap.add_argument("--fr-rounds", type=int, default=4, help="rounds of the recorder on/off step timing")
+    ap.add_argument("--fr-steps", type=int, default=200, help="trainer steps per round")
     args = ap.parse_args()
     m = procstat.machine()
     print(f"machine: {procstat.describe(m)}")

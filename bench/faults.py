@@ -181,7 +181,7 @@ class Fault:
     prepare: Callable[[Run], dict[str, dict]] | None = None
     judge_timeout: int | None = None  # the managed judge's per-request timeout (default: the harness's)
     engine: bool = False  # the managed judge is a real vLLM (`make engines`; the row skips without it)
-    startup_timeout: float | None = None  # the spec's (default: 60 s with Ray, else 30 s)
+    startup_timeout: float | None = None  # the run's startup bound (default: 60 s with Ray, else 30 s)
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -714,6 +714,73 @@ def _both(*checks: Callable[[Path], list[str]]) -> Callable[[Path], list[str]]:
     return lambda run_dir: [p for c in checks for p in c(run_dir)]
 
 
+# The real trainer (examples/torch_trainer.py, issue 49): gloo across the three nodes, one rank each.
+# Its collective timeout (300 s) is far beyond progress_timeout (the agent calls the hang first) and
+# the trial's bound (the teardown ends the ranks); a peer that vanished fails gloo at once anyway.
+TRAINER = REPO / "examples" / "torch_trainer.py"
+TRAINER_UP_S = 240.0  # three Ray nodes and three ranks importing torch on a loaded 2-core host
+
+
+def _trainer(progress_timeout: int, **env: str) -> str:
+    settings = ", ".join(f'{k} = "{v}"' for k, v in {**env, "TRAINER_COLLECTIVE_TIMEOUT": "300"}.items())
+    return (
+        f'command = ["python", "{TRAINER}"]\nprogress_timeout = {progress_timeout}\ncollective_trace = true\n'
+        f"env = {{{settings}}}"
+    )
+
+
+def _trainer_stepped(run: Run) -> str:
+    """Wait until the trainer logged its first step; its log so far."""
+    end = time.monotonic() + TRAINER_UP_S + 120  # the startup bound, then the ranks' torch import
+    while time.monotonic() < end:
+        with contextlib.suppress(OSError):
+            text = (run.run_dir / names.driver_log(0)).read_text(errors="replace")
+            if "\nstep 1:" in text:
+                return text
+        time.sleep(0.2)
+    raise TimeoutError(f"the trainer logged no step within {TRAINER_UP_S + 120:g}s")
+
+
+def _trainer_fault(run: Run) -> None:
+    """The fault is in the trainer itself (a skipped all_reduce, a wrong size): from its first step."""
+    _trainer_stepped(run)
+    run.fault()
+
+
+def _kill_trainer_rank(run: Run) -> None:
+    """SIGKILL rank 1's process (its pid from the trainer's log) while it sleeps inside step 2."""
+    text = _trainer_stepped(run)
+    pid = next(int(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("rank 1: ") and " pid " in ln)
+    time.sleep(1.0)
+    run.fault()
+    os.kill(pid, signal.SIGKILL)
+
+
+def _no_hang(run_dir: Path) -> list[str]:
+    """A failed process group is an error, not a hang: no stacks or collectives were kept."""
+    kept = [n for r in range(REPLICAS) for n in (names.stacks(r), names.collectives(r)) if (run_dir / n).exists()]
+    return [f"a hang was called ({', '.join(kept)})"] if kept else []
+
+
+def _trainer_row(
+    name: str,
+    driver: str,
+    inject: Callable[[Run], None],
+    kind: str,
+    words: tuple[str, ...],
+    check: Callable[[Path], list[str]],
+) -> Fault:
+    """A trainer row: the first cause on rank 0 (the driver's node), of `kind`, its first lines saying `words`."""
+    return Fault(
+        name, driver, inject, "fail", 0, (kind,), ray=True, words=words, check=check, startup_timeout=TRAINER_UP_S
+    )
+
+
+def _collectives_kept(run_dir: Path) -> list[str]:
+    docs = {r: _try(run_dir, names.collectives(r)) for r in range(REPLICAS)}
+    return [f"no {names.collectives(r)}" for r, d in docs.items() if not d]
+
+
 SETUP["judge-never-answers"] = {f"r{r}": {"env": WEDGED_ENV} for r in range(REPLICAS)}
 FAULTS += (
     Fault(
@@ -755,6 +822,30 @@ FAULTS += (
         judges=True,
         judge_timeout=3,
         check=lambda run_dir: _judge_named(run_dir, "general"),
+    ),
+    _trainer_row(
+        "trainer-skips-all-reduce",
+        _trainer(8, TRAINER_SKIP="1:2"),
+        _trainer_fault,
+        "hang",
+        ("rank 1 never entered all_reduce #4 of default_pg",),
+        _collectives_kept,
+    ),
+    _trainer_row(
+        "trainer-sizes-differ",
+        _trainer(120, TRAINER_SIZE_MISMATCH="1:2"),
+        _trainer_fault,
+        "driver_exit",
+        ("process group error", "Received data size doesn't match expected size"),
+        _no_hang,
+    ),
+    _trainer_row(
+        "trainer-rank-killed",
+        _trainer(120, TRAINER_STEP_SLEEP="4"),
+        _kill_trainer_rank,
+        "driver_exit",
+        ("a rank's process died: Rank pid", "its peers failed in all_reduce"),
+        _no_hang,
     ),
 )
 

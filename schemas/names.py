@@ -66,6 +66,7 @@ __all__ = [
     "attempt_refused",
     "claimed_attempts",
     "cleanup",
+    "collectives",
     "current_attempt",
     "driver_log",
     "failure",
@@ -285,6 +286,11 @@ def grades_segment(relpath: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
+def collectives(rank: int) -> str:
+    """The collective traces (Flight Recorder) of rank's processes that use torch.distributed, on a hang."""
+    return f"collectives-{rank}.json"
+
+
 def stacks(rank: int) -> str:
     """The stacks of every process rank's agent supervised, taken before a hang's teardown."""
     return f"stacks-{rank}.json"
@@ -414,6 +420,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("judge-degraded", re.compile(r"^judge_degraded-(\d+)\.json$")),
     # stacks-RANK.json (a hang's), or stacks-RANK-REQUEST.json (an answer to gym-launch stacks)
     Artifact("stacks", re.compile(r"^stacks-(\d+)(?:-[0-9a-f]{8,32})?\.json$")),
+    Artifact("collectives", re.compile(r"^collectives-(\d+)\.json$")),
     Artifact("stacks-request", re.compile(r"^stack-requests/request-[0-9a-f]{8,32}\.json$")),
     Artifact("gateway", re.compile(r"^gateway-([a-z][a-z0-9_-]*)\.json$")),
 )

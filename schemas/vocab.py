@@ -270,6 +270,12 @@ class DriverEnv:
     # and the folder where a process that imported agent.driver_api keeps its faulthandler dump file.
     PROGRESS_FILE = "GYM_PROGRESS_FILE"
     STACK_DUMP_DIR = "GYM_STACK_DUMP_DIR"
+    # [driver] collective_trace: set (to 1) where a process that imports agent.driver_api answers for
+    # its Flight Recorder on a hang (agent/proc/collective_hook.py), in STACK_DUMP_DIR.
+    COLLECTIVE_TRACE = "GYM_COLLECTIVE_TRACE"
+    # host:port a trainer's torch.distributed rendezvous may use: the driver's node and the spare port
+    # of its Ray port block (held by the agent, never bound by Ray).
+    TRAINER_RENDEZVOUS = "GYM_TRAINER_RENDEZVOUS"
 
 
 class ResumeEnv:

@@ -288,3 +288,20 @@ def test_imports_inside_the_project_are_absolute() -> None:
             if isinstance(node, ast.ImportFrom) and node.level:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not found, "use absolute imports: " + ", ".join(found)
+
+
+# The training framework is the user's (the `trainer` extra, issue 49): the agent, the launcher, the
+# audit and the schemas never import it, even in a function; a driver's process answers for its
+# collectives by looking torch up in sys.modules (agent/proc/collective_hook.py).
+TRAINING_FRAMEWORKS = ("torch",)
+
+
+def test_no_project_module_imports_a_training_framework() -> None:
+    found = [f"{e.source}:{e.line}: imports {e.target}" for e in all_edges() if _top(e.target) in TRAINING_FRAMEWORKS]
+    assert not found, "\n".join(found)
+
+
+def test_the_framework_rule_sees_a_function_level_import(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden.py"
+    hidden.write_text("def f():\n    import torch.distributed as dist\n", encoding="utf-8")
+    assert [e.target for e in edges_of("agent.hidden", hidden, {})] == ["torch.distributed"]

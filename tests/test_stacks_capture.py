@@ -19,8 +19,9 @@ import pytest
 from agent.stacks import _pyspy as pyspy
 from agent.stacks._targets import describe
 from agent.stacks.capture import capture
-from schemas import DriverEnv, violations
+from schemas import DriverEnv
 from schemas.vocab import StackReason
+from tests.harness.documents import checked
 
 capture_mod = importlib.import_module("agent.stacks.capture")  # the module (the package exports its function)
 BLOCKED = """
@@ -59,19 +60,7 @@ def blocked(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
 
 
 def record(fields: dict) -> dict:
-    doc = {
-        "schema": "stacks",
-        "schema_version": 1,
-        "fingerprint": "f" * 64,
-        "rank": 0,
-        "incarnation": "me",
-        "writer": "agent",
-        "written_at": 1.0,
-        "attempt": 1,
-        **fields,
-    }
-    assert not violations("stacks", doc), violations("stacks", doc)
-    return doc
+    return checked("stacks", fields)
 
 
 def test_py_spy_reads_a_blocked_process_without_its_locals(blocked: Callable[..., subprocess.Popen]) -> None:

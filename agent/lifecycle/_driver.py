@@ -23,7 +23,7 @@ from agent.lifecycle._driver_stop import DriverStop, await_driver_node
 from agent.lifecycle._evidence_tail import EvidenceTail
 from agent.lifecycle._progress_watch import ProgressThread, ProgressWatch, Sources, board_reader, evidence_source
 from agent.preflight.runtime import driver_env_values
-from agent.proc import driver_local
+from agent.proc import collective_hook, driver_local
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray.runtime import RayRuntime
 from schemas import DriverEnv, FailureKind, Phase, credentials, names, records
@@ -77,12 +77,22 @@ class DriverRuntime:
             DriverEnv.DRIVER_RESULT: str(run.path / names.DRIVER_RESULT),
             **({DriverEnv.PROGRESS_FILE: self._board} if self._board else {}),
             **({DriverEnv.STACK_DUMP_DIR: ctx.local_dir} if ctx.local_dir else {}),
+            **collective_hook.env(
+                ctx.config.driver.collective_trace, ctx.local_dir, {**os.environ, **ctx.config.driver.env}
+            ),
+            **self._rendezvous_env(),
             **({DriverEnv.STOP_FILE: str(run.path / names.DRIVER_STOP)} if self._grace() else {}),
             **self._run_file_env(),
             **self.judges.driver_env(),
             **self._spec_env(),
         }
         return child_env(extra)
+
+    def _rendezvous_env(self) -> dict[str, str]:
+        """GYM_TRAINER_RENDEZVOUS: this node and the spare port of its Ray block, for a trainer's
+        torch.distributed rendezvous (the driver runs here)."""
+        port = self.ray.rendezvous_port
+        return {DriverEnv.TRAINER_RENDEZVOUS: f"{self.ctx.address}:{port}"} if port is not None else {}
 
     def _miles_env(self, topo: Topology) -> dict[str, str]:
         """What open-instruct's MILES launcher gives its trainer besides the judge registry: the

@@ -26,6 +26,7 @@ from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.failure import Failure
 from agent.lifecycle._driver import DriverRuntime
+from agent.lifecycle._hang_collectives import HangCollectives
 from agent.stacks import Capture, StackReason, capture, supervised
 from agent.stacks.capture import trigger_of
 from schemas import FailureKind, names
@@ -59,6 +60,7 @@ class HangStacks:
         self.published = False  # stacks-RANK.json is in the run directory
         self.driver_node = False  # set once the topology is known: this node waits for the others
         self._lock = threading.Lock()  # the progress watch and the supervisor may both ask: one capture
+        self.collectives = HangCollectives(ctx)  # torch.distributed's Flight Recorder, asked alongside
 
     def take(self) -> None:
         """The supervisor's before-stop hook: every supervised process's stacks, while they still
@@ -84,6 +86,7 @@ class HangStacks:
 
     def _capture(self, reason: StackReason, failure: Failure) -> Capture:
         targets, more = supervised(self.ctx.supervisor.groups(), MAX_PROCESSES)
+        self.collectives.take(targets, str(reason))  # first: py-spy pauses each process it reads
         return capture(
             targets,
             reason=reason,
@@ -102,6 +105,7 @@ class HangStacks:
         helper.join(seconds)
 
     def _publish(self) -> None:
+        self.collectives.publish()
         taken = self.taken
         if taken is None or self.published:
             return
@@ -126,6 +130,7 @@ class HangStacks:
     def write(self, keeper: RecordKeeper) -> None:
         """stacks-RANK.json when the stop could not write it (kept on this node and retried when the
         run directory refuses it); the console says where they are."""
+        self.collectives.write(keeper)
         taken = self.taken
         if taken is None:
             return

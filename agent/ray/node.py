@@ -87,6 +87,12 @@ class RayPorts:
         return self.min_worker - 1
 
     @property
+    def spare(self) -> int:
+        """The block's last port: Ray never binds it; a trainer's torch.distributed rendezvous may
+        (GYM_TRAINER_RENDEZVOUS). Checked free with the others and held with the block."""
+        return self.gcs + PORT_BLOCK - 1
+
+    @property
     def client_server(self) -> int:
         """The head's Ray Client server, after the worker range: Ray's fixed default (10001) would
         be shared by every head on a host, and the second one's `ray start --block` ends the node."""
@@ -94,7 +100,7 @@ class RayPorts:
 
 
 PORT_BLOCK = ports.PORT_BLOCK  # ports per node: 7 singles, the dashboard, the worker range, the client server
-BLOCK_USED = 8 + WORKER_PORT_SPAN + 1
+BLOCK_USED = 8 + WORKER_PORT_SPAN + 2  # ... and the spare port (RayPorts.spare)
 
 
 def pick_ports(run_key: str, slot: int, slots: int, ephemeral: tuple[int, int] | None = None) -> RayPorts:

@@ -17,7 +17,7 @@ from agent.coord.context import RunContext
 from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.waits import poll_until
-from agent.proc import start_slots
+from agent.proc import collective_hook, start_slots
 from agent.proc.supervisor import ExitPolicy, child_env
 from agent.ray import _large_cluster as large_cluster
 from agent.ray import _logs as ray_logs
@@ -63,6 +63,7 @@ class RayRuntime:
         self.replicas = replicas
         self.probe_log_fd = probe_log_fd  # the readiness probe's stderr: the agent's own log
         self.gcs_address = ""  # the head picks it; a worker reads it from ray-head.json
+        self.rendezvous_port: int | None = None  # this node's block's spare port, once Ray started here
         self.temp_dir = ""  # Ray's local temp dir, once this node starts Ray
         self._extra_env: dict[str, str] = {}
         self.ray_nodes = len(ctx.plan.ray_nodes)
@@ -148,6 +149,7 @@ class RayRuntime:
             if topo.is_head:
                 self.gcs_address = f"{ctx.address}:{ports.gcs}"
             if self._spawn_in_slot(topo, ports):
+                self.rendezvous_port = ports.spare
                 return attempt, ports
         log = names.ray_log(ctx.rank)
         raise ctx.fail(
@@ -299,6 +301,8 @@ class RayRuntime:
         env.update(self._extra_env)
         if ctx.local_dir is not None:  # a task or actor that imports agent.driver_api arms the fallback dump
             env[DriverEnv.STACK_DUMP_DIR] = ctx.local_dir
+        # ... and, with [driver] collective_trace, answers for its collectives on a hang.
+        env.update(collective_hook.env(ctx.config.driver.collective_trace, ctx.local_dir, {**os.environ, **env}))
         return env
 
     def _wait_up(self, topo: Topology, ports: ray_node.RayPorts, early: list[int], log: str) -> bool:

@@ -696,6 +696,14 @@ class DriverConfig:
         "bound on the first progress (progress_timeout = 0 turns both off)",
         rule=HANG_RULE,
     )
+    collective_trace: bool | None = key(
+        keys.Bool(),
+        None,
+        doc="arm PyTorch's Flight Recorder for the driver and its Ray workers (TORCH_FR_BUFFER_SIZE) and, on a "
+        "hang, keep each torch.distributed process's collectives (collectives-RANK.json; the process must have "
+        "imported agent.driver_api); absent: on when torch is importable by the agent's Python",
+        derived="on when torch is importable",
+    )
     trains: bool = key(
         keys.Bool(),
         True,

@@ -9,7 +9,6 @@ recorder's own last completed and last enqueued sequence ids.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from agent.ground import clock
@@ -25,6 +24,8 @@ BACKEND_PREFIXES = ("gloo:", "nccl:", "ucc:", "mpi:")
 
 def collect(targets: list[Target], *, dump_dir: str, timeout: float, reason: str) -> dict[str, Any] | None:
     """The record's fields, or None when no target answered (no process uses torch.distributed)."""
+    from concurrent.futures import ThreadPoolExecutor, wait  # loaded on a hang only: an idle agent stays lean
+
     t0 = clock.mono()
     started_at = clock.wall()
     deadline = t0 + timeout

@@ -272,7 +272,9 @@ def test_the_agents_library_log_records_and_the_kept_ray_logs_are_redacted(tmp_p
     saved = list(root.handlers), root.level
     try:
         _logsetup.configure("[rank 0]", fd, console_fd=null)
-        logging.getLogger("httpx").warning("POST with --api-key %s and %s", FLAG_VALUE, TOKEN)
+        # A library's logger of its own name: one a library imported earlier in this worker (httpx's,
+        # say) may have been quietened, which would make the record vanish rather than be redacted.
+        logging.getLogger("gym.test.some_library").warning("POST with --api-key %s and %s", FLAG_VALUE, TOKEN)
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])

@@ -101,7 +101,7 @@ ONE_NODE = 'name = "onenode"\n' + EVALUATION + POLICY + judge_tables()
 
 def test_seed_001_policy_spans_its_pools_two_nodes_and_the_driver_runs_on_the_first(tmp_path: Path) -> None:
     p = plan_of(tmp_path, SEED_001)
-    assert p.policy_nodes == (0, 1) and p.driver_node == 0
+    assert p.policy_nodes == (0, 1) and p.driver_node == 0 and p.driver_placement == "policy"
     assert [(n.pool, n.policy_gpus, dict(n.judges)) for n in p.nodes] == [
         ("policy", 8, {}),
         ("policy", 8, {}),

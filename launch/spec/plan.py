@@ -510,8 +510,11 @@ def placement_problems(config: RunConfig) -> list[Problem]:
 
 
 def driver_placement(config: RunConfig) -> str:
-    """The driver's placement: the spec's, except that a run without a trainer (an evaluation run,
+    """The driver's placement: the spec's, except that a run with a policy service puts it on the
+    policy's first node (``"policy"``, seed 001), and a run without a trainer (an evaluation run,
     ``trainer.nodes = 0``) has no trainer rank 0, so its driver goes where ``"inference"`` puts it."""
+    if config.policy.managed:
+        return "policy"
     return "inference" if config.trainer.nodes == 0 else config.driver.placement
 
 

@@ -1224,6 +1224,10 @@ def table(results: list[Trial]) -> str:
     return "\n".join(rows)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=3)
@@ -1243,6 +1247,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"faults: unknown fault(s) {unknown}; --list shows them", file=sys.stderr)
         return 2
     chosen = [known[n] for n in args.only] if args.only else list(FAULTS)
+    # SIGTERM (a user's `kill`, a CI's cancel) unwinds like Ctrl-C: each trial's `finally` ends its agents.
+    signal.signal(signal.SIGTERM, _terminated)
     base = Path(tempfile.mkdtemp(prefix="gym-faults-", dir="/tmp"))
     progress = (lambda _line: None) if args.json else print
     try:

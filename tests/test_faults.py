@@ -57,3 +57,42 @@ def test_slurm_rows_are_skipped_with_the_reason_where_slurm_cannot_run(monkeypat
 
 def test_a_slurm_exit_code_reads_as_a_process_exit() -> None:
     assert [faults.faults_slurm._exit_code(c) for c in ("0:15", "1:0", "0:0", "?")] == [-15, 1, 0, None]
+
+
+def test_a_terminated_matrix_leaves_no_agent_of_its_trial_behind() -> None:
+    """SIGTERM to `python -m bench.faults` mid-trial unwinds it: the trial's agents are ended and its
+    temporary tree removed (a default SIGTERM left both: the agents until their own timeouts)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "bench.faults", "--only", "hang-silent", "--trials", "1"],
+        cwd=Path(faults.__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        me = psutil.Process(runner.pid)
+        deadline = time.monotonic() + 60
+        agents: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(agents) < 3:
+            time.sleep(0.5)
+            agents = [c for c in me.children() if any("gym-agent" in a for a in c.cmdline()[:2])]
+        assert len(agents) == 3, "the trial's three agents never started"
+        argv = agents[0].cmdline()
+        root = Path(argv[argv.index("--output-root") + 1])
+        base = next(p for p in root.parents if p.name.startswith("gym-faults-"))
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(60) != 0
+        gone, alive = psutil.wait_procs(agents, timeout=30)
+        assert alive == [], [p.pid for p in alive]
+        # The matrix unwound (each trial's `finally`, then its own): nothing of it is left in /tmp either.
+        assert not base.exists(), base
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()

@@ -30,9 +30,8 @@ from schemas.vocab import StackReason
 from tests.harness.rundirs import TRAIN, RunBuilder
 from tests.test_audit_first_cause import first, rec
 
-DEADLOCK = """
-import threading, time
-a, b = threading.Lock(), threading.Lock()
+# Two threads that take two locks in opposite orders: each ends up waiting for the other's lock.
+LOCK_PAIR = """a, b = threading.Lock(), threading.Lock()
 def take_ab():
     with a:
         time.sleep(0.3)
@@ -43,12 +42,19 @@ def take_ba():
         time.sleep(0.3)
         with a:
             pass
-ts = [threading.Thread(target=take_ab, name="loader"), threading.Thread(target=take_ba, name="saver")]
+"""
+DEADLOCK = (
+    """
+import threading, time
+"""
+    + LOCK_PAIR
+    + """ts = [threading.Thread(target=take_ab, name="loader"), threading.Thread(target=take_ba, name="saver")]
 for t in ts: t.start()
 time.sleep(0.6)
 print("ready", flush=True)
 for t in ts: t.join()
 """
+)
 
 # A worker serves in `serve`; with a FILE argument it first sits in `load_batch` until FILE exists.
 WORKER = """

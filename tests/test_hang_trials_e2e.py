@@ -35,11 +35,13 @@ from tests.harness import (
     uid,
     wait_phase,
 )
+from tests.test_hang_trials import LOCK_PAIR
 
 pytestmark = pytest.mark.slow
 BEACON_TIMEOUT = 3.0
 SLEEPY = 'command = ["python", "-c", "import time; time.sleep(300)"]\ntrains = false'
-DRIVER = """
+DRIVER = (
+    """
 import signal, sys, threading, time
 def stopped(signum, frame):
     print("Traceback (most recent call last):", flush=True)
@@ -47,18 +49,9 @@ def stopped(signum, frame):
     print("SystemExit: 15", flush=True)
     sys.exit(15)
 signal.signal(signal.SIGTERM, stopped)
-a, b = threading.Lock(), threading.Lock()
-def take_ab():
-    with a:
-        time.sleep(0.3)
-        with b:
-            pass
-def take_ba():
-    with b:
-        time.sleep(0.3)
-        with a:
-            pass
-for i in range(3):
+"""
+    + LOCK_PAIR
+    + """for i in range(3):
     print("step", i, flush=True)
 ts = [threading.Thread(target=take_ab, name="loader", daemon=True),
       threading.Thread(target=take_ba, name="saver", daemon=True)]
@@ -66,6 +59,7 @@ for t in ts: t.start()
 print("waiting for the workers", flush=True)
 for t in ts: t.join()
 """
+)
 
 
 def _spec(driver: str, extra: str = "") -> str:

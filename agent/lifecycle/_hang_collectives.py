@@ -13,13 +13,24 @@ from agent.coord.durable import RecordKeeper
 from agent.stacks import Target, collectives
 from schemas import names
 
-__all__ = ["HangCollectives"]
+__all__ = ["HangCollectives", "publish_record"]
 
 log = logging.getLogger(__name__)
 
 # A dump takes ~0.05 s; a process whose hook cannot answer (its GIL held) must not eat the stacks'
 # own bound, which the driver's node waits for on every peer.
 COLLECT_S = 5.0
+
+
+def publish_record(ctx: RunContext, rel: str, fields: dict[str, Any], what: str) -> bool:
+    """A hang record written to the run directory as soon as it is taken; False (and said) when the
+    filesystem refuses it now: the teardown's durable keeper writes it then."""
+    try:
+        ctx.run.write_artifact(rel, ctx.writer, fields)
+        return True
+    except (OSError, ValueError) as exc:
+        log.warning("%s record not written yet (%s); the teardown retries", what, exc)
+        return False
 
 
 class HangCollectives:
@@ -39,11 +50,7 @@ class HangCollectives:
     def publish(self) -> None:
         if self.fields is None or self.published:
             return
-        try:
-            self.ctx.run.write_artifact(names.collectives(self.ctx.rank), self.ctx.writer, self.fields)
-            self.published = True
-        except (OSError, ValueError) as exc:
-            log.warning("collectives record not written yet (%s); the teardown retries", exc)
+        self.published = publish_record(self.ctx, names.collectives(self.ctx.rank), self.fields, "collectives")
 
     def write(self, keeper: RecordKeeper) -> None:
         if self.fields is None:

@@ -26,7 +26,7 @@ from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.failure import Failure
 from agent.lifecycle._driver import DriverRuntime
-from agent.lifecycle._hang_collectives import HangCollectives
+from agent.lifecycle._hang_collectives import HangCollectives, publish_record
 from agent.stacks import Capture, StackReason, capture, supervised
 from agent.stacks.capture import trigger_of
 from schemas import FailureKind, names
@@ -109,11 +109,7 @@ class HangStacks:
         taken = self.taken
         if taken is None or self.published:
             return
-        try:
-            self.ctx.run.write_artifact(names.stacks(self.ctx.rank), self.ctx.writer, taken.fields)
-            self.published = True
-        except (OSError, ValueError) as exc:
-            log.warning("stacks record not written yet (%s); the teardown retries", exc)
+        self.published = publish_record(self.ctx, names.stacks(self.ctx.rank), taken.fields, "stacks")
 
     def _await_peers(self, seconds: float) -> None:
         """Until every rank's stacks-RANK.json is listed (a frozen or dead node never writes one)."""

@@ -85,16 +85,24 @@ def holding(wanted: int, poll: float = 0.2) -> Iterator[None]:
 
 
 def starts_ray(spec_text: str) -> bool:
-    """Whether agents of this spec (TOML, or a run's spec.json) start Ray nodes ([ray] enabled,
-    the default). A spec that does not parse starts nothing: the agents refuse it."""
+    """Whether agents of this spec (TOML, or a run's spec.json) start Ray nodes (ray.enabled, or by
+    default a trainer, rollout or a [ray] table; a MILES run file trains). A spec that does not parse
+    starts nothing: the agents refuse it."""
     try:
         doc = json.loads(spec_text) if spec_text.lstrip().startswith("{") else tomllib.loads(spec_text)
     except (ValueError, tomllib.TOMLDecodeError):
         return False
     if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):  # spec.json: the spec as spelled
         doc = doc["spec"]
-    ray = doc.get("ray", {}) if isinstance(doc, dict) else {}
-    return not isinstance(ray, dict) or ray.get("enabled", True) is not False
+    if not isinstance(doc, dict):
+        return True
+    ray = doc.get("ray")
+    if isinstance(ray, dict) and "enabled" in ray:
+        return ray["enabled"] is not False
+    # Absent: Ray where the trainer, rollout or a [ray] table needs it (launch.spec.config.RunConfig).
+    trainer, inference = doc.get("trainer"), doc.get("inference")
+    needs = [t.get(k) for t, k in ((trainer, "nodes"), (inference, "gpus")) if isinstance(t, dict)]
+    return ray is not None or "schema_version" in doc or "model" in doc or any(n != 0 for n in needs) or not needs
 
 
 def require_ray(what: str, spec_text: str) -> None:

@@ -20,7 +20,6 @@ from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
-from launch.spec.service_process import ServiceProcessError, service_process
 from schemas import DriverEnv, FailureKind, JobEnv
 from tests.harness import assert_nothing_left, audit, launch_local, uid
 from tests.harness.specs import judge_tables
@@ -286,6 +285,8 @@ class _Svc:
 
 
 def test_pre_command_and_runtime_env_reach_the_service(tmp_path: Path) -> None:
+    from launch.spec.service_process import service_process
+
     svc = _Svc(pre_command="export GREETING=hello\ncd /", env={"TAG": "runtime:JOB_TAG", "PLAIN": "p"})
     proc = service_process("policy", svc, ["sh", "-c", 'echo "$GREETING $TAG $PLAIN $(pwd)"'], {"JOB_TAG": "j7"})
     assert dict(proc.env) == {"TAG": "j7", "PLAIN": "p"}
@@ -298,6 +299,8 @@ def test_pre_command_and_runtime_env_reach_the_service(tmp_path: Path) -> None:
 
 
 def test_a_container_service_runs_as_a_step_on_the_agents_node(tmp_path: Path) -> None:
+    from launch.spec.service_process import ServiceProcessError, service_process
+
     svc = _Svc(container="img", pre_command="true")
     words = "srun --overlap --nodes=1 --ntasks=1 --job-name=policy --container-image=img"
     environ = {JobEnv.container_step("policy"): words, "SLURMD_NODENAME": "n3"}

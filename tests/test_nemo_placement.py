@@ -314,9 +314,12 @@ def test_a_container_service_runs_as_a_step_on_the_agents_node(tmp_path: Path) -
         service_process("judges.j", _Svc(env={"TAG": "runtime:JOB_TAG"}), ["x"], {})
 
 
-def test_a_worker_is_told_clearly_when_the_head_never_answers() -> None:
-    got = ray_node.head_status("127.0.0.1:9", {"PATH": str(Path(sys.executable).parent)}, timeout=20)
-    assert got is not None and got != ""
+@pytest.mark.slow
+def test_asking_a_head_that_never_answers_is_bounded() -> None:
+    # A real `ray status` against an address where no head listens: it keeps retrying, so the question is bounded.
+    assert ray_node.head_status("127.0.0.1:9", {"PATH": str(Path(sys.executable).parent)}, timeout=5) == (
+        "no answer within 5 s"
+    )
 
 
 # --- item 3: a health check that never passes, in a real local run ------------------------------

@@ -137,7 +137,9 @@ class RayRuntime:
         last: list[str] = []
 
         def answers() -> bool:
-            got = ray_node.head_status(self.gcs_address, child_env({}))
+            # One question never runs past the startup deadline (`ray status` retries a silent head).
+            left = min(ray_node.HEAD_STATUS_TIMEOUT_S, ctx.deadline - clock.mono())
+            got = ray_node.head_status(self.gcs_address, child_env({}), timeout=max(1.0, left))
             if got is not None:
                 last[:] = [got]
             return got is None

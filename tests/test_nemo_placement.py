@@ -361,3 +361,24 @@ def test_a_judge_whose_health_check_never_passes_fails_the_run_named_in_the_audi
     assert "/ready) on node 0 (127." in cause.cause
     assert "UnhealthyStatus: HTTP 404" in cause.cause and "health_timeout 4s" in cause.cause
     assert_nothing_left(run.run_dir)
+
+
+# The same judge, healthy, with its own env (a runtime: value) and pre_command, under real agents.
+JUDGE_WITH_ENV = NEVER_HEALTHY.replace(
+    'health_path = "/ready"\nhealth_timeout = 4\n',
+    'pre_command = "printf \'%s %s\' \\"$JOB_TAG_SEEN\\" \\"$PLAIN\\" > \\"$PRE_OUT\\""\n'
+    'env = {JOB_TAG_SEEN = "runtime:JOB_TAG", PLAIN = "plain"}\n',
+)
+
+
+@pytest.mark.slow
+def test_a_judges_env_and_pre_command_reach_it_and_the_runtime_value_is_not_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "pre.out"
+    secret = "tag-7f3a9c"
+    run = launch_local(tmp_path, JUDGE_WITH_ENV, uid("judge-env"), env={"JOB_TAG": secret, "PRE_OUT": str(out)})
+    assert run.wait(120) == 0, run.text[-3000:]
+    audit(run.run_dir, verdict="pass")
+    assert out.read_text() == f"{secret} plain"
+    # The spec keeps the reference; no record of the run holds the value.
+    assert not [p for p in run.run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert_nothing_left(run.run_dir)

@@ -271,9 +271,22 @@ def test_a_container_is_refused_where_there_is_no_slurm_step(tmp_path: Path) -> 
         beaker_render(req)
     keys = {p.key for p in err.value.problems}
     assert {"policy.container", "judges.judge.container"} <= keys
+    # gym-launch local refuses it before it creates anything.
+    from launch.backends.local import run_local
+
+    with pytest.raises(SpecError) as err:
+        run_local(req.config, req.plan, "spec.toml", output_root=str(tmp_path / "out"))
+    assert {p.key for p in err.value.problems} == {"policy.container", "judges.judge.container"}
+    assert not (tmp_path / "out").exists()
 
 
 # --- item 3: the service's own process ----------------------------------------------------------
+
+
+def test_a_services_runtime_value_is_a_variable_the_run_needs(tmp_path: Path) -> None:
+    # The agents check these before any process starts (an `environment` failure names the key).
+    refs = config_of(tmp_path, POLICY_AND_JUDGE).environment_references()
+    assert refs["SLURM_JOB_ID"] == "policy.env.JOB"
 
 
 class _Svc:

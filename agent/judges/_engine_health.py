@@ -357,4 +357,5 @@ def health_check_cause(what: str, url: str, where: str, got: str | None, waited:
 
 def quarantine_cause(what: str, status: EngineStatus, failures: int) -> str:
     """The failure's cause when ``what`` (an engine) is quarantined."""
-    return f"{what} failed {failures} consecutive /health probes (last: {status.last_error or 'no answer'})"
+    path = status.health_path or "/health"
+    return f"{what} failed {failures} consecutive {path} probes (last: {status.last_error or 'no answer'})"

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -1286,7 +1287,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(base, ignore_errors=True)
     if args.record:
         title = f"make faults: {args.trials} trials per fault, the Slurm rows {args.slurm_trials}"
-        doc = measurement.record(title, "make faults", started, columns=list(COLUMNS), rows=table_rows(results))
+        command = shlex.join(["python", "-m", "bench.faults", *(sys.argv[1:] if argv is None else argv)])
+        doc = measurement.record(title, command, started, columns=list(COLUMNS), rows=table_rows(results))
         measurement.write(Path(args.record), doc)
     if args.json:
         print(json.dumps([asdict(t) for t in results], indent=2))

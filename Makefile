@@ -133,6 +133,7 @@ strace:
 # trainer step and a node's trace collection at 3 and 16 ranks (bench/collectives.py); JSON in bench-out/.
 bench: $(BENCH_STAMP) strace
 	$(PY) -m bench --record measurements $(BENCH_ARGS)
+	$(PY) -m docsgen
 
 # Not part of `make test`: 256 agents idle for SOAK_DURATION seconds, then SIGTERM to one. As root it
 # raises fs.inotify.max_user_instances for the run (one per agent) and restores it afterwards.
@@ -143,9 +144,11 @@ soak: $(STAMP)
 
 # The fault matrix (issue 13): every fault three times against real agents, from the outside;
 # the Slurm rows (issue 23) once each, on a local Slurm cluster the matrix starts and stops.
-# Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once.
+# Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once. The table,
+# dated, goes to measurements/faults.json and from there to docs/measurements/faults.md (commit both).
 faults: $(STAMP) engines
 	$(PY) -m bench.faults --trials 3 --record measurements/faults.json
+	$(PY) -m docsgen
 
 # A real Slurm cluster on this machine (root; installs Debian's Slurm when missing), the one the
 # tests use: `make slurm-up`, then `export SLURM_CONF=$(SLURM_DIR)/slurm.conf` and sbatch away.

@@ -9,7 +9,7 @@ ifeq ($(origin DEMO_UUID), undefined)
 DEMO_UUID := demo-$(shell date +%Y%m%d-%H%M%S)
 endif
 
-.PHONY: install engines test-engines test suite lint demo demo-slurm bench soak faults test-long clean browser bindfs strace slurm-up slurm-down slurm-status
+.PHONY: install engines test-engines test suite lint docs demo demo-slurm bench soak faults test-long clean browser bindfs strace slurm-up slurm-down slurm-status
 
 # Not --no-compile: it saves ~20 s here, but then every Ray process the suite's first tests start
 # at once compiles Ray's modules itself, every time where PYTHONDONTWRITEBYTECODE is set (measured: a
@@ -42,11 +42,22 @@ $(TINY_MODEL)/config.json: $(ENGINE_STAMP) tests/engines/tiny_model.py
 
 engines: $(ENGINE_STAMP) $(TINY_MODEL)/config.json
 
-# ruff (lint and format) and mypy --strict over agent/, launch/, audit/, schemas/ (pyproject.toml [tool.mypy]).
+# ruff (lint and format) and mypy --strict over agent/, launch/, audit/, schemas/, docsgen/ (pyproject.toml
+# [tool.mypy]), then the documentation: the generated pages current (docsgen) and the site built with
+# --strict (mkdocs.yml: a broken link, a missing anchor or a page left out of the nav fails).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) -m docsgen --check
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $(DOCS_SITE)
+
+# The documentation site into site/ (open site/index.html); `python -m docsgen` rewrites the generated
+# pages first (troubleshooting, concepts, reference, measurements: from the code and measurements/*.json).
+DOCS_SITE ?= site
+docs: $(STAMP)
+	$(PY) -m docsgen
+	$(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 # FUSE mounts in tests (network-filesystem caches, the filesystem guard's object-store refusal) use
 # Debian's bindfs. Installed when missing and we are root; without it those tests skip and say why.
@@ -69,7 +80,7 @@ test: $(STAMP) browser bindfs
 
 # On TEST_WORKERS pytest-xdist workers (the suite mostly waits on real processes), naming the 15
 # slowest tests at the end (where the time goes, run after run); at most
-# GYM_TEST_RAY_SLOTS tests that start Ray nodes run at once (tests/harness/slots.py; README, "Tests").
+# GYM_TEST_RAY_SLOTS tests that start Ray nodes run at once (tests/harness/slots.py; docs/development/tests.md).
 # The suite's processes keep the bytecode they compile (in the gitignored __pycache__ folders, as an
 # installed package has it): where PYTHONDONTWRITEBYTECODE is set, each of the suite's ~800 agent,
 # launcher and audit processes compiled the project's modules again (~0.25 s of CPU each), and
@@ -121,7 +132,8 @@ strace:
 # beside direct calls and grade_many against its bound (bench/judges.py), the Flight Recorder's cost per
 # trainer step and a node's trace collection at 3 and 16 ranks (bench/collectives.py); JSON in bench-out/.
 bench: $(BENCH_STAMP) strace
-	$(PY) -m bench $(BENCH_ARGS)
+	$(PY) -m bench --record measurements $(BENCH_ARGS)
+	$(PY) -m docsgen
 
 # Not part of `make test`: 256 agents idle for SOAK_DURATION seconds, then SIGTERM to one. As root it
 # raises fs.inotify.max_user_instances for the run (one per agent) and restores it afterwards.
@@ -132,9 +144,11 @@ soak: $(STAMP)
 
 # The fault matrix (issue 13): every fault three times against real agents, from the outside;
 # the Slurm rows (issue 23) once each, on a local Slurm cluster the matrix starts and stops.
-# Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once.
+# Not part of `make test` (minutes); tests/test_faults.py runs a representative subset once. The table,
+# dated, goes to measurements/faults.json and from there to docs/measurements/faults.md (commit both).
 faults: $(STAMP) engines
-	$(PY) -m bench.faults --trials 3
+	$(PY) -m bench.faults --trials 3 --record measurements/faults.json
+	$(PY) -m docsgen
 
 # A real Slurm cluster on this machine (root; installs Debian's Slurm when missing), the one the
 # tests use: `make slurm-up`, then `export SLURM_CONF=$(SLURM_DIR)/slurm.conf` and sbatch away.
@@ -165,4 +179,4 @@ demo-slurm: $(STAMP)
 	echo "job output: $$run/job-slurm-$$job.out; audit report: $(DEMO_OUT)/$(DEMO_UUID)-audit.html"; exit $$rc
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) $(DEMO_OUT) .pytest_cache bench-out
+	rm -rf $(VENV) $(ENGINE_VENV) $(DEMO_OUT) .pytest_cache bench-out site

@@ -25,6 +25,7 @@ from . import (
     fstrace,
     hang,
     judges,
+    measurement,
     netfs,
     preflight,
     procstat,
@@ -286,10 +287,20 @@ def part_collectives(args: argparse.Namespace, res: dict) -> None:
     res["collectives"] = collectives.run(args.fr_ranks, args.fr_rounds, args.fr_steps, say=print)
 
 
+def _command(part: str) -> str:
+    return f"python -m bench --only {part}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     ap.add_argument("--out", default="bench-out")
+    ap.add_argument(
+        "--record",
+        metavar="DIR",
+        help="also write each part's printed tables with date, commit and machine to DIR/bench-PART.json "
+        "(`make bench`: measurements/, the documentation's source)",
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=[8, 32, 128])
     ap.add_argument("--window", type=float, default=12.0)
     ap.add_argument("--trace", type=int, default=2, help="agents per run also counted with strace")
@@ -327,7 +338,12 @@ def main() -> int:
     t0 = time.monotonic()
     for part in PARTS:
         if part in args.only:
-            globals()[f"part_{part}"](args, res)
+            started = time.time()
+            with measurement.Tee.capturing() as tee:
+                globals()[f"part_{part}"](args, res)
+            if args.record:
+                doc = measurement.record(f"make bench, part {part}", _command(part), started, text=tee.copy.getvalue())
+                measurement.write(Path(args.record) / f"bench-{part}.json", doc)
     res["seconds"] = time.monotonic() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,7 +41,7 @@ from pathlib import Path
 import psutil
 
 from agent.proc import tempdirs
-from bench import faults_slurm
+from bench import faults_slurm, measurement
 from schemas import DriverEnv, names
 from schemas.vocab import ResumeEnv
 from tests.harness import audit_head, doorbell_fuzz, fullfs, fuse_install, orphans
@@ -1199,29 +1200,51 @@ def run_matrix(
     return results
 
 
-def table(results: list[Trial]) -> str:
-    rows = [
-        "| fault | passed | exit codes | fault → last exit (s) | failure records (rank: kind/writer) "
-        "| ending | orphans | audit names cause |"
-    ]
-    rows.append("|---|---|---|---|---|---|---|---|")
+COLUMNS = (
+    "fault",
+    "passed",
+    "exit codes",
+    "fault → last exit (s)",
+    "failure records (rank: kind/writer)",
+    "ending",
+    "orphans",
+    "audit names cause",
+)
+
+
+def table_rows(results: list[Trial]) -> list[list[str]]:
+    """One row per fault (COLUMNS): seconds the slowest trial's; codes, records, ending the last's."""
+    rows: list[list[str]] = []
     by: dict[str, list[Trial]] = {}
     for t in results:
         by.setdefault(t.fault, []).append(t)
     for name, ts in by.items():
         if all(t.skipped for t in ts):
-            rows.append(f"| {name} | skipped: {ts[-1].skipped} | | | | | | |")
+            rows.append([name, f"skipped: {ts[-1].skipped}", "", "", "", "", "", ""])
             continue
         ts = [t for t in ts if not t.skipped]
         secs = [t.seconds_to_last_exit for t in ts if t.seconds_to_last_exit is not None]
         recs = ts[-1].records
         rec_txt = ", ".join(f"{r}: {v['failure'] or '-'}" for r, v in recs.items())
         rows.append(
-            f"| {name} | {sum(t.ok for t in ts)}/{len(ts)} | {ts[-1].exit_codes} | "
-            f"{max(secs) if secs else '-'} | {rec_txt} | {ts[-1].ending or '-'} | {sum(len(t.orphans) for t in ts)} | "
-            f"{sum(t.audit_names_cause for t in ts)}/{len(ts)} |"
+            [
+                name,
+                f"{sum(t.ok for t in ts)}/{len(ts)}",
+                str(ts[-1].exit_codes),
+                str(max(secs)) if secs else "-",
+                rec_txt,
+                ts[-1].ending or "-",
+                str(sum(len(t.orphans) for t in ts)),
+                f"{sum(t.audit_names_cause for t in ts)}/{len(ts)}",
+            ]
         )
-    return "\n".join(rows)
+    return rows
+
+
+def table(results: list[Trial]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(results)]
+    return "\n".join(lines)
 
 
 def _terminated(signum: int, _frame: object) -> None:
@@ -1237,6 +1260,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", metavar="FAULT", help="fault names (default: all)")
     ap.add_argument("--json", action="store_true", help="print every trial as JSON instead of the table")
     ap.add_argument("--list", action="store_true", help="list the faults and exit")
+    ap.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also write the table with date, commit and machine to FILE (`make faults`: measurements/faults.json, "
+        "the documentation's source)",
+    )
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(f.name for f in FAULTS))
@@ -1249,12 +1278,18 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [known[n] for n in args.only] if args.only else list(FAULTS)
     # SIGTERM (a user's `kill`, a CI's cancel) unwinds like Ctrl-C: each trial's `finally` ends its agents.
     signal.signal(signal.SIGTERM, _terminated)
+    started = time.time()
     base = Path(tempfile.mkdtemp(prefix="gym-faults-", dir="/tmp"))
     progress = (lambda _line: None) if args.json else print
     try:
         results = run_matrix(chosen, args.trials, base, progress, args.slurm_trials)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    if args.record:
+        title = f"make faults: {args.trials} trials per fault, the Slurm rows {args.slurm_trials}"
+        command = shlex.join(["python", "-m", "bench.faults", *(sys.argv[1:] if argv is None else argv)])
+        doc = measurement.record(title, command, started, columns=list(COLUMNS), rows=table_rows(results))
+        measurement.write(Path(args.record), doc)
     if args.json:
         print(json.dumps([asdict(t) for t in results], indent=2))
     else:

@@ -13,7 +13,7 @@ tmp_path, plus every failure record and the tail of every log: a failure seen on
 then be diagnosed from CI's output alone; a failing Slurm test also carries the tail of every
 Slurm daemon's log.
 
-Running in parallel (README, "Tests"): a test marked `ray` holds one of a few Ray slots, one marked
+Running in parallel (docs/development/tests.md): a test marked `ray` holds one of a few Ray slots, one marked
 `quiet` all of them (tests/harness/slots.py); long tests are collected first.
 """
 

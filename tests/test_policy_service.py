@@ -291,7 +291,7 @@ def run_policy(
         prepared.mkdir(parents=True)
         engine = ("sglang", prepared, REVISION)
     backend, prepared, revision = engine
-    # vLLM's CPU build starts in 68-126 s here (README, issue 48); the stand-in in about one.
+    # vLLM's CPU build starts in 68-126 s here (docs/development/tests.md, issue 48); the stand-in in about one.
     startup, extra = (600, '["--load-format", "dummy"]') if backend == "vllm" else (120, "[]")
     driver = tmp_path / "ask_policy.py"
     driver.write_text(ASKING_DRIVER)

@@ -1,6 +1,6 @@
 """The agent starts Ray's nodes through agent/ray/_lean_start.py: Ray's own `ray start` (every
 option, the same help), without the CLI's state, job and Serve commands. Every Ray test of the
-suite starts its nodes this way; the CPU it saves is in README ("What a replica does")."""
+suite starts its nodes this way; the CPU it saves is in docs/concepts/replica.md."""
 
 from __future__ import annotations
 

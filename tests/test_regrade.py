@@ -222,7 +222,7 @@ def test_served_judges_on_two_partitions_are_refused(tmp_path: Path) -> None:
 
 def test_cpu_partition_flag_wins_over_the_saved_cpu_pool(tmp_path: Path) -> None:
     # Seed 003's function reference: an explicit --judge-partition wins, then the saved CPU pool, then the
-    # reader placement (its prose orders it otherwise: README, judge-only re-grading).
+    # reader placement (its prose orders it otherwise: docs/guides/regrade.md).
     config = from_text(tmp_path, GPU_WITH_CPU_POOL)
     assert make_plan(config).nodes[1].gpus == 0  # the CPU pool beside the policy's GPU pool
     p = profile(config, judge_partition="flag", reader_srun="-p reader")

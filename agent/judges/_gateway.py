@@ -20,7 +20,7 @@ The agent supervises it like the judge itself: its exit fails the run as the jud
 The HTTP stack is asyncio streams with httptools (llhttp, the C parser under uvicorn) for the
 framing (agent/judges/_http1.py), towards the callers and towards the judge: the whole request path in
 one event loop we control, and the parsing in C, where h11 (pure Python) cost about half of the
-gateway's time per request (README, "Judge gateway", measures what it adds).
+gateway's time per request (docs/guides/judges.md, "Judge gateway", measures what it adds).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ the few heads the gateway writes itself.
 
 Why httptools: it is llhttp (Node.js's parser, the one under uvicorn) in C. The gateway's first
 stack, h11, parsed and built each message in Python: about half of the gateway's CPU per request,
-and what made a request through it measurably slower than a request straight at the judge (README,
+and what made a request through it measurably slower than a request straight at the judge (docs/guides/judges.md,
 "Judge gateway"). Here the parser does the framing (content-length, chunked, pipelined requests,
 keep-alive); this module only collects what it reports and writes plain HTTP/1.1 heads.
 """

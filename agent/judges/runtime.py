@@ -314,7 +314,7 @@ class JudgeRuntime:
 
     def _new_health_registry(self) -> EngineHealthRegistry:
         # The judge client (httpx) is imported only by a node that serves judges: an agent
-        # without judges stays small (README, "Performance").
+        # without judges stays small (docs/measurements/benchmark-notes.md).
         from agent.judges._engine_health import agent_registry, quarantine_cause
 
         ctx = self.ctx

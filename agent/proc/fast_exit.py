@@ -13,7 +13,7 @@ def exit_now(code: int) -> NoReturn:
     """End the process without the interpreter's finalization: every record is written, the
     children are gone and the reaper is reaped, so what finalization would do (free every module's
     objects) is pure CPU, ~35 ms per agent, and in a failure wave of hundreds of agents on one
-    host it was most of the teardown (README, "Benchmarks", soak). Flushes what could be buffered."""
+    host it was most of the teardown (docs/measurements/benchmark-notes.md, soak). Flushes what could be buffered."""
     import logging
 
     logging.shutdown()

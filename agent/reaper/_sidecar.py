@@ -41,7 +41,7 @@ __all__ = ["HangWatch", "RECORD_RETRY_S", "main", "remove_temp_dir"]
 
 # An idle reaper (every agent has one) only reads its agent's lines and heartbeat. What it needs to
 # act (psutil, the record writers, jsonschema) is imported when it acts: that keeps it near a
-# bare interpreter's size (README, "Performance").
+# bare interpreter's size (docs/measurements/benchmark-notes.md).
 
 RECORD_RETRY_S = 20.0  # refused records are retried this long (space may come back)
 # The cleanup record's name for marked processes in no session the agent named to us.

@@ -109,3 +109,12 @@ def test_without_a_declared_order_nothing_is_checked(tmp_path: Path) -> None:
     _attempt(root, 2, True, _batches(0, 8, 1), set())
     doc, codes = _check(root, None)
     assert codes == {"data.unchecked"} and doc["checked"] is False
+
+
+def test_the_bench_scenarios_find_what_each_loader_did() -> None:
+    from bench.ledger import check_cost
+
+    found = {loader: check_cost(20_000, 100, 5, loader) for loader in ("correct", "restart", "skip")}
+    assert found["correct"]["codes"] == ["data.ledger"] and found["correct"]["replayed"] > 0
+    assert "data.repeated" in found["restart"]["codes"] and "data.skipped" not in found["restart"]["codes"]
+    assert found["skip"]["skipped"] == 10 * 100 and found["skip"]["repeated"] == 0  # 10 steps, at the first resume

@@ -118,3 +118,46 @@ def test_the_bench_scenarios_find_what_each_loader_did() -> None:
     assert found["correct"]["codes"] == ["data.ledger"] and found["correct"]["replayed"] > 0
     assert "data.repeated" in found["restart"]["codes"] and "data.skipped" not in found["restart"]["codes"]
     assert found["skip"]["skipped"] == 10 * 100 and found["skip"]["repeated"] == 0  # 10 steps, at the first resume
+
+
+def _built_run(root: Path, order: Path | None, steps: list[tuple[int, list[str]]] | None) -> Path:
+    from tests.harness.rundirs import RunBuilder
+
+    b = RunBuilder(root, overrides=(f'driver.ledger.order="{order}"',) if order else ())
+    b.startup()
+    b.finish()
+    for r in b.ranks:
+        b.phases(r)
+        b.cleanup(r, "success")
+    if steps is not None:
+        with open(b.path / names.ledger(b.driver_rank), "wb") as fh:
+            fh.writelines(_line("step", step, 1, ids) for step, ids in steps)
+    return b.path
+
+
+def test_a_run_that_otherwise_passed_fails_with_its_skip_as_first_cause(tmp_path: Path, order: Path) -> None:
+    from audit._report_html import render
+    from audit.api import audit_run
+
+    run = _built_run(tmp_path, order, _batches(0, 8, 1) + _batches(16, 40, 3))  # ids 8..15 never trained on
+    result = audit_run(run, ask_scheduler=False)
+    assert result.verdict == "fail" and result.first_cause is not None
+    assert (result.first_cause.kind, result.first_cause.attempt) == ("data.skipped", 1)
+    assert "attempt 1 at step 3" in result.first_cause.cause
+    doc = result.to_json()["ledger"]
+    assert doc["skipped"]["count"] == 8 and doc["skipped"]["gaps"][0]["ids"][:2] == ["p008", "p009"]
+    page = render(result)
+    assert 'id="ledger-stream"' in page and 'class="skipped"' in page
+
+
+def test_a_correct_ledger_keeps_the_pass_and_a_run_without_one_has_no_ledger_at_all(
+    tmp_path: Path, order: Path
+) -> None:
+    from audit.api import audit_run
+
+    with_ledger = audit_run(_built_run(tmp_path / "a", order, _batches(0, 40, 1)), ask_scheduler=False)
+    assert with_ledger.verdict == "pass" and with_ledger.first_cause is None
+    assert with_ledger.to_json()["ledger"]["attempts"][0]["committed_ids"] == 40
+    without = audit_run(_built_run(tmp_path / "b", order, None), ask_scheduler=False)
+    assert without.verdict == "pass" and without.ledger is None
+    assert not [f for f in without.findings if f.code.startswith("data.")]

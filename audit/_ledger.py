@@ -33,6 +33,7 @@ import orjson
 from audit._model import Finding
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names, violations
+from schemas.ledger_order import epoch_order
 
 __all__ = ["LedgerFile", "LedgerSummary", "MAX_LISTED", "check_ledger", "ledger_files"]
 
@@ -91,6 +92,7 @@ class LedgerSummary:
 
     order: str | None
     order_ids: int | None
+    shuffle_seed: int | None
     attempts: tuple[dict[str, Any], ...]
     skipped: dict[str, Any]
     repeated: dict[str, Any]
@@ -103,6 +105,7 @@ class LedgerSummary:
         return {
             "order": self.order,
             "order_ids": self.order_ids,
+            "shuffle_seed": self.shuffle_seed,
             "checked": self.checked,
             "attempts": list(self.attempts),
             "skipped": self.skipped,
@@ -112,7 +115,50 @@ class LedgerSummary:
         }
 
 
-class _Order:
+class _Lines:
+    """An epoch's order of lines: the file's own (_Order) or a shuffle of it (_Shuffled)."""
+
+    count: int
+
+    def line(self, pos: int) -> bytes | bytearray:
+        raise NotImplementedError
+
+    def span(self, pos: int, n: int) -> bytes | bytearray:
+        """Lines pos..pos+n-1 joined by newlines."""
+        raise NotImplementedError
+
+    def joined(self, pos: int, n: int) -> int:
+        """The length of span(pos, n), without building it."""
+        raise NotImplementedError
+
+    def find(self, key: bytes) -> int | None:
+        raise NotImplementedError
+
+    def encoded(self, pos: int, n: int, quoted: bool) -> bytes | bytearray:
+        """Lines pos..pos+n-1 as the writer encodes a list of those ids (the inside of its JSON array)."""
+        if quoted:
+            return b'"' + self.span(pos, n).replace(b"\n", b'","') + b'"'
+        return self.span(pos, n).replace(b"\n", b",")
+
+    def fit(self, pos: int, length: int, quoted: bool) -> int | None:
+        """How many lines from pos the writer's encoding of `length` bytes would hold, if any: lines
+        pos..pos+n-1 encode to their joined length plus two quotes each (strings), so the one n
+        that fits is found by bisection, not by counting the ids' text."""
+        extra = 2 if quoted else 0
+        lo, hi = 1, self.count - pos
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            size = self.joined(pos, mid) + extra * mid
+            if size == length:
+                return mid
+            if size < length:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return None
+
+
+class _Order(_Lines):
     """The declared order: one buffer of its lines, framed by newlines, and where each newline is
     (line i is blob[marks[i] + 1 : marks[i + 1]])."""
 
@@ -136,14 +182,10 @@ class _Order:
         return self.blob[self.marks[pos] + 1 : self.marks[pos + 1]]
 
     def span(self, pos: int, n: int) -> bytearray:
-        """Lines pos..pos+n-1 joined by newlines."""
         return self.blob[self.marks[pos] + 1 : self.marks[pos + n]]
 
-    def encoded(self, pos: int, n: int, quoted: bool) -> bytes | bytearray:
-        """Lines pos..pos+n-1 as the writer encodes a list of those ids (the inside of its JSON array)."""
-        if quoted:
-            return b'"' + self.span(pos, n).replace(b"\n", b'","') + b'"'
-        return self.span(pos, n).replace(b"\n", b",")
+    def joined(self, pos: int, n: int) -> int:
+        return int(self.marks[pos + n]) - int(self.marks[pos]) - 1
 
     def find(self, key: bytes) -> int | None:
         if self._index is not None:
@@ -162,22 +204,37 @@ class _Order:
     def empty_lines(self) -> int:
         return int(np.count_nonzero(self.marks[1:] - self.marks[:-1] == 1))
 
-    def fit(self, pos: int, length: int, quoted: bool) -> int | None:
-        """How many lines from pos the writer's encoding of `length` bytes would hold, if any: lines
-        pos..pos+n-1 encode to their joined length plus two quotes each (strings), so the one n
-        that fits is found by bisection over the newline marks, not by counting the ids' text."""
-        marks, base, extra = self.marks, int(self.marks[pos]) + 1, 2 if quoted else 0
-        lo, hi = 1, self.count - pos
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            size = int(marks[pos + mid]) - base + extra * mid
-            if size == length:
-                return mid
-            if size < length:
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return None
+
+class _Shuffled(_Lines):
+    """Epoch `epoch` of a shuffled order ([driver.ledger] shuffle_seed): position k holds the
+    file's line perm[k] (schemas.ledger_order.epoch_order)."""
+
+    def __init__(self, order: _Order, seed: int, epoch: int) -> None:
+        self.order, self.count = order, order.count
+        self.perm = epoch_order(order.count, seed, epoch)
+        self.inverse = np.empty_like(self.perm)
+        self.inverse[self.perm] = np.arange(order.count, dtype=self.perm.dtype)
+        sizes = np.diff(order.marks.astype(np.int64))[self.perm]  # each line with its newline
+        self.cum = np.concatenate(([0], np.cumsum(sizes)))
+        self.bytes = np.frombuffer(order.blob, dtype=np.uint8)
+
+    def line(self, pos: int) -> bytearray:
+        return self.order.line(int(self.perm[pos]))
+
+    def span(self, pos: int, n: int) -> bytes:
+        idx = self.perm[pos : pos + n]
+        starts = self.order.marks[idx].astype(np.int64) + 1
+        sizes = self.order.marks[idx + 1].astype(np.int64) - starts + 1  # each line and its newline
+        offsets = np.cumsum(sizes) - sizes
+        gather = np.repeat(starts - offsets, sizes) + np.arange(int(sizes.sum()))
+        return self.bytes[gather].tobytes()[:-1]
+
+    def joined(self, pos: int, n: int) -> int:
+        return int(self.cum[pos + n] - self.cum[pos]) - 1
+
+    def find(self, key: bytes) -> int | None:
+        q = self.order.find(key)
+        return None if q is None else int(self.inverse[q])
 
 
 class _Ids:
@@ -243,8 +300,10 @@ class _Epoch:
 
 
 class _Check:
-    def __init__(self, order: _Order | None) -> None:
+    def __init__(self, order: _Order | None, shuffle_seed: int | None = None) -> None:
         self.order = order
+        self.shuffle_seed = shuffle_seed
+        self._views: dict[int, _Lines] = {}
         self.epochs: dict[int, _Epoch] = {}
         self.repeated = 0
         self.repeated_items: list[dict[str, Any]] = []
@@ -252,10 +311,19 @@ class _Check:
         self.unknown_items: list[dict[str, Any]] = []
         self.replayed = 0
 
-    def runs(self, epoch: _Epoch, step_ids: _Ids) -> Iterator[tuple[int, int]]:
+    def view(self, epoch: int) -> _Lines:
+        """Epoch `epoch`'s order: the file's, or its shuffle (the last two kept: ~24 bytes a line each)."""
+        assert self.order is not None
+        if self.shuffle_seed is None:
+            return self.order
+        if epoch not in self._views:
+            while len(self._views) >= 2:
+                del self._views[min(self._views)]
+            self._views[epoch] = _Shuffled(self.order, self.shuffle_seed, epoch)
+        return self._views[epoch]
+
+    def runs(self, order: _Lines, epoch: _Epoch, step_ids: _Ids) -> Iterator[tuple[int, int]]:
         """(start, length) of each run of consecutive order lines the ids are; -1: an unknown id."""
-        order = self.order
-        assert order is not None
         pos, text = epoch.cursor, step_ids.text
         if not text:
             return
@@ -290,7 +358,7 @@ class _Check:
         epoch = self.epochs.setdefault(epoch_no, _Epoch())
         if committed and epoch.first_at is None:
             epoch.first_at = (att.number, step)
-        for start, length in self.runs(epoch, ids):
+        for start, length in self.runs(self.view(epoch_no), epoch, ids):
             if start < 0:
                 self.unknown += 1
                 if len(self.unknown_items) < MAX_LISTED:
@@ -313,7 +381,7 @@ class _Check:
             for pos in range(lo, min(hi, lo + MAX_LISTED - len(self.repeated_items))):
                 self.repeated_items.append(
                     {
-                        "id": self.order.line(pos).decode(errors="replace"),
+                        "id": self.view(epoch_no).line(pos).decode(errors="replace"),
                         "epoch": epoch_no,
                         "attempt": att.number,
                         "step": step,
@@ -352,6 +420,7 @@ class _Check:
                 total += hi - lo
                 opened = next((g for g in gaps if g[0] <= lo < g[1]), None)
                 if len(listed) < MAX_LISTED:
+                    view = self.view(e)  # a shuffled epoch's order is rebuilt only to name ids
                     listed.append(
                         {
                             "epoch": e,
@@ -360,7 +429,7 @@ class _Check:
                             "count": hi - lo,
                             "attempt": opened[2] if opened else None,
                             "step": opened[3] if opened else None,
-                            "ids": [self.order.line(p).decode(errors="replace") for p in range(lo, min(hi, lo + 10))],
+                            "ids": [view.line(p).decode(errors="replace") for p in range(lo, min(hi, lo + 10))],
                         }
                     )
         return total, listed
@@ -542,7 +611,9 @@ def _cut(nxt: int | None, last: bool, saved: list[int]) -> int | None:
     return -1 if saved else nxt - 1
 
 
-def check_ledger(safe: SafeDir, files: list[LedgerFile], order_path: str | None) -> tuple[LedgerSummary, list[Finding]]:
+def check_ledger(
+    safe: SafeDir, files: list[LedgerFile], order_path: str | None, shuffle_seed: int | None = None
+) -> tuple[LedgerSummary, list[Finding]]:
     """Check every attempt's ledger against the declared order; the summary and the findings."""
     findings: list[Finding] = []
     order = _read_order(order_path, findings)
@@ -550,7 +621,7 @@ def check_ledger(safe: SafeDir, files: list[LedgerFile], order_path: str | None)
     by_attempt = {n: sorted((f for f in files if f.attempt == n), key=lambda f: f.rank) for n in numbers}
     firsts = {n: _first_of(safe, by_attempt[n]) for n in numbers}
     attempts = [_Attempt(n, [f.relpath for f in by_attempt[n]]) for n in numbers]
-    check = _Check(order)
+    check = _Check(order, shuffle_seed)
     checkpoints: list[int] = []  # every checkpoint recorded so far, in any attempt
     for k, att in enumerate(attempts):
         last = k == len(attempts) - 1
@@ -582,6 +653,7 @@ def check_ledger(safe: SafeDir, files: list[LedgerFile], order_path: str | None)
     summary = LedgerSummary(
         order=order_path,
         order_ids=order.count if order is not None else None,
+        shuffle_seed=shuffle_seed,
         attempts=tuple(a.to_json() for a in attempts),
         skipped={"count": skipped, "gaps": gaps},
         repeated={"count": check.repeated, "ids": check.repeated_items},

@@ -601,10 +601,8 @@ def _cut(nxt: int | None, last: bool, saved: list[int]) -> int | None:
     """The last committed step of an attempt: the checkpoint the next attempt resumed from (the
     latest recorded before its first step); with no checkpoint on record at all, the step before
     the next attempt's first. None for the last attempt (all of it is committed)."""
-    if last:
+    if last or nxt is None:
         return None
-    if nxt is None:
-        return -1
     before = [c for c in saved if c < nxt]
     if before:
         return max(before)
@@ -624,8 +622,8 @@ def check_ledger(
     check = _Check(order, shuffle_seed)
     checkpoints: list[int] = []  # every checkpoint recorded so far, in any attempt
     for k, att in enumerate(attempts):
-        last = k == len(attempts) - 1
         nxt = next((firsts[m] for m in numbers[k + 1 :] if firsts[m] is not None), None)
+        last = nxt is None  # no later attempt trained a step: this one's stream is the run's end
         # A step is committed once a checkpoint at or after it (before the next attempt's first
         # step) is seen; until then it waits here, in stream order: the steps since the last one.
         pending: list[tuple[int, int, _Ids]] = []

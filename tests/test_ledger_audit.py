@@ -211,3 +211,12 @@ def test_a_shuffled_run_over_two_epochs_is_checked_in_each_epochs_order(
         assert (gap["epoch"], gap["attempt"], gap["step"]) == (1, 2, 13)
     else:  # read in the file's own order, the ids the unfinished epoch has not reached yet look skipped
         assert plain.to_json()["skipped"]["count"] > 0
+
+
+def test_an_attempt_that_trained_nothing_leaves_the_one_before_it_the_runs_end(tmp_path: Path, order: Path) -> None:
+    root = tmp_path / "run"
+    _attempt(root, 1, False, _batches(0, 40, 1), {4})
+    _attempt(root, 2, True, [], set())  # resumed, then died before its first step
+    doc, codes = _check(root, order)
+    assert "data.skipped" not in codes and doc["replayed"] == 0
+    assert [a["committed_ids"] for a in doc["attempts"]] == [40, 0]

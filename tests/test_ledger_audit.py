@@ -220,3 +220,17 @@ def test_an_attempt_that_trained_nothing_leaves_the_one_before_it_the_runs_end(t
     doc, codes = _check(root, order)
     assert "data.skipped" not in codes and doc["replayed"] == 0
     assert [a["committed_ids"] for a in doc["attempts"]] == [40, 0]
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_ids_that_no_line_of_the_order_can_be_are_unknown_never_matched_across_lines(
+    tmp_path: Path, order: Path, seed: int | None
+) -> None:
+    root = tmp_path / "run"
+    _attempt(root, 2, True, [(1, ["p000\np001", "", "p000"]), (2, ['p001"', "p002"])], set())
+    with SafeDir(root) as safe:
+        summary, findings = check_ledger(safe, ledger_files(safe, [names.ledger(0)], 2, [2]), str(order), seed)
+    doc = summary.to_json()
+    assert doc["unknown"]["count"] == 3
+    assert [u["id"] for u in doc["unknown"]["ids"]] == ["p000\np001", "", 'p001"']
+    assert "audit.internal" not in {f.code for f in findings}

@@ -399,13 +399,14 @@ class _Check:
         with the gap that opened it."""
         assert self.order is not None
         total, listed = 0, list[dict[str, Any]]()
-        last = max(self.epochs, default=0)
-        for e in sorted(self.epochs):
+        committed = sorted(e for e, ep in self.epochs.items() if ep.first_at is not None)  # not replay alone
+        last = max(committed, default=0)
+        for e in committed:
             ep = self.epochs[e]
             limit = self.order.count if e < last else ep.reach
             gaps = list(ep.gaps)
             if limit > ep.reach:  # a finished epoch's tail: the gap opened where the next epoch began
-                nxt = self.epochs.get(min(k for k in self.epochs if k > e))
+                nxt = self.epochs.get(min(k for k in committed if k > e))
                 at = nxt.first_at if nxt is not None and nxt.first_at else (attempts[-1].number, -1)
                 gaps.append((ep.reach, limit, at[0], at[1]))
             prev = 0

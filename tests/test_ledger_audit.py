@@ -234,3 +234,14 @@ def test_ids_that_no_line_of_the_order_can_be_are_unknown_never_matched_across_l
     assert doc["unknown"]["count"] == 3
     assert [u["id"] for u in doc["unknown"]["ids"]] == ["p000\np001", "", 'p001"']
     assert "audit.internal" not in {f.code for f in findings}
+
+
+def test_an_epoch_only_the_replay_reached_does_not_finish_the_one_before(tmp_path: Path, order: Path) -> None:
+    root = tmp_path / "run"
+    epoch0 = [(0, s, ids) for s, ids in _batches(0, 40, 1)]  # steps 1..10
+    epoch1 = [(1, 11, ORDER[0:4]), (1, 12, ORDER[4:8])]
+    replay = [(2, 13, ORDER[0:4]), (2, 14, ORDER[4:8])]  # after checkpoint 12, then killed
+    _write(root, 1, False, epoch0 + epoch1 + replay, {12})
+    _write(root, 2, True, [(1, 13 + k, ORDER[i : i + 4]) for k, i in enumerate(range(8, 20, 4))], set())
+    doc, codes = _check(root, order)
+    assert (doc["skipped"]["count"], doc["repeated"]["count"], doc["replayed"]) == (0, 0, 8), doc["skipped"]

@@ -41,7 +41,7 @@ import psutil
 
 from agent.proc import tempdirs
 from bench import faults_slurm
-from schemas import DriverEnv, names
+from schemas import names
 from schemas.vocab import ResumeEnv
 from tests.harness import audit_head, doorbell_fuzz, fullfs, fuse_install, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
@@ -274,23 +274,7 @@ def _dup_late(run: Run) -> None:
 
 def _node_lost(run: Run) -> None:
     """Everything of rank 1 vanishes at once (agent, reaper, children): a lost host."""
-    mine = [p for p in run_processes(run) if _rank_of(p) == 1]
-    for p in mine:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
-def _rank_of(p: psutil.Process) -> int | None:
-    try:
-        cmd = p.cmdline()
-        if "--rank" in cmd:
-            return int(cmd[cmd.index("--rank") + 1])
-        env = p.environ()
-        return int(env[DriverEnv.RANK]) if DriverEnv.RANK in env else None
-    except (psutil.Error, ValueError, IndexError):
-        return None
+    orphans.kill_node(run.run_dir, 1, sessions=run.sessions(), marks=(str(run.tmp),))
 
 
 def _launcher_sig(sig: signal.Signals) -> Callable[[Run], None]:

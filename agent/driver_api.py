@@ -1,5 +1,7 @@
 """What a training driver started by the agent can use: its Ray, the plan, the judges, its result,
-and `progress(step)`, the cheapest way to tell the agent that it is not hung.
+`progress(step)`, the cheapest way to tell the agent that it is not hung, and the sample ledger
+(`ledger(step, ids)`, `checkpoint(step)`), from which the audit proves that a resumed run skipped
+and repeated no sample.
 
 The agent tells the driver everything through its environment (schemas.DriverEnv names it).
 Importing this module in a process the agent started arms a fallback stack dump (faulthandler on
@@ -11,14 +13,26 @@ also answers for its collectives (agent/proc/collective_hook.py, never importing
 from __future__ import annotations
 
 import json
+import operator
 import os
 from pathlib import Path
 from typing import Any
 
 from agent.proc import collective_hook, driver_local
+from agent.proc import ledger as _ledger
 from schemas import DriverEnv, RunDir, Writer, WriterKind, names, records
 
-__all__ = ["connect_ray", "plan", "progress", "registry", "rendezvous", "run_file", "write_result"]
+__all__ = [
+    "checkpoint",
+    "connect_ray",
+    "ledger",
+    "plan",
+    "progress",
+    "registry",
+    "rendezvous",
+    "run_file",
+    "write_result",
+]
 
 _board: driver_local.BoardWriter | driver_local._NoBoard | None = None  # opened at the first call
 
@@ -32,6 +46,35 @@ def progress(step: int | None = None) -> None:
     if board is None:
         board = _open_board()
     board.progress(step)
+
+
+def ledger(step: int, ids: _ledger.SampleIds, epoch: int = 0) -> None:
+    """Record which sample ids the optimizer step `step` trained on, in order (str or int ids, as
+    in the file [driver.ledger] order names; `epoch`: which pass over that order they belong to).
+    Also counts as progress(step). Node-local and cheap: the line is queued in memory and appended
+    to ledger-RANK.jsonl in the run directory at most once a second and at exit. Outside a run the
+    agent started it only checks its arguments."""
+    at = _whole("ledger", step)
+    _ledger.writer().step(at, _ledger.ledger_ids(ids), _whole("ledger", epoch, "epoch"))
+    progress(at)
+
+
+def checkpoint(step: int) -> None:
+    """Record that a checkpoint saved after step `step` is complete (call it once the checkpoint is
+    on disk): the next attempt may resume from it. Writes the ledger through to the run directory
+    before returning, so every step up to this one is on record."""
+    _ledger.writer().checkpoint(_whole("checkpoint", step))
+
+
+def _whole(call: str, value: object, name: str = "step") -> int:
+    """An int >= 0 (a numpy or torch integer too), or TypeError naming the argument."""
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        number = -1
+    if isinstance(value, bool) or number < 0:
+        raise TypeError(f"{call}(): {name} must be an int >= 0, not {value!r}")
+    return number
 
 
 def _open_board() -> driver_local.BoardWriter | driver_local._NoBoard:

@@ -44,6 +44,8 @@ class LoadedRun:
     jsonl: dict[str, JsonlArtifact] = field(default_factory=dict)
     logs: dict[str, int] = field(default_factory=dict)  # relpath -> size in bytes
     others: dict[str, int] = field(default_factory=dict)  # names.OTHER_FILES present: relpath -> size
+    # Streamed JSON Lines artifacts (the sample ledger): relpath -> size; their own check reads them.
+    streamed: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     _index: dict[str, list[Artifact]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _indexed: dict[str, Artifact] | None = field(default=None, init=False, repr=False, compare=False)
@@ -196,6 +198,12 @@ def _load_other(safe: SafeDir, run: LoadedRun, relpath: str, parsed: names.Parse
             run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
         else:
             run.logs[relpath] = size
+    elif parsed is not None and parsed.streamed:
+        size = safe.size(relpath)
+        if size is None:
+            run.findings.append(Finding("error", "file.unreadable", "cannot be opened", relpath))
+        else:
+            run.streamed[relpath] = size
     elif parsed is not None:
         _load_jsonl(safe, run, relpath, parsed.schema, parsed.rank)
     elif names.is_other_file(relpath):

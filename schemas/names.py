@@ -34,6 +34,7 @@ __all__ = [
     "HEARTBEATS_DIR",
     "JOB_FILE_PREFIX",
     "JSONL_ARTIFACTS",
+    "LEDGER_RE",
     "LOG_KINDS",
     "LOG_PATTERNS",
     "NAME_RE",
@@ -89,6 +90,7 @@ __all__ = [
     "judge_log",
     "policy_log",
     "leaf",
+    "ledger",
     "live_stacks",
     "new_uuid",
     "parse",
@@ -286,6 +288,17 @@ def grades_segment(relpath: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
+# The sample ledger (agent.driver_api.ledger/checkpoint): which sample ids each step of the driver
+# on that rank trained on, and the checkpoints it saved, one JSON line each, appended in batches by
+# the driver's own process. Never rotated (the audit needs every line); streamed by its own check,
+# not loaded whole like grades-RANK.jsonl (Parsed.streamed).
+LEDGER_RE = re.compile(r"^ledger-(\d+)\.jsonl$")
+
+
+def ledger(rank: int) -> str:
+    return f"ledger-{rank}.jsonl"
+
+
 def collectives(rank: int) -> str:
     """The collective traces (Flight Recorder) of rank's processes that use torch.distributed, on a hang."""
     return f"collectives-{rank}.json"
@@ -425,7 +438,11 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("gateway", re.compile(r"^gateway-([a-z][a-z0-9_-]*)\.json$")),
 )
 # JSON Lines artifacts: one document per line, each against the schema (the audit checks every line).
-JSONL_ARTIFACTS: tuple[Artifact, ...] = (Artifact("grade", GRADES_RE), Artifact("judge-gateway", GATEWAY_LOG_RE))
+JSONL_ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("grade", GRADES_RE),
+    Artifact("judge-gateway", GATEWAY_LOG_RE),
+    Artifact("ledger", LEDGER_RE),
+)
 # (pattern, schema name) for every JSON artifact, as the audit has always read the table.
 ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple((a.pattern, a.schema) for a in ARTIFACTS)
 # Files of the run directory that are neither artifacts nor logs (the audit knows them).
@@ -525,6 +542,7 @@ class Parsed:
     judge: str | None
     log: str | None = None
     lines: bool = False  # a JSON Lines artifact: every line matches `schema`
+    streamed: bool = False  # too large to load whole: its own check reads it line by line (the ledger)
 
 
 def jsonl_schema_for(relpath: str) -> str | None:
@@ -542,6 +560,9 @@ def parse(relpath: str) -> Parsed | None:
         gateway = gateway_log_segment(relpath)
         if gateway is not None:
             return Parsed("judge-gateway", None, gateway[0], lines=True)
+        m = LEDGER_RE.match(relpath)
+        if m is not None:
+            return Parsed("ledger", int(m.group(1)), None, lines=True, streamed=True)
     for pattern, schema in _ARTIFACTS_BY_HEAD.get(head, ()):
         m = pattern.match(relpath)
         if m:

@@ -45,6 +45,7 @@ __all__ = [
     "EVIDENCE_REFRESH",
     "EXTERNAL",
     "EvidenceConfig",
+    "LedgerConfig",
     "GRADES_RULE",
     "HANG_RULE",
     "InferenceConfig",
@@ -527,6 +528,26 @@ EVIDENCE_REFRESH = (REFRESH_NONE,)
 
 
 @dataclass(frozen=True, kw_only=True)
+class LedgerConfig:
+    """The dataset order the sample ledger (agent.driver_api.ledger) is checked against."""
+
+    order: str | None = key(
+        keys.Text(),
+        None,
+        doc="a file of the dataset's sample ids, one a line, relative to the spec file's folder: the order every "
+        "epoch yields them (epoch E of ledger(step, ids, epoch=E) is the E-th pass over this file, in its "
+        "order). The audit checks the stream of ids the driver recorded, across every attempt of the run, "
+        "against it: data.skipped, data.repeated; absent: the ledger is summarised, not checked",
+    )
+
+    def order_path(self, base_dir: str | None) -> str | None:
+        """``order`` as a path: a relative one resolves from the spec file's folder (like [data])."""
+        if self.order is None or os.path.isabs(self.order) or base_dir is None:
+            return self.order
+        return os.path.join(base_dir, self.order)
+
+
+@dataclass(frozen=True, kw_only=True)
 class EvidenceConfig:
     """What the driver itself leaves behind that shows it trained, for a driver that writes no
     driver-result.json (a real trainer). Every path is inside the run directory: the audit reads
@@ -715,6 +736,10 @@ class DriverConfig:
     evidence: EvidenceConfig = section(
         EvidenceConfig,
         doc="evidence of training the driver leaves itself, accepted instead of driver-result.json",
+    )
+    ledger: LedgerConfig = section(
+        LedgerConfig,
+        doc="the sample ledger's dataset order (agent.driver_api.ledger, checkpoint; docs/guides/sample-ledger.md)",
     )
 
 

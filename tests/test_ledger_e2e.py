@@ -13,45 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas import names
-from tests.harness import (
-    BIN,
-    assert_artifacts_valid,
-    assert_nothing_left,
-    kill_tree_by_session,
-    launch_local,
-    uid,
-)
+from tests.harness import BIN
 from tests.harness import ledger as lg
 from tests.harness.audit_head import first_cause_problem
-from tests.harness.orphans import kill_node
 
 pytestmark = pytest.mark.slow
-
-
-def kill_then_resume(tmp: Path, loader: str) -> tuple[Path, lg.Killed, str]:
-    """Attempt 1 loses the driver's node mid-run; attempt 2 is `gym-launch local --resume`. Returns
-    the run directory, what attempt 1's ledger recorded, and the resumed launcher's output."""
-    text = lg.ledger_spec(loader, replicas=2)
-    run = launch_local(tmp, text, uid("ledger"))
-    try:
-        lg.wait_mid_interval(run.run_dir, 150)
-        assert kill_node(run.run_dir, lg.DRIVER_RANK) >= 3  # its agent, reaper and driver at least
-        assert run.wait(90) != 0, run.text[-3000:]
-    finally:
-        kill_tree_by_session(run.proc)
-    assert_nothing_left(run.run_dir)
-    again = launch_local(tmp, text, run.uuid, args=("--resume",))
-    try:
-        again.wait(180)
-    finally:
-        kill_tree_by_session(again.proc)
-    assert_nothing_left(run.run_dir)
-    assert_artifacts_valid(run.run_dir)  # both attempts' ledger lines against their schema
-    k = lg.killed(run.run_dir)
-    resumed = (run.run_dir / names.driver_log(lg.DRIVER_RANK)).read_text()
-    assert f"resumed from ledger-demo.pt at step {k.checkpoint}:" in resumed, resumed[:2000]
-    return run.run_dir, k, again.text
 
 
 def audit_text(run_dir: Path) -> str:
@@ -59,23 +25,23 @@ def audit_text(run_dir: Path) -> str:
 
 
 def test_a_correct_loader_resumed_after_a_lost_node_passes_with_the_replay_counted(tmp_path: Path) -> None:
-    run_dir, k, launched = kill_then_resume(tmp_path, "correct")
-    assert "run succeeded" in launched, launched[-3000:]
-    assert k.replayed, k  # the kill landed after steps past the checkpoint: there is replay to count
-    code, doc = lg.audit_json(run_dir)
+    run = lg.kill_then_resume(tmp_path, "correct")
+    assert run.code == 0 and "run succeeded" in run.launched, run.launched[-3000:]
+    assert run.killed.replayed, run.killed  # the kill landed steps past the checkpoint: replay to count
+    code, doc = lg.audit_json(run.run_dir)
     assert code == 0 and doc["verdict"] == "pass", doc["findings"]
-    problems = lg.audit_problems(doc, "correct", k)
+    problems = lg.audit_problems(doc, "correct", run.killed)
     assert not problems, problems
 
 
 @pytest.mark.parametrize(("loader", "code"), [("restarts-epoch", "data.repeated"), ("skips-ahead", "data.skipped")])
 def test_a_loader_bug_on_resume_is_the_first_cause_naming_the_ids(tmp_path: Path, loader: str, code: str) -> None:
-    run_dir, k, launched = kill_then_resume(tmp_path, loader)
+    run = lg.kill_then_resume(tmp_path, loader)
     # Every agent exited 0 (the trainer noticed nothing); the launcher's verdict is the audit's.
-    assert "agents exited 0, but the audit FAILS: " + code in launched, launched[-3000:]
-    status, doc = lg.audit_json(run_dir)
+    assert run.code == 1 and "agents exited 0, but the audit FAILS: " + code in run.launched, run.launched[-3000:]
+    status, doc = lg.audit_json(run.run_dir)
     assert status == 1 and doc["verdict"] == "fail", doc["findings"]
-    problems = lg.audit_problems(doc, loader, k)
+    problems = lg.audit_problems(doc, loader, run.killed)
     assert not problems, problems
-    head = first_cause_problem(audit_text(run_dir), rank=lg.DRIVER_RANK, kinds=(code,))
+    head = first_cause_problem(audit_text(run.run_dir), rank=lg.DRIVER_RANK, kinds=(code,))
     assert head is None, head

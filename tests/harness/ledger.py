@@ -18,8 +18,9 @@ from pathlib import Path
 import orjson
 
 from schemas import names
-from tests.harness.agents import BIN
-from tests.harness.specs import small_spec
+from tests.harness.agents import BIN, assert_artifacts_valid, launch_local
+from tests.harness.orphans import assert_nothing_left, kill_node, kill_tree_by_session
+from tests.harness.specs import small_spec, uid
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "examples" / "ledger_driver.py"
@@ -31,6 +32,7 @@ STEP_SLEEP = 0.2
 PREFETCH = 3  # batches the skips-ahead loader's saved position runs ahead (examples/ledger_driver.py)
 MARGIN = 5  # kill at most this many steps past a checkpoint: far from the next one's save
 DRIVER_RANK = 0
+CHECKPOINT = "ledger-demo.pt"  # the trainer's checkpoint file (examples/ledger_driver.py)
 
 
 def driver_table(loader: str) -> str:
@@ -171,3 +173,38 @@ def run_problems(run_dir: Path, loader: str) -> list[str]:
         return audit_problems(doc, loader, killed(run_dir))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"ledger check: {type(exc).__name__}: {exc}"]
+
+
+@dataclass(frozen=True)
+class Resumed:
+    run_dir: Path
+    killed: Killed
+    launched: str  # the resumed `gym-launch local`'s output
+    code: int  # and its exit code
+
+
+def kill_then_resume(tmp: Path, loader: str, replicas: int = 2) -> Resumed:
+    """`gym-launch local` of the demo trainer with `loader`; the driver's node SIGKILLed whole
+    (agent, reaper, driver) between two checkpoints; once every process of it is gone,
+    `gym-launch local --resume` (a scheduler's restart) to the end."""
+    text = ledger_spec(loader, replicas)
+    run = launch_local(tmp, text, uid("ledger"))
+    try:
+        wait_mid_interval(run.run_dir, 150)
+        lost = kill_node(run.run_dir, DRIVER_RANK)
+        assert lost >= 3, f"rank {DRIVER_RANK} had {lost} process(es), expected its agent, reaper and driver"
+        assert run.wait(90) != 0, run.text[-3000:]
+    finally:
+        kill_tree_by_session(run.proc)
+    assert_nothing_left(run.run_dir)
+    again = launch_local(tmp, text, run.uuid, args=("--resume",))
+    try:
+        code = again.wait(180)
+    finally:
+        kill_tree_by_session(again.proc)
+    assert_nothing_left(run.run_dir)
+    assert_artifacts_valid(run.run_dir)  # both attempts' ledger lines against their schema
+    k = killed(run.run_dir)
+    log = (run.run_dir / names.driver_log(DRIVER_RANK)).read_text()
+    assert f"resumed from {CHECKPOINT} at step {k.checkpoint}:" in log, log[:2000]
+    return Resumed(run.run_dir, k, again.text, code)

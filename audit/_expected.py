@@ -21,7 +21,7 @@ from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import resolved_from_dict
 from launch.spec.plan import NodePlan as LaunchNodePlan
 from launch.spec.plan import plan as make_plan
-from launch.spec.sections import Binding, EvidenceConfig
+from launch.spec.sections import Binding, EvidenceConfig, LedgerConfig
 from schemas import names
 
 __all__ = ["NodePlan", "PlanView", "expected_plan"]
@@ -57,6 +57,7 @@ class PlanView:
     evaluation: bool = False
     evidence: EvidenceConfig | None = None  # `[driver.evidence]`, when the spec resolved
     unchecked_judges: frozenset[str] = frozenset()  # `canary = false`: no canary is expected for them
+    ledger: LedgerConfig | None = None  # `[driver.ledger]`, when the spec resolved
 
     @property
     def bound_judges(self) -> frozenset[str]:
@@ -164,6 +165,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         evaluation=_evaluation(config),
         evidence=config.driver.evidence,
         unchecked_judges=_unchecked(config),
+        ledger=config.driver.ledger,
     )
     return view, []
 
@@ -209,6 +211,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         evaluation=_evaluation(config) if config else False,
         evidence=config.driver.evidence if config else None,
         unchecked_judges=_unchecked(config) if config else frozenset(),
+        ledger=config.driver.ledger if config else None,
     )
 
 

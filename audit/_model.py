@@ -267,6 +267,8 @@ class AuditResult:
     stacks: StacksSummary | None = None  # a hang's stacks, grouped across ranks (audit/stacks.py)
     collectives: CollectivesSummary | None = None  # the collective a hang stopped in (audit/_collectives.py)
     judge_gateways: dict[str, Any] | None = None  # per judge, from its gateway's log (audit/_gateway_stats.py)
+    # The sample ledger across attempts (audit/_ledger.LedgerSummary: typed Any, that module imports this one).
+    ledger: Any = None
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -308,4 +310,5 @@ class AuditResult:
             "stacks": self.stacks.to_json() if self.stacks is not None else None,
             "collectives": self.collectives.to_json() if self.collectives is not None else None,
             "judge_gateways": self.judge_gateways,
+            "ledger": self.ledger.to_json() if self.ledger is not None else None,
         }

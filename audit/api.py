@@ -56,7 +56,7 @@ from audit._schema_check import check_schemas
 from audit._training_evidence import read_evidence
 from audit._views import by_rank, rank_of
 from audit.preflight import check_gpu_residue, check_preflight, exclude_line, unfit_nodes
-from audit.safedir import SafeDir, UnusableRunDir
+from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
 from launch.spec.load import restore_key_order
 from schemas import credentials, names
 from schemas.lenient import as_str
@@ -64,6 +64,7 @@ from schemas.records import DriverResultRecord, HeartbeatRecord
 
 if TYPE_CHECKING:  # the readers of a hang's stacks and of the judge gateways load only for a run that has them
     from audit._collectives import Summary as CollectivesSummary
+    from audit._ledger import LedgerSummary
     from audit.stacks import Summary as StacksSummary
 
 __all__ = ["AuditResult", "UnusableRunDir", "audit_run"]
@@ -265,9 +266,13 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             findings.append(_incomplete_run(ctx, expected))
         unfit = unfit_nodes(ctx)
         findings += refused_findings(safe, Path(path))
-        findings = sorted(set(findings), key=Finding.sort_key)
+        ledger, ledger_findings = _ledger(safe, run, ctx, Path(path)) if _outputs is None else (None, [])
+        otherwise_passed = ctx.outcome == "succeeded" and not any(f.severity == "error" for f in findings)
+        findings = sorted(set(findings + ledger_findings), key=Finding.sort_key)
         verdict: Verdict = "fail" if any(f.severity == "error" for f in findings) else "pass"
         first = causes.first
+        if first is None and otherwise_passed and ledger is not None and ledger.first_cause is not None:
+            first = _data_cause(ledger, ctx.driver_rank)
         result = AuditResult(
             run_dir=str(path),
             verdict=verdict,
@@ -292,6 +297,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             stacks=_stacks(run, expected),
             collectives=_collectives(run, safe, first),
             judge_gateways=_gateways(run) if ctx.plan.bindings else None,
+            ledger=ledger,
         )
         # The one redaction (schemas/credentials.py) before any report: the files may come from an
         # older version or a hand, and the text, JSON and HTML reports all render this result.
@@ -419,6 +425,37 @@ def _stacks(run: Any, expected: tuple[int, ...]) -> StacksSummary | None:
     from audit.stacks import summarise as summarise_stacks
 
     return summarise_stacks(docs, sorted(files), expected)
+
+
+def _ledger(safe: SafeDir, run: LoadedRun, ctx: AuditContext, path: Path) -> tuple[LedgerSummary | None, list[Finding]]:
+    """The sample ledger of every attempt, checked against the declared order; nothing (and no
+    import of its reader) for a run without ledger files."""
+    earlier = attempt_numbers(path)
+    top = [rel for rel in run.streamed if names.parse(rel) is not None]
+    if not top and not any(_has_ledger(safe, n) for n in earlier):
+        return None, []
+    from audit._ledger import check_ledger, ledger_files
+
+    files = ledger_files(safe, top, run.attempt, earlier)
+    cfg = ctx.plan.ledger
+    spec = run.doc(names.SPEC) or {}
+    base = spec.get("base_dir") if isinstance(spec.get("base_dir"), str) else None
+    return check_ledger(safe, files, cfg.order_path(base) if cfg is not None else None)
+
+
+def _has_ledger(safe: SafeDir, n: int) -> bool:
+    try:
+        leaves, _ = safe.list_files(names.attempt_dir(n), 10_000)
+    except UnsafeFile:
+        return False
+    return any(names.LEDGER_RE.match(leaf) for leaf in leaves)
+
+
+def _data_cause(ledger: LedgerSummary, rank: int | None) -> Cause:
+    """A run that passed everything else but consumed its data wrongly: the ledger's first finding."""
+    assert ledger.first_cause is not None
+    code, message, file, attempt = ledger.first_cause
+    return Cause(rank or 0, code, None, message, None, None, file, None, attempt=attempt)
 
 
 def _gateways(run: LoadedRun) -> dict[str, Any]:

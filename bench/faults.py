@@ -875,7 +875,7 @@ FAULTS += (
 
 def _kill_driver_node(run: Run) -> None:
     """Every process of the driver's node SIGKILLed while the trainer is between two checkpoints."""
-    ledger.wait_mid_interval(run.run_dir, LEDGER_UP_S)
+    ledger.wait_mid_interval(run.run_dir, LEDGER_UP_S, alive=lambda: all(p.poll() is None for p in run.procs.values()))
     run.fault()
     orphans.kill_node(run.run_dir, ledger.DRIVER_RANK, sessions=run.sessions(), marks=(str(run.tmp),))
 

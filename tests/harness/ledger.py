@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,13 +76,16 @@ def mid_interval(lines: list[dict]) -> bool:
     return bool(done) and last is not None and last["kind"] == "step" and 0 < last["step"] - done[-1] <= MARGIN
 
 
-def wait_mid_interval(run_dir: Path, timeout: float) -> None:
-    """Until the driver's ledger shows it between two checkpoints, past at least one."""
+def wait_mid_interval(run_dir: Path, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Until the driver's ledger shows it between two checkpoints, past at least one (TimeoutError
+    at once when `alive` says the run already ended)."""
     path = run_dir / names.ledger(DRIVER_RANK)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if mid_interval(ledger_lines(path)):
             return
+        if not alive():
+            raise TimeoutError(f"the run ended before {path.name} showed the driver between two checkpoints")
         time.sleep(0.02)
     raise TimeoutError(f"{path.name} never showed the driver between two checkpoints within {timeout:g}s")
 
@@ -190,7 +194,7 @@ def kill_then_resume(tmp: Path, loader: str, replicas: int = 2) -> Resumed:
     text = ledger_spec(loader, replicas)
     run = launch_local(tmp, text, uid("ledger"))
     try:
-        wait_mid_interval(run.run_dir, 150)
+        wait_mid_interval(run.run_dir, 150, alive=lambda: run.proc.poll() is None)
         lost = kill_node(run.run_dir, DRIVER_RANK)
         assert lost >= 3, f"rank {DRIVER_RANK} had {lost} process(es), expected its agent, reaper and driver"
         assert run.wait(90) != 0, run.text[-3000:]

@@ -21,10 +21,12 @@ from typing import Any
 from agent.proc import collective_hook, driver_local
 from agent.proc import ledger as _ledger
 from schemas import DriverEnv, RunDir, Writer, WriterKind, names, records
+from schemas.ledger_order import epoch_order as _epoch_order
 
 __all__ = [
     "checkpoint",
     "connect_ray",
+    "epoch_order",
     "ledger",
     "plan",
     "progress",
@@ -64,6 +66,13 @@ def checkpoint(step: int) -> None:
     on disk): the next attempt may resume from it. Writes the ledger through to the run directory
     before returning, so every step up to this one is on record."""
     _ledger.writer().checkpoint(_whole("checkpoint", step))
+
+
+def epoch_order(count: int, seed: int, epoch: int) -> Any:
+    """The order of epoch `epoch` under [driver.ledger] shuffle_seed = `seed`, for a dataset of `count`
+    ids: a numpy array whose k-th entry is the line (0-based) of the order file the epoch yields k-th.
+    A sampler that yields that order is one the audit can check (schemas/ledger_order.py)."""
+    return _epoch_order(count, seed, epoch)
 
 
 def _whole(call: str, value: object, name: str = "step") -> int:

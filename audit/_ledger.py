@@ -33,6 +33,7 @@ import orjson
 from audit._model import Finding
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names, violations
+from schemas.ledger_order import epoch_order
 
 __all__ = ["LedgerFile", "LedgerSummary", "MAX_LISTED", "check_ledger", "ledger_files"]
 
@@ -91,6 +92,7 @@ class LedgerSummary:
 
     order: str | None
     order_ids: int | None
+    shuffle_seed: int | None
     attempts: tuple[dict[str, Any], ...]
     skipped: dict[str, Any]
     repeated: dict[str, Any]
@@ -103,6 +105,7 @@ class LedgerSummary:
         return {
             "order": self.order,
             "order_ids": self.order_ids,
+            "shuffle_seed": self.shuffle_seed,
             "checked": self.checked,
             "attempts": list(self.attempts),
             "skipped": self.skipped,
@@ -112,25 +115,77 @@ class LedgerSummary:
         }
 
 
-class _Order:
-    """The declared order: one bytes blob (framed by newlines) and the start of every line."""
+class _Lines:
+    """An epoch's order of lines: the file's own (_Order) or a shuffle of it (_Shuffled)."""
 
-    def __init__(self, blob: bytes) -> None:
-        body = blob.replace(b"\r\n", b"\n").strip(b"\n")
-        self.blob = b"\n" + body + b"\n"
-        marks = np.flatnonzero(np.frombuffer(self.blob, dtype=np.uint8) == 10)
-        self.starts = marks[:-1] + 1  # line i is blob[starts[i]:starts[i+1]-1]
-        self.ends = marks[1:]
-        self.count = len(self.starts)
+    count: int
+
+    def line(self, pos: int) -> bytes | bytearray:
+        raise NotImplementedError
+
+    def span(self, pos: int, n: int) -> bytes | bytearray:
+        """Lines pos..pos+n-1 joined by newlines."""
+        raise NotImplementedError
+
+    def joined(self, pos: int, n: int) -> int:
+        """The length of span(pos, n), without building it."""
+        raise NotImplementedError
+
+    def find(self, key: bytes) -> int | None:
+        raise NotImplementedError
+
+    def encoded(self, pos: int, n: int, quoted: bool) -> bytes | bytearray:
+        """Lines pos..pos+n-1 as the writer encodes a list of those ids (the inside of its JSON array)."""
+        if quoted:
+            return b'"' + self.span(pos, n).replace(b"\n", b'","') + b'"'
+        return self.span(pos, n).replace(b"\n", b",")
+
+    def fit(self, pos: int, length: int, quoted: bool) -> int | None:
+        """How many lines from pos the writer's encoding of `length` bytes would hold, if any: lines
+        pos..pos+n-1 encode to their joined length plus two quotes each (strings), so the one n
+        that fits is found by bisection, not by counting the ids' text."""
+        extra = 2 if quoted else 0
+        lo, hi = 1, self.count - pos
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            size = self.joined(pos, mid) + extra * mid
+            if size == length:
+                return mid
+            if size < length:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return None
+
+
+class _Order(_Lines):
+    """The declared order: one buffer of its lines, framed by newlines, and where each newline is
+    (line i is blob[marks[i] + 1 : marks[i + 1]])."""
+
+    def __init__(self, blob: bytearray) -> None:
+        self.blob = blob
+        view = np.frombuffer(blob, dtype=np.uint8)
+        chunk = 1 << 24  # the newline test in slices: a boolean copy of 10^8 bytes is not needed at once
+        kind = np.uint32 if len(blob) < (1 << 32) else np.int64  # 4 bytes a line where it fits
+        parts = [(np.flatnonzero(view[i : i + chunk] == 10) + i).astype(kind) for i in range(0, len(view), chunk)]
+        marks = np.concatenate(parts)
+        end = len(marks)
+        while end > 1 and marks[end - 1] - marks[end - 2] == 1:
+            end -= 1  # the file's own trailing newlines: no lines
+        self.marks = marks[:end]
+        del view
+        self.count = len(self.marks) - 1
         self._finds = 0
         self._index: dict[bytes, int] | None = None
 
-    def line(self, pos: int) -> bytes:
-        return self.blob[self.starts[pos] : self.ends[pos]]
+    def line(self, pos: int) -> bytearray:
+        return self.blob[self.marks[pos] + 1 : self.marks[pos + 1]]
 
-    def span(self, pos: int, n: int) -> bytes:
-        """Lines pos..pos+n-1 joined by newlines."""
-        return self.blob[self.starts[pos] : self.ends[pos + n - 1]]
+    def span(self, pos: int, n: int) -> bytearray:
+        return self.blob[self.marks[pos] + 1 : self.marks[pos + n]]
+
+    def joined(self, pos: int, n: int) -> int:
+        return int(self.marks[pos + n]) - int(self.marks[pos]) - 1
 
     def find(self, key: bytes) -> int | None:
         if self._index is not None:
@@ -139,15 +194,73 @@ class _Order:
         if self._finds > _FINDS_BEFORE_INDEX:  # a stream far from the order: index it once
             self._index = {}
             for pos in range(self.count - 1, -1, -1):
-                self._index[self.line(pos)] = pos
+                self._index[bytes(self.line(pos))] = pos
             return self._index.get(key)
         at = self.blob.find(b"\n" + key + b"\n")
         if at < 0:
             return None
-        return int(np.searchsorted(self.starts, at + 1))
+        return int(self.marks.searchsorted(np.array(at, dtype=self.marks.dtype)))  # same dtype: no copy of the marks
 
     def empty_lines(self) -> int:
-        return int(np.count_nonzero(self.ends - self.starts == 0))
+        return int(np.count_nonzero(self.marks[1:] - self.marks[:-1] == 1))
+
+
+class _Shuffled(_Lines):
+    """Epoch `epoch` of a shuffled order ([driver.ledger] shuffle_seed): position k holds the
+    file's line perm[k] (schemas.ledger_order.epoch_order)."""
+
+    def __init__(self, order: _Order, seed: int, epoch: int) -> None:
+        self.order, self.count = order, order.count
+        self.perm = epoch_order(order.count, seed, epoch)
+        self.inverse = np.empty_like(self.perm)
+        self.inverse[self.perm] = np.arange(order.count, dtype=self.perm.dtype)
+        sizes = np.diff(order.marks.astype(np.int64))[self.perm]  # each line with its newline
+        self.cum = np.concatenate(([0], np.cumsum(sizes)))
+        self.bytes = np.frombuffer(order.blob, dtype=np.uint8)
+
+    def line(self, pos: int) -> bytearray:
+        return self.order.line(int(self.perm[pos]))
+
+    def span(self, pos: int, n: int) -> bytes:
+        idx = self.perm[pos : pos + n]
+        starts = self.order.marks[idx].astype(np.int64) + 1
+        sizes = self.order.marks[idx + 1].astype(np.int64) - starts + 1  # each line and its newline
+        offsets = np.cumsum(sizes) - sizes
+        gather = np.repeat(starts - offsets, sizes) + np.arange(int(sizes.sum()))
+        return self.bytes[gather].tobytes()[:-1]
+
+    def joined(self, pos: int, n: int) -> int:
+        return int(self.cum[pos + n] - self.cum[pos]) - 1
+
+    def find(self, key: bytes) -> int | None:
+        q = self.order.find(key)
+        return None if q is None else int(self.inverse[q])
+
+
+class _Ids:
+    """A step's ids as written (the inside of the line's JSON array), decoded only when the step is
+    not simply the next lines of the order (whose length alone says how many ids it holds)."""
+
+    __slots__ = ("_list", "count", "quoted", "text")
+
+    def __init__(self, text: bytes, decoded: list[str | int] | None = None) -> None:
+        self.text = text
+        self.quoted = text[:1] == b'"'
+        self._list = decoded
+        self.count: int | None = len(decoded) if decoded is not None else (0 if not text else None)
+
+    def decoded(self) -> list[str | int]:
+        if self._list is None:
+            self._list = orjson.loads(b"[" + self.text + b"]")
+            self.count = len(self._list)
+        return self._list
+
+    def exact(self) -> int:
+        return self.count if self.count is not None else len(self.decoded())
+
+    def types_ok(self) -> bool:
+        """Every id a str or an int (asked of ids already decoded; the others are checked when decoded)."""
+        return self._list is None or set(map(type, self._list)) <= {str, int}
 
 
 @dataclass
@@ -187,8 +300,10 @@ class _Epoch:
 
 
 class _Check:
-    def __init__(self, order: _Order | None) -> None:
+    def __init__(self, order: _Order | None, shuffle_seed: int | None = None) -> None:
         self.order = order
+        self.shuffle_seed = shuffle_seed
+        self._views: dict[int, _Lines] = {}
         self.epochs: dict[int, _Epoch] = {}
         self.repeated = 0
         self.repeated_items: list[dict[str, Any]] = []
@@ -196,15 +311,31 @@ class _Check:
         self.unknown_items: list[dict[str, Any]] = []
         self.replayed = 0
 
-    def runs(self, epoch: _Epoch, ids: list[str | int]) -> Iterator[tuple[int, int]]:
+    def view(self, epoch: int) -> _Lines:
+        """Epoch `epoch`'s order: the file's, or its shuffle (the last two kept: ~24 bytes a line each)."""
+        assert self.order is not None
+        if self.shuffle_seed is None:
+            return self.order
+        if epoch not in self._views:
+            while len(self._views) >= 2:
+                del self._views[min(self._views)]
+            self._views[epoch] = _Shuffled(self.order, self.shuffle_seed, epoch)
+        return self._views[epoch]
+
+    def runs(self, order: _Lines, epoch: _Epoch, step_ids: _Ids) -> Iterator[tuple[int, int]]:
         """(start, length) of each run of consecutive order lines the ids are; -1: an unknown id."""
-        order = self.order
-        assert order is not None
-        keys = [str(x).encode() for x in ids]
-        n, pos = len(keys), epoch.cursor
-        if pos + n <= order.count and b"\n".join(keys) == order.span(pos, n):
-            yield pos, n  # the whole step is the next lines of the file
+        pos, text = epoch.cursor, step_ids.text
+        if not text:
             return
+        for start in (pos, epoch.reach):  # where the stream goes on; where a resume should pick it up
+            n = order.fit(start, len(text), step_ids.quoted) if start < order.count else None
+            if n is not None and text == order.encoded(start, n, step_ids.quoted):
+                step_ids.count = n
+                yield start, n  # the whole step is consecutive lines of the file: one comparison in C
+                return
+        decoded = step_ids.decoded()
+        n = len(decoded)
+        keys = [x.encode() if type(x) is str else str(x).encode() for x in decoded]
         i = 0
         while i < n:
             q = pos if pos < order.count and order.line(pos) == keys[i] else order.find(keys[i])
@@ -212,6 +343,10 @@ class _Check:
                 yield -1, i
                 i += 1
                 continue
+            rest = n - i
+            if q + rest <= order.count and b"\n".join(keys[i:]) == order.span(q, rest):
+                yield q, rest  # the rest of the step is consecutive from there (a resume's first step)
+                return
             r = 1
             while i + r < n and q + r < order.count and order.line(q + r) == keys[i + r]:
                 r += 1
@@ -219,26 +354,24 @@ class _Check:
             i += r
             pos = q + r
 
-    def place(self, att: _Attempt, step: int, epoch_no: int, ids: list[str | int], committed: bool) -> None:
+    def place(self, att: _Attempt, step: int, epoch_no: int, ids: _Ids, committed: bool) -> None:
         epoch = self.epochs.setdefault(epoch_no, _Epoch())
         if committed and epoch.first_at is None:
             epoch.first_at = (att.number, step)
-        for start, length in self.runs(epoch, ids):
+        for start, length in self.runs(self.view(epoch_no), epoch, ids):
             if start < 0:
                 self.unknown += 1
                 if len(self.unknown_items) < MAX_LISTED:
-                    self.unknown_items.append({"id": ids[length], "attempt": att.number, "step": step})
+                    self.unknown_items.append({"id": ids.decoded()[length], "attempt": att.number, "step": step})
                 continue
             end = start + length
             if committed:
-                self._commit(att, step, epoch_no, epoch, ids, start, end)
+                self._commit(att, step, epoch_no, epoch, start, end)
             else:
                 _segment(att, epoch_no, start, end, "replayed")
             epoch.cursor = end
 
-    def _commit(
-        self, att: _Attempt, step: int, epoch_no: int, epoch: _Epoch, ids: list[str | int], start: int, end: int
-    ) -> None:
+    def _commit(self, att: _Attempt, step: int, epoch_no: int, epoch: _Epoch, start: int, end: int) -> None:
         assert self.order is not None
         if start > epoch.reach:
             epoch.gaps.append((epoch.reach, start, att.number, step))
@@ -248,7 +381,7 @@ class _Check:
             for pos in range(lo, min(hi, lo + MAX_LISTED - len(self.repeated_items))):
                 self.repeated_items.append(
                     {
-                        "id": self.order.line(pos).decode(errors="replace"),
+                        "id": self.view(epoch_no).line(pos).decode(errors="replace"),
                         "epoch": epoch_no,
                         "attempt": att.number,
                         "step": step,
@@ -287,6 +420,7 @@ class _Check:
                 total += hi - lo
                 opened = next((g for g in gaps if g[0] <= lo < g[1]), None)
                 if len(listed) < MAX_LISTED:
+                    view = self.view(e)  # a shuffled epoch's order is rebuilt only to name ids
                     listed.append(
                         {
                             "epoch": e,
@@ -295,7 +429,7 @@ class _Check:
                             "count": hi - lo,
                             "attempt": opened[2] if opened else None,
                             "step": opened[3] if opened else None,
-                            "ids": [self.order.line(p).decode(errors="replace") for p in range(lo, min(hi, lo + 10))],
+                            "ids": [view.line(p).decode(errors="replace") for p in range(lo, min(hi, lo + 10))],
                         }
                     )
         return total, listed
@@ -311,8 +445,9 @@ def _segment(att: _Attempt, epoch: int, start: int, end: int, kind: str) -> None
         att.segments_cut += 1
 
 
-def _lines(safe: SafeDir, relpath: str, bad: list[Finding], rank: int) -> Iterator[dict[str, Any]]:
-    """Every valid line of one ledger file, streamed; each bad one a finding (a few shown)."""
+def _lines(safe: SafeDir, relpath: str, bad: list[Finding], rank: int) -> Iterator[tuple[dict[str, Any], _Ids | None]]:
+    """Every valid line of one ledger file, streamed, as (its fields but the ids, its ids); each bad
+    line a finding (a few shown)."""
     try:
         fd = safe.open_file(relpath)
     except (UnsafeFile, OSError) as exc:
@@ -323,13 +458,12 @@ def _lines(safe: SafeDir, relpath: str, bad: list[Finding], rank: int) -> Iterat
     number = 0
     try:
         while chunk := os.read(fd, 8 << 20):
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
+            *complete, pending = (pending + chunk).split(b"\n")
             for raw in complete:
                 number += 1
-                doc, why = _parse(raw)
+                doc, ids, why = _parse(raw)
                 if doc is not None:
-                    yield doc
+                    yield doc, ids
                 elif shown < 5:
                     shown += 1
                     bad.append(Finding("error", "schema.violation", f"line {number}: {why}", relpath, rank))
@@ -339,46 +473,60 @@ def _lines(safe: SafeDir, relpath: str, bad: list[Finding], rank: int) -> Iterat
     finally:
         os.close(fd)
     if pending.strip():
-        bad.append(
-            Finding("warning", "ledger.torn_line", f"line {number + 1} has no end (a killed writer)", relpath, rank)
-        )
+        torn = f"line {number + 1} has no end (a writer killed mid-line)"
+        bad.append(Finding("warning", "ledger.torn_line", torn, relpath, rank))
 
 
-def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+def _parse(raw: bytes) -> tuple[dict[str, Any] | None, _Ids | None, str]:
+    """A line's fields (its ids replaced by []) and its ids, undecoded where the writer's own
+    spelling allows; or why the line is not one."""
+    at = raw.find(b'"ids":[')
+    end = raw.rfind(b"]")
+    doc: Any = None
+    ids = None
+    if 0 <= at < end:
+        try:
+            doc = orjson.loads(raw[:at] + b'"ids":[]' + raw[end + 1 :])
+            ids = _Ids(raw[at + 7 : end])
+        except orjson.JSONDecodeError:
+            doc = None  # not the writer's spelling: decoded whole below
     try:
-        doc = orjson.loads(raw)
+        if doc is None:
+            doc = orjson.loads(raw)
+            if isinstance(doc, dict) and isinstance(doc.get("ids"), list):
+                ids = _Ids(orjson.dumps(doc["ids"])[1:-1], doc["ids"])
+                doc["ids"] = []
     except orjson.JSONDecodeError as exc:
-        return None, f"not valid JSON: {str(exc)[:120]}"
+        return None, None, f"not valid JSON: {str(exc)[:120]}"
     if not isinstance(doc, dict):
-        return None, "not a JSON object"
-    ids = doc.get("ids")
-    if isinstance(ids, list):
-        if not {type(x) for x in ids} <= {str, int}:
-            return None, "ids: every sample id is a string or an integer"
-        found = violations("ledger", {**doc, "ids": ids[:1]})  # the ids' types are checked above, in C
-    else:
-        found = violations("ledger", doc)
+        return None, None, "not a JSON object"
+    if ids is not None and not ids.types_ok():
+        return None, None, "ids: every sample id is a string or an integer"
+    found = violations("ledger", doc)
     if found:
-        return None, "; ".join(str(v) for v in found[:3])
-    return doc, ""
+        return None, None, "; ".join(str(v) for v in found[:3])
+    return doc, ids, ""
 
 
 def _read_order(path: str | None, found: list[Finding]) -> _Order | None:
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            size = os.fstat(fd).st_size
+        with open(path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
             if size > MAX_ORDER_BYTES:
                 raise OSError(f"larger than {MAX_ORDER_BYTES} bytes")
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                blob = fh.read()
-        finally:
-            os.close(fd)
+            blob = bytearray(size + 2)  # read in place between two newlines: no copy of the order
+            blob[0] = 10
+            got = fh.readinto(memoryview(blob)[1 : size + 1]) or 0
     except OSError as exc:
         found.append(Finding("warning", "data.order_unreadable", f"[driver.ledger] order {path}: {exc}; not checked"))
         return None
+    blob[got + 1] = 10  # the closing newline; resizing the buffer would copy it
+    if got < size:
+        blob = blob[: got + 2]  # the file shrank while read
+    if blob.find(b"\r") >= 0:
+        blob = bytearray(blob.replace(b"\r\n", b"\n"))
     order = _Order(blob)
     if order.empty_lines():
         found.append(
@@ -390,85 +538,111 @@ def _read_order(path: str | None, found: list[Finding]) -> _Order | None:
 _STEP_HEAD = re.compile(rb'"kind":"(step|checkpoint)","step":(\d+)')
 
 
-def _outline(safe: SafeDir, files: list[LedgerFile]) -> tuple[int | None, list[int]]:
-    """(first step, checkpoints) of an attempt, without decoding its ids: a line's head says its
-    kind and step (the writer puts them first); a line whose head does not is decoded whole."""
-    first, saved = None, []
+def _first_of(safe: SafeDir, files: list[LedgerFile]) -> int | None:
+    """The first step an attempt recorded: its files' first step lines (read up to there only)."""
+    firsts = []
     for f in files:
         try:
             fd = safe.open_file(f.relpath)
         except (UnsafeFile, OSError):
             continue
         try:
-            pending = b""
-            while chunk := os.read(fd, 8 << 20):
-                *complete, pending = (pending + chunk).split(b"\n")
-                for raw in complete:
-                    kind, step = _head_of(raw)
-                    if kind == b"checkpoint":
-                        saved.append(step)
-                    elif kind == b"step" and (first is None or step < first):
-                        first = step
+            data = b""
+            while (chunk := os.read(fd, 1 << 20)) and len(data) <= MAX_LINE_BYTES:
+                data += chunk
+                if (step := _first_step(data)) is not None:
+                    firsts.append(step)
+                    break
         finally:
             os.close(fd)
-    return first, saved
+    return min(firsts, default=None)
+
+
+def _take(check: _Check, att: _Attempt, step: int, epoch: int, ids: _Ids, *, committed: bool) -> None:
+    """One step line of an attempt, committed or replayed: placed in the order (when declared) and counted."""
+    att.steps += 1
+    if check.order is not None:  # placed first: a step that is not the order's next lines is decoded there
+        check.place(att, step, epoch, ids, committed)
+    count = ids.exact()
+    att.ids += count
+    att.first_step = step if att.first_step is None else min(att.first_step, step)
+    att.last_step = step if att.last_step is None else max(att.last_step, step)
+    if committed:
+        att.committed_ids += count
+    else:
+        att.replayed_ids += count
+
+
+def _first_step(data: bytes) -> int | None:
+    pos = 0
+    while (end := data.find(b"\n", pos)) >= 0:
+        kind, step = _head_of(data[pos:end])
+        if kind == b"step":
+            return step
+        pos = end + 1
+    return None
 
 
 def _head_of(raw: bytes) -> tuple[bytes | None, int]:
     m = _STEP_HEAD.search(raw, 0, 200)
     if m is not None:
         return m.group(1), int(m.group(2))
-    doc, _ = _parse(raw) if raw.strip() else (None, "")
+    doc, _, _ = _parse(raw) if raw.strip() else (None, None, "")
     if doc is None:
         return None, 0
     return str(doc["kind"]).encode(), doc["step"]
+
+
+def _committed(att: _Attempt, step: int) -> bool:
+    return att.committed_until is None or step <= att.committed_until
 
 
 def _cut(nxt: int | None, last: bool, saved: list[int]) -> int | None:
     """The last committed step of an attempt: the checkpoint the next attempt resumed from (the
     latest recorded before its first step); with no checkpoint on record at all, the step before
     the next attempt's first. None for the last attempt (all of it is committed)."""
-    if last:
+    if last or nxt is None:
         return None
-    if nxt is None:
-        return -1
     before = [c for c in saved if c < nxt]
     if before:
         return max(before)
     return -1 if saved else nxt - 1
 
 
-def check_ledger(safe: SafeDir, files: list[LedgerFile], order_path: str | None) -> tuple[LedgerSummary, list[Finding]]:
+def check_ledger(
+    safe: SafeDir, files: list[LedgerFile], order_path: str | None, shuffle_seed: int | None = None
+) -> tuple[LedgerSummary, list[Finding]]:
     """Check every attempt's ledger against the declared order; the summary and the findings."""
     findings: list[Finding] = []
     order = _read_order(order_path, findings)
     numbers = sorted({f.attempt for f in files})
     by_attempt = {n: sorted((f for f in files if f.attempt == n), key=lambda f: f.rank) for n in numbers}
-    outlines = {n: _outline(safe, by_attempt[n]) for n in numbers}
+    firsts = {n: _first_of(safe, by_attempt[n]) for n in numbers}
     attempts = [_Attempt(n, [f.relpath for f in by_attempt[n]]) for n in numbers]
-    check = _Check(order)
+    check = _Check(order, shuffle_seed)
     checkpoints: list[int] = []  # every checkpoint recorded so far, in any attempt
     for k, att in enumerate(attempts):
-        nxt = next((outlines[m][0] for m in numbers[k + 1 :] if outlines[m][0] is not None), None)
-        saved = [*checkpoints, *outlines[att.number][1]]
-        att.committed_until = _cut(nxt, k == len(attempts) - 1, saved)
+        nxt = next((firsts[m] for m in numbers[k + 1 :] if firsts[m] is not None), None)
+        last = nxt is None  # no later attempt trained a step: this one's stream is the run's end
+        # A step is committed once a checkpoint at or after it (before the next attempt's first
+        # step) is seen; until then it waits here, in stream order: the steps since the last one.
+        pending: list[tuple[int, int, _Ids]] = []
         for f in by_attempt[att.number]:
-            for doc in _lines(safe, f.relpath, findings, f.rank):
+            for doc, ids in _lines(safe, f.relpath, findings, f.rank):
                 step = doc["step"]
-                if doc["kind"] == "checkpoint":
+                if doc["kind"] == "checkpoint" or ids is None:
                     att.checkpoints.append(step)
+                    if nxt is not None and step < nxt:
+                        while pending and pending[0][0] <= step:
+                            _take(check, att, *pending.pop(0), committed=True)
                     continue
-                att.steps += 1
-                att.ids += len(doc["ids"])
-                att.first_step = step if att.first_step is None else min(att.first_step, step)
-                att.last_step = step if att.last_step is None else max(att.last_step, step)
-                committed = att.committed_until is None or step <= att.committed_until
-                if committed:
-                    att.committed_ids += len(doc["ids"])
+                if last:
+                    _take(check, att, step, doc["epoch"], ids, committed=True)
                 else:
-                    att.replayed_ids += len(doc["ids"])
-                if order is not None:
-                    check.place(att, step, doc["epoch"], doc["ids"], committed)
+                    pending.append((step, doc["epoch"], ids))
+        att.committed_until = _cut(nxt, last, [*checkpoints, *att.checkpoints])
+        for step, epoch, ids in pending:
+            _take(check, att, step, epoch, ids, committed=_committed(att, step))
         if att.first_step is not None and k > 0:
             att.resumed_from = max((c for c in checkpoints if c < att.first_step), default=None)
         checkpoints.extend(att.checkpoints)
@@ -477,6 +651,7 @@ def check_ledger(safe: SafeDir, files: list[LedgerFile], order_path: str | None)
     summary = LedgerSummary(
         order=order_path,
         order_ids=order.count if order is not None else None,
+        shuffle_seed=shuffle_seed,
         attempts=tuple(a.to_json() for a in attempts),
         skipped={"count": skipped, "gaps": gaps},
         repeated={"count": check.repeated, "ids": check.repeated_items},

@@ -15,6 +15,7 @@ from audit._filesystem import describe as describe_filesystem
 from audit._model import AuditResult, Cause, Finding, NodeMap, PhaseSpan, RankSummary
 from audit._report_charts import bar_chart, line_chart
 from audit._report_collectives import collectives_html
+from audit._report_ledger import ledger_html
 from audit._report_text import cause_headline
 from audit._sanitize import clean_text
 from audit.stacks import NO_LOCKS
@@ -414,6 +415,7 @@ def render(result: AuditResult) -> str:
     parts.append(_gpu_map(result.gpu_maps))
     parts.append("</section>")
     parts += _judges_html(result) + _training_html(result)
+    parts.append(ledger_html(result.ledger.to_json() if result.ledger is not None else None))
     parts += _findings_html(result) + _replicas_html(result) + _closing_html(result)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -440,7 +440,9 @@ def _ledger(safe: SafeDir, run: LoadedRun, ctx: AuditContext, path: Path) -> tup
     cfg = ctx.plan.ledger
     spec = run.doc(names.SPEC) or {}
     base = spec.get("base_dir") if isinstance(spec.get("base_dir"), str) else None
-    return check_ledger(safe, files, cfg.order_path(base) if cfg is not None else None)
+    if cfg is None:
+        return check_ledger(safe, files, None)
+    return check_ledger(safe, files, cfg.order_path(base), cfg.shuffle_seed)
 
 
 def _has_ledger(safe: SafeDir, n: int) -> bool:

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark of gym-agent beside the anchor protocol, in one run on this machine.
 
     python -m bench [--only coordination skew projection audit logs netfs preflight hang judges engines
-                     collectives] [--out bench-out]
+                     collectives ledger] [--out bench-out]
 
 Prints the machine, then one table per part, and writes everything as JSON
 (OUT/bench-TIMESTAMP.json) and the projection plot (OUT/projection.png).
@@ -25,6 +25,7 @@ from . import (
     fstrace,
     hang,
     judges,
+    ledger,
     netfs,
     preflight,
     procstat,
@@ -46,6 +47,7 @@ PARTS = (
     "judges",
     "engines",
     "collectives",
+    "ledger",
 )
 
 
@@ -286,6 +288,14 @@ def part_collectives(args: argparse.Namespace, res: dict) -> None:
     res["collectives"] = collectives.run(args.fr_ranks, args.fr_rounds, args.fr_steps, say=print)
 
 
+def part_ledger(args: argparse.Namespace, res: dict) -> None:
+    print(
+        f"\n## Sample ledger: ledger() per step at {args.ledger_ids} ids; the audit's check of {args.ledger_total} "
+        f"committed ids over {args.ledger_attempts} attempts (goal: under 2 s, under 1 GB), three loaders"
+    )
+    res["ledger"] = ledger.run(args.ledger_ids, args.ledger_total, args.ledger_attempts, say=print)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
@@ -318,6 +328,9 @@ def main() -> int:
     ap.add_argument("--fr-ranks", type=int, nargs="+", default=[3, 16], help="ranks of the trace collection runs")
     ap.add_argument("--fr-rounds", type=int, default=4, help="rounds of the recorder on/off step timing")
     ap.add_argument("--fr-steps", type=int, default=200, help="trainer steps per round")
+    ap.add_argument("--ledger-ids", type=int, default=10_000, help="sample ids per step of the ledger part")
+    ap.add_argument("--ledger-total", type=int, default=10_000_000, help="committed ids the ledger check reads")
+    ap.add_argument("--ledger-attempts", type=int, default=5)
     args = ap.parse_args()
     m = procstat.machine()
     print(f"machine: {procstat.describe(m)}")

@@ -109,3 +109,114 @@ def test_without_a_declared_order_nothing_is_checked(tmp_path: Path) -> None:
     _attempt(root, 2, True, _batches(0, 8, 1), set())
     doc, codes = _check(root, None)
     assert codes == {"data.unchecked"} and doc["checked"] is False
+
+
+def test_the_bench_scenarios_find_what_each_loader_did() -> None:
+    from bench.ledger import check_cost
+
+    found = {loader: check_cost(20_000, 100, 5, loader) for loader in ("correct", "restart", "skip")}
+    assert found["correct"]["codes"] == ["data.ledger"] and found["correct"]["replayed"] > 0
+    assert "data.repeated" in found["restart"]["codes"] and "data.skipped" not in found["restart"]["codes"]
+    assert found["skip"]["skipped"] == 10 * 100 and found["skip"]["repeated"] == 0  # 10 steps, at the first resume
+
+
+def _built_run(root: Path, order: Path | None, steps: list[tuple[int, list[str]]] | None) -> Path:
+    from tests.harness.rundirs import RunBuilder
+
+    b = RunBuilder(root, overrides=(f'driver.ledger.order="{order}"',) if order else ())
+    b.startup()
+    b.finish()
+    for r in b.ranks:
+        b.phases(r)
+        b.cleanup(r, "success")
+    if steps is not None:
+        with open(b.path / names.ledger(b.driver_rank), "wb") as fh:
+            fh.writelines(_line("step", step, 1, ids) for step, ids in steps)
+    return b.path
+
+
+def test_a_run_that_otherwise_passed_fails_with_its_skip_as_first_cause(tmp_path: Path, order: Path) -> None:
+    from audit._report_html import render
+    from audit.api import audit_run
+
+    run = _built_run(tmp_path, order, _batches(0, 8, 1) + _batches(16, 40, 3))  # ids 8..15 never trained on
+    result = audit_run(run, ask_scheduler=False)
+    assert result.verdict == "fail" and result.first_cause is not None
+    assert (result.first_cause.kind, result.first_cause.attempt) == ("data.skipped", 1)
+    assert "attempt 1 at step 3" in result.first_cause.cause
+    doc = result.to_json()["ledger"]
+    assert doc["skipped"]["count"] == 8 and doc["skipped"]["gaps"][0]["ids"][:2] == ["p008", "p009"]
+    page = render(result)
+    assert 'id="ledger-stream"' in page and 'class="skipped"' in page
+
+
+def test_a_correct_ledger_keeps_the_pass_and_a_run_without_one_has_no_ledger_at_all(
+    tmp_path: Path, order: Path
+) -> None:
+    from audit.api import audit_run
+
+    with_ledger = audit_run(_built_run(tmp_path / "a", order, _batches(0, 40, 1)), ask_scheduler=False)
+    assert with_ledger.verdict == "pass" and with_ledger.first_cause is None
+    assert with_ledger.to_json()["ledger"]["attempts"][0]["committed_ids"] == 40
+    without = audit_run(_built_run(tmp_path / "b", order, None), ask_scheduler=False)
+    assert without.verdict == "pass" and without.ledger is None
+    assert not [f for f in without.findings if f.code.startswith("data.")]
+
+
+def test_the_shuffle_rule_is_pinned() -> None:
+    # Drivers shuffle by it and the audit recomputes it, maybe years apart: a change breaks both.
+    from agent.driver_api import epoch_order
+
+    assert epoch_order(10, 1, 0).tolist() == [3, 0, 4, 1, 9, 7, 5, 6, 8, 2]
+    assert epoch_order(10, 1, 1).tolist() == [4, 1, 5, 9, 0, 8, 7, 6, 2, 3]
+    assert sorted(epoch_order(1000, 5, 3).tolist()) == list(range(1000))
+
+
+def _shuffled_batches(epoch: int, start: int, stop: int, first_step: int) -> list[tuple[int, list[str]]]:
+    from agent.driver_api import epoch_order
+
+    perm = epoch_order(len(ORDER), 7, epoch)
+    ids = [ORDER[p] for p in perm]
+    return [(first_step + k, ids[i : i + 4]) for k, i in enumerate(range(start, stop, 4))]
+
+
+def _write(root: Path, attempt: int, top: bool, steps: list[tuple[int, int, list[str]]], ckpts: set[int]) -> None:
+    folder = root if top else root / names.attempt_dir(attempt)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / names.ledger(0), "wb") as fh:
+        for epoch, step, ids in steps:
+            fh.write(_line("step", step, attempt, ids, epoch=epoch))
+            if step in ckpts:
+                fh.write(_line("checkpoint", step, attempt))
+
+
+@pytest.mark.parametrize(("skip", "expected"), [(0, 0), (8, 8)])
+def test_a_shuffled_run_over_two_epochs_is_checked_in_each_epochs_order(
+    tmp_path: Path, order: Path, skip: int, expected: int
+) -> None:
+    root = tmp_path / "run"
+    epoch0 = [(0, s, ids) for s, ids in _shuffled_batches(0, 0, 40, 1)]  # steps 1..10
+    epoch1 = [(1, s, ids) for s, ids in _shuffled_batches(1, 0, 40, 11)]  # steps 11..20
+    _write(root, 1, False, epoch0 + epoch1[:4], {12})  # killed at step 14, checkpoint 12
+    resumed = [(1, s, ids) for s, ids in _shuffled_batches(1, 8 + skip, 32, 13)]  # ends mid-epoch
+    _write(root, 2, True, resumed, set())
+    with SafeDir(root) as safe:
+        files = ledger_files(safe, [names.ledger(0)], 2, [1, 2])
+        summary, _ = check_ledger(safe, files, str(order), shuffle_seed=7)
+        plain, _ = check_ledger(safe, files, str(order))
+    doc = summary.to_json()
+    assert (doc["skipped"]["count"], doc["repeated"]["count"], doc["replayed"]) == (expected, 0, 8)
+    if skip:
+        gap = doc["skipped"]["gaps"][0]
+        assert (gap["epoch"], gap["attempt"], gap["step"]) == (1, 2, 13)
+    else:  # read in the file's own order, the ids the unfinished epoch has not reached yet look skipped
+        assert plain.to_json()["skipped"]["count"] > 0
+
+
+def test_an_attempt_that_trained_nothing_leaves_the_one_before_it_the_runs_end(tmp_path: Path, order: Path) -> None:
+    root = tmp_path / "run"
+    _attempt(root, 1, False, _batches(0, 40, 1), {4})
+    _attempt(root, 2, True, [], set())  # resumed, then died before its first step
+    doc, codes = _check(root, order)
+    assert "data.skipped" not in codes and doc["replayed"] == 0
+    assert [a["committed_ids"] for a in doc["attempts"]] == [40, 0]

@@ -536,8 +536,16 @@ class LedgerConfig:
         None,
         doc="a file of the dataset's sample ids, one a line, relative to the spec file's folder: the order every "
         "epoch yields them (epoch E of ledger(step, ids, epoch=E) is the E-th pass over this file, in its "
-        "order). The audit checks the stream of ids the driver recorded, across every attempt of the run, "
-        "against it: data.skipped, data.repeated; absent: the ledger is summarised, not checked",
+        "order, or in the shuffle shuffle_seed states). The audit checks the stream of ids the driver "
+        "recorded, across every attempt of the run, against it: data.skipped, data.repeated; absent: the "
+        "ledger is summarised, not checked",
+    )
+    shuffle_seed: int | None = key(
+        keys.Int(0, 2**63 - 1),
+        None,
+        doc="the sampler reshuffles every epoch by the one rule the audit can recompute: epoch E yields the "
+        "order's lines in agent.driver_api.epoch_order(N, shuffle_seed, E) (a keyed splitmix64 of each line "
+        "number, sorted); absent: every epoch in the file's own order",
     )
 
     def order_path(self, base_dir: str | None) -> str | None:

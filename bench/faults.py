@@ -873,6 +873,11 @@ FAULTS += (
 )
 
 
+# Resume rows (issue 52): the sample ledger across a node lost mid-run and a scheduler's restart.
+LEDGER_UP_S = 120.0  # three agents and the trainer's torch import on a loaded 2-core host
+LEDGER_SEED = 52  # [driver.ledger] shuffle_seed: every epoch in its own order (the e2e tests' bugs: the file's)
+
+
 def _kill_driver_node(run: Run) -> None:
     """Every process of the driver's node SIGKILLed while the trainer is between two checkpoints."""
     ledger.wait_mid_interval(run.run_dir, LEDGER_UP_S, alive=lambda: all(p.poll() is None for p in run.procs.values()))
@@ -881,23 +886,22 @@ def _kill_driver_node(run: Run) -> None:
 
 
 def _ledger_row(loader: str, code: str) -> Fault:
-    """The demo trainer's loader with a resume bug: the resumed run exits 0, and the audit names the
-    ids it repeated or skipped (and where the gap opened), as the killed attempt's ledger predicts."""
+    """The demo trainer's loader with a resume bug, its epochs shuffled: the resumed run exits 0, and the
+    audit names the ids it repeated or skipped (and where the gap opened), as the killed attempt's
+    ledger predicts."""
     return Fault(
         f"ledger-loader-{loader}",
-        ledger.driver_table(loader),
+        ledger.driver_table(loader, LEDGER_SEED),
         _kill_driver_node,
         "fail",
         ledger.DRIVER_RANK,
         (code,),
         trainer_nodes=REPLICAS,
         resumed=True,
-        check=lambda run_dir: ledger.run_problems(run_dir, loader),
+        check=lambda run_dir: ledger.run_problems(run_dir, loader, LEDGER_SEED),
     )
 
 
-# Resume rows (issue 52): the sample ledger across a node lost mid-run and a scheduler's restart.
-LEDGER_UP_S = 120.0  # three agents and the trainer's torch import on a loaded 2-core host
 FAULTS += (_ledger_row("restarts-epoch", "data.repeated"), _ledger_row("skips-ahead", "data.skipped"))
 # The scheduler's endings, on the local Slurm cluster; what the audit's first lines must say.
 FAULTS += tuple(

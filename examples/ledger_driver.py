@@ -2,7 +2,8 @@
 consumed its data exactly once (docs/guides/sample-ledger.md).
 
 A tiny torch model (a linear regression; each sample's features and target derive from its id) trains
-on the ids of a dataset file, one batch per optimizer step, for a few epochs in the file's order. After
+on the ids of a dataset file, one batch per optimizer step, for a few epochs: each in the file's order, or
+reshuffled every epoch by the one rule the audit can recompute (`driver_api.epoch_order`). After
 every step it tells the agent which ids that step trained on (`driver_api.ledger`); every few steps it
 saves a real checkpoint (the model, the optimizer and the loader's position, in one torch file under
 GYM_CHECKPOINT_DIR, written whole then renamed) and says so (`driver_api.checkpoint`). A later attempt
@@ -18,8 +19,9 @@ The loader's position is where the three ways differ (LEDGER_LOADER, for the pro
   model, so a resumed run starts past ids it never trained on.
 
 Other settings: LEDGER_EPOCHS (2), LEDGER_BATCH (4 ids a step), LEDGER_CHECKPOINT_EVERY (5 steps),
-LEDGER_STEP_SLEEP (seconds a step sleeps, so that a run can be killed mid-way; 0.2). The dataset is
-the first argument (default: data/ledger-ids.txt beside this file), one id a line, the same file
+LEDGER_STEP_SLEEP (seconds a step sleeps, so that a run can be killed mid-way; 0.2), LEDGER_SHUFFLE_SEED
+(absent: the file's order; the same number as the spec's `[driver.ledger] shuffle_seed`). The dataset
+is the first argument (default: data/ledger-ids.txt beside this file), one id a line, the same file
 the spec declares as `[driver.ledger] order`.
 """
 
@@ -51,6 +53,7 @@ class Settings:
     batch: int
     checkpoint_every: int
     step_sleep: float
+    shuffle_seed: int | None
 
 
 def settings(env: dict[str, str]) -> Settings:
@@ -63,23 +66,33 @@ def settings(env: dict[str, str]) -> Settings:
         int(env.get("LEDGER_BATCH", "4")),
         int(env.get("LEDGER_CHECKPOINT_EVERY", "5")),
         float(env.get("LEDGER_STEP_SLEEP", "0.2")),
+        int(env["LEDGER_SHUFFLE_SEED"]) if env.get("LEDGER_SHUFFLE_SEED") else None,
     )
 
 
 @dataclass(frozen=True)
 class Position:
-    """The loader's place: the next sample of `epoch` is ids[index]."""
+    """The loader's place: the next sample is the index-th of epoch `epoch`'s order."""
 
     epoch: int
     index: int
 
 
 class Loader:
-    """Batches of ids in the dataset's order, epoch after epoch, from a position."""
+    """Batches of ids, epoch after epoch (each in the file's order, or shuffled by `seed`), from a position."""
 
-    def __init__(self, ids: list[str], batch: int, epochs: int, mode: str, start: Position) -> None:
-        self.ids, self.batch, self.epochs, self.mode = ids, batch, epochs, mode
+    def __init__(self, ids: list[str], s: Settings, start: Position) -> None:
+        self.ids, self.batch, self.epochs, self.mode, self.seed = ids, s.batch, s.epochs, s.mode, s.shuffle_seed
         self.position = _normal(start, len(ids))
+        self._order: tuple[int, list[str]] = (-1, [])
+
+    def epoch_ids(self, epoch: int) -> list[str]:
+        if self.seed is None:
+            return self.ids
+        if self._order[0] != epoch:
+            lines = driver_api.epoch_order(len(self.ids), self.seed, epoch)
+            self._order = (epoch, [self.ids[i] for i in lines])
+        return self._order[1]
 
     def __iter__(self) -> Loader:
         return self
@@ -88,7 +101,7 @@ class Loader:
         p = self.position
         if p.epoch >= self.epochs:
             raise StopIteration
-        chunk = self.ids[p.index : p.index + self.batch]
+        chunk = self.epoch_ids(p.epoch)[p.index : p.index + self.batch]
         self.position = _normal(Position(p.epoch, p.index + len(chunk)), len(self.ids))
         return p.epoch, chunk
 
@@ -163,7 +176,7 @@ def main(argv: list[str]) -> int:
     if checkpoint.exists():
         step, start = model.load(checkpoint)
         print(f"resumed from {checkpoint.name} at step {step}: epoch {start.epoch}, sample {start.index}", flush=True)
-    loader = Loader(ids, s.batch, s.epochs, s.mode, start)
+    loader = Loader(ids, s, start)
     losses: list[float] = []
     for epoch, batch in loader:
         step += 1

@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 
 from schemas import names
+from schemas.ledger_order import epoch_order
 from tests.harness.agents import BIN, assert_artifacts_valid, launch_local
 from tests.harness.orphans import assert_nothing_left, kill_node, kill_tree_by_session
 from tests.harness.specs import small_spec, uid
@@ -36,28 +37,36 @@ DRIVER_RANK = 0
 CHECKPOINT = "ledger-demo.pt"  # the trainer's checkpoint file (examples/ledger_driver.py)
 
 
-def driver_table(loader: str) -> str:
-    """The [driver] table's keys: the demo trainer on its dataset, with `loader`'s resume."""
+def driver_table(loader: str, seed: int | None = None) -> str:
+    """The [driver] table's keys: the demo trainer on its dataset, with `loader`'s resume, each
+    epoch in the file's order or shuffled by `seed` (the spec's shuffle_seed and the driver's alike)."""
     env = {
         "LEDGER_LOADER": loader,
         "LEDGER_BATCH": str(BATCH),
         "LEDGER_CHECKPOINT_EVERY": str(EVERY),
         "LEDGER_STEP_SLEEP": str(STEP_SLEEP),
     }
+    shuffle = ""
+    if seed is not None:
+        env["LEDGER_SHUFFLE_SEED"] = str(seed)
+        shuffle = f", shuffle_seed = {seed}"
     settings = ", ".join(f'{k} = "{v}"' for k, v in env.items())
     return (
         f'command = ["python", "{DRIVER}", "{IDS}"]\nenv = {{ {settings} }}\n'
-        f'ledger = {{ order = "{IDS}" }}\nevidence = {{ refresh = "none" }}'
+        f'ledger = {{ order = "{IDS}"{shuffle} }}\nevidence = {{ refresh = "none" }}'
     )
 
 
-def ledger_spec(loader: str, replicas: int, **kw: object) -> str:
+def ledger_spec(loader: str, replicas: int, seed: int | None = None, **kw: object) -> str:
     """Every node a trainer node (no rollout to refresh), coordination only (no Ray)."""
-    return small_spec(replicas=replicas, trainer_nodes=replicas, driver=driver_table(loader), ray=False, **kw)  # type: ignore[arg-type]
+    driver = driver_table(loader, seed)
+    return small_spec(replicas=replicas, trainer_nodes=replicas, driver=driver, ray=False, **kw)  # type: ignore[arg-type]
 
 
-def read_ids() -> list[str]:
-    return [ln.strip() for ln in IDS.read_text().splitlines() if ln.strip()]
+def epoch_ids(epoch: int, seed: int | None) -> list[str]:
+    """The ids of `epoch` in the order the spec declares (the file's, or its shuffle)."""
+    ids = [ln.strip() for ln in IDS.read_text().splitlines() if ln.strip()]
+    return ids if seed is None else [ids[i] for i in epoch_order(len(ids), seed, epoch)]
 
 
 def ledger_lines(path: Path) -> list[dict]:
@@ -115,9 +124,9 @@ class Expected:
     gap_step: int | None  # the first step of the resumed attempt, where a skip opens
 
 
-def expected(loader: str, k: Killed) -> Expected:
+def expected(loader: str, k: Killed, seed: int | None = None) -> Expected:
     """Epoch 0 is where the demo's kill lands (24 steps of 4 ids; checkpoints at 8 and 16)."""
-    ids = read_ids()
+    ids = epoch_ids(0, seed)
     done = k.checkpoint * BATCH
     assert done + PREFETCH * BATCH < len(ids), f"the kill left epoch 0 (checkpoint {k.checkpoint})"
     if loader == "restarts-epoch":
@@ -136,13 +145,13 @@ def audit_json(run_dir: Path) -> tuple[int, dict]:
         return done.returncode, {"error": f"no JSON (exit {done.returncode}): {done.stderr[-500:]}"}
 
 
-def audit_problems(doc: dict, loader: str, k: Killed) -> list[str]:
+def audit_problems(doc: dict, loader: str, k: Killed, seed: int | None = None) -> list[str]:
     """What the audit's `ledger` section gets wrong of a resumed run, against what the killed
     attempt's ledger predicts for `loader` (empty: all as expected)."""
     led = doc.get("ledger")
     if not isinstance(led, dict) or not led.get("checked"):
         return [f"the audit has no checked ledger: {str(led)[:300]}"]
-    want = expected(loader, k)
+    want = expected(loader, k, seed)
     problems = []
     resumed = [a.get("resumed_from") for a in led["attempts"]]
     if resumed != [None, k.checkpoint]:
@@ -170,11 +179,11 @@ def audit_problems(doc: dict, loader: str, k: Killed) -> list[str]:
     return problems
 
 
-def run_problems(run_dir: Path, loader: str) -> list[str]:
+def run_problems(run_dir: Path, loader: str, seed: int | None = None) -> list[str]:
     """audit_problems of a finished run directory (a fault row's check)."""
     _code, doc = audit_json(run_dir)
     try:
-        return audit_problems(doc, loader, killed(run_dir))
+        return audit_problems(doc, loader, killed(run_dir), seed)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [f"ledger check: {type(exc).__name__}: {exc}"]
 
@@ -187,11 +196,11 @@ class Resumed:
     code: int  # and its exit code
 
 
-def kill_then_resume(tmp: Path, loader: str, replicas: int = 2) -> Resumed:
+def kill_then_resume(tmp: Path, loader: str, replicas: int = 2, seed: int | None = None) -> Resumed:
     """`gym-launch local` of the demo trainer with `loader`; the driver's node SIGKILLed whole
     (agent, reaper, driver) between two checkpoints; once every process of it is gone,
     `gym-launch local --resume` (a scheduler's restart) to the end."""
-    text = ledger_spec(loader, replicas)
+    text = ledger_spec(loader, replicas, seed)
     run = launch_local(tmp, text, uid("ledger"))
     try:
         wait_mid_interval(run.run_dir, 150, alive=lambda: run.proc.poll() is None)

@@ -188,6 +188,8 @@ class _Order(_Lines):
         return int(self.marks[pos + n]) - int(self.marks[pos]) - 1
 
     def find(self, key: bytes) -> int | None:
+        if not key or b"\n" in key or b"\r" in key:
+            return None  # no line of the order is empty or holds a line break
         if self._index is not None:
             return self._index.get(key)
         self._finds += 1
@@ -196,7 +198,7 @@ class _Order(_Lines):
             for pos in range(self.count - 1, -1, -1):
                 self._index[bytes(self.line(pos))] = pos
             return self._index.get(key)
-        at = self.blob.find(b"\n" + key + b"\n")
+        at = self.blob.find(b"\n" + key + b"\n", 0, int(self.marks[-1]) + 1)
         if at < 0:
             return None
         return int(self.marks.searchsorted(np.array(at, dtype=self.marks.dtype)))  # same dtype: no copy of the marks
@@ -397,13 +399,14 @@ class _Check:
         with the gap that opened it."""
         assert self.order is not None
         total, listed = 0, list[dict[str, Any]]()
-        last = max(self.epochs, default=0)
-        for e in sorted(self.epochs):
+        committed = sorted(e for e, ep in self.epochs.items() if ep.first_at is not None)  # not replay alone
+        last = max(committed, default=0)
+        for e in committed:
             ep = self.epochs[e]
             limit = self.order.count if e < last else ep.reach
             gaps = list(ep.gaps)
             if limit > ep.reach:  # a finished epoch's tail: the gap opened where the next epoch began
-                nxt = self.epochs.get(min(k for k in self.epochs if k > e))
+                nxt = self.epochs.get(min(k for k in committed if k > e))
                 at = nxt.first_at if nxt is not None and nxt.first_at else (attempts[-1].number, -1)
                 gaps.append((ep.reach, limit, at[0], at[1]))
             prev = 0
@@ -502,7 +505,7 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, _Ids | None, str]:
         return None, None, "not a JSON object"
     if ids is not None and not ids.types_ok():
         return None, None, "ids: every sample id is a string or an integer"
-    found = violations("ledger", doc)
+    found = violations("ledger", doc)  # the ids as []: their types are checked when decoded, their lines by the order
     if found:
         return None, None, "; ".join(str(v) for v in found[:3])
     return doc, ids, ""

@@ -436,13 +436,16 @@ def _ledger(safe: SafeDir, run: LoadedRun, ctx: AuditContext, path: Path) -> tup
         return None, []
     from audit._ledger import check_ledger, ledger_files
 
-    files = ledger_files(safe, top, run.attempt, earlier)
     cfg = ctx.plan.ledger
     spec = run.doc(names.SPEC) or {}
     base = spec.get("base_dir") if isinstance(spec.get("base_dir"), str) else None
-    if cfg is None:
-        return check_ledger(safe, files, None)
-    return check_ledger(safe, files, cfg.order_path(base), cfg.shuffle_seed)
+    try:  # like every check (_guarded): a bug here must not hide the other findings
+        files = ledger_files(safe, top, run.attempt, earlier)
+        if cfg is None:
+            return check_ledger(safe, files, None)
+        return check_ledger(safe, files, cfg.order_path(base), cfg.shuffle_seed)
+    except Exception as exc:  # noqa: BLE001 - reported as a finding with its type
+        return None, [Finding("error", "audit.internal", f"the ledger check failed: {type(exc).__name__}: {exc}")]
 
 
 def _has_ledger(safe: SafeDir, n: int) -> bool:

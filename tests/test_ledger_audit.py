@@ -220,3 +220,92 @@ def test_an_attempt_that_trained_nothing_leaves_the_one_before_it_the_runs_end(t
     doc, codes = _check(root, order)
     assert "data.skipped" not in codes and doc["replayed"] == 0
     assert [a["committed_ids"] for a in doc["attempts"]] == [40, 0]
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_ids_that_no_line_of_the_order_can_be_are_unknown_never_matched_across_lines(
+    tmp_path: Path, order: Path, seed: int | None
+) -> None:
+    root = tmp_path / "run"
+    _attempt(root, 2, True, [(1, ["p000\np001", "", "p000"]), (2, ['p001"', "p002"])], set())
+    with SafeDir(root) as safe:
+        summary, findings = check_ledger(safe, ledger_files(safe, [names.ledger(0)], 2, [2]), str(order), seed)
+    doc = summary.to_json()
+    assert doc["unknown"]["count"] == 3
+    assert [u["id"] for u in doc["unknown"]["ids"]] == ["p000\np001", "", 'p001"']
+    assert "audit.internal" not in {f.code for f in findings}
+
+
+def test_an_epoch_only_the_replay_reached_does_not_finish_the_one_before(tmp_path: Path, order: Path) -> None:
+    root = tmp_path / "run"
+    epoch0 = [(0, s, ids) for s, ids in _batches(0, 40, 1)]  # steps 1..10
+    epoch1 = [(1, 11, ORDER[0:4]), (1, 12, ORDER[4:8])]
+    replay = [(2, 13, ORDER[0:4]), (2, 14, ORDER[4:8])]  # after checkpoint 12, then killed
+    _write(root, 1, False, epoch0 + epoch1 + replay, {12})
+    _write(root, 2, True, [(1, 13 + k, ORDER[i : i + 4]) for k, i in enumerate(range(8, 20, 4))], set())
+    doc, codes = _check(root, order)
+    assert (doc["skipped"]["count"], doc["repeated"]["count"], doc["replayed"]) == (0, 0, 8), doc["skipped"]
+
+
+def _reference(attempts: dict[int, list[tuple[str, int, list[str], int]]], seed: int | None) -> tuple[int, int]:
+    """(repeated, skipped) by brute force: the cut per attempt, then each epoch's ids against its order."""
+    from agent.driver_api import epoch_order
+
+    firsts = {a: next((s for k, s, _, _ in lines if k == "step"), None) for a, lines in attempts.items()}
+    saved: list[int] = []
+    per: dict[int, list[str]] = {}
+    for a, lines in sorted(attempts.items()):
+        nxt = next((firsts[m] for m in sorted(attempts) if m > a and firsts[m] is not None), None)
+        saved += [s for k, s, _, _ in lines if k == "checkpoint"]
+        before = [c for c in saved if nxt is not None and c < nxt]
+        cut = None if nxt is None else (max(before) if before else (-1 if saved else nxt - 1))
+        for kind, step, ids, epoch in lines:
+            if kind == "step" and (cut is None or step <= cut):
+                per.setdefault(epoch, []).extend(ids)
+    repeated = skipped = 0
+    for epoch, ids in per.items():
+        perm = range(len(ORDER)) if seed is None else epoch_order(len(ORDER), seed, epoch).tolist()
+        line_of = {ORDER[p]: k for k, p in enumerate(perm)}
+        repeated += len(ids) - len(set(ids))
+        limit = len(ORDER) if epoch < max(per) else max(line_of[x] + 1 for x in ids)
+        skipped += sum(1 for k in range(limit) if ORDER[perm[k]] not in set(ids))
+    return repeated, skipped
+
+
+@pytest.mark.parametrize("seed", [None, 11])
+def test_the_check_agrees_with_a_brute_force_reading_of_random_resumed_streams(
+    tmp_path: Path, seed: int | None
+) -> None:
+    import random
+
+    from agent.driver_api import epoch_order
+
+    rng = random.Random(seed or 3)
+    order = tmp_path / "order.txt"
+    order.write_text("\n".join(ORDER) + "\n")
+    for trial in range(120):
+        root = tmp_path / f"run{trial}"
+        attempts: dict[int, list[tuple[str, int, list[str], int]]] = {}
+        step = 1
+        for a in (1, 2, 3):
+            step = max(1, step - rng.randrange(0, 6)) if a > 1 else step
+            lines: list[tuple[str, int, list[str], int]] = []
+            for _ in range(rng.randrange(0, 10)):
+                epoch = rng.randrange(0, 2)
+                perm = range(len(ORDER)) if seed is None else epoch_order(len(ORDER), seed, epoch).tolist()
+                start, k = rng.randrange(0, len(ORDER)), rng.randrange(1, 9)
+                ids = [ORDER[perm[p]] for p in range(start, min(len(ORDER), start + k))]
+                lines.append(("step", step, ids if rng.random() < 0.7 else rng.sample(ORDER, k), epoch))
+                if rng.random() < 0.3:
+                    lines.append(("checkpoint", step, [], 0))
+                step += 1
+            attempts[a] = lines
+            folder = root if a == 3 else root / names.attempt_dir(a)
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / names.ledger(0), "wb") as fh:
+                for kind, s, ids, epoch in lines:
+                    fh.write(_line(kind, s, a, ids if kind == "step" else None, epoch))
+        with SafeDir(root) as safe:
+            summary, _ = check_ledger(safe, ledger_files(safe, [names.ledger(0)], 3, [1, 2, 3]), str(order), seed)
+        doc = summary.to_json()
+        assert (doc["repeated"]["count"], doc["skipped"]["count"]) == _reference(attempts, seed), trial

@@ -1007,7 +1007,8 @@ def _trial_body(fault: Fault, run: Run, root: Path, problems: list[str], timeout
         seconds = None if last is None else round(last - run.fault_at, 2)
         left = orphans.describe(run_processes(run))
         _kill(run)
-        records = _records(run.run_dir)
+        # A resume row's failures are the killed attempt's (the resumed one ends well: only the audit fails it).
+        records = _records(run.run_dir / names.attempt_dir(1) if fault.resumed else run.run_dir)
         verdict, unnamed = _audit(run.run_dir, fault)
         names_cause = unnamed is None
         problems += _expectations(fault, codes, seconds, left, verdict, unnamed)

@@ -42,9 +42,9 @@ import psutil
 
 from agent.proc import tempdirs
 from bench import faults_slurm, measurement
-from schemas import DriverEnv, names
+from schemas import names
 from schemas.vocab import ResumeEnv
-from tests.harness import audit_head, doorbell_fuzz, fullfs, fuse_install, orphans
+from tests.harness import audit_head, doorbell_fuzz, fullfs, fuse_install, ledger, orphans
 from tests.harness.agents import assert_artifacts_valid, read, start_agent
 from tests.harness.engines import engine_env, engine_python, tiny_model, vllm_judge_tables
 from tests.harness.nfs_model import NfsClient, nfs_clients
@@ -183,6 +183,8 @@ class Fault:
     judge_timeout: int | None = None  # the managed judge's per-request timeout (default: the harness's)
     engine: bool = False  # the managed judge is a real vLLM (`make engines`; the row skips without it)
     startup_timeout: float | None = None  # the run's startup bound (default: 60 s with Ray, else 30 s)
+    trainer_nodes: int = 1  # nodes that train (the rest roll out)
+    resumed: bool = False  # resume rows: the injection ends attempt 1, the run is relaunched with --resume
 
 
 def _sig_agent(rank: int, sig: signal.Signals, phase: str = "driver") -> Callable[[Run], None]:
@@ -275,23 +277,7 @@ def _dup_late(run: Run) -> None:
 
 def _node_lost(run: Run) -> None:
     """Everything of rank 1 vanishes at once (agent, reaper, children): a lost host."""
-    mine = [p for p in run_processes(run) if _rank_of(p) == 1]
-    for p in mine:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
-def _rank_of(p: psutil.Process) -> int | None:
-    try:
-        cmd = p.cmdline()
-        if "--rank" in cmd:
-            return int(cmd[cmd.index("--rank") + 1])
-        env = p.environ()
-        return int(env[DriverEnv.RANK]) if DriverEnv.RANK in env else None
-    except (psutil.Error, ValueError, IndexError):
-        return None
+    orphans.kill_node(run.run_dir, 1, sessions=run.sessions(), marks=(str(run.tmp),))
 
 
 def _launcher_sig(sig: signal.Signals) -> Callable[[Run], None]:
@@ -886,6 +872,38 @@ FAULTS += (
         refused_at=RETRIES_CAP + 2,
     ),
 )
+
+
+# Resume rows (issue 52): the sample ledger across a node lost mid-run and a scheduler's restart.
+LEDGER_UP_S = 120.0  # three agents and the trainer's torch import on a loaded 2-core host
+LEDGER_SEED = 52  # [driver.ledger] shuffle_seed: every epoch in its own order (the e2e tests' bugs: the file's)
+
+
+def _kill_driver_node(run: Run) -> None:
+    """Every process of the driver's node SIGKILLed while the trainer is between two checkpoints."""
+    ledger.wait_mid_interval(run.run_dir, LEDGER_UP_S, alive=lambda: all(p.poll() is None for p in run.procs.values()))
+    run.fault()
+    orphans.kill_node(run.run_dir, ledger.DRIVER_RANK, sessions=run.sessions(), marks=(str(run.tmp),))
+
+
+def _ledger_row(loader: str, code: str) -> Fault:
+    """The demo trainer's loader with a resume bug, its epochs shuffled: the resumed run exits 0, and the
+    audit names the ids it repeated or skipped (and where the gap opened), as the killed attempt's
+    ledger predicts."""
+    return Fault(
+        f"ledger-loader-{loader}",
+        ledger.driver_table(loader, LEDGER_SEED),
+        _kill_driver_node,
+        "fail",
+        ledger.DRIVER_RANK,
+        (code,),
+        trainer_nodes=REPLICAS,
+        resumed=True,
+        check=lambda run_dir: ledger.run_problems(run_dir, loader, LEDGER_SEED),
+    )
+
+
+FAULTS += (_ledger_row("restarts-epoch", "data.repeated"), _ledger_row("skips-ahead", "data.skipped"))
 # The scheduler's endings, on the local Slurm cluster; what the audit's first lines must say.
 FAULTS += tuple(
     Fault(
@@ -929,6 +947,7 @@ def run_trial(fault: Fault, base: Path, timeout: float = 90, cluster: faults_slu
     text = small_spec(
         name="faults",
         replicas=REPLICAS,
+        trainer_nodes=fault.trainer_nodes,
         driver=fault.driver,
         # Three Ray nodes start in 20 s on a loaded 2-core host.
         startup_timeout=fault.startup_timeout or (60 if fault.ray else 30),
@@ -971,6 +990,8 @@ def _trial_body(fault: Fault, run: Run, root: Path, problems: list[str], timeout
         ending = None
         if fault.refused_at is not None:
             codes, ending = _relaunch_until_refused(run, fault, problems, timeout)
+        elif fault.resumed:
+            codes, ending = _killed_then_resumed(run, fault, problems, timeout)
         else:
             if fault.launcher:
                 run.start_launcher()
@@ -987,7 +1008,8 @@ def _trial_body(fault: Fault, run: Run, root: Path, problems: list[str], timeout
         seconds = None if last is None else round(last - run.fault_at, 2)
         left = orphans.describe(run_processes(run))
         _kill(run)
-        records = _records(run.run_dir)
+        # A resume row's failures are the killed attempt's (the resumed one ends well: only the audit fails it).
+        records = _records(run.run_dir / names.attempt_dir(1) if fault.resumed else run.run_dir)
         verdict, unnamed = _audit(run.run_dir, fault)
         names_cause = unnamed is None
         problems += _expectations(fault, codes, seconds, left, verdict, unnamed)
@@ -1025,6 +1047,9 @@ def _expectations(
     if fault.refused_at is not None:
         if any(c != REFUSED for c in codes):
             problems.append(f"exit codes {codes}, expected {REFUSED} from every agent of the refused attempt")
+    elif fault.resumed:
+        if any(c != 0 for c in codes):
+            problems.append(f"exit codes {codes}, expected 0 from every agent of the resumed attempt")
     elif fault.expect == "fail" and any(c in (None, 0) for c in codes):
         problems.append(f"exit codes {codes}")
     if fault.expect == "pass" and any(c not in (0, 2) for c in codes):
@@ -1068,6 +1093,37 @@ def _relaunch_until_refused(
         return codes, f"{names.attempt_refused(n)}: {str(refused.get('reason', '')).split(':', 1)[0]}"
     problems.append(f"no attempt refused up to attempt {fault.refused_at + 1}")
     return codes, None
+
+
+def _killed_then_resumed(
+    run: Run, fault: Fault, problems: list[str], timeout: float
+) -> tuple[list[int | None], str | None]:
+    """Attempt 1 ended by the fault; once every process of it is gone, the run is relaunched as a
+    scheduler restarts a job (GYM_RESUME=1, a new GYM_ATTEMPT_TOKEN). Returns attempt 2's exit codes."""
+    first = {ResumeEnv.TOKEN: f"{run.uuid}-launch-1"}
+    run.start_agents(**{f"r{r}": {"env": first} for r in range(REPLICAS)})
+    try:
+        fault.inject(run)
+    except (TimeoutError, OSError) as exc:
+        problems.append(f"injection: {type(exc).__name__}: {exc}")
+        run.fault()
+        return _wait_exits(list(run.procs.values()), timeout), None
+    ended = _wait_exits(list(run.procs.values()), timeout)
+    if _wait_no_processes(run, timeout) is None:
+        problems.append("attempt 1's processes still ran at the timeout")
+    if any(c in (None, 0) for c in ended):
+        problems.append(f"attempt 1: exit codes {ended}, expected a failure from each (a node lost)")
+    run.extra += run.procs.values()  # attempt 1's agents stay in the orphan search
+    again = {ResumeEnv.TOKEN: f"{run.uuid}-launch-2", ResumeEnv.RESUME: "1"}
+    run.procs = {}
+    run.start_agents(**{f"r{r}": {"env": again} for r in range(REPLICAS)})
+    codes = _wait_exits(list(run.procs.values()), timeout)
+    try:
+        k = ledger.killed(run.run_dir)
+    except (OSError, ValueError) as exc:
+        problems.append(f"attempt 1's ledger: {exc}")
+        return codes, None
+    return codes, f"resumed from checkpoint {k.checkpoint} (attempt 1 killed at step {k.last_step})"
 
 
 def _slurm_trial(fault: Fault, base: Path, cluster: faults_slurm.Cluster | None) -> Trial:

@@ -7,6 +7,7 @@
     rundirs  realistic run directories written through the real writers (the audit's fixtures)
     nfs_model  an NFS-like FUSE client of a directory (listing and negative-lookup caches per mount)
     netfs    agents split across NFS-model clients, a driver fault, when each agent stopped
+    ledger   the sample ledger's proof: the demo trainer killed between checkpoints, resumed, what the audit must find
     replay   a scheduler's job replayed here: one session per replica, their endings; generated specs' requests
 
 Imported as `tests.harness` from the repository root (tests' conftest puts the root on

@@ -19,6 +19,10 @@ from pathlib import Path
 import orjson
 import psutil
 
+from schemas import DriverEnv
+
+RANK_ENV = DriverEnv.RANK
+
 # Sessions a harness started for a run (start_new_session=True: the session id is the pid).
 _STARTED: dict[Path, set[int]] = {}
 
@@ -82,6 +86,27 @@ def kill_all(procs: Iterable[psutil.Process]) -> None:
             p.kill()
         except psutil.Error:
             pass
+
+
+def rank_of(p: psutil.Process) -> int | None:
+    """The rank a process of a run serves: an agent's --rank, or the GYM_RANK its agent gave its
+    children (the reaper, the driver); None for a process of no rank or one gone meanwhile."""
+    try:
+        cmd = p.cmdline()
+        if "--rank" in cmd:
+            return int(cmd[cmd.index("--rank") + 1])
+        env = p.environ()
+        return int(env[RANK_ENV]) if RANK_ENV in env else None
+    except (psutil.Error, ValueError, IndexError):
+        return None
+
+
+def kill_node(run_dir: Path, rank: int, *, sessions: Iterable[int] = (), marks: Iterable[str] = ()) -> int:
+    """A lost host: every process of `rank` SIGKILLed at once (agent, reaper, driver and their
+    children), by PID; how many there were."""
+    mine = [p for p in run_processes(run_dir, sessions=sessions, marks=marks) if rank_of(p) == rank]
+    kill_all(mine)
+    return len(mine)
 
 
 def wait_gone(

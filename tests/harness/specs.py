@@ -116,6 +116,7 @@ def small_spec(
     name: str = "e2e",
     replicas: int = 3,
     node_gpus: int = 2,
+    trainer_nodes: int = 1,
     driver: str = SLEEP_1,
     placement: str | None = "trainer",
     startup_timeout: float = 180,
@@ -129,11 +130,11 @@ def small_spec(
     judges: bool | str = False,
     extra: str = "",
 ) -> str:
-    """A spec of `replicas` nodes with `node_gpus` GPUs each: node 0 trains, the others roll out
-    (less one GPU for the judge with `judges`: True for JUDGE_TABLES, or the judge tables' text).
+    """A spec of `replicas` nodes with `node_gpus` GPUs each: the first `trainer_nodes` train, the others
+    roll out (less one GPU for the judge with `judges`: True for JUDGE_TABLES, or the judge tables' text).
     `driver` is the [driver] table's command line; `extra` lands in the [ray] table; None leaves a
     key at its default."""
-    rollout = node_gpus * (replicas - 1) - (1 if judges else 0)
+    rollout = node_gpus * (replicas - trainer_nodes) - (1 if judges else 0)
     coordination = [
         f"startup_timeout = {startup_timeout}",
         f"heartbeat_timeout = {heartbeat_timeout}",
@@ -156,7 +157,7 @@ node_gpus = {node_gpus}
 [launch.coordination]
 {nl.join(coordination)}
 [trainer]
-nodes = 1
+nodes = {trainer_nodes}
 gpus_per_node = {node_gpus}
 [inference]
 gpus = {rollout}

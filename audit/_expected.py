@@ -57,9 +57,13 @@ class PlanView:
     evaluation: bool = False
     evidence: EvidenceConfig | None = None  # `[driver.evidence]`, when the spec resolved
     unchecked_judges: frozenset[str] = frozenset()  # `canary = false`: no canary is expected for them
+    # The judges that run: the bound ones (a NeMo Gym config's: every one); None: the bound ones.
+    running_judges: frozenset[str] | None = None
 
     @property
     def bound_judges(self) -> frozenset[str]:
+        if self.running_judges is not None:
+            return self.running_judges
         return frozenset(b.judge for b in self.bindings)
 
     @property
@@ -164,6 +168,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         evaluation=_evaluation(config),
         evidence=config.driver.evidence,
         unchecked_judges=_unchecked(config),
+        running_judges=frozenset(j.name for j in config.bound_judges),
     )
     return view, []
 
@@ -209,6 +214,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         evaluation=_evaluation(config) if config else False,
         evidence=config.driver.evidence if config else None,
         unchecked_judges=_unchecked(config) if config else frozenset(),
+        running_judges=frozenset(j.name for j in config.bound_judges) if config else None,
     )
 
 

@@ -49,7 +49,9 @@ class Command:
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """RUN.toml plus repeatable ``--set``: shared by every command that reads a spec."""
-    parser.add_argument("spec", metavar="RUN.toml", help="run spec (TOML, or a run directory's spec.json)")
+    parser.add_argument(
+        "spec", metavar="RUN.toml", help="run spec (TOML, a NeMo Gym config .yaml, or a run directory's spec.json)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -102,6 +104,8 @@ def describe_format(config: RunConfig) -> str:
     if config.source_format == "miles":
         sections = ", ".join(config.trainer_sections) or "none"
         return f"read as a MILES run file (carried to the driver untouched: {sections})"
+    if config.source_format == "nemo-gym":
+        return "read as a NeMo Gym submission config (docs/guides/nemo-gym.md)"
     return "read as a gym-agent run spec"
 
 

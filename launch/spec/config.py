@@ -125,8 +125,11 @@ class RunConfig:
 
     @property
     def bound_judges(self) -> tuple[JudgeConfig, ...]:
-        """Judges referenced by at least one binding, in name order. Only these run (and use GPUs)."""
+        """Judges referenced by at least one binding, in name order. Only these run (and use GPUs).
+        A NeMo Gym config has no bindings: it starts every service it declares, so every judge."""
         used = {b.judge for b in self.judging.bindings.values()}
+        if self.source_format == "nemo-gym":
+            used = set(self.judges)
         return tuple(self.judges[n] for n in sorted(self.judges) if n in used)
 
     @property

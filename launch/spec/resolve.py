@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from launch.spec import _keys as keys
 from launch.spec import _miles as miles
+from launch.spec import _nemo_gym as nemo_gym
 from launch.spec import _seed_layout as seed_layout
 from launch.spec import _slurm_directives as slurm_directives
 from launch.spec import names
@@ -833,16 +834,19 @@ def check(model: type, data: Mapping[str, Any], overrides: tuple[str, ...] = ())
     """Every key-level problem of ``data`` in either spelling, and the model's arguments when there is none."""
     if not isinstance(data, Mapping):
         return Checked([Problem("spec", f"must be a table, not {keys.describe(data)}")], None)
-    if miles.detect(data) != miles.FORMAT_MILES:
+    if nemo_gym.detect(data):
+        translation, source_format = nemo_gym.translate(data, overrides), nemo_gym.FORMAT_NEMO_GYM
+    elif miles.detect(data) == miles.FORMAT_MILES:
+        translation, source_format = miles.translate(data, overrides), miles.FORMAT_MILES
+    else:
         return Checked(*_check_spelled(model, data))
-    translation = miles.translate(data, overrides)
     problems, built = _check_spelled(model, translation.data)
     out = Checked([*translation.problems], None, translation)
     # A key the translation already refused (and dropped) is not reported a second time as missing.
     seen = {p.key for p in translation.problems}
     out.problems.extend(p for p in out.user_problems(problems) if p.key not in seen)
     if built is not None and not out.problems:
-        built.update(source_format=miles.FORMAT_MILES, trainer_sections=translation.trainer_sections)
+        built.update(source_format=source_format, trainer_sections=translation.trainer_sections)
         return Checked(out.problems, built, translation)
     return out
 

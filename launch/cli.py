@@ -180,7 +180,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         doc = {**p.to_json(), "fingerprint": resolved.fingerprint, "format": config.source_format}
         print(json.dumps(doc, indent=2))
     else:
-        print(format_plan(p, config.name, resolved.fingerprint, describe_format(config), config.ray.enabled))
+        print(format_plan(p, config.name, resolved.fingerprint, describe_format(config), bool(config.ray.enabled)))
     return EXIT_OK
 
 

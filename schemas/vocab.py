@@ -324,3 +324,21 @@ class JobEnv:
     def pool_nodes(pool: str) -> str:
         """GYM_POOL_<POOL>_NODES: that pool's hostnames, comma-separated."""
         return f"GYM_POOL_{pool.upper().replace('-', '_')}_NODES"
+
+    @staticmethod
+    def ray_workers(service: str, pool: str) -> str:
+        """GYM_RAY_<SERVICE>_<POOL>_WORKERS: the hostnames of that pool's nodes that join the Ray service
+        ``service`` as workers (the head's node left out), comma-separated (seed 001)."""
+        return f"GYM_RAY_{_env_word(service)}_{_env_word(pool)}_WORKERS"
+
+    @staticmethod
+    def container_step(service: str) -> str:
+        """GYM_CONTAINER_STEP_<SERVICE>: the srun words (Pyxis image and mounts) that start the service
+        ``service`` ("policy", "judges.NAME", "ray") in its container on one node; the agent adds its node
+        and the command. Only for a service with a container."""
+        return f"GYM_CONTAINER_STEP_{_env_word(service)}"
+
+
+def _env_word(name: str) -> str:
+    """A name as part of an environment variable's name: upper case, anything not a letter or digit _."""
+    return "".join(c if c.isalnum() else "_" for c in name.upper())

@@ -1,7 +1,7 @@
 """An evaluation run (issue 35): rollout engines and a judge for a benchmark driver, no trainer
 (`trainer.nodes = 0`, `inference.gpus > 0`). Real agents on one node (gym-launch local): Ray with the
 rollout engines' GPUs, a managed reference judge, and a driver that grades through the registry's
-bindings and writes no evidence of training. The driver lands on the last rollout node; the audit
+bindings and writes no evidence of training. The driver lands on the (first) rollout node; the audit
 judges the run by its exit and its judge's replies."""
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def test_driver_placement(spec: dict[str, Any], placement: str, node: int) -> No
     [
         # Fits one node: only the requested GPUs are allocated, the driver on that node.
         (2, {"general": 1}, None, [(0, 2, {"general": 1}, 0)]),
-        # Rollout nodes, then the judge on the last rollout node's spare GPUs; the driver there.
+        # Rollout nodes, then the judge on the last rollout node's spare GPUs; the driver on the first.
         (12, {"general": 1}, None, [(0, 8, {}, 0), (0, 4, {"general": 1}, 3)]),
         # Pools: the judge pinned to its own; the rollout fills the general pool.
         (
@@ -245,7 +245,7 @@ def test_driver_placement(spec: dict[str, Any], placement: str, node: int) -> No
         ),
     ],
 )
-def test_an_evaluation_run_plans_with_its_driver_on_the_last_rollout_node(
+def test_an_evaluation_run_plans_with_its_driver_on_the_first_rollout_node(
     rollout: int, judges: dict[str, int], pools: dict[str, Any] | None, want: list[Any]
 ) -> None:
     spec = make_spec(4, rollout, judges, trainer_nodes=0, pools=pools, pinned={"general": "judge"} if pools else None)
@@ -253,8 +253,9 @@ def test_an_evaluation_run_plans_with_its_driver_on_the_last_rollout_node(
     p = plan_of(spec)
     assert layout(p) == want
     rollout_nodes = [n.index for n in p.nodes if n.rollout_gpus]
-    # The spec says "trainer", but there is no trainer rank 0: the driver goes where "inference" puts it.
-    assert (p.driver_node, p.driver_placement) == (rollout_nodes[-1], "inference")
+    # The spec says "trainer", but there is no trainer rank 0: seed 001 puts the driver on the first node of
+    # the policy (the rollout engines serve it), which it reaches over localhost.
+    assert (p.driver_node, p.driver_placement) == (rollout_nodes[0], "policy")
     assert p.ray_head == p.driver_node and set(rollout_nodes) <= set(p.ray_nodes)
 
 

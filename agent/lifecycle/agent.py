@@ -94,7 +94,7 @@ class Agent:
 
     def _run_steps(self, steps: tuple[Step, ...], actions: Mapping[Phase, Action], topo: Topology) -> None:
         for step in steps:
-            if not applies(step, topo, self.joined.config.ray.enabled):
+            if not applies(step, topo, bool(self.joined.config.ray.enabled)):
                 continue
             action = actions[step.phase]
             self.log.begin(step.phase, action.detail() if action.detail else "")

@@ -28,6 +28,7 @@ __all__ = [
     "Submission",
     "SubmitError",
     "agent_argv",
+    "container_problems",
     "pinned_agent_argv",
     "shared_root_problem",
 ]
@@ -174,3 +175,16 @@ def agent_argv(
     if resume:
         argv.append("--resume")
     return tuple(argv)
+
+
+def container_problems(config: RunConfig, where: str) -> list[Problem]:
+    """A service's ``container`` is a Slurm step's (Pyxis): refused where there is no such step."""
+    return [
+        Problem(
+            f"{key}.container",
+            f"runs the service in a container of its own as a Slurm step (Pyxis), which {where} has not: render or "
+            "submit with --backend slurm, or remove it (the agent then starts the service in its own environment)",
+        )
+        for key, svc in config.services().items()
+        if svc.container is not None
+    ]

@@ -25,10 +25,10 @@ from typing import IO, NoReturn
 
 from launch.backends._local_stragglers import straggler_bound, wait_agents
 from launch.backends._local_verdict import verdict
-from launch.backends.base import Backend, agent_argv
+from launch.backends.base import Backend, agent_argv, container_problems
 from launch.backends.rundir import claim_run_dir
 from launch.spec.config import RunConfig
-from launch.spec.errors import UsageError
+from launch.spec.errors import SpecError, UsageError
 from launch.spec.plan import Plan
 from schemas import RunDir, names
 from schemas.vocab import ResumeEnv
@@ -104,6 +104,9 @@ def run_local(
     """Start every replica of the validated ``config`` here, stream their lines, wait for them all;
     0 when every agent succeeded and the audit of the run passes, else 1. A used run directory
     raises UsageError."""
+    problems = container_problems(config, "gym-launch local")
+    if problems:
+        raise SpecError(problems)
     uuid = uuid or names.new_uuid()
     root = Path(output_root or config.output_root).absolute()
     run = claim_run_dir(root, uuid, config, spec_source, resume=resume)

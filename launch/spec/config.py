@@ -7,6 +7,7 @@ Every default is declared once, in those two modules.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from launch.spec import _keys as keys
 from launch.spec import names
 from launch.spec._fields import REQUIRED, default_of, key, key_info, section, section_info, spelled
 from launch.spec.load import ResolvedSpec
-from launch.spec.resolve import RUNTIME_PREFIX, resolve
+from launch.spec.resolve import RUNTIME_PREFIX, Service, resolve
 from launch.spec.sections import (
     MAX_JUDGES,
     MAX_POOLS,
@@ -78,6 +79,12 @@ class RunConfig:
         doc="[pools.NAME]: node pools, contiguous node ranges in declaration order",
     )
     ray: RayConfig = section(RayConfig, doc="the Ray cluster")
+
+    def __post_init__(self) -> None:
+        # Seed 001: Ray only where something needs it; the one place the absent ray.enabled is decided.
+        if self.ray.enabled is None:
+            needed = self.trainer.nodes > 0 or self.inference.gpus > 0 or "ray" in self.spec.data
+            object.__setattr__(self, "ray", dataclasses.replace(self.ray, enabled=needed))
 
     # --- derived views (no defaults here: those are the fields above) -------------------------
 
@@ -155,9 +162,27 @@ class RunConfig:
         ):
             for var in credentials.references([arg]):
                 out.setdefault(var, where)
-        for name, value in self.driver.env.items():
-            if value.startswith(RUNTIME_PREFIX):
-                out.setdefault(value[len(RUNTIME_PREFIX) :], f"driver.env.{name}")
+        envs = [("driver.env", self.driver.env)]
+        if self.managed_policy is not None:
+            envs.append(("policy.env", self.policy.env))
+        envs += [(f"judges.{j.name}.env", j.env) for j in self.gpu_judges]
+        if self.ray.enabled:
+            envs.append(("ray.env", self.ray.env))
+        for where, env in envs:
+            for name, value in env.items():
+                if value.startswith(RUNTIME_PREFIX):
+                    out.setdefault(value[len(RUNTIME_PREFIX) :], f"{where}.{name}")
+        return out
+
+    def services(self) -> dict[str, Service]:
+        """Each service the agents start with its own process keys (seed 001), by key path:
+        "policy", "judges.NAME" (bound managed judges), "ray" (when Ray starts)."""
+        out: dict[str, Service] = {}
+        if self.managed_policy is not None:
+            out["policy"] = self.policy
+        out.update((f"judges.{j.name}", j) for j in self.gpu_judges)
+        if self.ray.enabled:
+            out["ray"] = self.ray
         return out
 
     def data_paths(self) -> tuple[tuple[str, ...], tuple[str, ...]]:

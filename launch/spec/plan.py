@@ -24,8 +24,9 @@ Packed placement with capacity C = ``launch.gpus_per_replica``:
    judge-only job with external judges, ``trainer.nodes = 0``) has a capacity of 0.
 
 An evaluation run has no trainer (``trainer.nodes = 0``) but rollout engines (``inference.gpus > 0``)
-and judges: it is packed as in 2 and 3 with no trainer node, and its driver goes to the last rollout
-node (as ``placement = "inference"``). A judge-only job (no rollout either) runs its driver on node 0.
+and judges: it is packed as in 2 and 3 with no trainer node, and its driver goes to the first node of its
+policy, the first rollout node (seed 001: it reaches the policy over localhost). A run with neither (a
+judge-only job, a Ray service's benchmark) runs its driver on node 0.
 
 The policy service (``[policy]``, seed 001; evaluation runs only) is packed after rollout on nodes of
 its own, ``min(C, tensor_parallel_size)`` GPUs each (a policy larger than a node takes whole nodes:
@@ -35,14 +36,17 @@ Devices on a node are local indices 0..C-1: Ray gets the first ``ray_gpus``
 (trainer, then rollout), the policy the next ``policy_gpus``, judges the next ones in name order, the
 tail is unused.
 
-Ray: the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (absent: every
+Ray (when it starts: ``ray.enabled``, by default only for a trainer, rollout engines or a declared
+``[ray]``): the head runs on the driver's node and the nodes of ``ray.node_pools`` join it (absent: every
 node but a CPU pool's; ``[]``: the driver's node alone). Trainer or rollout GPUs planned on a node
-that does not join Ray are refused, naming the pool.
+that does not join Ray are refused, naming the pool. A joining node with no trainer or rollout GPUs
+whose pool ``ray.node_pools`` names (or any, in a run with neither trainer nor rollout) gives Ray
+its free tail (seed 001: a benchmark that places its own devices sees them), not 0.
 
 Driver placement: ``"trainer"`` = the node of trainer rank 0; ``"inference"`` = the last
 inference node, a node holding rollout GPUs and no trainer GPUs (no effect without one: rollout
 engines on a trainer node's spare GPUs do not make it an inference node). Without a trainer the
-placement is ``"inference"`` whatever the spec says.
+placement is ``"policy"`` (the policy's first node) or ``"first"`` (node 0) whatever the spec says.
 
 Bounds: the number of nodes a request needs is computed arithmetically before any node is
 built, so an absurd request (10**12 rollout GPUs) is refused at once instead of being packed.
@@ -50,6 +54,7 @@ built, so an absurd request (10**12 rollout GPUs) is refused at once instead of 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -70,7 +75,8 @@ class NodePlan:
     trainer_gpus: int
     rollout_gpus: int
     judges: Mapping[str, int]  # name -> GPUs, name order
-    ray_gpus: int  # trainer + rollout: what Ray advertises on this node
+    # What Ray advertises on this node: trainer + rollout, or (seed 001) a spanned node's free GPUs.
+    ray_gpus: int
     unused_gpus: int
     ray_devices: tuple[int, ...]
     judge_devices: Mapping[str, tuple[int, ...]]
@@ -510,12 +516,12 @@ def placement_problems(config: RunConfig) -> list[Problem]:
 
 
 def driver_placement(config: RunConfig) -> str:
-    """The driver's placement: the spec's, except that a run with a policy service puts it on the
-    policy's first node (``"policy"``, seed 001), and a run without a trainer (an evaluation run,
-    ``trainer.nodes = 0``) has no trainer rank 0, so its driver goes where ``"inference"`` puts it."""
-    if config.policy.managed:
-        return "policy"
-    return "inference" if config.trainer.nodes == 0 else config.driver.placement
+    """The driver's placement: the spec's, except that a run without a trainer (an evaluation run,
+    ``trainer.nodes = 0``) puts it on the first node of its policy (``"policy"``, seed 001): the policy
+    service's, else the rollout engines' (a run with neither: node 0, ``"first"``)."""
+    if config.trainer.nodes:
+        return config.driver.placement
+    return "policy" if config.policy.managed or config.inference.gpus else "first"
 
 
 def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
@@ -523,6 +529,10 @@ def _driver_node(config: RunConfig, nodes: Sequence[NodePlan]) -> int:
     if policy:
         # Seed 001: the driver reaches the policy over localhost, on the first node of its pool.
         return policy[0]
+    if config.trainer.nodes == 0:
+        # An evaluation run's rollout engines serve its policy: the driver on their first node (seed 001);
+        # with none (a judge-only job, a Ray service's benchmark), on node 0.
+        return next((n.index for n in nodes if n.rollout_gpus), 0)
     trainer_node = next((n.index for n in nodes if n.trainer_gpus), 0)
     if driver_placement(config) == "inference":
         inference = [n.index for n in nodes if n.rollout_gpus and not n.trainer_gpus]
@@ -540,6 +550,22 @@ def _ray_nodes(config: RunConfig, nodes: Sequence[NodePlan], driver: int) -> tup
         cpu = {p.name for p in config.pool_list if p.cpu_only}
         return tuple(n.index for n in nodes if n.index == driver or n.pool not in cpu)
     return tuple(n.index for n in nodes if n.index == driver or n.pool in spanned)
+
+
+def _ray_sees_free_gpus(config: RunConfig, node: NodePlan, ray_nodes: Sequence[int]) -> bool:
+    """Seed 001: a node that joins Ray and holds no trainer or rollout GPUs gives Ray the GPUs nothing else
+    uses there (Ray would detect them) when its pool is named in ray.node_pools or the run has neither a
+    trainer nor rollout (a Ray service for a benchmark that places its own devices)."""
+    if node.index not in ray_nodes or node.ray_gpus or not node.unused_gpus:
+        return False
+    named = config.ray.node_pools is not None and node.pool in config.ray.node_pools
+    return named or (config.trainer.nodes == 0 and config.inference.gpus == 0)
+
+
+def _with_free_gpus_to_ray(node: NodePlan) -> NodePlan:
+    return dataclasses.replace(
+        node, ray_gpus=node.unused_gpus, ray_devices=node.unused_devices, unused_gpus=0, unused_devices=()
+    )
 
 
 def _outside_ray(config: RunConfig, nodes: Sequence[NodePlan], ray_nodes: Sequence[int]) -> list[Problem]:
@@ -570,13 +596,14 @@ def _build(config: RunConfig) -> tuple[Plan | None, list[Problem]]:
     # A pool's nodes have its own GPUs (0: a CPU pool); without pools every node has the capacity.
     size = {p.name: p.gpus_per_node for p in config.pool_list}
     nodes = tuple(_node_plan(i, s, size.get(s.pool, capacity) if s.pool else capacity) for i, s in enumerate(slots))
-    used = sum(n.used_gpus for n in nodes)
     allocated = sum(n.gpus for n in nodes)
     driver = _driver_node(config, nodes)
     ray_nodes = _ray_nodes(config, nodes, driver)
     problems = _outside_ray(config, nodes, ray_nodes)
     if problems:
         return None, problems
+    nodes = tuple(_with_free_gpus_to_ray(n) if _ray_sees_free_gpus(config, n, ray_nodes) else n for n in nodes)
+    used = sum(n.used_gpus for n in nodes)
     return (
         Plan(
             replicas=len(nodes),

@@ -30,7 +30,7 @@ import dataclasses
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from launch.spec import _keys as keys
 from launch.spec import _miles as miles
@@ -86,11 +86,13 @@ __all__ = [
     "SKYPILOT_OWNED",
     "UNSUPPORTED",
     "VLLM",
+    "Service",
     "check",
     "check_argv",
     "check_env",
     "looks_like_credential",
     "resolve",
+    "service_rules",
     "unknown_key_message",
     "walk",
 ]
@@ -345,8 +347,10 @@ def _judge(c: Checker, cls: type[JudgeConfig], name: str, t: Mapping[str, Any], 
     if mode is None or built is None:
         return None
     check_argv(c, built.get("extra_args", ()), (*p, "extra_args"))
-    for k, message in _managed_judge_problems(cls(name=name, **built), p):
+    judge = cls(name=name, **built)
+    for k, message in _managed_judge_problems(judge, p):
         c.add((*p, *k.split(".")), message)
+    service_rules(c, judge, p)
     return built if c.clean_since(start) else None
 
 
@@ -374,6 +378,10 @@ def _managed_judge_problems(j: JudgeConfig, p: Path_) -> Iterator[tuple[str, str
             yield "max_context_length", f'must be at most {limit} with context_extension "{ext}"'
 
 
+RAY_HEALTH = (
+    "is a server's health check; a Ray cluster's is the agents' own: the head's node waits for the cluster "
+    "(ray status against the head), and workers wait for the head to answer before joining; remove it"
+)
 RAY_NODE_POOL = (
     "is singular, but a Ray cluster spans pools: write node_pools = [...] (a list; [] starts a "
     "single-node cluster on the driver's node)"
@@ -417,7 +425,7 @@ UNSUPPORTED: dict[Path_, Mapping[str, str]] = {
     ("launch", "skypilot", "mount"): dict.fromkeys(SKYPILOT_BUCKET_KEYS, NO_ATOMIC_RENAME),
     ("rubrics", "*"): dict.fromkeys(RUBRIC_FILE_KEYS, RUBRIC_FILES),
     ("inference",): {"eval_gpus": EVAL_POOLS, "eval_tensor_parallel_size": EVAL_POOLS, "nnodes": CROSS_NODE_TP},
-    ("ray",): {"node_pool": RAY_NODE_POOL},
+    ("ray",): {"node_pool": RAY_NODE_POOL, **dict.fromkeys(("health_path", "health_timeout"), RAY_HEALTH)},
     ("policy",): {
         **dict.fromkeys(CREDENTIAL_KEYS, CREDENTIALS),
         "endpoint": POLICY_EXTERNAL,
@@ -472,6 +480,36 @@ _HOW = {
     "pair": "a credential as NAME=VALUE",
     "value": "a token",
 }
+
+
+class Service(Protocol):
+    """A service's own process keys (seed 001): [policy], [judges.NAME] and [ray] declare them."""
+
+    @property
+    def container(self) -> str | None: ...
+    @property
+    def container_mounts(self) -> tuple[str, ...]: ...
+    @property
+    def pre_command(self) -> str | None: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+
+def service_rules(c: Checker, svc: Service, path: Path_) -> None:
+    """A service's environment and pre_command hold no credential; mounts go into a container."""
+    check_env(c, svc.env, (*path, "env"))
+    if svc.pre_command is not None:
+        for i, how in argv_credentials(_command_words(svc.pre_command)):
+            c.add(
+                (*path, "pre_command"),
+                f"word {i + 1} is {_HOW[how]}, and a spec is copied to the shared filesystem (spec.json); remove "
+                "it and read it from the job's environment in the shell text ($NAME)",
+            )
+    if svc.container_mounts and svc.container is None:
+        c.add(
+            (*path, "container_mounts"),
+            'mounts into the service\'s container, and it has none: add container = "IMAGE" or remove them',
+        )
 
 
 def check_argv(c: Checker, argv: Sequence[str], path: Path_) -> None:
@@ -719,6 +757,7 @@ def _policy_rules(
     check_argv(c, policy.extra_args, (*p, "extra_args"))
     for i, message in owned_flag_problems(policy.extra_args, owned_flags(policy.backend)):
         c.add((*p, "extra_args", str(i)), message)
+    service_rules(c, policy, p)
 
 
 def _rubric_source_rules(c: Checker, r: RubricConfig, p: Path_) -> None:
@@ -767,6 +806,7 @@ def _binding_rules(
 
 def _ray_rules(c: Checker, ray: RayConfig, pools: Mapping[str, PoolConfig] | None) -> None:
     check_argv(c, ray.extra_args, ("ray", "extra_args"))
+    service_rules(c, ray, ("ray",))
     owned = [a for a in ray.extra_args if a.split("=", 1)[0] in AGENT_OWNED_RAY_FLAGS]
     if owned:
         c.add(

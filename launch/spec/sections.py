@@ -80,6 +80,7 @@ __all__ = [
     "SEED_LIFECYCLE",
     "SEED_PLACEMENT",
     "SEED_POOLS",
+    "SEED_SERVICES",
     "SEED_SPEC",
     "SkyPilotConfig",
     "SkyPilotMount",
@@ -721,6 +722,82 @@ class DriverConfig:
 MANAGED = ("managed",)
 EXTERNAL = ("external",)
 
+# --- a service's own process (seed 001): container, mounts, pre_command, env, health check ------------
+
+SEED_SERVICES = "seed 001 (services: container, env, health check)"
+IMAGE_RULE = "a container image reference without spaces or commas"
+# Pyxis takes one comma-separated --container-mounts: no comma or space inside an entry.
+MOUNT_RULE = "SRC:DST or SRC:DST:FLAGS, both absolute paths, without spaces or commas"
+MOUNT_PATTERN = r"/[^,:\s]*:/[^,:\s]*(:[^,:\s]+)?"
+HEALTH_PATH_RULE = "an HTTP path starting with /, without spaces"
+
+
+def container_key(what: str, modes: tuple[str, ...] = ()) -> Any:
+    return key(
+        keys.Text(512, r"[^,\s]+", IMAGE_RULE),
+        None,
+        doc=f"a container image {what} runs in (Slurm with Pyxis: its step is srun --container-image=IMAGE); "
+        "absent: the agent's own environment. Refused where the scheduler has no per-step container "
+        "(gym-launch local, Beaker, SkyPilot)",
+        rule=SEED_SERVICES,
+        modes=modes,
+    )
+
+
+def container_mounts_key(modes: tuple[str, ...] = ()) -> Any:
+    return key(
+        keys.TextList(64, keys.Text(1024, MOUNT_PATTERN, MOUNT_RULE)),
+        (),
+        doc='bind mounts of the container: ["SRC:DST", "SRC:DST:ro"] (srun --container-mounts); needs container',
+        rule=SEED_SERVICES,
+        modes=modes,
+    )
+
+
+def pre_command_key(what: str, modes: tuple[str, ...] = ()) -> Any:
+    return key(
+        keys.Text(16384),
+        None,
+        doc=f"shell text run (bash) in {what}'s own process, in its container if any, just before it starts, in "
+        "the same shell (exports reach it); a failure (non-zero exit) fails the service; no credentials",
+        rule=SEED_SERVICES,
+        modes=modes,
+    )
+
+
+def service_env_key(what: str, modes: tuple[str, ...] = ()) -> Any:
+    return key(
+        keys.Table(keys.Text(), MAX_ENV),
+        {},
+        doc=f"environment of {what} (on top of the agent's); \"runtime:VAR\" takes VAR from the job's "
+        "environment when it starts (never written resolved); no credentials",
+        rule=SEED_SERVICES,
+        modes=modes,
+    )
+
+
+def health_path_key(modes: tuple[str, ...] = ()) -> Any:
+    return key(
+        keys.Text(512, r"/\S*", HEALTH_PATH_RULE),
+        "/health",
+        doc="the health check: an HTTP GET of this path on the server's own port, on its first node, until it "
+        "answers 2xx (then /v1/models must list the model); a check that never answers fails the run naming "
+        "the service, the node and what the check got last",
+        rule=SEED_SERVICES,
+        modes=modes,
+    )
+
+
+def health_timeout_key(modes: tuple[str, ...] = ()) -> Any:
+    return key(
+        keys.Seconds(1, 7 * 86400),
+        None,
+        doc="seconds the health check may take from the server's start (absent: the run's startup deadline, "
+        "launch.coordination.startup_timeout)",
+        rule=SEED_SERVICES,
+        modes=modes,
+    )
+
 
 @dataclass(frozen=True, kw_only=True)
 class JudgeConfig:
@@ -839,6 +916,12 @@ class JudgeConfig:
         rule=SEED_POOLS,
         modes=MANAGED,
     )
+    container: str | None = container_key("the judge's server", MANAGED)
+    container_mounts: tuple[str, ...] = container_mounts_key(MANAGED)
+    pre_command: str | None = pre_command_key("the judge's server", MANAGED)
+    env: Mapping[str, str] = service_env_key("the judge's server", MANAGED)
+    health_path: str = health_path_key(MANAGED)
+    health_timeout: float | None = health_timeout_key(MANAGED)
 
     def __post_init__(self) -> None:
         # Mode-dependent defaults, applied here and nowhere else.
@@ -905,6 +988,12 @@ class PolicyConfig:
         "node_pool", None, "a [pools.NAME] the policy runs on, sized against it; the driver runs on its first node"
     )
     extra_args: tuple[str, ...] = _as_judge("extra_args", ())
+    container: str | None = container_key("the policy's server")
+    container_mounts: tuple[str, ...] = container_mounts_key()
+    pre_command: str | None = pre_command_key("the policy's server")
+    env: Mapping[str, str] = service_env_key("the policy's server")
+    health_path: str = health_path_key()
+    health_timeout: float | None = health_timeout_key()
 
     @property
     def managed(self) -> bool:
@@ -1122,9 +1211,19 @@ class PoolConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RayConfig:
-    """``enabled = false`` runs coordination only (no Ray): benchmarks and drivers that need none."""
+    """``enabled = false`` runs coordination only (no Ray): benchmarks and drivers that need none.
+    Absent, Ray starts only where something needs it (seed 001): the trainer, rollout engines, or a
+    declared ``[ray]`` table (a Ray service for a benchmark that places its own devices)."""
 
-    enabled: bool = key(keys.Bool(), True, doc="start Ray (false: coordination only)")
+    # None = key absent; RunConfig decides it (see RAY_NEEDED) and nothing downstream sees None.
+    enabled: bool | None = key(
+        keys.Bool(),
+        None,
+        doc="start Ray (false: coordination only)",
+        derived="true when the trainer runs (trainer.nodes > 0), rollout engines are planned (inference.gpus > 0) "
+        "or the spec has a [ray] table; false otherwise (an evaluation run with no [ray] starts no Ray)",
+        rule=SEED_POOLS,
+    )
     name: str = key(
         keys.Text(MAX_NAME, names.RAY_NAME.pattern, names.RAY_NAME_RULE),
         "cluster",
@@ -1158,6 +1257,10 @@ class RayConfig:
         'no credentials ("${runtime:NAME}" passes one by reference)',
         rule=SEED_POOLS,
     )
+    container: str | None = container_key("every node's ray start")
+    container_mounts: tuple[str, ...] = container_mounts_key()
+    pre_command: str | None = pre_command_key("every node's ray start")
+    env: Mapping[str, str] = service_env_key("every node's ray start (and so its workers)")
     dashboard: bool = key(
         keys.Bool(),
         False,

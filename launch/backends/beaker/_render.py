@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from launch.backends.base import Rendered, RenderRequest, pinned_agent_argv, shared_root_problem
+from launch.backends.base import Rendered, RenderRequest, container_problems, pinned_agent_argv, shared_root_problem
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
@@ -79,6 +79,7 @@ def _problems(request: RenderRequest) -> list[Problem]:
         )
     out += _output_root_problems(request)
     out += _pool_problems(config)
+    out += container_problems(config, "Beaker")
     for table in ("env", "secrets"):
         names: Mapping[str, str] = getattr(config.launch, table)
         for name in names:

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from launch.backends.base import Rendered, RenderRequest, pinned_agent_argv, shared_root_problem
+from launch.backends.base import Rendered, RenderRequest, container_problems, pinned_agent_argv, shared_root_problem
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
@@ -89,7 +89,7 @@ def _mount_problems(request: RenderRequest) -> Iterator[Problem]:
 def _problems(request: RenderRequest) -> list[Problem]:
     config, plan = request.config, request.plan
     sky = config.launch.skypilot
-    out = list(_mount_problems(request))
+    out = [*_mount_problems(request), *container_problems(config, "SkyPilot")]
     if plan.gpus_per_replica and not sky.accelerators:
         out.append(
             Problem(

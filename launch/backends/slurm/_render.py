@@ -52,7 +52,9 @@ __all__ = [
     "Component",
     "components",
     "directive_lines",
+    "container_step_words",
     "render",
+    "service_step_name",
     "step_name",
     "warning_seconds",
 ]
@@ -390,7 +392,53 @@ def _ray_address(request: RenderRequest) -> list[str]:
         f"# port {port} is fixed for the job, the head's agent reserves that block and checks it names the node.",
         f"gym_ray_host=$(getent ahostsv4 \"{host}\" | awk 'NR == 1 {{ print $1 }}' || true)",
         f'export {var}="${{gym_ray_host:?gym: {host} has no IPv4 address}}:{port}"',
+        *_ray_workers(config, plan),
     ]
+
+
+def _ray_workers(config: RunConfig, plan: Plan) -> list[str]:
+    """Seed 001: GYM_RAY_<NAME>_<POOL>_WORKERS, each pool's nodes that join Ray as workers (the head's
+    node left out), for every pool with one; its step is <name>_<pool>_workers (step_name)."""
+    joined = set(plan.ray_nodes) - {plan.driver_node}
+    out = []
+    for pool in config.pool_list:
+        workers = [n.index for n in plan.nodes if n.pool == pool.name and n.index in joined]
+        if workers:
+            # A pool's joining nodes are contiguous: all of its range, or all but the head's first node.
+            hosts = _join(workers[0], len(workers))
+            out.append(f"export {JobEnv.ray_workers(config.ray.name, pool.name)}={hosts}")
+    return out
+
+
+def service_step_name(config: RunConfig, key: str) -> str:
+    """A service's own step (its container): "policy", "judge_<NAME>", or the Ray service's name."""
+    if key == "ray":
+        return config.ray.name
+    return "judge_" + key.removeprefix("judges.") if key.startswith("judges.") else key
+
+
+def container_step_words(image: str, mounts: Sequence[str], name: str) -> list[str]:
+    """The srun words that start a service in its container (Pyxis) as a step of its own on one node of
+    the job; the agent adds --nodelist (its node) and the command. --overlap: the agents' steps hold the
+    nodes' resources."""
+    words = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--job-name={name}", "--no-container-mount-home"]
+    if mounts:
+        words.append(f"--container-mounts={','.join(mounts)}")
+    return [*words, f"--container-image={image}"]
+
+
+def _container_steps(config: RunConfig) -> list[str]:
+    """Seed 001: each service with a container gets its step's srun words exported (the agents start it)."""
+    out = []
+    for key, svc in config.services().items():
+        if svc.container is None:
+            continue
+        words = container_step_words(svc.container, svc.container_mounts, service_step_name(config, key))
+        out.append(f"export {JobEnv.container_step(key)}={q(shlex.join(words))}")
+    if out:
+        out.insert(0, "# Seed 001: services in containers of their own (Pyxis); each service's agent starts it with")
+        out.insert(1, "# these srun words, its own node (--nodelist) and the command.")
+    return out
 
 
 def render(request: RenderRequest) -> Rendered:
@@ -430,6 +478,7 @@ def render(request: RenderRequest) -> Rendered:
         f"export {JobEnv.DRIVER_RANK}={driver}",
         f'export {JobEnv.DRIVER_HOST}="${{gym_node[{driver}]}}"',
         *_ray_address(request),
+        *_container_steps(config),
     ]
     comps = components(config, plan)
     het = len(comps) > 1

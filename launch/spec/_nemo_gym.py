@@ -219,10 +219,8 @@ def _env(draft: _Draft, env: Any, path: list[str], refusal: str) -> dict[str, st
 
 def _service_common(draft: _Draft, ours: str, svc: Mapping[str, Any], path: list[str], *, ray: bool) -> None:
     """container, mounts, pre_command, env and the health check: each service's own (nemo-placement keys)."""
-    if "container" in svc:
+    if "container" in svc:  # absent (NeMo Gym requires it): the service runs in the job's own environment
         draft.put(f"{ours}.container", svc["container"], [*path, "container"])
-    else:
-        draft.problem([*path, "container"], "is required by NeMo Gym's config (the service's image)")
     mounts = svc.get("mounts", [])
     if isinstance(mounts, list) and mounts:
         spelled = [m if not isinstance(m, str) or ":" in m else f"{m}:{m}" for m in mounts]
@@ -300,6 +298,7 @@ def _vllm(draft: _Draft, name: str, svc: Mapping[str, Any], path: list[str], *, 
 def _ray(draft: _Draft, name: str, svc: Mapping[str, Any], path: list[str]) -> None:
     draft.unknown(svc, RAY_KEYS, path)
     draft.renames["ray"] = format_key(path)
+    draft.put("ray.enabled", True, path)  # the spec as spelled has no [ray] table to say so
     draft.put("ray.name", name, path)
     if svc.get("node_pool") is not None:
         draft.refuse([*path, "node_pool"], "services.NAME.node_pool (ray)")

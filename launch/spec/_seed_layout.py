@@ -44,7 +44,7 @@ MAPPING: tuple[tuple[str, str, str], ...] = (
     ("services.NAME.extra_args (vllm)", "policy/judges.NAME.extra_args", "split as the shell would"),
     ("services.NAME.trust_remote_code", "extra_args --trust-remote-code", ""),
     ("services.NAME.placement", "(the one compute resource)", "must name it"),
-    ("services.NAME.container", "policy/judges.NAME.container, ray.container", "Pyxis --container-image"),
+    ("services.NAME.container", "policy/judges.NAME.container, ray.container", "Pyxis; absent: the job's environment"),
     ("services.NAME.mounts", "*.container_mounts", '"SRC" alone is "SRC:SRC"'),
     ("services.NAME.pre_command", "*.pre_command", ""),
     ("services.NAME.env", "*.env", '"lit:X" -> "X", "runtime:VAR" -> "runtime:VAR"'),

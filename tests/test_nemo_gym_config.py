@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
 from launch.spec.reference import NEMO_GYM_DOC_PATH, nemo_gym_markdown
+from launch.spec.vllm_argv import ENGINE_PYTHON_ENV
 from schemas import DriverEnv, JobEnv, names
 from tests.harness import (
     assert_artifacts_valid,
@@ -39,6 +41,8 @@ from tests.harness import (
     launch_local,
     uid,
 )
+from tests.harness.engines import ENGINE_ENV, require_engine, tiny_model
+from tests.test_policy_service import free_policy_port
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "nemo_gym"
@@ -369,6 +373,63 @@ def test_the_cpu_pool_variant_runs_locally_to_an_audit_pass(tmp_path: Path) -> N
     assert len(facts["ray_nodes"]) == 2  # the ray service spans both pools, the CPU pool's node too
     assert facts["bench_dir"] == str(run.run_dir)
     assert json.loads((run.run_dir / names.SPEC).read_text())["spec"]["services"]["judge"]["backend"] == "reference"
+    assert_artifacts_valid(run.run_dir)
+    audit(run.run_dir, verdict="pass")
+    assert_nothing_left(run.run_dir)
+
+
+# Asks the policy one question at the address NeMo Gym's benchmark command is given, keeps the reply.
+ASKER = """
+import json, os, urllib.request
+url, name = os.environ["NEMO_GYM_POLICY_BASE_URL"], os.environ["NEMO_GYM_POLICY_MODEL_NAME"]
+body = {"model": name, "messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 16}
+req = urllib.request.Request(url + "/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+with open(os.environ["POLICY_REPLY"], "w") as f:
+    json.dump({"url": url, "reply": json.loads(urllib.request.urlopen(req, timeout=120).read())}, f)
+"""
+
+
+@pytest.mark.engines
+def test_a_nemo_gym_config_serves_its_vllm_policy_to_the_benchmark_to_an_audit_pass(tmp_path: Path) -> None:
+    python = require_engine()
+    model, revision = tiny_model(python)
+    asker = tmp_path / "ask.py"
+    asker.write_text(ASKER)
+    policy = {
+        "type": "vllm",
+        "model": str(model),  # an absolute path: the staged weights themselves
+        "served_model_name": "tiny-policy",
+        "revision": revision,
+        "port": free_policy_port(),
+        "node_pool": "policy",
+        "extra_args": "--load-format dummy",
+        "health_check": {"timeout_seconds": 600},  # vLLM's CPU build starts in 68-126 s here
+    }
+    data = {
+        "compute": {
+            "cluster": {
+                "type": "slurm",
+                "account": "a",
+                "node_pools": {"policy": {"partition": "batch", "nodes": 1, "gpus_per_node": 1}},
+            }
+        },
+        "services": {"policy": policy},
+        "driver": {"policy_model": "policy", "benchmarks": {"ask": {"command": f"{sys.executable} {asker}"}}},
+        "job": {"output_path": str(tmp_path / "out")},
+        "otel": {"enabled": False},
+        "launch": {"coordination": {"startup_timeout": 600, "heartbeat_interval": 0.5, "teardown_grace": 4.0}},
+    }
+    reply = tmp_path / "reply.json"
+    env = {**ENGINE_ENV, ENGINE_PYTHON_ENV: python, "POLICY_REPLY": str(reply)}
+    run = launch_local(tmp_path, yaml.safe_dump(data, sort_keys=False), uid("nemo-vllm"), env=env, suffix=".yaml")
+    try:
+        code = run.wait(900)
+    finally:
+        kill_tree_by_session(run.proc)
+    assert code == 0, (failures(run.run_dir), run.text[-3000:])
+    got = json.loads(reply.read_text())
+    assert got["url"].endswith(f":{policy['port']}/v1") and got["reply"]["model"] == "tiny-policy"
+    assert "vllm" in (run.run_dir / names.policy_log(0)).read_text().lower()
     assert_artifacts_valid(run.run_dir)
     audit(run.run_dir, verdict="pass")
     assert_nothing_left(run.run_dir)

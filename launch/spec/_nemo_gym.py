@@ -118,6 +118,8 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     if policy_name is not None and policy_name not in services:
         names = ", ".join(map(str, services)) or "none"
         draft.problem(["driver", "policy_model"], f"names no service; services: {names}")
+    elif policy_name is not None and _table(draft, services[policy_name], []).get("type") != "vllm":
+        draft.problem(["driver", "policy_model"], f"names {policy_name}, which is not a type: vllm service")
     ray_seen = False
     for name, svc in services.items():
         path = ["services", str(name)]

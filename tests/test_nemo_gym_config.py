@@ -355,6 +355,21 @@ def test_the_guide_is_generated_from_the_table() -> None:
 # --- a local run ---------------------------------------------------------------------------------
 
 
+def run_to_pass(tmp: Path, data: dict[str, Any], tag: str, env: dict[str, str], timeout: float) -> Path:
+    """`gym-launch local` of the NeMo Gym config ``data`` (as a .yaml): exit 0, valid artifacts, an audit
+    PASS, nothing left running. Returns the run directory."""
+    run = launch_local(tmp, yaml.safe_dump(data, sort_keys=False), uid(tag), env=env, suffix=".yaml")
+    try:
+        code = run.wait(timeout)
+    finally:
+        kill_tree_by_session(run.proc)
+    assert code == 0, (failures(run.run_dir), run.text[-3000:])
+    assert_artifacts_valid(run.run_dir)
+    audit(run.run_dir, verdict="pass")
+    assert_nothing_left(run.run_dir)
+    return run.run_dir
+
+
 @pytest.mark.ray(seconds=60)
 def test_the_cpu_pool_variant_runs_locally_to_an_audit_pass(tmp_path: Path) -> None:
     data = example("cpu_pool")
@@ -362,20 +377,12 @@ def test_the_cpu_pool_variant_runs_locally_to_an_audit_pass(tmp_path: Path) -> N
     data["launch"] = {"coordination": {"heartbeat_interval": 0.5, "poll_interval": 0.25, "teardown_grace": 4.0}}
     smoke = tmp_path / "smoke.json"
     env = {"SMOKE_OUT": str(smoke), "PYTHONPATH": str(REPO)}
-    run = launch_local(tmp_path, yaml.safe_dump(data, sort_keys=False), uid("nemo"), env=env, suffix=".yaml")
-    try:
-        code = run.wait(300)
-    finally:
-        kill_tree_by_session(run.proc)
-    assert code == 0, (failures(run.run_dir), run.text[-3000:])
+    run_dir = run_to_pass(tmp_path, data, "nemo", env, 300)
     facts = json.loads(smoke.read_text())
     assert facts["judge_model"] == "reference-judge" and "SCORE" in facts["judge_said"]
     assert len(facts["ray_nodes"]) == 2  # the ray service spans both pools, the CPU pool's node too
-    assert facts["bench_dir"] == str(run.run_dir)
-    assert json.loads((run.run_dir / names.SPEC).read_text())["spec"]["services"]["judge"]["backend"] == "reference"
-    assert_artifacts_valid(run.run_dir)
-    audit(run.run_dir, verdict="pass")
-    assert_nothing_left(run.run_dir)
+    assert facts["bench_dir"] == str(run_dir)
+    assert json.loads((run_dir / names.SPEC).read_text())["spec"]["services"]["judge"]["backend"] == "reference"
 
 
 # Asks the policy one question at the address NeMo Gym's benchmark command is given, keeps the reply.
@@ -421,15 +428,7 @@ def test_a_nemo_gym_config_serves_its_vllm_policy_to_the_benchmark_to_an_audit_p
     }
     reply = tmp_path / "reply.json"
     env = {**ENGINE_ENV, ENGINE_PYTHON_ENV: python, "POLICY_REPLY": str(reply)}
-    run = launch_local(tmp_path, yaml.safe_dump(data, sort_keys=False), uid("nemo-vllm"), env=env, suffix=".yaml")
-    try:
-        code = run.wait(900)
-    finally:
-        kill_tree_by_session(run.proc)
-    assert code == 0, (failures(run.run_dir), run.text[-3000:])
+    run_dir = run_to_pass(tmp_path, data, "nemo-vllm", env, 900)
     got = json.loads(reply.read_text())
     assert got["url"].endswith(f":{policy['port']}/v1") and got["reply"]["model"] == "tiny-policy"
-    assert "vllm" in (run.run_dir / names.policy_log(0)).read_text().lower()
-    assert_artifacts_valid(run.run_dir)
-    audit(run.run_dir, verdict="pass")
-    assert_nothing_left(run.run_dir)
+    assert "vllm" in (run_dir / names.policy_log(0)).read_text().lower()

@@ -171,6 +171,7 @@ def test_seed_001_ray_pools_one_cluster_over_both_pools_with_the_aux_resources(t
     assert f"export {DriverEnv.ray_address('cluster')}=" in script
     assert 'export GYM_POOL_MAIN_NODES=$(IFS=,; echo "${gym_node[*]:0:1}")' in script
     assert 'export GYM_POOL_AUX_NODES=$(IFS=,; echo "${gym_node[*]:1:2}")' in script
+    assert 'export GYM_RAY_CLUSTER_AUX_WORKERS=$(IFS=,; echo "${gym_node[*]:1:2}")' in script
     steps = [line for line in script.splitlines() if line.startswith("srun ")]
     assert [s.split("--job-name=")[1].split()[0] for s in steps] == ["cluster_main_workers", "cluster_aux_workers"]
 

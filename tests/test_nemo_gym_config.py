@@ -341,6 +341,16 @@ def test_a_yaml_file_that_is_not_a_nemo_gym_config_or_not_yaml_is_a_usage_error(
         load_spec(bad)
 
 
+def test_a_benchmark_command_gets_the_policys_address_and_name(tmp_path: Path) -> None:
+    data = example("judge_node")
+    data["driver"]["benchmarks"]["my-benchmark"] = {"command": "python bench.py"}
+    command = config_of(tmp_path, data).driver.command
+    assert command == (
+        f'export NEMO_GYM_BENCH_DIR="${DriverEnv.RUN_DIR}" NEMO_GYM_POLICY_BASE_URL="${DriverEnv.POLICY_URL}" '
+        "NEMO_GYM_POLICY_MODEL_NAME=my-org/policy-model\npython bench.py"
+    )
+
+
 def test_set_overrides_use_nemo_gyms_keys(tmp_path: Path) -> None:
     config = config_of(tmp_path, example("judge_node"), "services.policy.port=8001")
     assert config.policy.port == 8001

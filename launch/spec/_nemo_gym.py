@@ -388,11 +388,10 @@ def _command_benchmark(command: Any, served: Any) -> Any:
         return command
     exports = [f'NEMO_GYM_BENCH_DIR="${DriverEnv.RUN_DIR}"']
     if served is not None:
+        # Not NEMO_GYM_POLICY_API_KEY: the policy takes no key, and a key-named value on a command line is
+        # refused as a credential (resolve.check_argv).
         exports += [f'NEMO_GYM_POLICY_BASE_URL="${DriverEnv.POLICY_URL}"']
-        exports += [
-            f"NEMO_GYM_POLICY_MODEL_NAME={shlex.quote(str(served))}",
-            f"NEMO_GYM_POLICY_API_KEY={PLACEHOLDER_KEY}",
-        ]
+        exports += [f"NEMO_GYM_POLICY_MODEL_NAME={shlex.quote(str(served))}"]
     return f"export {' '.join(exports)}\n{command}"
 
 

@@ -59,7 +59,11 @@ MAPPING: tuple[tuple[str, str, str], ...] = (
     ("driver.policy_model_type", "driver.command", "gym eval run --model-type (default openai_model)"),
     ("driver.benchmarks.NAME", "name, driver.command", "one benchmark per config; the run is named gym-NAME"),
     ("driver.benchmarks.NAME.run", "driver.command", "gym eval run +KEY=VALUE ... on the driver's node"),
-    ("driver.benchmarks.NAME.command", "driver.command", "NEMO_GYM_BENCH_DIR and NEMO_GYM_POLICY_* exported"),
+    (
+        "driver.benchmarks.NAME.command",
+        "driver.command",
+        "NEMO_GYM_BENCH_DIR, NEMO_GYM_POLICY_BASE_URL and _MODEL_NAME exported (no _API_KEY)",
+    ),
     ("driver.env", "driver.env", '"lit:X" -> "X", "runtime:VAR" -> "runtime:VAR"'),
     ("job.output_path", "output.root", "run directories go to ROOT/cluster/UUID"),
     ("otel.enabled: false", "(nothing)", "no collector, as ours never starts one"),

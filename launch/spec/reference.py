@@ -328,7 +328,8 @@ examples (`judge_node.yaml`, `ray_pools.yaml`) and a CPU-pool variant that runs 
    is named `gym-BENCHMARK` (its Slurm `--job-name`). A benchmark's `run` becomes the driver command
    `gym eval run +KEY=VALUE ...` with the policy's address injected (`policy_base_url` from
    `$GYM_POLICY_URL`, `policy_model_name`, a placeholder `policy_api_key`); a benchmark's `command`
-   runs as written, with `NEMO_GYM_BENCH_DIR` (the run directory) and `NEMO_GYM_POLICY_*` exported.
+   runs as written, with `NEMO_GYM_BENCH_DIR` (the run directory), `NEMO_GYM_POLICY_BASE_URL` and
+   `NEMO_GYM_POLICY_MODEL_NAME` exported (not `NEMO_GYM_POLICY_API_KEY`: the policy takes no key).
 5. Reach other services as before: `GYM_POOL_<POOL>_NODES` and `GYM_RAY_ADDRESS_<SERVICE>` in the job's
    environment (`runtime:` values in `driver.env`), and each judge service at `GYM_JUDGE_URL_<NAME>`.
 6. gym-agent's own settings ride along in a top-level `launch:` mapping (coordination timeouts,

@@ -4,8 +4,9 @@ only these, never the Agent object itself."""
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,8 @@ from agent.ground.waits import Progress, poll_until
 from agent.proc.supervisor import Supervisor
 from launch.spec.config import RunConfig
 from launch.spec.plan import Plan
+from launch.spec.resolve import Service
+from launch.spec.service_process import ServiceProcess, ServiceProcessError, service_process
 from schemas import FailureKind, RunDir, Writer
 
 __all__ = ["RunContext"]
@@ -44,6 +47,15 @@ class RunContext:
     notify_complete: Callable[[], None] = lambda: None  # the driver's node: tell peers its ack is there
     # Node-local (agent/proc/driver_local.py): the driver's progress board, processes' fallback stack dumps.
     local_dir: str | None = None
+
+    def service_process(self, key: str, svc: Service, argv: Sequence[str], devices: str | None) -> ServiceProcess:
+        """Service ``key``'s argv and added environment from its own keys (env, pre_command, container;
+        seed 001), as launch.spec.service_process builds them from this agent's environment; a key it
+        cannot honour here fails the run (``environment``), naming it."""
+        try:
+            return service_process(key, svc, argv, os.environ, devices=devices)
+        except ServiceProcessError as exc:
+            raise self.fail(FailureKind.ENVIRONMENT, str(exc)) from None
 
     def progress(self, describe: Callable[[float], str]) -> Progress:
         """Progress lines for a long wait, at the spec's calm rate (coordination.progress_interval)."""

@@ -36,6 +36,7 @@ __all__ = [
     "UnhealthyStatus",
     "UnknownEngine",
     "agent_registry",
+    "health_check_cause",
     "log",
     "quarantine_cause",
 ]
@@ -73,6 +74,7 @@ class EngineStatus:
     last_error: str | None = None
     last_ok_monotonic: float | None = None
     quarantine_reason: str | None = None
+    health_path: str | None = None  # this engine's own health check path (None: the registry's)
 
 
 @dataclass(frozen=True)
@@ -139,12 +141,15 @@ class EngineHealthRegistry:
 
     # -- registration --
 
-    def register(self, engine_id: str, base_url: str) -> int:
-        """(Re-)register an engine; returns its new epoch. Clears quarantine and counters."""
+    def register(self, engine_id: str, base_url: str, health_path: str | None = None) -> int:
+        """(Re-)register an engine, probed on ``health_path`` (None: the registry's); returns its new
+        epoch. Clears quarantine and counters."""
         with self._lock:
             epoch = self._next_epoch
             self._next_epoch += 1
-            self._engines[engine_id] = EngineStatus(engine_id, base_url.rstrip("/"), epoch, EngineState.STARTING)
+            self._engines[engine_id] = EngineStatus(
+                engine_id, base_url.rstrip("/"), epoch, EngineState.STARTING, health_path=health_path
+            )
         log.info("engine registered engine=%s epoch=%d url=%s", engine_id, epoch, base_url)
         return epoch
 
@@ -180,14 +185,15 @@ class EngineHealthRegistry:
 
     # -- probing --
 
-    def probe(self, engine_id: str, epoch: int, base_url: str) -> ProbeResult:
-        """One non-generating health check (503 retried inside). Does not change any state."""
+    def probe(self, engine_id: str, epoch: int, base_url: str, path: str | None = None) -> ProbeResult:
+        """One non-generating health check of ``path`` (None: the registry's; 503 retried inside): any
+        2xx answer is healthy. Does not change any state."""
         started = time.monotonic()
         attempt = 0
         while True:
             try:
-                response = self._http.get(base_url + self.health_path)
-                if response.status_code == 200:
+                response = self._http.get(base_url + (path or self.health_path))
+                if 200 <= response.status_code < 300:
                     return ProbeResult(engine_id, epoch, True, latency_s=time.monotonic() - started)
                 raise UnhealthyStatus(response.status_code)
             except (httpx.HTTPError, UnhealthyStatus) as exc:
@@ -271,7 +277,7 @@ class EngineHealthRegistry:
         wanted = None if engine_ids is None else set(engine_ids)
         with self._lock:
             targets = [
-                (s.engine_id, s.epoch, s.base_url)
+                (s.engine_id, s.epoch, s.base_url, s.health_path)
                 for s in self._engines.values()
                 if wanted is None or s.engine_id in wanted
             ]
@@ -341,6 +347,15 @@ def agent_registry(interval: float, failures: int, on_quarantine: QuarantineCall
     )
 
 
+def health_check_cause(what: str, url: str, where: str, got: str | None, waited: float, bound: str) -> str:
+    """The failure's cause when ``what``'s health check (GET ``url``) never passed before its bound."""
+    return (
+        f"{what}'s health check (GET {url}) on {where} never passed: it got {got or 'no answer'} "
+        f"for {waited:.0f} s ({bound})"
+    )
+
+
 def quarantine_cause(what: str, status: EngineStatus, failures: int) -> str:
     """The failure's cause when ``what`` (an engine) is quarantined."""
-    return f"{what} failed {failures} consecutive /health probes (last: {status.last_error or 'no answer'})"
+    path = status.health_path or "/health"
+    return f"{what} failed {failures} consecutive {path} probes (last: {status.last_error or 'no answer'})"

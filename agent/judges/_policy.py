@@ -19,6 +19,7 @@ from agent.coord.topology import Topology
 from agent.ground import clock
 from agent.ground.failure import Failure
 from agent.ground.waits import poll_until
+from agent.judges._health_gate import health_deadline
 from agent.judges._prepared import prove_revision
 from agent.proc import tempdirs
 from agent.proc.segments import group_segments
@@ -54,6 +55,7 @@ class PolicyRuntime:
         self._base = ""
         self._tmp: str | None = None
         self.segments: set[str] = set()  # /dev/shm files the engine mapped (agent/proc/segments.py)
+        self._last_check: str | None = None  # what the health check got last while starting
 
     @property
     def config(self) -> PolicyConfig | None:
@@ -71,14 +73,15 @@ class PolicyRuntime:
         rank = nodes.index(topo.node.index)
         node = PolicyNode(rank, len(nodes), ctx.address, topo.peers[nodes[0]].address)
         cmd = policy_command(policy, node, python=os.environ.get(ENGINE_PYTHON_ENV) or None)
-        # "${runtime:NAME}" in extra_args: the value only in the exec, never in a record.
-        argv = substitute(cmd.argv, os.environ)
         vis = ctx.visible_devices
         devices = ",".join(vis[i] for i in topo.node.policy_devices)
+        # "${runtime:NAME}" in extra_args: the value only in the exec, never in a record.
+        proc = ctx.service_process("policy", policy, substitute(cmd.argv, os.environ), devices)
         # The engine's own temp files (vLLM's file:// rendezvous, its sockets) where the agent removes them.
         self._tmp = tempdirs.make(tempdirs.JUDGE_PREFIX)
         ctx.reaper.temp_dir(self._tmp)
-        env = child_env({**dict(cmd.env), "CUDA_VISIBLE_DEVICES": devices, "TMPDIR": self._tmp})
+        env = child_env({**dict(cmd.env), **proc.env, "CUDA_VISIBLE_DEVICES": devices, "TMPDIR": self._tmp})
+        argv = list(proc.argv)
         self.group = ctx.supervisor.start(
             "policy",
             argv,
@@ -103,21 +106,23 @@ class PolicyRuntime:
             self._supervise()
             return "policy engine node running"
         self.health = self._new_health_registry()
-        epoch = self.health.register(ENGINE_ID, self._base)
+        epoch = self.health.register(ENGINE_ID, self._base, policy.health_path)
+        deadline, bound = health_deadline(ctx, policy, self._started)
         ok = poll_until(
             partial(self._ready_once, epoch, policy.model or ""),
-            deadline=ctx.deadline,
+            deadline=deadline,
             interval=min(0.5, ctx.config.coordination.poll_interval),
             signal=ctx.signal,
             progress=ctx.progress(self._loading_line),
         )
         if not ok:
-            raise ctx.fail(
-                FailureKind.STARTUP_TIMEOUT,
-                f"the policy server did not answer /health and list {policy.model!r} on /v1/models within "
-                f"startup_timeout {ctx.config.coordination.startup_timeout:g}s",
-                log=self._log,
+            from agent.judges._engine_health import health_check_cause
+
+            url, where = self._base + policy.health_path, f"node {ctx.rank} ({ctx.address})"
+            cause = health_check_cause(
+                "the policy server", url, where, self._last_check, clock.mono() - self._started, bound
             )
+            raise ctx.fail(FailureKind.STARTUP_TIMEOUT, cause, log=self._log)
         self._supervise()
         self.health.start()
         self.url = policy_url(ctx.address, policy.port)
@@ -141,9 +146,13 @@ class PolicyRuntime:
                 exit_code=self.exits[0],
                 child=child,
             )
-        assert self.health is not None
-        result = self.health.probe(ENGINE_ID, epoch, self._base)
-        if not result.ok or not _lists_model(self._base, model):
+        assert self.health is not None and self.config is not None
+        result = self.health.probe(ENGINE_ID, epoch, self._base, self.config.health_path)
+        if not result.ok:
+            self._last_check = result.error
+            return False
+        if not _lists_model(self._base, model):
+            self._last_check = f"a 2xx answer, but /v1/models does not list {model!r} yet"
             return False
         self.health.record(result)
         return True

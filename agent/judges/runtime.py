@@ -23,6 +23,7 @@ from agent.ground.failure import Failure
 from agent.ground.waits import poll_until
 from agent.judges import _judge_ports as judge_ports
 from agent.judges._gateways import LocalGateways
+from agent.judges._health_gate import health_deadline
 from agent.judges._policy import PolicyRuntime
 from agent.judges._prepared import prove_revision
 from agent.judges.rubrics import RubricError, rubric_from_spec
@@ -74,6 +75,7 @@ class LocalJudge:
     started: float = 0.0
     log_start: int = 0  # where this start's part of the log begins (earlier starts' lines are not its)
     segments: set[str] = field(default_factory=set)  # /dev/shm files its processes mapped (agent/proc/segments.py)
+    last_check: str | None = None  # what its health check got last while starting (for the failure's cause)
 
 
 class JudgeRuntime:
@@ -174,8 +176,9 @@ class JudgeRuntime:
         if j.config.backend != "reference":
             j.port = port
             j.given.append(port)
-        j.argv = list(cmd.argv)
-        extra = {**dict(cmd.env), "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices}
+        proc = ctx.service_process(f"judges.{j.config.name}", j.config, cmd.argv, j.cuda_visible_devices)
+        j.argv = list(proc.argv)
+        extra = {**dict(cmd.env), **proc.env, "CUDA_VISIBLE_DEVICES": j.cuda_visible_devices}
         if j.config.backend in ENGINES and self._tmp is not None:
             # An engine's own temp files (vLLM's file:// rendezvous, its sockets) go where the agent
             # removes them: /tmp kept vLLM's vllm_dist_* files after a clean exit.
@@ -205,20 +208,20 @@ class JudgeRuntime:
         poll = min(0.5, ctx.config.coordination.poll_interval)
         for name, j in self.local.items():
             progress = ctx.progress(self._loading_line(name, j))
+            deadline, bound = health_deadline(ctx, j.config, j.started)
             if not poll_until(
                 partial(self._healthy_once, j),
-                deadline=ctx.deadline,
+                deadline=deadline,
                 interval=poll,
                 signal=ctx.signal,
                 progress=progress,
             ):
-                raise ctx.fail(
-                    FailureKind.STARTUP_TIMEOUT,
-                    f"judge {name} did not answer /health within startup_timeout "
-                    f"{ctx.config.coordination.startup_timeout:g}s",
-                    log=j.log,
-                    judge=name,
-                )
+                from agent.judges._engine_health import health_check_cause
+
+                url = self._endpoint(j) + j.config.health_path if j.port is not None else j.config.health_path
+                where = f"node {ctx.rank} ({ctx.address})"
+                cause = health_check_cause(f"judge {name}", url, where, j.last_check, clock.mono() - j.started, bound)
+                raise ctx.fail(FailureKind.STARTUP_TIMEOUT, cause, log=j.log, judge=name)
             assert j.group is not None
             ctx.supervisor.set_policy(j.group, ExitPolicy(FailureKind.JUDGE, j.log, judge=name))
             self.gateways.point_at(name, self._endpoint(j))
@@ -270,17 +273,20 @@ class JudgeRuntime:
 
             j.port = read_port_file(j.port_file)
             if j.port is None:
+                j.last_check = "no port yet (the server has not published one)"
                 return False
-        name = j.config.name
+        name, path = j.config.name, j.config.health_path
         if name not in self._epochs:
-            self._epochs[name] = self.health.register(name, self._endpoint(j))
+            self._epochs[name] = self.health.register(name, self._endpoint(j), path)
         # A failed probe while starting is no health failure (the judge is still loading): only
         # a success is recorded, which makes the engine healthy in the registry.
-        result = self.health.probe(name, self._epochs[name], self._endpoint(j))
+        result = self.health.probe(name, self._epochs[name], self._endpoint(j), path)
         if not result.ok:
+            j.last_check = result.error
             return False
         # Healthy is not yet serving: the engine is ready once /v1/models lists its served name.
         if not self._serves_model(j):
+            j.last_check = f"a 2xx answer, but /v1/models does not list {j.config.model!r} yet"
             return False
         self.health.record(result)
         return True

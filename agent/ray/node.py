@@ -210,6 +210,25 @@ def ray_start_command() -> list[str]:
     return [ray_executable()]
 
 
+HEAD_STATUS_TIMEOUT_S = 60.0  # one `ray status` against the head; the wait as a whole is the startup deadline's
+
+
+def head_status(address: str, env: Mapping[str, str], timeout: float = HEAD_STATUS_TIMEOUT_S) -> str | None:
+    """Ask the Ray head at ``address`` (host:port of its GCS) with `ray status`: None when it answers,
+    else what it said instead (the last line of its output, or that it did not answer in time)."""
+    argv = [ray_executable(), "status", f"--address={address}"]
+    try:
+        done = subprocess.run(argv, env=dict(env), capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return f"ray status could not run: {exc}"
+    if done.returncode == 0:
+        return None
+    lines = [ln for ln in (done.stderr + done.stdout).decode("utf-8", "replace").splitlines() if ln.strip()]
+    return f"exit {done.returncode}" + (f": {lines[-1].strip()[:300]}" if lines else "")
+
+
 def ray_client_installed() -> bool:
     """Whether this node's `ray start` can serve Ray Client (its grpcio, `ray[client]`). A plain
     `pip install ray` has none, and Ray refuses a client-server port then; with it, Ray would bind
@@ -296,10 +315,11 @@ def worker_extra_args(extra: Sequence[str]) -> list[str]:
     return out
 
 
-def ray_start_argv(spec: RayNodeSpec) -> list[str]:
+def ray_start_argv(spec: RayNodeSpec, image_ray: bool = False) -> list[str]:
+    """``image_ray``: the `ray` on the PATH of the service's container (ray.container), not this agent's."""
     p = spec.ports
     argv = [
-        *ray_start_command(),
+        *(["ray"] if image_ray else ray_start_command()),
         "start",
         "--block",
         "--disable-usage-stats",

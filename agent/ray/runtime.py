@@ -127,6 +127,33 @@ class RayRuntime:
                 f"the Ray head bound {self.gcs_address} (ray-head.json), but the job exported "
                 f"{DriverEnv.ray_address(ctx.config.ray.name)}={exported}: the job's steps would reach another address",
             )
+        self._await_head_answer()
+
+    def _await_head_answer(self) -> None:
+        """Seed 001: a worker joins only once the head answers `ray status` (a head still starting
+        does not break it); within the startup deadline, else the run fails naming the head and its
+        last answer."""
+        ctx = self.ctx
+        last: list[str] = []
+
+        def answers() -> bool:
+            # One question never runs past the startup deadline (`ray status` retries a silent head).
+            left = min(ray_node.HEAD_STATUS_TIMEOUT_S, ctx.deadline - clock.mono())
+            got = ray_node.head_status(self.gcs_address, child_env({}), timeout=max(1.0, left))
+            if got is not None:
+                last[:] = [got]
+            return got is None
+
+        progress = ctx.progress(
+            lambda left: f"waiting for the Ray head at {self.gcs_address} to answer; {left:.0f} s left"
+        )
+        if not poll_until(answers, deadline=ctx.deadline, interval=1.0, signal=ctx.signal, progress=progress):
+            raise ctx.fail(
+                FailureKind.STARTUP_TIMEOUT,
+                f"the Ray head at {self.gcs_address} (ray-head.json) never answered `ray status` from node {ctx.rank} "
+                f"({ctx.address}) within startup_timeout {ctx.config.coordination.startup_timeout:g}s; last: "
+                f"{last[0] if last else 'not asked'}",
+            )
 
     def _start_on_probation(
         self, topo: Topology, exported: str | None, fixed: int | None
@@ -252,9 +279,14 @@ class RayRuntime:
         early: list[int] = []
         log = names.ray_log(ctx.rank)
         ray_node.forget_started(self.temp_dir)
+        ray = ctx.config.ray
+        argv = ray_node.ray_start_argv(spec, image_ray=ray.container is not None)
+        # Seed 001: [ray] env, pre_command and container, as for every service.
+        proc = ctx.service_process("ray", ray, argv, env.get("CUDA_VISIBLE_DEVICES"))
+        env.update(proc.env)
         group = ctx.supervisor.start(
             "ray-head" if topo.is_head else "ray-worker",
-            ray_node.ray_start_argv(spec),
+            list(proc.argv),
             env=env,
             log_fd=ctx.run.open_log(log),
             policy=ExitPolicy(FailureKind.CHILD_EXIT, log, on_exit=early.append),

@@ -162,12 +162,7 @@ class RunConfig:
         ):
             for var in credentials.references([arg]):
                 out.setdefault(var, where)
-        envs = [("driver.env", self.driver.env)]
-        if self.managed_policy is not None:
-            envs.append(("policy.env", self.policy.env))
-        envs += [(f"judges.{j.name}.env", j.env) for j in self.gpu_judges]
-        if self.ray.enabled:
-            envs.append(("ray.env", self.ray.env))
+        envs = [("driver.env", self.driver.env), *((f"{k}.env", svc.env) for k, svc in self.services().items())]
         for where, env in envs:
             for name, value in env.items():
                 if value.startswith(RUNTIME_PREFIX):

@@ -673,7 +673,8 @@ class DriverConfig:
     placement: str = key(
         keys.Choice(names.DRIVER_PLACEMENTS),
         "trainer",
-        doc='"trainer" = trainer rank 0; "inference" = the last node holding rollout GPUs (no effect without any)',
+        doc='"trainer" = trainer rank 0; "inference" = the last node holding rollout GPUs (no effect without any); '
+        "a run without a trainer puts its driver on its policy's first node whatever this says",
         rule=SEED_DRIVER,
     )
     checkpoint_grace: float | None = key(

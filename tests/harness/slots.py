@@ -94,8 +94,9 @@ def _yaml(text: str) -> object:
 
 
 def starts_ray(spec_text: str) -> bool:
-    """Whether agents of this spec (TOML, a NeMo Gym YAML, or a run's spec.json) start Ray nodes ([ray] enabled,
-    the default). A spec that does not parse starts nothing: the agents refuse it."""
+    """Whether agents of this spec (TOML, a NeMo Gym YAML, or a run's spec.json) start Ray nodes (ray.enabled, or by
+    default a trainer, rollout or a [ray] table; a MILES run file trains). A spec that does not parse
+    starts nothing: the agents refuse it."""
     try:
         doc = json.loads(spec_text) if spec_text.lstrip().startswith("{") else tomllib.loads(spec_text)
     except (ValueError, tomllib.TOMLDecodeError):
@@ -105,8 +106,15 @@ def starts_ray(spec_text: str) -> bool:
     if isinstance(doc, dict) and "compute" in doc and isinstance(doc.get("services"), dict):
         # A NeMo Gym config: Ray only with a type: ray service.
         return any(isinstance(s, dict) and s.get("type") == "ray" for s in doc["services"].values())
-    ray = doc.get("ray", {}) if isinstance(doc, dict) else {}
-    return not isinstance(ray, dict) or ray.get("enabled", True) is not False
+    if not isinstance(doc, dict):
+        return True
+    ray = doc.get("ray")
+    if isinstance(ray, dict) and "enabled" in ray:
+        return ray["enabled"] is not False
+    # Absent: Ray where the trainer, rollout or a [ray] table needs it (launch.spec.config.RunConfig).
+    trainer, inference = doc.get("trainer"), doc.get("inference")
+    needs = [t.get(k) for t, k in ((trainer, "nodes"), (inference, "gpus")) if isinstance(t, dict)]
+    return ray is not None or "schema_version" in doc or "model" in doc or any(n != 0 for n in needs) or not needs
 
 
 def require_ray(what: str, spec_text: str) -> None:

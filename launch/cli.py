@@ -72,6 +72,8 @@ def load_valid(args: argparse.Namespace, *, grades_here: bool = False) -> tuple[
     config, problems = validated(resolved)
     if problems or config is None:
         raise SpecError(problems)
+    for warning in config.warnings:  # accepted as written, but worth knowing (stdout stays the command's)
+        print(f"warning: {warning}", file=sys.stderr)
     # Rubric template files: read, pinned to their template_sha256, only known fields.
     problems = template_problems(config) + (open_instruct_problems(config) if grades_here else [])
     if problems:
@@ -178,6 +180,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     resolved, config, p = load_valid(args)
     if args.json:
         doc = {**p.to_json(), "fingerprint": resolved.fingerprint, "format": config.source_format}
+        doc["warnings"] = [{"key": w.key, "message": w.message} for w in config.warnings]
         print(json.dumps(doc, indent=2))
     else:
         print(format_plan(p, config.name, resolved.fingerprint, describe_format(config), bool(config.ray.enabled)))

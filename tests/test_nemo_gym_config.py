@@ -3,8 +3,9 @@
 A ``.yaml``/``.yml`` file whose top level has ``compute`` and ``services`` is a NeMo Gym config:
 every command that takes a spec reads it, every key is carried to its meaning or refused naming its
 YAML path (the one table: launch/spec/_seed_layout.py, printed in docs/guides/nemo-gym.md). The
-examples are seed 001's two (as written, plus the keys NeMo Gym requires and the two gym-agent needs
-of a vLLM service) and a CPU-pool variant, which runs here to an audit PASS with the reference judge.
+examples are seed 001's two (as written, plus the keys NeMo Gym requires) and a CPU-pool variant,
+which runs here to an audit PASS with the reference judge. A vLLM service's model is loaded as given,
+as NeMo Gym runs it, with a warning that its weights are not pinned.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,11 @@ from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
+from launch.spec.policy_argv import PolicyNode, policy_command
 from launch.spec.reference import NEMO_GYM_DOC_PATH, nemo_gym_markdown
+from launch.spec.validate import validate
 from launch.spec.vllm_argv import ENGINE_PYTHON_ENV
-from schemas import DriverEnv, JobEnv, names
+from schemas import DriverEnv, names
 from tests.harness import (
     assert_artifacts_valid,
     assert_nothing_left,
@@ -42,7 +46,7 @@ from tests.harness import (
     uid,
 )
 from tests.harness.engines import ENGINE_ENV, require_engine, tiny_model
-from tests.test_policy_service import free_policy_port
+from tests.test_policy_service import REVISION, SEED_001, free_policy_port
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "nemo_gym"
@@ -109,7 +113,16 @@ def test_seed_001_judge_node_the_policy_spans_its_pool_the_judge_has_the_third_n
     assert (judge.backend, judge.gpus, judge.tensor_parallel_size, judge.node_pool) == ("vllm", 8, 8, "judge")
     assert pol.container == judge.container == "vllm/vllm-openai:v0.9.0"
     assert (pol.health_path, pol.health_timeout) == ("/health", 60)  # NeMo Gym's default check
-    assert config.driver.env == {"JUDGE_HOST": f"runtime:{JobEnv.pool_nodes('judge')}"}
+    # As NeMo Gym runs them: vLLM loads each model as given (a hub id), nothing staged or pinned.
+    assert (pol.weights, pol.revision, pol.prepared_dir) == ("my-org/policy-model", None, None)
+    assert (judge.weights, judge.revision, judge.prepared_dir) == ("my-org/judge-model", None, None)
+    assert [str(w) for w in config.warnings] == [
+        f"services.{name}.model: the weights are not pinned: vLLM downloads my-org/{name}-model as it starts, "
+        "and what the hub serves under that name may change between attempts and nodes; to pin them add "
+        "revision: COMMIT (40 hex digits), and prepared_dir: DIR to serve weights staged before the job "
+        "(gym-agent extensions)"
+        for name in ("policy", "judge")
+    ]
     assert (config.name, config.output.root, config.launch.slurm.account) == (
         "gym-my-benchmark",
         "/shared/gym-runs",
@@ -137,6 +150,135 @@ def test_seed_001_judge_node_the_policy_spans_its_pool_the_judge_has_the_third_n
     assert [s.split("--job-name=")[1].split()[0] for s in steps] == ["policy", "judge"]
     assert "--container-image=vllm/vllm-openai:v0.9.0" in script
     assert "GYM_RAY_ADDRESS" not in script
+
+
+# Seed 001's "Give a judge its own node", as the seed writes it.
+SEED_001_JUDGE_NODE = """
+compute:
+  cluster:
+    type: slurm
+    account: my-account
+    node_pools:
+      policy:
+        partition: batch
+        nodes: 2
+        gpus_per_node: 8
+      judge:
+        partition: batch
+        nodes: 1
+        gpus_per_node: 8
+services:
+  policy:
+    type: vllm
+    container: vllm/vllm-openai:v0.9.0
+    model: my-org/policy-model
+    tensor_parallel_size: 16
+    node_pool: policy
+  judge:
+    type: vllm
+    container: vllm/vllm-openai:v0.9.0
+    model: my-org/judge-model
+    tensor_parallel_size: 8
+    port: 8100
+    node_pool: judge
+driver:
+  policy_model: policy
+  benchmarks:
+    my-benchmark:
+      run:
+        config_paths:
+          - path/to/config.yaml
+"""
+
+
+def test_judge_node_is_the_seeds_example_plus_only_what_nemo_gym_requires() -> None:
+    assert example("judge_node") == yaml.safe_load(SEED_001_JUDGE_NODE) | {"job": {"output_path": "/shared/gym-runs"}}
+
+
+def test_validate_accepts_unpinned_weights_with_a_warning_naming_each_key(tmp_path: Path) -> None:
+    path = EXAMPLES / "judge_node.yaml"
+    r = subprocess.run([GYM_LAUNCH, "validate", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == load_spec(path).fingerprint + "\n"  # stdout stays the fingerprint alone
+    warned = [line for line in r.stderr.splitlines() if line.startswith("warning: ")]
+    assert [w.split(": ")[1] for w in warned] == ["services.policy.model", "services.judge.model"], r.stderr
+    assert all("the weights are not pinned" in w and "add revision: COMMIT" in w for w in warned)
+    r = subprocess.run([GYM_LAUNCH, "plan", str(path), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    listed = json.loads(r.stdout)["warnings"]
+    assert [w["key"] for w in listed] == ["services.policy.model", "services.judge.model"]
+    assert all(w["message"].startswith("the weights are not pinned: vLLM downloads my-org/") for w in listed)
+
+
+def _argvs(tmp: Path, data: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, list[str]]:
+    """The vLLM command of each service, as the agent builds it (gym-launch judge-command for the judge)."""
+    path = write(tmp, data)
+    capsys.readouterr()
+    assert main(["judge-command", str(path), "judge"]) == 0
+    judge = json.loads(capsys.readouterr().out)["argv"]
+    policy = RunConfig.from_spec(load_spec(path)).policy
+    return {"judge": judge, "policy": list(policy_command(policy, PolicyNode(0, 2, "h", "h")).argv)}
+
+
+def _value(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_vllm_loads_the_model_as_given_with_revision_only_when_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = example("judge_node")
+    argvs = _argvs(tmp_path, data, capsys)
+    for name in ("policy", "judge"):
+        argv = argvs[name]
+        assert (_value(argv, "--model"), _value(argv, "--served-model-name")) == (f"my-org/{name}-model",) * 2
+        assert "--revision" not in argv
+    # revision alone: the hub id at that commit, no warning for it.
+    data["services"]["judge"]["revision"] = REVISION
+    data["services"]["policy"] |= {"revision": REVISION, "served_model_name": "policy"}
+    argvs = _argvs(tmp_path, data, capsys)
+    assert (_value(argvs["judge"], "--model"), _value(argvs["judge"], "--revision")) == ("my-org/judge-model", REVISION)
+    assert [_value(argvs["policy"], f) for f in ("--model", "--served-model-name", "--revision")] == [
+        "my-org/policy-model",
+        "policy",
+        REVISION,
+    ]
+    assert config_of(tmp_path, data).warnings == ()
+    # revision and prepared_dir (the extensions): the staged directory, which is its revision.
+    data["services"]["judge"]["prepared_dir"] = "/models/judge-model"
+    argvs = _argvs(tmp_path, data, capsys)
+    assert _value(argvs["judge"], "--model") == "/models/judge-model" and "--revision" not in argvs["judge"]
+    judge = config_of(tmp_path, data).judges["judge"]
+    assert (judge.weights, judge.prepared_dir, judge.revision) == (None, "/models/judge-model", REVISION)
+    # A directory as the model, unpinned: loaded from there, and the warning says what to add.
+    data["services"]["judge"] = {k: v for k, v in data["services"]["judge"].items() if k != "revision"}
+    data["services"]["judge"] |= {"model": "/models/judge-model"}
+    del data["services"]["judge"]["prepared_dir"]
+    config = config_of(tmp_path, data)
+    assert config.judges["judge"].prepared_dir == "/models/judge-model" and config.judges["judge"].weights is None
+    (warning,) = config.warnings
+    assert warning.key == "services.judge.model" and "loads the files in /models/judge-model" in warning.message
+    assert "add revision: COMMIT" in warning.message
+
+
+# Seed 001's judge in a TOML spec, on vLLM.
+TOML_JUDGE = SEED_001.replace("[judges.judge]\n", '[judges.judge]\nbackend = "vllm"\n')
+
+
+def test_a_toml_spec_still_requires_pinned_staged_weights_and_refuses_weights(tmp_path: Path) -> None:
+    def problems(text: str) -> dict[str, str]:
+        return {p.key: p.message for p in validate(tomllib.loads(text))}
+
+    assert TOML_JUDGE != SEED_001 and problems(TOML_JUDGE) == {}
+    judge = TOML_JUDGE.split("[judges.judge]")[1]
+    unpinned = problems(TOML_JUDGE.replace(judge, judge.replace(f'revision = "{REVISION}"\n', "", 1)))
+    assert unpinned == {"judges.judge.revision": "is required for a managed vllm judge; add it to [judges.judge]"}
+    hub = problems(TOML_JUDGE.replace('prepared_dir = "/models/judge"', 'weights = "my-org/judge-model"'))
+    assert "is a NeMo Gym config's unpinned model" in hub["judges.judge.weights"], hub
+    assert "is required for a managed vllm judge" in hub["judges.judge.prepared_dir"]
+    policy = problems(SEED_001.replace('prepared_dir = "/models/policy"', 'weights = "my-org/policy-model"'))
+    assert "set revision and prepared_dir" in policy["policy.weights"], policy
+    assert "is required for a managed policy" in policy["policy.prepared_dir"]
 
 
 def test_seed_001_ray_pools_one_cluster_over_both_pools_with_the_aux_resources(tmp_path: Path) -> None:
@@ -394,6 +536,63 @@ def test_the_cpu_pool_variant_runs_locally_to_an_audit_pass(tmp_path: Path) -> N
     assert len(facts["ray_nodes"]) == 2  # the ray service spans both pools, the CPU pool's node too
     assert facts["bench_dir"] == str(run_dir)
     assert json.loads((run_dir / names.SPEC).read_text())["spec"]["services"]["judge"]["backend"] == "reference"
+
+
+# A stand-in for vLLM's OpenAI server (a mock: vLLM cannot download a hub model here): it refuses a
+# flag the pinned vLLM lacks, records its argv, and serves the reference judge under --served-model-name.
+VLLM_STAND_IN = """
+import json, os, sys
+from agent.judges import reference_server
+from launch.spec.vllm_argv import recorded_flags
+argv = sys.argv[1:]
+unknown = [a.split("=", 1)[0] for a in argv if a.startswith("--") and a.split("=", 1)[0] not in recorded_flags()]
+if unknown:
+    sys.exit(f"api_server.py: error: unrecognized arguments: {unknown}")
+with open(os.environ["VLLM_STARTS"], "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+value = lambda flag: argv[argv.index(flag) + 1]
+served = ["--host", value("--host"), "--port", value("--port"), "--model", value("--served-model-name")]
+context = ["--context-length", value("--max-model-len")] if "--max-model-len" in argv else []
+sys.exit(reference_server.main(served + context))
+"""
+
+
+def vllm_stand_in(site: Path) -> Path:
+    """``site`` on PYTHONPATH gives ``python -m vllm.entrypoints.openai.api_server`` the stand-in."""
+    pkg = site / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (site / "vllm", site / "vllm" / "entrypoints", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(VLLM_STAND_IN)
+    return site
+
+
+@pytest.mark.slow
+def test_a_nemo_gym_config_s_unpinned_vllm_services_start_with_the_model_as_given(tmp_path: Path) -> None:
+    """Seed 001's judge_node on one node: the agents start both vLLM services (the stand-in) with the
+    hub ids as written, no --revision and nothing staged, and the run passes its audit."""
+    data = example("judge_node")
+    data["compute"]["cluster"]["node_pools"] = {"main": {"partition": "batch", "nodes": 1, "gpus_per_node": 2}}
+    for svc in data["services"].values():
+        svc |= {"node_pool": "main", "tensor_parallel_size": 1}
+        del svc["container"]  # no Pyxis here: the services run in the agents' environment
+    data["services"]["policy"]["port"] = free_policy_port()
+    asker = tmp_path / "ask.py"
+    asker.write_text(ASKER)
+    data["driver"]["benchmarks"]["my-benchmark"] = {"command": f"{sys.executable} {asker}"}
+    data["job"]["output_path"] = str(tmp_path / "out")
+    data["launch"] = {"coordination": {"heartbeat_interval": 0.5, "poll_interval": 0.25, "teardown_grace": 4.0}}
+    starts, reply = tmp_path / "starts.jsonl", tmp_path / "reply.json"
+    site = vllm_stand_in(tmp_path / "site")
+    env = {"PYTHONPATH": f"{site}:{REPO}", "VLLM_STARTS": str(starts), "POLICY_REPLY": str(reply)}
+    run_dir = run_to_pass(tmp_path, data, "nemo-hub", env, 300)
+    by_model = {a[a.index("--served-model-name") + 1]: a for a in map(json.loads, starts.read_text().splitlines())}
+    assert sorted(by_model) == ["my-org/judge-model", "my-org/policy-model"]
+    for served, argv in by_model.items():
+        assert argv[argv.index("--model") + 1] == served and "--revision" not in argv, argv
+    assert json.loads(reply.read_text())["reply"]["model"] == "my-org/policy-model"
+    services = json.loads((run_dir / names.SPEC).read_text())["spec"]["services"]
+    assert not {"revision", "prepared_dir"} & {k for svc in services.values() for k in svc}
 
 
 # Asks the policy one question at the address NeMo Gym's benchmark command is given, keeps the reply.

@@ -65,6 +65,7 @@ def detect(data: Mapping[str, Any]) -> bool:
 class _Draft:
     out: dict[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
     renames: dict[str, str] = field(default_factory=dict)  # our key path -> NeMo Gym key path
 
     def problem(self, path: Sequence[str], message: str) -> None:
@@ -142,7 +143,7 @@ def translate(data: Mapping[str, Any], overrides: Sequence[str] = ()) -> Transla
     _job_otel(draft, data)
     _launch_extension(draft, data.get("launch"))
     _allocation(draft, pools)
-    return Translation(draft.out, tuple(draft.problems), draft.renames)
+    return Translation(draft.out, tuple(draft.problems), draft.renames, warnings=tuple(draft.warnings))
 
 
 def _compute(draft: _Draft, value: Any) -> tuple[str | None, Mapping[str, Any]]:
@@ -264,12 +265,7 @@ def _vllm(draft: _Draft, name: str, svc: Mapping[str, Any], path: list[str], *, 
     served = svc.get("served_model_name", model)
     if served is not None:
         draft.put(f"{ours}.model", served, [*path, "served_model_name" if "served_model_name" in svc else "model"])
-    if "prepared_dir" in svc:
-        draft.put(f"{ours}.prepared_dir", svc["prepared_dir"], [*path, "prepared_dir"])
-    elif isinstance(model, str) and model.startswith("/"):
-        draft.put(f"{ours}.prepared_dir", model, [*path, "model"])
-    if "revision" in svc:
-        draft.put(f"{ours}.revision", svc["revision"], [*path, "revision"])
+    _weights(draft, ours, svc, path, engine=backend != "reference")
     tp = svc.get("tensor_parallel_size", 1)
     if policy:
         draft.put("policy.tensor_parallel_size", tp, [*path, "tensor_parallel_size"])
@@ -295,6 +291,40 @@ def _vllm(draft: _Draft, name: str, svc: Mapping[str, Any], path: list[str], *, 
         draft.refuse([*path, "data_parallel_rpc_port"], "services.NAME.data_parallel_rpc_port")
     if backend != "reference":  # the reference judge is this project's CPU server: no image, no vLLM probe
         _service_common(draft, ours, svc, path, ray=False)
+
+
+def _weights(draft: _Draft, ours: str, svc: Mapping[str, Any], path: list[str], *, engine: bool) -> None:
+    """What vLLM loads: staged weights (prepared_dir, or a model that is an absolute path), else
+    ``model`` as given (``weights``), as NeMo Gym runs it; unpinned without a revision (a warning)."""
+    model = svc.get("model")
+    staged = svc.get("prepared_dir")
+    if staged is None and isinstance(model, str) and model.startswith("/"):
+        staged = model
+    if "prepared_dir" in svc:
+        draft.put(f"{ours}.prepared_dir", staged, [*path, "prepared_dir"])
+    elif staged is not None:
+        draft.put(f"{ours}.prepared_dir", staged, [*path, "model"])
+    elif engine and model is not None:
+        draft.put(f"{ours}.weights", model, [*path, "model"])
+    if "revision" in svc:
+        draft.put(f"{ours}.revision", svc["revision"], [*path, "revision"])
+    elif engine and model is not None:
+        draft.warnings.append(Problem(format_key([*path, "model"]), _unpinned(model, staged)))
+
+
+def _unpinned(model: Any, staged: Any) -> str:
+    """Why a service's weights may differ between attempts and nodes, and the keys that pin them."""
+    if staged is not None:
+        return (
+            f"the weights are not pinned: vLLM loads the files in {staged} as they are when it starts, which may "
+            "differ between attempts and nodes; to pin them add revision: COMMIT (40 hex digits), which every "
+            "node then checks the directory holds (a gym-agent extension)"
+        )
+    return (
+        f"the weights are not pinned: vLLM downloads {model} as it starts, and what the hub serves under that "
+        "name may change between attempts and nodes; to pin them add revision: COMMIT (40 hex digits), and "
+        "prepared_dir: DIR to serve weights staged before the job (gym-agent extensions)"
+    )
 
 
 def _ray(draft: _Draft, name: str, svc: Mapping[str, Any], path: list[str]) -> None:

@@ -31,7 +31,11 @@ MAPPING: tuple[tuple[str, str, str], ...] = (
     ("compute.CLUSTER.node_pools.NAME.ntasks_per_node", "pools.NAME.tasks_per_node", ""),
     ("services.NAME (type vllm, driver.policy_model)", "[policy]", 'mode = "managed", backend = "vllm"'),
     ("services.NAME (type vllm, any other)", "[judges.NAME]", 'mode = "managed", backend = "vllm"; started'),
-    ("services.NAME.model", "policy/judges.NAME.prepared_dir", "an absolute path; a hub id needs prepared_dir"),
+    (
+        "services.NAME.model",
+        "policy/judges.NAME.weights",
+        "loaded as given; unpinned without revision (a warning); an absolute path: prepared_dir",
+    ),
     ("services.NAME.served_model_name", "policy/judges.NAME.model", "absent: model (what /v1/models lists)"),
     ("services.NAME.tensor_parallel_size", "policy.tensor_parallel_size, judges.NAME.gpus", "default 1"),
     ("services.NAME.port (policy)", "policy.port", "default 8000"),
@@ -110,8 +114,10 @@ REFUSED: Mapping[str, str] = {
 # Keys of ours a NeMo Gym config may carry as well (gym-agent extensions, same spelling).
 EXTENSIONS: Mapping[str, str] = {
     "launch": "top level: this project's [launch] table (coordination timeouts, preflight, ...), merged",
-    "services.NAME.revision": "the pinned 40-hex revision of a vllm service's weights (required by gym-agent)",
-    "services.NAME.prepared_dir": "where the weights are staged before the job (required for a hub id)",
+    "services.NAME.revision": "pins a vllm service's weights: an immutable 40-hex commit, passed as --revision "
+    "(absent: a warning that the weights are not pinned)",
+    "services.NAME.prepared_dir": "the weights staged before the job, loaded instead of model; every node checks "
+    "it holds revision",
     "services.NAME.backend": 'a non-policy service\'s server: "vllm" (default) or "reference" (the CPU '
     "reference judge, to try a config without GPUs)",
 }

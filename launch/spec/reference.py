@@ -320,9 +320,16 @@ examples (`judge_node.yaml`, `ray_pools.yaml`) and a CPU-pool variant that runs 
 1. Keep the file. Check it: `gym-launch validate run.yaml`, then `gym-launch plan run.yaml` (the node
    table: each pool's contiguous node range, the policy's nodes, the judges', the driver's node) and
    `gym-launch render run.yaml --backend slurm` (the batch script).
-2. Pin and stage the weights of every `type: vllm` service: `revision` (40 hex) and `prepared_dir`
-   (where the weights are before the job starts; a `model` that is already an absolute path is it).
-   NeMo Gym lets vLLM download `model` on the compute node; gym-agent serves pinned, staged weights.
+2. A `type: vllm` service's `model` is served as NeMo Gym serves it: vLLM loads it as given (a hub id
+   it downloads as it starts, or a directory), with no `--revision`. Those weights are not pinned:
+   what the hub serves under that name may change between attempts and nodes, so every `gym-launch`
+   command that reads the config (validate, plan, render, submit, local) warns, naming the key
+   (`warning: services.judge.model: the weights are not pinned: ...` on stderr; `gym-launch plan
+   --json` lists them under `warnings`), and exits 0. To pin them add gym-agent's extensions to the
+   service: `revision: COMMIT` (40 hex; vLLM gets `--revision`), and `prepared_dir: DIR` (the weights
+   staged before the job, loaded instead of `model`; every node checks that the directory holds that
+   revision before it starts the server; a `model` that is an absolute path is such a directory). A
+   TOML spec still requires both.
 3. Remove or replace what is refused (second table): `otel` (set `otel.enabled: false`), a benchmark's
    `prepare`, `resumable`, `driver.container`/`mounts`/`gym_install` (the driver runs `gym` in the job's
    own environment), `host:` values (use `runtime:`), SSH submission (`compute.*.hostname`: run

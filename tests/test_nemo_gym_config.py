@@ -27,6 +27,7 @@ from agent.ray import node as ray_node
 from agent.ray.node import pick_ports
 from launch.cli import main
 from launch.spec import _seed_layout as layout
+from launch.spec import sglang_argv
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import load_spec
@@ -259,6 +260,17 @@ def test_vllm_loads_the_model_as_given_with_revision_only_when_given(
     (warning,) = config.warnings
     assert warning.key == "services.judge.model" and "loads the files in /models/judge-model" in warning.message
     assert "add revision: COMMIT" in warning.message
+
+
+def test_a_judge_on_sglang_loads_the_model_as_given_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = example("judge_node")
+    data["services"]["judge"]["backend"] = "sglang"
+    argv = _argvs(tmp_path, data, capsys)["judge"]
+    assert _value(argv, "--model-path") == "my-org/judge-model" and "--revision" not in argv
+    assert not [f for f in sglang_argv.argv_flags(argv) if f not in sglang_argv.recorded_flags()]
+    data["services"]["judge"]["revision"] = REVISION
+    argv = _argvs(tmp_path, data, capsys)["judge"]
+    assert (_value(argv, "--model-path"), _value(argv, "--revision")) == ("my-org/judge-model", REVISION)
 
 
 # Seed 001's judge in a TOML spec, on vLLM.

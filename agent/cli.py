@@ -80,7 +80,10 @@ def _parser() -> argparse.ArgumentParser:
         "-q", "--quiet", dest="verbosity", action="store_const", const=-1, help="library errors only on the console"
     )
     ap.add_argument("--uuid", required=True, help="the run's unique id: its directory is OUTPUT/cluster/UUID")
-    ap.add_argument("--config", help="run spec (TOML, or the run directory's spec.json); default $GYM_RUN_SPEC")
+    ap.add_argument(
+        "--config",
+        help="run spec (TOML, a NeMo Gym config .yaml, or the run directory's spec.json); default $GYM_RUN_SPEC",
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=TOML_VALUE")
     ap.add_argument("--output-root", help="default: [output] root of the spec")
     ap.add_argument("--rank", type=int, help="this replica's rank (default: GYM_/BEAKER_/SLURM_ environment)")

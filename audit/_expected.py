@@ -58,9 +58,13 @@ class PlanView:
     evidence: EvidenceConfig | None = None  # `[driver.evidence]`, when the spec resolved
     unchecked_judges: frozenset[str] = frozenset()  # `canary = false`: no canary is expected for them
     ledger: LedgerConfig | None = None  # `[driver.ledger]`, when the spec resolved
+    # The judges that run: the bound ones (a NeMo Gym config's: every one); None: the bound ones.
+    running_judges: frozenset[str] | None = None
 
     @property
     def bound_judges(self) -> frozenset[str]:
+        if self.running_judges is not None:
+            return self.running_judges
         return frozenset(b.judge for b in self.bindings)
 
     @property
@@ -166,6 +170,7 @@ def _from_launch(config: RunConfig, fingerprint: str | None) -> tuple[PlanView |
         evidence=config.driver.evidence,
         unchecked_judges=_unchecked(config),
         ledger=config.driver.ledger,
+        running_judges=frozenset(j.name for j in config.bound_judges),
     )
     return view, []
 
@@ -212,6 +217,7 @@ def _from_artifacts(config: RunConfig | None, run: LoadedRun) -> PlanView:
         evidence=config.driver.evidence if config else None,
         unchecked_judges=_unchecked(config) if config else frozenset(),
         ledger=config.driver.ledger if config else None,
+        running_judges=frozenset(j.name for j in config.bound_judges) if config else None,
     )
 
 

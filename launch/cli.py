@@ -49,7 +49,9 @@ class Command:
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """RUN.toml plus repeatable ``--set``: shared by every command that reads a spec."""
-    parser.add_argument("spec", metavar="RUN.toml", help="run spec (TOML, or a run directory's spec.json)")
+    parser.add_argument(
+        "spec", metavar="RUN.toml", help="run spec (TOML, a NeMo Gym config .yaml, or a run directory's spec.json)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -70,6 +72,8 @@ def load_valid(args: argparse.Namespace, *, grades_here: bool = False) -> tuple[
     config, problems = validated(resolved)
     if problems or config is None:
         raise SpecError(problems)
+    for warning in config.warnings:  # accepted as written, but worth knowing (stdout stays the command's)
+        print(f"warning: {warning}", file=sys.stderr)
     # Rubric template files: read, pinned to their template_sha256, only known fields.
     problems = template_problems(config) + (open_instruct_problems(config) if grades_here else [])
     if problems:
@@ -102,6 +106,8 @@ def describe_format(config: RunConfig) -> str:
     if config.source_format == "miles":
         sections = ", ".join(config.trainer_sections) or "none"
         return f"read as a MILES run file (carried to the driver untouched: {sections})"
+    if config.source_format == "nemo-gym":
+        return "read as a NeMo Gym submission config (docs/guides/nemo-gym.md)"
     return "read as a gym-agent run spec"
 
 
@@ -174,6 +180,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     resolved, config, p = load_valid(args)
     if args.json:
         doc = {**p.to_json(), "fingerprint": resolved.fingerprint, "format": config.source_format}
+        doc["warnings"] = [{"key": w.key, "message": w.message} for w in config.warnings]
         print(json.dumps(doc, indent=2))
     else:
         print(format_plan(p, config.name, resolved.fingerprint, describe_format(config), bool(config.ray.enabled)))

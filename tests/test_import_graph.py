@@ -7,7 +7,8 @@ two modules still cannot be understood one without the other).
 
 The layers (issue 21):
 
-* ``launch.spec`` (the pure spec model) imports the standard library and ``schemas`` only.
+* ``launch.spec`` (the pure spec model) imports the standard library and ``schemas`` only, and
+  ``SPEC_PARSERS`` where a file in that format is read (YAML: a NeMo Gym config, issue 50).
 * ``agent`` imports from ``launch`` only ``launch.spec``; ``audit`` only ``launch.spec`` and the
   schedulers' read-only modules (``SCHEDULER_READERS``, issue 37: the questions to ``scontrol``,
   beaker-py and SkyPilot's API, the parsing of their answers, slurmstepd's words). Those, and the
@@ -39,6 +40,8 @@ SCHEDULER_READERS = (
     "launch.backends.beaker.query",
     "launch.backends.skypilot.query",
 )
+# A parser launch.spec may import, in the one module that reads that format, when such a file is read.
+SPEC_PARSERS = {("launch.spec.load", "yaml")}
 SCHEDULER_CLIENTS = ("beaker", "sky")  # beaker-py, SkyPilot: imported when a question is asked
 LAUNCH_USES_AUDIT = {
     ("launch.backends._local_verdict", "audit.api"): "gym-launch local exits with the audit's verdict of its run",
@@ -244,6 +247,7 @@ def _violations() -> list[tuple[str, str]]:
         where = f"{known[e.source].relative_to(REPO)}:{e.line}: imports {e.target}"
         target_top = _top(e.target)
         spec_may_import = target_top in stdlib or target_top == "schemas" or _within(e.target, "launch.spec")
+        spec_may_import = spec_may_import or (e.source, e.target) in SPEC_PARSERS
         if _within(e.source, "launch.spec") and not spec_may_import:
             out.append((f"{e.source} -> {e.target}", where + " (launch.spec: the standard library and schemas only)"))
         reader_may_import = spec_may_import or target_top in SCHEDULER_CLIENTS or e.target in SCHEDULER_READERS

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from launch.spec.errors import GymError
 
@@ -17,8 +17,10 @@ __all__ = [
     "CONTEXT_EXTENSIONS",
     "JudgeCommand",
     "JudgeCommandError",
+    "Weighted",
     "chat_template_path",
     "context_override",
+    "loaded_weights",
 ]
 
 _DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -44,6 +46,27 @@ CONTEXT_EXTENSIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 
 class JudgeCommandError(GymError, ValueError):
     """The judge table cannot be turned into a command; the message names the key."""
+
+
+class Weighted(Protocol):
+    """A managed engine's weights keys ([policy], [judges.NAME])."""
+
+    @property
+    def prepared_dir(self) -> str | None: ...
+    @property
+    def weights(self) -> str | None: ...
+    @property
+    def revision(self) -> str | None: ...
+
+
+def loaded_weights(svc: Weighted, where: str) -> tuple[str, str | None]:
+    """What an engine loads and the revision it is told: the staged directory (which is its revision;
+    the agent proves it), else a NeMo Gym config's model as given, with ``--revision`` only when set."""
+    if svc.prepared_dir is not None:
+        return svc.prepared_dir, None
+    if svc.weights is not None:
+        return svc.weights, svc.revision
+    raise JudgeCommandError(f"{where}.prepared_dir is required to launch it")
 
 
 @dataclass(frozen=True)

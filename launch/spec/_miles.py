@@ -145,6 +145,8 @@ class Translation:
     problems: tuple[Problem, ...] = ()
     renames: Mapping[str, str] = field(default_factory=dict)  # our key path -> MILES key path
     trainer_sections: tuple[str, ...] = ()
+    # What is accepted but worth saying (in the user's spelling): a NeMo Gym service's unpinned weights.
+    warnings: tuple[Problem, ...] = ()
 
     def user_problem(self, p: Problem) -> Problem:
         for ours, theirs in sorted(self.renames.items(), key=lambda kv: -len(kv[0])):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from launch.spec import _keys as keys
 from launch.spec import names
 from launch.spec._fields import REQUIRED, default_of, key, key_info, section, section_info, spelled
+from launch.spec.errors import Problem
 from launch.spec.load import ResolvedSpec
 from launch.spec.resolve import RUNTIME_PREFIX, Service, resolve
 from launch.spec.sections import (
@@ -51,6 +52,9 @@ class RunConfig:
     # the sections that belong to the trainer (carried to the driver untouched).
     source_format: str = "gym-agent"
     trainer_sections: tuple[str, ...] = ()
+    # What the spec is accepted with but the user should hear (its key in their spelling): the commands
+    # print them, `gym-launch plan --json` lists them.
+    warnings: tuple[Problem, ...] = ()
     name: str = key(
         keys.Text(
             100, names.RUN_NAME.pattern, "1-100 letters, digits, '.', '_' or '-' starting with a letter or digit"
@@ -132,8 +136,11 @@ class RunConfig:
 
     @property
     def bound_judges(self) -> tuple[JudgeConfig, ...]:
-        """Judges referenced by at least one binding, in name order. Only these run (and use GPUs)."""
+        """Judges referenced by at least one binding, in name order. Only these run (and use GPUs).
+        A NeMo Gym config has no bindings: it starts every service it declares, so every judge."""
         used = {b.judge for b in self.judging.bindings.values()}
+        if self.source_format == "nemo-gym":
+            used = set(self.judges)
         return tuple(self.judges[n] for n in sorted(self.judges) if n in used)
 
     @property

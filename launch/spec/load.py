@@ -26,6 +26,7 @@ __all__ = [
     "ORDERED_TABLES",
     "ResolvedSpec",
     "SPEC_JSON_ENV",
+    "YAML_SUFFIXES",
     "canonical_json",
     "key_order",
     "load_spec",
@@ -160,6 +161,31 @@ def _read_toml(path: Path, text: str) -> dict[str, Any]:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
 
 
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def _read_yaml(path: Path, text: str) -> dict[str, Any]:
+    """A NeMo Gym submission config (seed 001's system): YAML whose top level has compute and services."""
+    import yaml  # imported when a YAML file is read: the agent and the audit read spec.json
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{path}: invalid YAML: {problem}{where}") from None
+    if not isinstance(data, dict) or "compute" not in data or "services" not in data:
+        raise UsageError(
+            f"{path}: a YAML run spec is read as a NeMo Gym submission config, whose top level has compute and "
+            "services; this project's own spec is TOML"
+        )
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise UsageError(f"{path}: top-level key {bad[0]!r} is not a string")
+    return data
+
+
 @dataclass(frozen=True)
 class _Recorded:
     """What a run directory's spec.json says besides the spec itself."""
@@ -192,7 +218,7 @@ def _read_json(path: Path, text: str) -> tuple[dict[str, Any], _Recorded]:
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ResolvedSpec:
-    """Read a TOML run spec (or a ``.json`` resolved spec) and apply ``--set`` overrides.
+    """Read a TOML run spec (a ``.json`` resolved spec, a ``.yaml`` NeMo Gym config) and apply ``--set`` overrides.
 
     Raises UsageError for file-level problems (one line) and SpecError for
     values canonical JSON cannot represent. Key validation is ``launch.spec.validate``.
@@ -212,6 +238,8 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> ResolvedSpec:
         raise UsageError(f"{p}: not UTF-8 text (byte {exc.start})") from None
     if p.suffix.lower() == ".json":
         data, recorded = _read_json(p, text)
+    elif p.suffix.lower() in YAML_SUFFIXES:
+        data, recorded = _read_yaml(p, text), _Recorded(source_text=text)
     else:
         data, recorded = _read_toml(p, text), _Recorded(source_text=text)
     return resolved_from_dict(

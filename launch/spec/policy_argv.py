@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from launch.spec import sglang_argv, vllm_argv
-from launch.spec._engine_command import JudgeCommand, JudgeCommandError
+from launch.spec._engine_command import JudgeCommand, JudgeCommandError, loaded_weights
 from launch.spec.sglang_argv import MEM_FRACTION_STATIC, NCCL_PORT_OFFSET
 from launch.spec.vllm_argv import VllmServe, vllm_env
 
@@ -61,8 +61,7 @@ def policy_command(policy: PolicyConfig, node: PolicyNode, *, python: str | None
     the engine installed; default this one). JudgeCommandError names what cannot be."""
     if not policy.managed or policy.model is None:
         raise JudgeCommandError("policy: only a managed policy with a model is launched")
-    if policy.prepared_dir is None:
-        raise JudgeCommandError("policy.prepared_dir is required to launch the policy")
+    loaded_weights(policy, "policy")  # its weights, or the error naming the key
     if not 0 <= node.rank < node.nodes:
         raise JudgeCommandError(f"policy node rank {node.rank} is not one of its {node.nodes} nodes")
     if policy.backend == "vllm":
@@ -74,12 +73,14 @@ def policy_command(policy: PolicyConfig, node: PolicyNode, *, python: str | None
 
 def _sglang(policy: PolicyConfig, node: PolicyNode, python: str | None) -> JudgeCommand:
     port = policy.port
+    model, revision = loaded_weights(policy, "policy")
     argv = [
         python or sys.executable,
         "-m",
         "sglang.launch_server",
         "--model-path",
-        str(policy.prepared_dir),
+        model,
+        *(("--revision", revision) if revision is not None else ()),
         "--served-model-name",
         str(policy.model),
         "--host",
@@ -102,9 +103,11 @@ def _sglang(policy: PolicyConfig, node: PolicyNode, python: str | None) -> Judge
 
 
 def _vllm(policy: PolicyConfig, node: PolicyNode, python: str | None) -> JudgeCommand:
+    model, revision = loaded_weights(policy, "policy")
     serve = VllmServe(
-        model=str(policy.prepared_dir),
+        model=model,
         served_name=str(policy.model),
+        revision=revision,
         tensor_parallel_size=policy.tensor_parallel_size,
         host=node.host,
         port=policy.port,

@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 from launch.spec import _keys as keys
 from launch.spec import _miles as miles
+from launch.spec import _nemo_gym as nemo_gym
 from launch.spec import _seed_layout as seed_layout
 from launch.spec import _slurm_directives as slurm_directives
 from launch.spec import names
@@ -164,10 +165,12 @@ def unknown_key_message(path: Path_, key: str, known: list[str]) -> str:
 
 
 class Checker:
-    """Collects problems while walking the spec."""
+    """Collects problems while walking the spec. ``staged_weights``: every managed engine serves pinned,
+    staged weights (revision, prepared_dir); False for a NeMo Gym config, whose vLLM loads ``model`` itself."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, staged_weights: bool = True) -> None:
         self.problems: list[Problem] = []
+        self.staged_weights = staged_weights
 
     def add(self, path: Path_, message: str) -> None:
         key = format_key(path)
@@ -347,19 +350,42 @@ def _judge(c: Checker, cls: type[JudgeConfig], name: str, t: Mapping[str, Any], 
         return None
     check_argv(c, built.get("extra_args", ()), (*p, "extra_args"))
     judge = cls(name=name, **built)
-    for k, message in _managed_judge_problems(judge, p):
+    for k, message in _managed_judge_problems(judge, p, staged_weights=c.staged_weights):
         c.add((*p, *k.split(".")), message)
     service_rules(c, judge, p)
     return built if c.clean_since(start) else None
 
 
-def _managed_judge_problems(j: JudgeConfig, p: Path_) -> Iterator[tuple[str, str]]:
+WEIGHTS_IN_TOML = (
+    "is a NeMo Gym config's unpinned model (what vLLM downloads as it starts); a TOML spec serves pinned, "
+    "staged weights: remove it and set revision and prepared_dir"
+)
+
+
+def _weights_problems(
+    svc: JudgeConfig | PolicyConfig, what: str, p: Path_, *, staged: bool
+) -> Iterator[tuple[str, str]]:
+    """A managed engine's weights: pinned and staged (revision, prepared_dir) unless ``staged`` is False
+    (a NeMo Gym config's service, which may name what the engine loads as given: weights)."""
+    if staged:
+        if svc.weights is not None:
+            yield "weights", WEIGHTS_IN_TOML
+        for k in ("revision", "prepared_dir"):
+            if getattr(svc, k) is None:
+                yield k, f"is required for {what}; add it to {_where(p)}"
+    elif svc.prepared_dir is not None and svc.weights is not None:
+        yield "weights", "is what the engine loads without prepared_dir; set one of the two"
+    elif svc.prepared_dir is None and svc.weights is None:
+        yield "weights", f"or prepared_dir is required for {what}: the weights it loads"
+
+
+def _managed_judge_problems(j: JudgeConfig, p: Path_, *, staged_weights: bool) -> Iterator[tuple[str, str]]:
     """Rules across a managed judge's own keys, on its resolved (defaulted) values."""
     if j.backend != "reference":
-        # A real server needs immutable, pre-staged weights; the reference judge has none.
-        for k in ("revision", "prepared_dir"):
-            if getattr(j, k) is None:
-                yield k, f"is required for a managed {j.backend} judge; add it to {_where(p)}"
+        # A real server needs weights; a TOML spec's are immutable and pre-staged. The reference judge has none.
+        yield from _weights_problems(j, f"a managed {j.backend} judge", p, staged=staged_weights)
+    elif j.weights is not None:
+        yield "weights", "is for an sglang or vllm server; the reference judge loads none: remove it"
     owned = owned_flags(j.backend) if j.backend in ("sglang", "vllm") else None
     if owned is None and j.extra_args:
         yield "extra_args", f"is for an sglang or vllm server; the {j.backend} judge takes none: remove it"
@@ -737,9 +763,11 @@ def _policy_rules(
     if policy.mode != "managed":
         c.add((*p, "mode"), POLICY_EXTERNAL)
         return
-    for k in ("backend", "model", "revision", "prepared_dir"):
+    for k in ("backend", "model"):
         if getattr(policy, k) is None:
             c.add((*p, k), f"is required for a managed policy; add it to {_where(p)}")
+    for k, message in _weights_problems(policy, "a managed policy", p, staged=c.staged_weights):
+        c.add((*p, k), message)
     if trainer is not None and trainer.nodes:
         c.add(
             (*p, "mode"),
@@ -849,8 +877,10 @@ def _listing(table: Mapping[str, Any]) -> str:
     return ", ".join(sorted(table)) or "none"
 
 
-def _check_spelled(model: type, data: Mapping[str, Any]) -> tuple[list[Problem], dict[str, Any] | None]:
-    c = Checker()
+def _check_spelled(
+    model: type, data: Mapping[str, Any], *, staged_weights: bool = True
+) -> tuple[list[Problem], dict[str, Any] | None]:
+    c = Checker(staged_weights=staged_weights)
     sections = _walk(c, model, data, (), None, seed_layout.problems(data))
     _cross_checks(c, sections)
     return c.problems, (sections if not c.problems else None)
@@ -873,16 +903,22 @@ def check(model: type, data: Mapping[str, Any], overrides: tuple[str, ...] = ())
     """Every key-level problem of ``data`` in either spelling, and the model's arguments when there is none."""
     if not isinstance(data, Mapping):
         return Checked([Problem("spec", f"must be a table, not {keys.describe(data)}")], None)
-    if miles.detect(data) != miles.FORMAT_MILES:
+    if nemo_gym.detect(data):
+        translation, source_format = nemo_gym.translate(data, overrides), nemo_gym.FORMAT_NEMO_GYM
+    elif miles.detect(data) == miles.FORMAT_MILES:
+        translation, source_format = miles.translate(data, overrides), miles.FORMAT_MILES
+    else:
         return Checked(*_check_spelled(model, data))
-    translation = miles.translate(data, overrides)
-    problems, built = _check_spelled(model, translation.data)
+    # NeMo Gym's vLLM loads a service's model itself: its weights need not be staged (a warning says so).
+    problems, built = _check_spelled(model, translation.data, staged_weights=source_format != nemo_gym.FORMAT_NEMO_GYM)
     out = Checked([*translation.problems], None, translation)
     # A key the translation already refused (and dropped) is not reported a second time as missing.
     seen = {p.key for p in translation.problems}
     out.problems.extend(p for p in out.user_problems(problems) if p.key not in seen)
     if built is not None and not out.problems:
-        built.update(source_format=miles.FORMAT_MILES, trainer_sections=translation.trainer_sections)
+        built.update(
+            source_format=source_format, trainer_sections=translation.trainer_sections, warnings=translation.warnings
+        )
         return Checked(out.problems, built, translation)
     return out
 

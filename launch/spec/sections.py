@@ -863,6 +863,15 @@ class JudgeConfig:
         rule=SEED_JUDGES,
         modes=MANAGED,
     )
+    weights: str | None = key(
+        keys.Text(),
+        None,
+        doc="what the engine loads as given, without prepared_dir: a NeMo Gym config's services.NAME.model "
+        "(a hub id, at revision when set; unpinned without). Only a NeMo Gym config sets it: a TOML spec "
+        "serves pinned, staged weights (revision, prepared_dir)",
+        rule=SEED_POOLS,
+        modes=MANAGED,
+    )
     gpus: int = key(keys.Int(1, MAX_NODE_GPUS), 1, doc="GPUs of the server", modes=MANAGED)
     tensor_parallel_size: int | None = key(
         keys.Int(1, MAX_NODE_GPUS),
@@ -1004,6 +1013,7 @@ class PolicyConfig:
     model: str | None = _as_judge("model", None, "served model name (what /v1/models lists; required with mode)")
     revision: str | None = _as_judge("revision", None, "pinned model revision; the prepared directory must prove it")
     prepared_dir: str | None = _as_judge("prepared_dir", None, "weights prepared before GPU allocation")
+    weights: str | None = _as_judge("weights", None)
     tensor_parallel_size: int = key(
         keys.Int(1, MAX_GPUS),
         1,

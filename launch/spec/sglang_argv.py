@@ -23,6 +23,7 @@ from launch.spec._engine_command import (
     JudgeCommandError,
     chat_template_path,
     context_override,
+    loaded_weights,
 )
 from launch.spec.vllm_argv import vllm_bound_ports, vllm_judge_command
 
@@ -135,8 +136,7 @@ def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | No
     template) are the ones the plan and the docs show.
     """
     _check_managed(judge, "sglang")
-    if judge.prepared_dir is None:
-        raise JudgeCommandError(f"judges.{judge.name}.prepared_dir is required for an SGLang judge")
+    model, revision = loaded_weights(judge, f"judges.{judge.name}")
     if not 0 < port <= 65535 - NCCL_PORT_OFFSET:
         raise JudgeCommandError(f"port {port} for judge {judge.name}: --port and --nccl-port must both be below 65536")
     concurrency = judge.max_concurrent_calls
@@ -145,7 +145,8 @@ def sglang_command(judge: JudgeConfig, *, host: str, port: int, python: str | No
         "-m",
         "sglang.launch_server",
         "--model-path",
-        judge.prepared_dir,
+        model,
+        *(("--revision", revision) if revision is not None else ()),
         "--served-model-name",
         judge.model,
         "--host",

@@ -19,7 +19,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from launch.spec._engine_command import JudgeCommand, JudgeCommandError, chat_template_path, context_override
+from launch.spec._engine_command import (
+    JudgeCommand,
+    JudgeCommandError,
+    chat_template_path,
+    context_override,
+    loaded_weights,
+)
 
 if TYPE_CHECKING:
     from launch.spec.sections import JudgeConfig
@@ -187,15 +193,17 @@ def vllm_env(serve: VllmServe) -> dict[str, str]:
 
 
 def vllm_judge_serve(judge: JudgeConfig, *, host: str, port: int) -> VllmServe:
-    """The server of a managed judge with ``backend = "vllm"``: its prepared weights (else the hub
-    name at its revision), its context, concurrency, template and extension, as SGLang gets them."""
+    """The server of a managed judge with ``backend = "vllm"``: its prepared weights (else a NeMo Gym
+    config's model as given, at its revision when set), its context, concurrency, template and
+    extension, as SGLang gets them."""
     if not judge.managed or judge.backend != "vllm":
         raise JudgeCommandError(f"judges.{judge.name} is not a managed vLLM judge")
     overrides = context_override(judge.name, judge.context_extension)
+    model, revision = loaded_weights(judge, f"judges.{judge.name}")
     return VllmServe(
-        model=judge.prepared_dir or judge.model,
+        model=model,
         served_name=judge.model,
-        revision=None if judge.prepared_dir else judge.revision,
+        revision=revision,
         tensor_parallel_size=judge.tensor_parallel_size or judge.gpus,
         max_model_len=judge.max_context_length,
         max_num_seqs=judge.max_concurrent_calls,

@@ -63,9 +63,15 @@ def forget_agent_tmp_root(tmp: Path) -> Path | None:
 
 
 def launch_local(
-    tmp: Path, spec_text: str, uuid: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    tmp: Path,
+    spec_text: str,
+    uuid: str,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    suffix: str = ".toml",
 ) -> LocalRun:
-    spec = tmp / f"{uuid}.toml"
+    """`gym-launch local` of ``spec_text`` (written as ``uuid`` + ``suffix``: ".yaml" for a NeMo Gym config)."""
+    spec = tmp / f"{uuid}{suffix}"
     spec.write_text(spec_text)
     slots.require_ray("gym-launch local", spec_text)
     root = tmp / "out"

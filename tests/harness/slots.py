@@ -84,16 +84,28 @@ def holding(wanted: int, poll: float = 0.2) -> Iterator[None]:
             lock.release()
 
 
+def _yaml(text: str) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+
+
 def starts_ray(spec_text: str) -> bool:
-    """Whether agents of this spec (TOML, or a run's spec.json) start Ray nodes (ray.enabled, or by
+    """Whether agents of this spec (TOML, a NeMo Gym YAML, or a run's spec.json) start Ray nodes (ray.enabled, or by
     default a trainer, rollout or a [ray] table; a MILES run file trains). A spec that does not parse
     starts nothing: the agents refuse it."""
     try:
         doc = json.loads(spec_text) if spec_text.lstrip().startswith("{") else tomllib.loads(spec_text)
     except (ValueError, tomllib.TOMLDecodeError):
-        return False
+        doc = _yaml(spec_text)
     if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):  # spec.json: the spec as spelled
         doc = doc["spec"]
+    if isinstance(doc, dict) and "compute" in doc and isinstance(doc.get("services"), dict):
+        # A NeMo Gym config: Ray only with a type: ray service.
+        return any(isinstance(s, dict) and s.get("type") == "ray" for s in doc["services"].values())
     if not isinstance(doc, dict):
         return True
     ray = doc.get("ray")

@@ -5,14 +5,18 @@ from __future__ import annotations
 from audit._context import AuditContext
 from audit._model import Finding
 from schemas import names
-from schemas.records import DriverStopRecord
 
 __all__ = ["check_driver_stop"]
 
 
 def check_driver_stop(ctx: AuditContext) -> list[Finding]:
     f = names.DRIVER_STOP
-    stop = DriverStopRecord.from_json(ctx.run.doc(f))
+    raw = ctx.run.doc(f)
+    if raw is None:
+        return []  # a driver without checkpoint grace: no record, and its type is not loaded
+    from schemas.records import DriverStopRecord
+
+    stop = DriverStopRecord.from_json(raw)
     if stop is None:
         return []
     outcome, grace, after, reason = stop.outcome, stop.grace_s, stop.after_s, stop.reason

@@ -4,20 +4,18 @@ that silently grades everything 0 is the failure this exists to catch)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from audit._context import AuditContext
 from audit._model import Finding
 from audit._views import rank_of
 from launch.spec.sections import Binding
 from schemas import names
 from schemas.lenient import ABSENT
-from schemas.records import (
-    CanariesRecord,
-    CanaryBinding,
-    GatewayRecord,
-    JudgeEndpointRecord,
-    RegistryJudge,
-    RegistryRecord,
-)
+from schemas.records import CanariesRecord, CanaryBinding, RegistryJudge, RegistryRecord
+
+if TYPE_CHECKING:  # loaded where a run has judges' records (most have none: issue 51 item 9)
+    from schemas.records import GatewayRecord, JudgeEndpointRecord
 
 __all__ = ["check_canaries", "check_gateways", "check_judge_endpoints", "check_judge_replies", "check_registry"]
 
@@ -107,8 +105,13 @@ def _registry_judges(ctx: AuditContext, reg: RegistryRecord) -> list[Finding]:
 
 def _judge_endpoints(ctx: AuditContext) -> list[JudgeEndpointRecord]:
     """Every readable judge-NAME-RANK.json, in the run's order."""
-    out = []
-    for art in ctx.run.by_schema("judge-endpoint"):
+    out: list[JudgeEndpointRecord] = []
+    arts = ctx.run.by_schema("judge-endpoint")
+    if not arts:
+        return out
+    from schemas.records import JudgeEndpointRecord
+
+    for art in arts:
         rank = rank_of(art)
         if art.judge is None or rank is None:
             continue
@@ -359,16 +362,26 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
     return []
 
 
+def _gateway_records(ctx: AuditContext) -> dict[str, GatewayRecord | None]:
+    """Each judge's gateway-NAME.json as read (None: unreadable)."""
+    arts = ctx.run.by_schema("gateway")
+    if not arts:
+        return {}
+    from schemas.records import GatewayRecord
+
+    return {
+        art.judge: GatewayRecord.from_json(art.doc, judge=art.judge, relpath=art.relpath)
+        for art in arts
+        if art.judge is not None and art.doc
+    }
+
+
 def check_gateways(ctx: AuditContext) -> list[Finding]:
     """Every bound judge has its gateway record, and the registry hands out that gateway."""
     out: list[Finding] = []
     registry = _registry(ctx)
     judges = (registry or RegistryRecord()).judges
-    gateways = {
-        art.judge: GatewayRecord.from_json(art.doc, judge=art.judge, relpath=art.relpath)
-        for art in ctx.run.by_schema("gateway")
-        if art.judge is not None and art.doc
-    }
+    gateways = _gateway_records(ctx)
     for judge in sorted({b.judge for b in ctx.plan.bindings}):
         rec, reg = gateways.get(judge), judges.get(judge)
         if rec is None:

@@ -11,7 +11,6 @@ from audit._model import Finding
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.load import load_spec
 from schemas import names
-from schemas.records import RegradeRecord
 
 __all__ = ["check_regrade", "is_regrade"]
 
@@ -22,7 +21,12 @@ def is_regrade(ctx: AuditContext) -> bool:
 
 def check_regrade(ctx: AuditContext) -> list[Finding]:
     f = names.REGRADE
-    doc = RegradeRecord.from_json(ctx.run.doc(f))
+    raw = ctx.run.doc(f)
+    if raw is None:
+        return []  # most runs: no regrade record, and its type is not loaded (issue 51 item 9)
+    from schemas.records import RegradeRecord
+
+    doc = RegradeRecord.from_json(raw)
     if doc is None:
         return []
     source = doc.source_run_dir or ""

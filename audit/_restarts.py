@@ -10,7 +10,6 @@ import orjson
 from audit._model import Finding
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names
-from schemas.records import AttemptRecord
 
 __all__ = ["REFUSED", "attempt_numbers", "how_entered", "refused_findings"]
 
@@ -38,6 +37,8 @@ def refused_findings(safe: SafeDir, path: Path) -> list[Finding]:
             doc = orjson.loads(safe.read_capped(rel))
         except (UnsafeFile, OSError, orjson.JSONDecodeError):
             continue
+        from schemas.records import AttemptRecord  # a run with attempts only (issue 51 item 9)
+
         rec = AttemptRecord.from_json(doc)
         reason = rec.reason if rec is not None else None
         out.append(Finding("error", REFUSED, f"attempt {n} was refused: {reason or '(no reason)'}", rel))
@@ -51,5 +52,7 @@ def how_entered(safe: SafeDir, n: int) -> tuple[str | None, str | None]:
         doc = orjson.loads(safe.read_capped(names.attempt_claim(n)))
     except (UnsafeFile, OSError, orjson.JSONDecodeError):
         return None, None
+    from schemas.records import AttemptRecord  # a claimed attempt only (issue 51 item 9)
+
     rec = AttemptRecord.from_json(doc)
     return (rec.mode, rec.token) if rec is not None else (None, None)

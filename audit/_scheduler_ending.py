@@ -14,6 +14,7 @@ cancelled the job after it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from audit._first_cause import signal_like
 from audit._load import LoadedRun
@@ -24,7 +25,9 @@ from audit.safedir import SafeDir, UnsafeFile
 from launch.backends.answers import SchedulerEnding
 from launch.backends.slurm.ending import TAIL_BYTES, output_job_id, parse_slurm_output
 from schemas import FailureKind, names
-from schemas.records import SubmissionRecord
+
+if TYPE_CHECKING:
+    from schemas.records import SubmissionRecord
 
 __all__ = [
     "as_first_cause",
@@ -144,7 +147,12 @@ def as_first_cause(
 
 
 def _submission(run: LoadedRun) -> SubmissionRecord | None:
-    return SubmissionRecord.from_json(run.doc(names.SUBMISSION))
+    doc = run.doc(names.SUBMISSION)
+    if doc is None:
+        return None  # a run gym-launch did not submit: the record's type is not loaded (issue 51 item 9)
+    from schemas.records import SubmissionRecord
+
+    return SubmissionRecord.from_json(doc)
 
 
 def job_id_of(run: LoadedRun) -> str | None:

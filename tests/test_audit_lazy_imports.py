@@ -22,6 +22,12 @@ LAZY = (
     "launch.backends.skypilot.query",
     "subprocess",
     "statistics",
+    # The record types of files a successful run without a regrade, a checkpoint grace, restarts
+    # or gym-launch's submission does not have (schemas/records/ loads each on first use).
+    "schemas.records._regrade",
+    "schemas.records._driver_stop",
+    "schemas.records._attempt",
+    "schemas.records._submission",
 )
 REPO = Path(__file__).resolve().parents[1]
 

@@ -61,6 +61,95 @@ def test_a_frozen_dataclass_is_redacted_field_by_field_and_keeps_its_shape() -> 
     assert row == Row("exit 1: train --api-key <redacted>", ("x", "--token", "<redacted>"), 3)
 
 
+def _by_the_rule(value: object) -> object:
+    """redact's contract read literally, every string by the rule each time it occurs: what the
+    one-pass walk (each distinct string read once) must return, type for type."""
+    import dataclasses
+    from collections.abc import Mapping
+
+    if isinstance(value, str):
+        return credentials.redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: _by_the_rule(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, str) for v in value):
+            return [credentials.redact_text(v) for v in credentials.redact_argv(value)]
+        return [_by_the_rule(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = _by_the_rule(old)
+            new = tuple(new) if isinstance(old, tuple) else new  # type: ignore[arg-type]
+            if new != old:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
+def test_redact_reads_each_distinct_string_once_and_returns_what_the_rule_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An audit's result repeats its phase names, states and hosts across a thousand ranks: each
+    distinct string goes through the rule once a call (issue 51 item 9), and the result is what
+    reading every copy gives: rows kept as they are, copies where a string changed, tuples
+    inside lists turned into lists, a NaN field a copy, a str subclass redacted as itself."""
+    from dataclasses import dataclass
+
+    class Word(str):
+        pass
+
+    @dataclass(frozen=True)
+    class Span:
+        phase: str
+        at: float
+        detail: str = ""
+
+    @dataclass(frozen=True)
+    class Rank:
+        rank: int
+        host: str
+        spans: tuple[Span, ...]
+        extra: object = None
+
+    corpus = _texts(400, seed=51)
+    clean = [t for t in corpus if credentials.redact_text(t) == t][:60]
+    dirty = [t for t in corpus if credentials.redact_text(t) != t][:20]
+    assert len(clean) == 60 and len(dirty) == 20
+
+    def pick(i: int) -> str:  # every 7th a text the rule changes
+        return dirty[i % 20] if i % 7 == 0 else clean[i % 60]
+
+    texts = [pick(i) for i in range(200)]
+    ranks = tuple(
+        Rank(
+            i,
+            clean[i % 40],
+            tuple(Span(texts[(i + j) % 60], float(j), clean[j % 7]) for j in range(6)),
+            extra=[{"argv": texts[i % 9].split(" ")}, (1, texts[i % 11]), float("nan"), Word(texts[i % 13])]
+            if i % 5 == 0
+            else None,
+        )
+        for i in range(300)
+    )
+    doc = {"ranks": ranks, "notes": [texts[i % 25] for i in range(100)], "nan": Span("x", float("nan"))}
+    expected = _by_the_rule(doc)
+    read: list[str] = []
+    rule = credentials.redact_text
+
+    def counting(text: str) -> str:
+        read.append(text)
+        return rule(text)
+
+    monkeypatch.setattr(credentials, "redact_text", counting)
+    got = credentials.redact(doc)
+    assert got == expected and repr(got) == repr(expected)
+    assert sum(a is b for a, b in zip(got["ranks"], ranks, strict=True)) > 0  # unchanged rows kept as they are
+    assert any(a is not b for a, b in zip(got["ranks"], ranks, strict=True))  # the corpus changes some
+    plain = [t for t in read if type(t) is str]
+    assert len(plain) == len(set(plain)), "a string was read by the rule more than once in one call"
+
+
 # Values that look like credentials by the rule: a token by its prefix, a value by its flag.
 TOKEN = "sk-live-redact47abcdef0123456789"
 FLAG_VALUE = "hunter2redact47"

@@ -384,11 +384,7 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
     writes them once space returns, and the audit says "shared filesystem full"."""
     from tests.harness import agent_tmp_root
 
-    fs = tmp_path / "fs"
-    why_not = fullfs.mount_tmpfs(fs, "3m")
-    if why_not:
-        pytest.skip(why_not)
-    try:
+    with fullfs.mounted(tmp_path / "fs", "3m") as fs:
         spec = tmp_path / "full.toml"
         # The disk fills mid-run, not before: the preflight's disk bound is below the 3 MB tmpfs.
         spec.write_text(
@@ -415,7 +411,7 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         assert proc.returncode == 1, out[-3000:]
         assert "shared filesystem full" in out
         recs = failures(run_dir)
-        assert sorted(recs) == [0, 1, 2], (sorted(recs), out[-3000:])
+        assert sorted(recs) == [0, 1, 2], (sorted(recs), out[-8000:])
         assert all(r["kind"] != "peer_silent" for r in recs.values()), recs
         assert any(
             r["kind"] == "run_dir" and "shared filesystem full" in r["cause"] and r["fs_condition"] == "full"
@@ -429,8 +425,46 @@ def test_full_shared_disk_is_named_and_records_land_when_space_returns(tmp_path:
         result = audit(run_dir, verdict="fail", rank=roots, kind="run_dir")
         assert "run_dir.unwritable" in result.codes("error")
         assert_nothing_left(run_dir)
-    finally:
-        fullfs.unmount(fs)
+
+
+def test_a_run_file_the_full_disk_refuses_is_named_a_full_filesystem(tmp_path: Path) -> None:
+    """The full-disk test's flake, made certain: as the driver starts, its node writes the user's
+    run file (run-file.toml) into the run directory. A filesystem full at that moment refused it
+    with ENOSPC, which reached the agent as an unexpected OSError and was recorded `internal`.
+    Here a real tmpfs has room for every record but not for the run file (the spec is ~0.5 MB of
+    comments): the failure is the full filesystem, named with the file, and the audit says so."""
+    with fullfs.mounted(tmp_path / "fs", "800k") as fs:
+        spec = tmp_path / "big.toml"
+        padding = ("# " + "x" * 98 + "\n") * 5000  # spec.json holds it once; the run file cannot
+        spec.write_text(
+            small_spec(ray=False, replicas=2, driver=SLEEPY)
+            + '\n[launch.preflight]\nmin_free_disk = "64KiB"\n'
+            + padding
+        )
+        u = uid("runfile")
+        run_dir = fs / "cluster" / u
+        done = subprocess.run(
+            [str(BIN / "gym-launch"), "local", str(spec), "--uuid", u, "--output-root", str(fs)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            start_new_session=True,
+            check=False,
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == 1, out[-3000:]
+        recs = failures(run_dir)
+        said = {r: (d["kind"], d["cause"][:300]) for r, d in recs.items()}
+        assert all(d["kind"] != "internal" for d in recs.values()), said
+        refused = [r for r, d in recs.items() if d["kind"] == "run_dir" and names.run_file(padding) in d["cause"]]
+        assert len(refused) == 1, (said, out[-3000:])
+        doc = recs[refused[0]]
+        assert doc["fs_condition"] == "full" and "shared filesystem full" in doc["cause"], doc
+        assert not (run_dir / names.run_file(padding)).exists()
+        result = audit(run_dir, verdict="fail", rank=refused[0], kind="run_dir")
+        assert "run_dir.unwritable" in result.codes("error")
+        assert_artifacts_valid(run_dir)
+        assert_nothing_left(run_dir)
 
 
 def test_no_writer_overwrites_another_incarnations_record(tmp_path: Path) -> None:

@@ -64,6 +64,14 @@ class RunContext:
     def fail(self, kind: FailureKind, cause: str, **kw: object) -> AgentFailed:
         return AgentFailed(Failure(kind=kind, cause=cause, phase=self.phase(), **kw))  # type: ignore[arg-type]
 
+    def refused(self, exc: OSError, relpath: str) -> AgentFailed:
+        """A write the run directory refused (full, over quota, read-only): the run's failure names
+        the filesystem and the file, as the heartbeat's own failing writes do; never an internal error."""
+        from agent.coord.durable import describe, fs_condition  # the cold path: loaded when it happens
+
+        cause = f"{describe(exc)} (writing {relpath}; free space on, or fix, the run directory's filesystem)"
+        return self.fail(FailureKind.RUN_DIR, cause, fs_condition=fs_condition(exc))
+
     def listed(self, name: str, subdir: str = "") -> bool:
         """Is `name` in the run directory (or `subdir`)? By listing: NFS caches negative lookups."""
         return name in self.run.listdir(subdir)

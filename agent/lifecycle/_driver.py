@@ -112,7 +112,10 @@ class DriverRuntime:
             return {}
         rel = names.run_file(text)
         if not self.ctx.listed(rel):
-            self.ctx.run.write_bytes(rel, text.encode("utf-8"))
+            try:
+                self.ctx.run.write_bytes(rel, text.encode("utf-8"))
+            except OSError as exc:  # a full disk found by this write first (issue 51: it was "internal")
+                raise self.ctx.refused(exc, rel) from exc
         return {DriverEnv.RUN_FILE: str(self.ctx.run.path / rel)}
 
     def _spec_env(self) -> dict[str, str]:
@@ -248,8 +251,12 @@ class DriverRuntime:
         self.judges.start_canary_watch()  # judges that drift during the run fail it (canary_interval)
         # driver-RANK.log keeps every byte; the console (the job log on Slurm/Beaker) gets each line
         # with a rank prefix (and the evidence's log pattern sees it).
+        try:
+            log_fd = ctx.run.open_log(names.driver_log(ctx.rank))
+        except OSError as exc:
+            raise ctx.refused(exc, names.driver_log(ctx.rank)) from exc
         tee = ConsoleTee(
-            ctx.run.open_log(names.driver_log(ctx.rank)),
+            log_fd,
             f"[rank {ctx.rank} driver] ",
             on_line=evidence.log_line if evidence is not None else None,
         )
@@ -330,9 +337,14 @@ class DriverRuntime:
         """The driver's node records completion; every other node confirms it can read it."""
         ctx = self.ctx
         if topo.is_driver_node:
-            ctx.run.write_artifact(
-                names.COMPLETE, ctx.writer, records.complete_fields(driver_rank=ctx.rank, driver_seconds=self._seconds)
-            )
+            try:
+                ctx.run.write_artifact(
+                    names.COMPLETE,
+                    ctx.writer,
+                    records.complete_fields(driver_rank=ctx.rank, driver_seconds=self._seconds),
+                )
+            except OSError as exc:
+                raise ctx.refused(exc, names.COMPLETE) from exc
             self._wrote_complete = True
             return ""
         if ctx.run.read_json(names.COMPLETE) is None:
@@ -342,7 +354,10 @@ class DriverRuntime:
     def acknowledge(self) -> str:
         """This replica's ack, then every replica's (bounded by ack_timeout)."""
         ctx = self.ctx
-        ctx.run.write_artifact(names.ack(ctx.rank), ctx.writer, records.ack_fields())
+        try:
+            ctx.run.write_artifact(names.ack(ctx.rank), ctx.writer, records.ack_fields())
+        except OSError as exc:
+            raise ctx.refused(exc, names.ack(ctx.rank)) from exc
         if self._wrote_complete:
             ctx.notify_complete()  # the other nodes wait for this ack: wake them (doorbell)
         every_ack = {names.leaf(names.ack(r)) for r in range(self.replicas)}

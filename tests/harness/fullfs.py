@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 
 def mount_tmpfs(path: Path, size: str) -> str | None:
@@ -14,6 +18,18 @@ def mount_tmpfs(path: Path, size: str) -> str | None:
         return "a real full filesystem needs a tmpfs mount (root)"
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
     return None if done.returncode == 0 else f"cannot mount a tmpfs here: {done.stderr.decode().strip()}"
+
+
+@contextlib.contextmanager
+def mounted(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` at `path` for the block (the test is skipped where none can be mounted)."""
+    why_not = mount_tmpfs(path, size)
+    if why_not:
+        pytest.skip(why_not)
+    try:
+        yield path
+    finally:
+        unmount(path)
 
 
 def unmount(path: Path) -> None:

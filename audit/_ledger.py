@@ -21,9 +21,10 @@ joined bytes; only a step that is not is placed id by id, each run of consecutiv
 from __future__ import annotations
 
 import bisect
+import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from audit._model import Finding
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import names, violations
 from schemas.ledger_order import epoch_order
+from schemas.timefmt import parse_iso
 
 __all__ = ["LedgerFile", "LedgerSummary", "MAX_LISTED", "check_ledger", "ledger_files"]
 
@@ -99,7 +101,7 @@ class LedgerSummary:
     replayed: int
     unknown: dict[str, Any]
     checked: bool
-    first_cause: tuple[str, str, str, int] | None  # (code, message, file, attempt)
+    first_cause: tuple[str, str, str, int, float | None] | None  # (code, message, file, attempt, wall time)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -312,6 +314,7 @@ class _Check:
         self.unknown = 0
         self.unknown_items: list[dict[str, Any]] = []
         self.replayed = 0
+        self.times: dict[tuple[int, int], str] = {}  # (attempt, step): `at` of a step that opened a gap or repeated
 
     def view(self, epoch: int) -> _Lines:
         """Epoch `epoch`'s order: the file's, or its shuffle (the last two kept: ~24 bytes a line each)."""
@@ -356,10 +359,11 @@ class _Check:
             i += r
             pos = q + r
 
-    def place(self, att: _Attempt, step: int, epoch_no: int, ids: _Ids, committed: bool) -> None:
+    def place(self, att: _Attempt, step: int, epoch_no: int, ids: _Ids, at: str, committed: bool) -> None:
         epoch = self.epochs.setdefault(epoch_no, _Epoch())
         if committed and epoch.first_at is None:
             epoch.first_at = (att.number, step)
+            self.times[epoch.first_at] = at  # where a finished epoch's tail gap opened
         for start, length in self.runs(self.view(epoch_no), epoch, ids):
             if start < 0:
                 self.unknown += 1
@@ -367,15 +371,17 @@ class _Check:
                     self.unknown_items.append({"id": ids.decoded()[length], "attempt": att.number, "step": step})
                 continue
             end = start + length
-            if committed:
-                self._commit(att, step, epoch_no, epoch, start, end)
+            if committed and self._commit(att, step, epoch_no, epoch, start, end):
+                self.times[(att.number, step)] = at
             else:
                 _segment(att, epoch_no, start, end, "replayed")
             epoch.cursor = end
 
-    def _commit(self, att: _Attempt, step: int, epoch_no: int, epoch: _Epoch, start: int, end: int) -> None:
+    def _commit(self, att: _Attempt, step: int, epoch_no: int, epoch: _Epoch, start: int, end: int) -> bool:
+        """Places a committed run of lines; whether it opened a gap or repeated."""
         assert self.order is not None
-        if start > epoch.reach:
+        gap = start > epoch.reach
+        if gap:
             epoch.gaps.append((epoch.reach, start, att.number, step))
         again = epoch.overlap(start, end)
         for lo, hi in again:
@@ -393,6 +399,7 @@ class _Check:
         epoch.cover(start, end)
         epoch.reach = max(epoch.reach, end)
         _segment(att, epoch_no, start, end, kind)
+        return gap or bool(again)
 
     def skipped(self, attempts: list[_Attempt]) -> tuple[int, list[dict[str, Any]]]:
         """Every position not covered below its epoch's reach (a whole finished epoch), each hole
@@ -511,7 +518,9 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, _Ids | None, str]:
     return doc, ids, ""
 
 
-def _read_order(path: str | None, found: list[Finding]) -> _Order | None:
+def _read_order(path: str | None, found: list[Finding], recorded: Mapping[str, Any] | None = None) -> _Order | None:
+    """The order file as it is now; `recorded`: its identity when the run started (spec.json's
+    ledger_order), compared with the bytes read (data.order_changed)."""
     if path is None:
         return None
     try:
@@ -526,6 +535,8 @@ def _read_order(path: str | None, found: list[Finding]) -> _Order | None:
         found.append(Finding("warning", "data.order_unreadable", f"[driver.ledger] order {path}: {exc}; not checked"))
         return None
     blob[got + 1] = 10  # the closing newline; resizing the buffer would copy it
+    if recorded is not None:
+        found += _changed(path, recorded, blob, got)
     if got < size:
         blob = blob[: got + 2]  # the file shrank while read
     if blob.find(b"\r") >= 0:
@@ -536,6 +547,26 @@ def _read_order(path: str | None, found: list[Finding]) -> _Order | None:
             Finding("warning", "data.order_invalid", f"[driver.ledger] order {path}: {order.empty_lines()} empty lines")
         )
     return order
+
+
+def _changed(path: str, recorded: Mapping[str, Any], blob: bytearray, got: int) -> list[Finding]:
+    """data.order_changed when the file read (blob[1 : got + 1]) is not the one the run started with."""
+    now = hashlib.sha256(memoryview(blob)[1 : got + 1]).hexdigest()
+    if now == recorded.get("sha256"):
+        return []
+    lines = blob.count(b"\n", 1, got + 1) + (got > 0 and blob[got] != 10)  # as schemas.ledger_order counts
+    then = recorded.get("path")
+    where = f"{path} (recorded as {then})" if then and then != os.path.abspath(path) else path
+    return [
+        Finding(
+            "warning",
+            "data.order_changed",
+            f"[driver.ledger] order {where} is not the file the run started with: sha256 {recorded.get('sha256')} "
+            f"({recorded.get('lines')} lines) when it started, {now} ({lines} lines) now; the ledger is checked "
+            "against the file as it is now",
+            names.SPEC,
+        )
+    ]
 
 
 _STEP_HEAD = re.compile(rb'"kind":"(step|checkpoint)","step":(\d+)')
@@ -561,11 +592,11 @@ def _first_of(safe: SafeDir, files: list[LedgerFile]) -> int | None:
     return min(firsts, default=None)
 
 
-def _take(check: _Check, att: _Attempt, step: int, epoch: int, ids: _Ids, *, committed: bool) -> None:
+def _take(check: _Check, att: _Attempt, step: int, epoch: int, ids: _Ids, at: str, *, committed: bool) -> None:
     """One step line of an attempt, committed or replayed: placed in the order (when declared) and counted."""
     att.steps += 1
     if check.order is not None:  # placed first: a step that is not the order's next lines is decoded there
-        check.place(att, step, epoch, ids, committed)
+        check.place(att, step, epoch, ids, at, committed)
     count = ids.exact()
     att.ids += count
     att.first_step = step if att.first_step is None else min(att.first_step, step)
@@ -613,11 +644,16 @@ def _cut(nxt: int | None, last: bool, saved: list[int]) -> int | None:
 
 
 def check_ledger(
-    safe: SafeDir, files: list[LedgerFile], order_path: str | None, shuffle_seed: int | None = None
+    safe: SafeDir,
+    files: list[LedgerFile],
+    order_path: str | None,
+    shuffle_seed: int | None = None,
+    recorded: Mapping[str, Any] | None = None,
 ) -> tuple[LedgerSummary, list[Finding]]:
-    """Check every attempt's ledger against the declared order; the summary and the findings."""
+    """Check every attempt's ledger against the declared order; the summary and the findings.
+    `recorded`: the order's identity when the run started (spec.json's ledger_order), if kept."""
     findings: list[Finding] = []
-    order = _read_order(order_path, findings)
+    order = _read_order(order_path, findings, recorded)
     numbers = sorted({f.attempt for f in files})
     by_attempt = {n: sorted((f for f in files if f.attempt == n), key=lambda f: f.rank) for n in numbers}
     firsts = {n: _first_of(safe, by_attempt[n]) for n in numbers}
@@ -629,7 +665,7 @@ def check_ledger(
         last = nxt is None  # no later attempt trained a step: this one's stream is the run's end
         # A step is committed once a checkpoint at or after it (before the next attempt's first
         # step) is seen; until then it waits here, in stream order: the steps since the last one.
-        pending: list[tuple[int, int, _Ids]] = []
+        pending: list[tuple[int, int, _Ids, str]] = []
         for f in by_attempt[att.number]:
             for doc, ids in _lines(safe, f.relpath, findings, f.rank):
                 step = doc["step"]
@@ -640,12 +676,12 @@ def check_ledger(
                             _take(check, att, *pending.pop(0), committed=True)
                     continue
                 if last:
-                    _take(check, att, step, doc["epoch"], ids, committed=True)
+                    _take(check, att, step, doc["epoch"], ids, doc["at"], committed=True)
                 else:
-                    pending.append((step, doc["epoch"], ids))
+                    pending.append((step, doc["epoch"], ids, doc["at"]))
         att.committed_until = _cut(nxt, last, [*checkpoints, *att.checkpoints])
-        for step, epoch, ids in pending:
-            _take(check, att, step, epoch, ids, committed=_committed(att, step))
+        for step, epoch, ids, at in pending:
+            _take(check, att, step, epoch, ids, at, committed=_committed(att, step))
         if att.first_step is not None and k > 0:
             att.resumed_from = max((c for c in checkpoints if c < att.first_step), default=None)
         checkpoints.extend(att.checkpoints)
@@ -664,21 +700,23 @@ def check_ledger(
         first_cause=None,
     )
     findings += _findings(summary, attempts, order_path)
-    cause = next(((f.code, f.message, f.file or "", a) for f, a in _causes(findings, summary)), None)
-    return _with_cause(summary, cause), findings
+    first = next(_causes(findings, summary), None)
+    if first is None:
+        return summary, findings
+    cause, attempt, step = first
+    wall = parse_iso(check.times.get((attempt, step), ""))  # the one stamp parsed: the first cause's step
+    return replace(summary, first_cause=(cause.code, cause.message, cause.file or "", attempt, wall)), findings
 
 
-def _with_cause(summary: LedgerSummary, cause: tuple[str, str, str, int] | None) -> LedgerSummary:
-    return replace(summary, first_cause=cause)
-
-
-def _causes(findings: list[Finding], summary: LedgerSummary) -> Iterator[tuple[Finding, int]]:
+def _causes(findings: list[Finding], summary: LedgerSummary) -> Iterator[tuple[Finding, int, int]]:
+    """The data errors that can be a run's first cause, with the (attempt, step) where each began."""
     for f in findings:
         if f.code == "data.skipped":
             gap = summary.skipped["gaps"][0]
-            yield f, gap["attempt"] or 0
+            yield f, gap["attempt"] or 0, gap["step"] if gap["step"] is not None else -1
         elif f.code == "data.repeated":
-            yield f, summary.repeated["ids"][0]["attempt"]
+            first = summary.repeated["ids"][0]
+            yield f, first["attempt"], first["step"]
 
 
 def _where(attempts: list[_Attempt], number: int | None) -> str:

@@ -435,6 +435,7 @@ def _ledger(safe: SafeDir, run: LoadedRun, ctx: AuditContext, path: Path) -> tup
     if not top and not any(_has_ledger(safe, n) for n in earlier):
         return None, []
     from audit._ledger import check_ledger, ledger_files
+    from schemas.ledger_order import ORDER_FIELD
 
     cfg = ctx.plan.ledger
     spec = run.doc(names.SPEC) or {}
@@ -443,7 +444,8 @@ def _ledger(safe: SafeDir, run: LoadedRun, ctx: AuditContext, path: Path) -> tup
         files = ledger_files(safe, top, run.attempt, earlier)
         if cfg is None:
             return check_ledger(safe, files, None)
-        return check_ledger(safe, files, cfg.order_path(base), cfg.shuffle_seed)
+        recorded = spec.get(ORDER_FIELD) if isinstance(spec.get(ORDER_FIELD), dict) else None
+        return check_ledger(safe, files, cfg.order_path(base), cfg.shuffle_seed, recorded)
     except Exception as exc:  # noqa: BLE001 - reported as a finding with its type
         return None, [Finding("error", "audit.internal", f"the ledger check failed: {type(exc).__name__}: {exc}")]
 
@@ -459,8 +461,8 @@ def _has_ledger(safe: SafeDir, n: int) -> bool:
 def _data_cause(ledger: LedgerSummary, rank: int | None) -> Cause:
     """A run that passed everything else but consumed its data wrongly: the ledger's first finding."""
     assert ledger.first_cause is not None
-    code, message, file, attempt = ledger.first_cause
-    return Cause(rank or 0, code, None, message, None, None, file, None, attempt=attempt)
+    code, message, file, attempt, wall_time = ledger.first_cause
+    return Cause(rank or 0, code, None, message, wall_time, None, file, None, attempt=attempt)
 
 
 def _gateways(run: LoadedRun) -> dict[str, Any]:

@@ -6,7 +6,8 @@ and the audit's check of 10^7 committed ids over 5 attempts (goal: under 2 s and
 Both real: the first calls agent.driver_api.ledger in a driver process the way the agent starts it
 (GYM_RUN_DIR, GYM_RANK), its flush thread appending to a real run directory; the second writes
 each attempt's ledger-0.jsonl (the writer's line format, a checkpoint every 50 steps, each attempt
-killed 20 steps after its last one) and the order file, then runs the audit's check in a fresh
+killed 20 steps after its last one) and the order file (its identity recorded as a run's spec.json
+keeps it, so the check hashes the file again), then runs the audit's check in a fresh
 process and reads its wall time and peak resident memory.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import orjson
 
 from schemas import DriverEnv, RunDir, names
+from schemas.ledger_order import order_identity
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,11 +53,12 @@ import json, resource, sys, time
 from audit._ledger import check_ledger, ledger_files
 from audit.safedir import SafeDir
 root, order, current = sys.argv[1], sys.argv[2], int(sys.argv[3])
+recorded = json.loads(sys.argv[4])  # the order's identity when the run started: the file is hashed again
 t = time.perf_counter()
 with SafeDir(root) as safe:
     top = [p for p in __import__("os").listdir(root) if p.endswith(".jsonl")]
     files = ledger_files(safe, top, current, list(range(1, current + 1)))
-    summary, findings = check_ledger(safe, files, order)
+    summary, findings = check_ledger(safe, files, order, recorded=recorded)
 wall = time.perf_counter() - t
 doc = summary.to_json()
 # VmHWM: this process's own peak (ru_maxrss would carry the forking parent's over the exec)
@@ -128,7 +131,7 @@ def check_cost(total: int, per_step: int, attempts: int, loader: str = "correct"
         order, current = write_run(root, total, per_step, attempts, loader)
         t = time.perf_counter()
         out = subprocess.run(
-            [sys.executable, "-c", _CHECK, str(root), str(order), str(current)],
+            [sys.executable, "-c", _CHECK, str(root), str(order), str(current), json.dumps(order_identity(str(order)))],
             env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
             text=True,

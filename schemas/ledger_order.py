@@ -10,9 +10,10 @@ is a bijection of 64-bit integers, so no two keys tie and every sort gives the s
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-__all__ = ["epoch_order"]
+__all__ = ["ORDER_FIELD", "epoch_order", "order_identity"]
 
 _MASK = (1 << 64) - 1
 
@@ -30,3 +31,26 @@ def epoch_order(count: int, seed: int, epoch: int) -> Any:
         x *= np.uint64(0x94D049BB133111EB)
         x ^= x >> np.uint64(31)
     return np.argsort(x).astype(np.int64, copy=False)
+
+
+ORDER_FIELD = "ledger_order"  # spec.json: the order file's identity when the run started
+
+
+def order_identity(path: str, max_bytes: int = 4 << 30) -> dict[str, Any] | None:
+    """{path, sha256, lines} of the order file as it is now (spec.json's `ledger_order`), read in
+    slices; None when it cannot be read (the audit then says so of the file it finds)."""
+    import hashlib
+
+    digest, lines, size, last = hashlib.sha256(), 0, 0, b"\n"
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                size += len(chunk)
+                if size > max_bytes:
+                    return None
+                digest.update(chunk)
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError:
+        return None
+    return {"path": os.path.abspath(path), "sha256": digest.hexdigest(), "lines": lines + (last != b"\n")}

@@ -20,8 +20,13 @@ def _line(kind: str, step: int, attempt: int, ids: list[str] | None = None, epoc
     doc: dict = {"schema": "ledger", "schema_version": 1, "kind": kind, "step": step}
     if ids is not None:
         doc |= {"epoch": epoch, "ids": ids}
-    doc |= {"rank": 0, "attempt": attempt, "pid": 100 + attempt, "at": "2026-12-04T18:00:00.000Z"}
+    doc |= {"rank": 0, "attempt": attempt, "pid": 100 + attempt, "at": _at(attempt, step)}
     return orjson.dumps(doc) + b"\n"
+
+
+def _at(attempt: int, step: int) -> str:
+    """A step's time in the ledger: each (attempt, step) its own, so a report's time names its step."""
+    return f"2026-12-04T18:{attempt:02d}:{step % 60:02d}.{step // 60:03d}Z"
 
 
 def _attempt(root: Path, attempt: int, top: bool, steps: list[tuple[int, list[str]]], ckpts: set[int]) -> None:
@@ -73,6 +78,21 @@ def test_a_loader_that_restarts_the_epoch_repeats_named(tmp_path: Path, order: P
     assert "data.repeated" in codes
     assert doc["repeated"]["count"] == 16
     assert doc["repeated"]["ids"][0] == {"id": "p000", "epoch": 0, "attempt": 2, "step": 5}
+
+
+@pytest.mark.parametrize(("resume_at", "code"), [(0, "data.repeated"), (24, "data.skipped")])
+def test_the_first_cause_has_the_time_of_the_step_where_the_data_went_wrong(
+    tmp_path: Path, order: Path, resume_at: int, code: str
+) -> None:
+    from schemas.timefmt import parse_iso
+
+    root = tmp_path / "run"
+    _attempt(root, 1, False, _batches(0, 24, 1), {4})
+    _attempt(root, 2, True, _batches(resume_at, resume_at + 16, 5), set())  # step 5: the repeat, or the gap
+    with SafeDir(root) as safe:
+        summary, _ = check_ledger(safe, ledger_files(safe, [names.ledger(0)], 2, [1, 2]), str(order))
+    assert summary.first_cause is not None
+    assert (summary.first_cause[0], summary.first_cause[3:]) == (code, (2, parse_iso(_at(2, 5))))
 
 
 def test_a_loader_that_skips_ahead_names_the_gap(tmp_path: Path, order: Path) -> None:
@@ -137,13 +157,18 @@ def _built_run(root: Path, order: Path | None, steps: list[tuple[int, list[str]]
 
 def test_a_run_that_otherwise_passed_fails_with_its_skip_as_first_cause(tmp_path: Path, order: Path) -> None:
     from audit._report_html import render
+    from audit._report_text import render as text_report
     from audit.api import audit_run
+    from schemas.timefmt import parse_iso
 
     run = _built_run(tmp_path, order, _batches(0, 8, 1) + _batches(16, 40, 3))  # ids 8..15 never trained on
     result = audit_run(run, ask_scheduler=False)
     assert result.verdict == "fail" and result.first_cause is not None
     assert (result.first_cause.kind, result.first_cause.attempt) == ("data.skipped", 1)
     assert "attempt 1 at step 3" in result.first_cause.cause
+    assert result.first_cause.wall_time == parse_iso(_at(1, 3))  # the step where the gap opened
+    assert "unknown time" not in text_report(result) and "18:01:03.000" in text_report(result)
+    assert result.to_json()["first_cause"]["wall_time"] == result.first_cause.wall_time
     doc = result.to_json()["ledger"]
     assert doc["skipped"]["count"] == 8 and doc["skipped"]["gaps"][0]["ids"][:2] == ["p008", "p009"]
     page = render(result)
@@ -161,6 +186,42 @@ def test_a_correct_ledger_keeps_the_pass_and_a_run_without_one_has_no_ledger_at_
     without = audit_run(_built_run(tmp_path / "b", order, None), ask_scheduler=False)
     assert without.verdict == "pass" and without.ledger is None
     assert not [f for f in without.findings if f.code.startswith("data.")]
+
+
+def test_an_order_edited_after_the_run_started_is_said_with_both_hashes(tmp_path: Path, order: Path) -> None:
+    import hashlib
+
+    from audit.api import audit_run
+    from tests.harness.agents import assert_artifacts_valid
+
+    run = _built_run(tmp_path, order, _batches(0, 40, 1))
+    assert_artifacts_valid(run)  # spec.json with the order's identity against its schema
+    kept = orjson.loads((run / names.SPEC).read_bytes())["ledger_order"]
+    then = hashlib.sha256(order.read_bytes()).hexdigest()
+    assert kept == {"path": str(order), "sha256": then, "lines": 40}
+    same = audit_run(run, ask_scheduler=False)
+    assert same.verdict == "pass" and "data.order_changed" not in {f.code for f in same.findings}
+    order.write_text("\n".join([*ORDER, "p040"]) + "\n")  # a line added after the run: checked as edited
+    now = hashlib.sha256(order.read_bytes()).hexdigest()
+    changed = [f for f in audit_run(run, ask_scheduler=False).findings if f.code == "data.order_changed"]
+    assert len(changed) == 1 and changed[0].severity == "warning", changed
+    assert all(w in changed[0].message for w in (str(order), then, now, "40 lines", "41 lines")), changed[0]
+
+
+def test_the_launcher_records_the_order_it_starts_with(tmp_path: Path, order: Path) -> None:
+    import hashlib
+
+    from launch.backends.rundir import claim_run_dir
+    from launch.spec.config import RunConfig
+    from launch.spec.load import load_spec
+    from tests.harness.agents import assert_artifacts_valid
+    from tests.harness.rundirs import DEMO
+
+    config = RunConfig.from_spec(load_spec(DEMO, [f'driver.ledger.order="{order}"']))
+    with claim_run_dir(tmp_path / "out", "u1", config, str(DEMO), resume=False) as run:
+        assert_artifacts_valid(run.path)
+        kept = orjson.loads((run.path / names.SPEC).read_bytes())["ledger_order"]
+    assert kept == {"path": str(order), "sha256": hashlib.sha256(order.read_bytes()).hexdigest(), "lines": 40}
 
 
 def test_the_shuffle_rule_is_pinned() -> None:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from audit._report_text import fmt_time
+from schemas import names
+from schemas.timefmt import parse_iso
 from tests.harness import BIN
 from tests.harness import ledger as lg
 from tests.harness.audit_head import first_cause_problem
@@ -46,5 +49,9 @@ def test_a_loader_bug_on_resume_is_the_first_cause_naming_the_ids(tmp_path: Path
     assert status == 1 and doc["verdict"] == "fail", doc["findings"]
     problems = lg.audit_problems(doc, loader, run.killed)
     assert not problems, problems
-    head = first_cause_problem(audit_text(run.run_dir), rank=lg.DRIVER_RANK, kinds=(code,))
+    # Both bugs begin at the resumed attempt's first step: the first cause has the time it recorded.
+    first = next(ln for ln in lg.ledger_lines(run.run_dir / names.ledger(lg.DRIVER_RANK)) if ln["kind"] == "step")
+    assert first["step"] == run.killed.checkpoint + 1, first
+    when = fmt_time(parse_iso(first["at"]))
+    head = first_cause_problem(audit_text(run.run_dir), rank=lg.DRIVER_RANK, kinds=(code,), words=(when,))
     assert head is None, head

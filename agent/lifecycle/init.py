@@ -37,6 +37,7 @@ from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError, UsageError
 from launch.spec.plan import Plan
 from launch.spec.plan import plan as make_plan
+from launch.spec.run_record import run_spec_record
 from schemas import RunDir, RunDirError, Writer, names, new_incarnation
 
 __all__ = ["Joined", "Refusal", "Request", "init"]
@@ -245,4 +246,4 @@ def announce(run: RunDir, writer: Writer, rank: int, spec: Spec, guard: fs_guard
     for line in guard.log_lines():
         out(line)
     if rank == 0 and run.read_json(names.SPEC) is None:
-        run.write_artifact(names.SPEC, writer, load.spec_record(spec.resolved, spec.origin))
+        run.write_artifact(names.SPEC, writer, run_spec_record(spec.config, spec.origin))

@@ -12,6 +12,7 @@ from launch.backends.base import Rendered, Submission
 from launch.spec.config import RunConfig
 from launch.spec.errors import UsageError
 from launch.spec.load import spec_differences, spec_record
+from launch.spec.run_record import run_spec_record
 from schemas import RunDir, Writer, WriterKind, names, records
 
 __all__ = ["claim_run_dir", "launcher_writer", "write_job", "write_submission"]
@@ -40,7 +41,7 @@ def claim_run_dir(
                 f"(keys: {', '.join(keys) or '(spelling only)'}); resume with {run.path / names.SPEC} or restore them"
             )
         if recorded is None:
-            run.write_artifact(names.SPEC, launcher_writer(config), spec_record(config.spec, source))
+            run.write_artifact(names.SPEC, launcher_writer(config), run_spec_record(config, source))
     except BaseException:
         run.close()
         raise

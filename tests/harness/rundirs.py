@@ -20,7 +20,9 @@ from agent.coord.topology import Topology
 from launch.spec.config import RunConfig
 from launch.spec.load import load_spec
 from launch.spec.plan import plan as make_plan
+from launch.spec.run_record import run_spec_record
 from schemas import RunDir, Writer, WriterKind, names, records, timefmt
+from schemas.ledger_order import ORDER_FIELD
 from schemas.order import node_owners
 from schemas.vocab import PreflightCheck
 from tests.harness.steps import lifecycle_phases
@@ -72,10 +74,16 @@ class RunBuilder:
         self.run.write_artifact(
             names.SPEC,
             Writer(self.fingerprint, None, "launcher0", WriterKind.LAUNCHER),
-            {"spec": self.spec, "source": "examples/demo.toml"},
+            {"spec": self.spec, "source": "examples/demo.toml"} | self._order_identity(),
         )
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _order_identity(self) -> dict[str, Any]:
+        """spec.json's ledger_order as a run writes it when it starts (only that: the demo's
+        spec.json otherwise stays as the other tests know it)."""
+        body = run_spec_record(self.config, "examples/demo.toml")
+        return {k: v for k, v in body.items() if k == ORDER_FIELD}
 
     def writer(self, rank: int | None, kind: str = "agent") -> Writer:
         inc = self.incarnation[rank] if rank is not None else "head0"

@@ -105,6 +105,6 @@ def _why(var: str, config: RunConfig, backend: str) -> str:
     if var == DriverEnv.ray_address(config.ray.name):
         return (
             "the Ray head picks its port when it starts; the driver gets the address as "
-            f"{var} (and {DriverEnv.RAY_ADDRESS}) without it: remove the reference, or use --backend slurm"
+            f"{var} (and {DriverEnv.RAY_ADDRESS}) without it: remove the reference, or submit with --backend slurm"
         )
-    return f"{backend} picks the nodes when the job starts; remove the reference, or use --backend slurm"
+    return f"{backend} picks the nodes when the job starts; remove the reference, or submit with --backend slurm"

@@ -19,6 +19,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -547,6 +548,8 @@ def test_the_cpu_pool_variant_runs_locally_to_an_audit_pass(tmp_path: Path) -> N
     assert facts["judge_model"] == "reference-judge" and "SCORE" in facts["judge_said"]
     assert len(facts["ray_nodes"]) == 2  # the ray service spans both pools, the CPU pool's node too
     assert facts["bench_dir"] == str(run_dir)
+    # Seed 001: driver.env's runtime:GYM_POOL_MAIN_NODES is the judge's pool's hosts, the judge's own host.
+    assert facts["judge_host"] == urlsplit(facts["judge_url"]).hostname == "127.0.0.2"
     assert json.loads((run_dir / names.SPEC).read_text())["spec"]["services"]["judge"]["backend"] == "reference"
 
 

@@ -15,6 +15,10 @@ import pytest
 
 from agent.ray import node as ray_node
 from launch.backends.base import RenderRequest
+from launch.backends.beaker._render import render as beaker_render
+from launch.backends.job_vars import job_variables
+from launch.backends.local import job_environment, job_variable_problems, local_hosts
+from launch.backends.skypilot._render import render as skypilot_render
 from launch.backends.slurm._render import render
 from launch.spec.config import RunConfig
 from launch.spec.errors import SpecError
@@ -27,6 +31,9 @@ from tests.test_policy_service import EVALUATION
 from tests.test_render_slurm import fake_slurm, run_script
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
+BEAKER = ('launch.beaker.image="img"', 'launch.beaker.cluster="c"')
+SKYPILOT = ('launch.skypilot.accelerators="H100"',)
+RENDERS = {"Beaker": beaker_render, "SkyPilot": skypilot_render}
 
 # Seed 001's second example: a Ray service spanning pools for a benchmark that places its own devices.
 RAY_SERVICE = f"""
@@ -144,6 +151,71 @@ def test_a_ray_service_spanning_pools_renders_its_worker_steps_and_exports(tmp_p
         "srun --overlap --nodes=1 --ntasks=1 --job-name=cluster --no-container-mount-home "
         "--container-mounts=/data:/data:ro,/scratch:/scratch --container-image=rayproject/ray:latest"
     )
+
+
+# The seed's example without containers (gym-launch local, Beaker and SkyPilot refuse a container step).
+RAY_SERVICE_NO_CONTAINER = "\n".join(line for line in RAY_SERVICE.splitlines() if not line.startswith("container"))
+
+
+def test_local_gives_every_agent_the_slurm_jobs_host_variables_with_loopback_hosts(tmp_path: Path) -> None:
+    """One computation (launch/backends/job_vars.py), two writings: the Slurm script's values (run
+    against the stand-ins) and gym-launch local's name the same planned nodes, each by its host."""
+    req = request(tmp_path, RAY_SERVICE_NO_CONTAINER)
+    local = job_environment(req.config, req.plan)
+    wanted = [v for v in job_variables(req.config, req.plan) if v != DriverEnv.RAY_ADDRESS_CLUSTER]
+    assert set(local) == set(wanted) >= {JobEnv.NODES, JobEnv.pool_nodes("aux"), JobEnv.ray_workers("cluster", "aux")}
+    slurm = run_steps(tmp_path, RAY_SERVICE_NO_CONTAINER, wanted)[("cluster_aux_workers", "n1")]
+    slurm_order, local_order = ["n2", "n3", "n1"], local_hosts(3)  # each backend's hosts in node order
+    for var in wanted:
+        if var == JobEnv.DRIVER_RANK:
+            assert slurm[var] == local[var] == "0"
+            continue
+        nodes = [slurm_order.index(h) for h in slurm[var].split(",")]
+        assert [local_order.index(h) for h in local[var].split(",")] == nodes, var
+    assert local[JobEnv.pool_nodes("aux")] == "127.0.0.3,127.0.0.4" == local[JobEnv.ray_workers("cluster", "aux")]
+    assert local[JobEnv.DRIVER_HOST] == "127.0.0.2"
+
+
+def test_local_refuses_a_reference_to_the_ray_heads_address_naming_the_key(tmp_path: Path) -> None:
+    from launch.backends.local import run_local
+
+    head = 'env = {HEAD = "runtime:GYM_RAY_ADDRESS_CLUSTER"}'
+    text = RAY_SERVICE_NO_CONTAINER.replace("trains = false", "trains = false\n" + head)
+    req = request(tmp_path, text)
+    with pytest.raises(SpecError) as err:
+        run_local(req.config, req.plan, "spec.toml", output_root=str(tmp_path / "out"))
+    [problem] = err.value.problems
+    assert problem.key == "driver.env.HEAD"
+    assert "GYM_RAY_ADDRESS_CLUSTER" in problem.message and "gym-launch local" in problem.message
+    assert not (tmp_path / "out").exists()
+    # A pool's hosts are given: no problem for them.
+    ok = text.replace("runtime:GYM_RAY_ADDRESS_CLUSTER", "runtime:GYM_POOL_AUX_NODES")
+    req = request(tmp_path, ok)
+    assert job_variable_problems(req.config, req.plan) == []
+
+
+@pytest.mark.parametrize(("backend", "overrides"), [("Beaker", BEAKER), ("SkyPilot", SKYPILOT)])
+@pytest.mark.parametrize(
+    ("key", "var", "line"),
+    [
+        ("driver.env.JUDGE_HOST", "GYM_POOL_AUX_NODES", 'env = {JUDGE_HOST = "runtime:GYM_POOL_AUX_NODES"}'),
+        ("driver.command.3", "GYM_NODES", 'command = ["python", "bench.py", "--nodes", "${runtime:GYM_NODES}"]'),
+        ("driver.env.HEAD", "GYM_RAY_ADDRESS_CLUSTER", 'env = {HEAD = "runtime:GYM_RAY_ADDRESS_CLUSTER"}'),
+    ],
+)
+def test_beaker_and_skypilot_refuse_a_reference_to_a_job_variable_naming_the_key(
+    tmp_path: Path, backend: str, overrides: tuple[str, ...], key: str, var: str, line: str
+) -> None:
+    """Neither task knows its nodes' hosts (nor the Ray head's port) before it starts: no such variable."""
+    spec = RAY_SERVICE_NO_CONTAINER
+    if key.startswith("driver.command"):
+        spec = spec.replace('command = ["python", "bench.py"]\n', "", 1)
+    req = request(tmp_path, spec.replace("trains = false", "trains = false\n" + line), *overrides)
+    with pytest.raises(SpecError) as err:
+        RENDERS[backend](req)
+    said = {p.key: p.message for p in err.value.problems}
+    assert [k for k in said if k.startswith("driver")] == [key], said  # (the output root is beside the point)
+    assert f"takes {var} from the job's environment, which {backend} does not set" in said[key]
 
 
 def test_a_spanned_pools_gpus_are_visible_to_ray(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""A benchmark command for examples/nemo_gym/cpu_pool.yaml: one question to the judge service and a
-count of the Ray cluster's nodes, printed (and kept in $SMOKE_OUT when set)."""
+"""A benchmark command for examples/nemo_gym/cpu_pool.yaml: one question to the judge service, a count
+of the Ray cluster's nodes and the judge pool's hosts as driver.env passed them, printed (and kept in
+$SMOKE_OUT when set)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ facts = {
     "judge_said": reply["choices"][0]["message"]["content"],
     "ray_nodes": nodes,
     "bench_dir": os.environ.get("NEMO_GYM_BENCH_DIR"),
+    "judge_host": os.environ.get("JUDGE_HOST"),  # driver.env: runtime:GYM_POOL_MAIN_NODES
+    "judge_url": judge,
 }
 print("smoke:", json.dumps(facts, sort_keys=True))
 if os.environ.get("SMOKE_OUT"):

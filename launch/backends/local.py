@@ -26,9 +26,10 @@ from typing import IO, NoReturn
 from launch.backends._local_stragglers import straggler_bound, wait_agents
 from launch.backends._local_verdict import verdict
 from launch.backends.base import Backend, agent_argv, container_problems
+from launch.backends.job_vars import host_values, unexported_problems
 from launch.backends.rundir import claim_run_dir
 from launch.spec.config import RunConfig
-from launch.spec.errors import SpecError, UsageError
+from launch.spec.errors import Problem, SpecError, UsageError
 from launch.spec.plan import Plan
 from schemas import RunDir, names
 from schemas.vocab import ResumeEnv
@@ -41,6 +42,9 @@ __all__ = [
     "NOT_A_SCHEDULER",
     "ORPHAN_MARGIN_S",
     "PR_SET_CHILD_SUBREAPER",
+    "job_environment",
+    "job_variable_problems",
+    "local_hosts",
     "local_replicas",
     "run_local",
 ]
@@ -74,7 +78,7 @@ def local_replicas(
     per_rank = [gpus] * replicas if isinstance(gpus, int) else list(gpus)
     out = []
     for rank in range(replicas):
-        address = str(FIRST_LOCAL_ADDRESS + rank)
+        address = local_hosts(replicas)[rank]
         argv = agent_argv(
             AGENT,
             uuid,
@@ -104,7 +108,7 @@ def run_local(
     """Start every replica of the validated ``config`` here, stream their lines, wait for them all;
     0 when every agent succeeded and the audit of the run passes, else 1. A used run directory
     raises UsageError."""
-    problems = container_problems(config, "gym-launch local")
+    problems = [*container_problems(config, "gym-launch local"), *job_variable_problems(config, plan)]
     if problems:
         raise SpecError(problems)
     uuid = uuid or names.new_uuid()
@@ -138,7 +142,13 @@ def _run_replicas(
     # Installed before the first agent starts, so no signal finds an agent we do not pass it to.
     old = {s: signal.signal(s, agents.forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     replicas = local_replicas(
-        run.path / names.SPEC, uuid, root, plan.replicas, [n.gpus for n in plan.nodes], launcher_fd=alive_r
+        run.path / names.SPEC,
+        uuid,
+        root,
+        plan.replicas,
+        [n.gpus for n in plan.nodes],
+        extra_env=job_environment(config, plan),
+        launcher_fd=alive_r,
     )
     for rep in replicas:
         if agents.stopping:
@@ -160,6 +170,22 @@ def _run_replicas(
     if left:
         out(f"gym-launch: still running after the agents exited (pids {left}): they end by themselves")
     return verdict(run.path, codes, out)
+
+
+def local_hosts(replicas: int) -> list[str]:
+    """Each replica's loopback address, by rank: its host."""
+    return [str(FIRST_LOCAL_ADDRESS + rank) for rank in range(replicas)]
+
+
+def job_environment(config: RunConfig, plan: Plan) -> dict[str, str]:
+    """The job variables a Slurm job exports (job_vars), each replica's loopback address as its host:
+    the agents order nodes by address, so planned node i is rank i's."""
+    return host_values(config, plan, local_hosts(plan.replicas))
+
+
+def job_variable_problems(config: RunConfig, plan: Plan) -> list[Problem]:
+    """A reference to the Ray head's address, which only the head knows here once it started."""
+    return unexported_problems(config, plan, job_environment(config, plan), "gym-launch local")
 
 
 def _beat(run: RunDir, rank: int) -> tuple[object, object] | None:

@@ -342,6 +342,8 @@ examples (`judge_node.yaml`, `ray_pools.yaml`) and a CPU-pool variant that runs 
    `NEMO_GYM_POLICY_MODEL_NAME` exported (not `NEMO_GYM_POLICY_API_KEY`: the policy takes no key).
 5. Reach other services as before: `GYM_POOL_<POOL>_NODES` and `GYM_RAY_ADDRESS_<SERVICE>` in the job's
    environment (`runtime:` values in `driver.env`), and each judge service at `GYM_JUDGE_URL_<NAME>`.
+   `gym-launch local` sets the pools' host lists too (each replica's loopback address is its host);
+   see [the placement guide](nemo-gym-placement.md#exports) for what each backend sets.
 6. gym-agent's own settings ride along in a top-level `launch:` mapping (coordination timeouts,
    preflight, `max_retries`, ...), which NeMo Gym itself would refuse.
 

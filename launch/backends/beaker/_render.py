@@ -27,6 +27,7 @@ from typing import Any
 
 from launch.backends.base import Rendered, RenderRequest, container_problems, pinned_agent_argv, shared_root_problem
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
+from launch.backends.job_vars import unexported_problems
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem
@@ -80,6 +81,7 @@ def _problems(request: RenderRequest) -> list[Problem]:
     out += _output_root_problems(request)
     out += _pool_problems(config)
     out += container_problems(config, "Beaker")
+    out += unexported_problems(config, plan, (), "Beaker")
     for table in ("env", "secrets"):
         names: Mapping[str, str] = getattr(config.launch, table)
         for name in names:

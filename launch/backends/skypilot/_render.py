@@ -26,6 +26,7 @@ from typing import Any
 
 from launch.backends.base import Rendered, RenderRequest, container_problems, pinned_agent_argv, shared_root_problem
 from launch.backends.inline_spec import RESERVED_ENV, inline_spec
+from launch.backends.job_vars import unexported_problems
 from launch.backends.yamltext import dump
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem
@@ -89,7 +90,11 @@ def _mount_problems(request: RenderRequest) -> Iterator[Problem]:
 def _problems(request: RenderRequest) -> list[Problem]:
     config, plan = request.config, request.plan
     sky = config.launch.skypilot
-    out = [*_mount_problems(request), *container_problems(config, "SkyPilot")]
+    out = [
+        *_mount_problems(request),
+        *container_problems(config, "SkyPilot"),
+        *unexported_problems(config, plan, (), "SkyPilot"),
+    ]
     if plan.gpus_per_replica and not sky.accelerators:
         out.append(
             Problem(

@@ -40,11 +40,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launch.backends.base import Rendered, RenderRequest, agent_argv
+from launch.backends.job_vars import HostList, pool_host_lists, ray_address_variable, ray_worker_lists
 from launch.spec.config import RunConfig
 from launch.spec.errors import Problem, SpecError
 from launch.spec.plan import Plan
 from launch.spec.sections import PoolConfig, SlurmConfig
-from schemas import DriverEnv, JobEnv, names, port_grid
+from schemas import JobEnv, names, port_grid
 from schemas.vocab import ResumeEnv
 
 __all__ = [
@@ -276,6 +277,15 @@ def _join(start: int, count: int) -> str:
     return f'$(IFS=,; echo "${{gym_node[*]:{start}:{count}}}")'
 
 
+def _hosts(hosts: HostList) -> str:
+    """A host list (job_vars) as the script writes it. Pools' ranges are contiguous, and so are a
+    pool's Ray workers (all of its range, or all but the head's first node)."""
+    first, count = hosts.nodes[0], len(hosts.nodes)
+    if hosts.nodes == tuple(range(first, first + count)):
+        return _join(first, count)
+    return '"' + ",".join(f"${{gym_node[{i}]}}" for i in hosts.nodes) + '"'
+
+
 def _srun(
     count: int, name: str, nodelist: str | None, group: int | None = None, gpus: bool = True, pool: str | None = None
 ) -> str:
@@ -381,10 +391,10 @@ def _ray_address(request: RenderRequest) -> list[str]:
     starts: the block of the agents' port grid the head's own choice tries first (from the run's
     uuid and its rank), which the head's agent then reserves exactly, failing rather than moving."""
     config, plan = request.config, request.plan
-    if not plan.ray_nodes:
+    var = ray_address_variable(config, plan)
+    if var is None:
         return []
     driver = plan.driver_node
-    var = DriverEnv.ray_address(config.ray.name)
     port = port_grid.head_block(request.uuid, driver)
     host = f"${{gym_node[{driver}]}}"
     return [
@@ -399,15 +409,7 @@ def _ray_address(request: RenderRequest) -> list[str]:
 def _ray_workers(config: RunConfig, plan: Plan) -> list[str]:
     """Seed 001: GYM_RAY_<NAME>_<POOL>_WORKERS, each pool's nodes that join Ray as workers (the head's
     node left out), for every pool with one; its step is <name>_<pool>_workers (step_name)."""
-    joined = set(plan.ray_nodes) - {plan.driver_node}
-    out = []
-    for pool in config.pool_list:
-        workers = [n.index for n in plan.nodes if n.pool == pool.name and n.index in joined]
-        if workers:
-            # A pool's joining nodes are contiguous: all of its range, or all but the head's first node.
-            hosts = _join(workers[0], len(workers))
-            out.append(f"export {JobEnv.ray_workers(config.ray.name, pool.name)}={hosts}")
-    return out
+    return [f"export {h.name}={_hosts(h)}" for h in ray_worker_lists(config, plan)]
 
 
 def service_step_name(config: RunConfig, key: str) -> str:
@@ -461,11 +463,7 @@ def render(request: RenderRequest) -> Rendered:
         "",
     ]
     env = [f"export {k}={q(v)}" for k, v in config.launch.env.items()]
-    exports = [f"export {JobEnv.NODES}={_join(0, plan.replicas)}"]
-    offset = 0
-    for pool in config.pool_list:
-        exports.append(f"export {JobEnv.pool_nodes(pool.name)}={_join(offset, pool.nodes)}")
-        offset += pool.nodes
+    exports = [f"export {h.name}={_hosts(h)}" for h in pool_host_lists(config, plan)]
     driver = plan.driver_node
     if request.resume:
         # A new attempt of the run (and every requeue of this job is one too).

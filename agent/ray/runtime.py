@@ -130,16 +130,14 @@ class RayRuntime:
         self._await_head_answer()
 
     def _await_head_answer(self) -> None:
-        """Seed 001: a worker joins only once the head answers `ray status` (a head still starting
-        does not break it); within the startup deadline, else the run fails naming the head and its
-        last answer."""
+        """Seed 001: a worker joins only once the head answers (a head still starting does not
+        break it); within the startup deadline, else the run fails naming the head and its last
+        answer. Asked by connecting to its GCS (ray_node.head_answers says why not `ray status`)."""
         ctx = self.ctx
         last: list[str] = []
 
         def answers() -> bool:
-            # One question never runs past the startup deadline (`ray status` retries a silent head).
-            left = min(ray_node.HEAD_STATUS_TIMEOUT_S, ctx.deadline - clock.mono())
-            got = ray_node.head_status(self.gcs_address, child_env({}), timeout=max(1.0, left))
+            got = ray_node.head_answers(self.gcs_address)
             if got is not None:
                 last[:] = [got]
             return got is None
@@ -150,7 +148,7 @@ class RayRuntime:
         if not poll_until(answers, deadline=ctx.deadline, interval=1.0, signal=ctx.signal, progress=progress):
             raise ctx.fail(
                 FailureKind.STARTUP_TIMEOUT,
-                f"the Ray head at {self.gcs_address} (ray-head.json) never answered `ray status` from node {ctx.rank} "
+                f"the Ray head at {self.gcs_address} (ray-head.json) never answered node {ctx.rank} "
                 f"({ctx.address}) within startup_timeout {ctx.config.coordination.startup_timeout:g}s; last: "
                 f"{last[0] if last else 'not asked'}",
             )

@@ -405,7 +405,7 @@ def _managed_judge_problems(j: JudgeConfig, p: Path_, *, staged_weights: bool) -
 
 RAY_HEALTH = (
     "is a server's health check; a Ray cluster's is the agents' own: the head's node waits for the cluster "
-    "(ray status against the head), and workers wait for the head to answer before joining; remove it"
+    "and workers wait for the head's GCS to answer before joining; remove it"
 )
 RAY_NODE_POOL = (
     "is singular, but a Ray cluster spans pools: write node_pools = [...] (a list; [] starts a "

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.faults import FAULTS, Fault
+from schemas import FailureKind
 from tests.harness import rundirs
 from tests.harness.agents import assert_artifacts_valid
 from tests.harness.audit_head import FIRST_LINES, first_cause_problem
@@ -19,8 +20,10 @@ from tests.test_scheduler_ending import CANCEL, NODE_FAILURE, TIME_LIMIT, _sched
 
 AUDIT = Path(sys.executable).parent / "gym-audit"
 # The matrix's agent rows (the restart rows end in a refused attempt, covered below; the Slurm rows
-# by the scheduler's words).
-ROWS = [f for f in FAULTS if f.expect == "fail" and not f.slurm and f.refused_at is None]
+# by the scheduler's words; the ledger rows end in an audit finding, not a failure record, and their
+# first cause is checked on real runs in tests/test_ledger_e2e.py).
+KINDS = {k.value for k in FailureKind}
+ROWS = [f for f in FAULTS if f.expect == "fail" and not f.slurm and f.refused_at is None and f.kinds[0] in KINDS]
 SLURM = {"slurm-time-limit": (TIME_LIMIT, "1"), "slurm-scancel": (CANCEL, "2"), "slurm-node-down": (NODE_FAILURE, "3")}
 
 

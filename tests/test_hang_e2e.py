@@ -166,9 +166,13 @@ def test_without_py_spy_the_fallback_dumps_the_drivers_stacks_and_says_so(tmp_pa
 
 
 def test_gym_launch_stacks_on_a_healthy_run_answers_and_changes_nothing(tmp_path: Path) -> None:
+    # The driver serves until the test has asked twice (a stop file; bounded), so the run cannot
+    # end between the two questions on a loaded machine.
+    stop = tmp_path / "stop"
     serving = (
-        'command = ["python", "-c", "import time\\nfrom agent import driver_api\\ndef serve_rollouts():\\n'
-        "    for i in range(48): driver_api.progress(i); time.sleep(0.25)\\nserve_rollouts()\\n"
+        'command = ["python", "-c", "import os, time\\nfrom agent import driver_api\\ndef serve_rollouts():\\n'
+        f"    for i in range(480):\\n        driver_api.progress(i)\\n        if os.path.exists('{stop}'): break\\n"
+        "        time.sleep(0.25)\\nserve_rollouts()\\n"
         "driver_api.write_result(optimizer_steps=48, final_loss=0.5, policy_version=1, policy_refreshes=1, "
         'judge_replies=0)"]'
     )
@@ -201,6 +205,7 @@ def test_gym_launch_stacks_on_a_healthy_run_answers_and_changes_nothing(tmp_path
     assert not [n for n in after if n.startswith("stacks-")], after
     requests = run.run_dir / names.STACK_REQUESTS_DIR
     assert not requests.exists() or not os.listdir(requests)
+    stop.touch()
     assert run.wait(120) == 0, run.text[-3000:]  # the run went on and succeeded
     assert not failures(run.run_dir) and audit_run(run.run_dir).verdict == "pass"
     finished = subprocess.run([str(BIN / "gym-launch"), "stacks", str(run.run_dir)], capture_output=True, text=True)

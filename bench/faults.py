@@ -1238,7 +1238,8 @@ def run_matrix(
     def row(fault: Fault, n: int, cluster: faults_slurm.Cluster | None = None) -> None:
         for i in range(n):
             t = run_trial(fault, base, cluster=cluster)
-            out(f"  {fault.name} #{i + 1}: {'ok' if t.ok else 'FAIL: ' + '; '.join(t.problems)}")
+            said = "ok" if t.ok else f"skipped: {t.skipped}" if t.skipped else "FAIL: " + "; ".join(t.problems)
+            out(f"  {fault.name} #{i + 1}: {said}")
             results.append(t)
 
     for fault in faults:

@@ -96,3 +96,14 @@ def test_a_terminated_matrix_leaves_no_agent_of_its_trial_behind() -> None:
         if runner.poll() is None:
             runner.kill()
             runner.wait()
+
+
+def test_engine_rows_say_they_were_skipped_without_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without vLLM the engine rows are skipped, and each trial's line says so and why (it printed
+    # "FAIL: " with no reason, read as a failure of the product).
+    monkeypatch.setattr(faults, "engine_python", lambda: None)
+    lines: list[str] = []
+    chosen = [f for f in faults.FAULTS if f.engine]
+    results = faults.run_matrix(chosen, 1, tmp_path, lines.append)
+    assert [t.skipped for t in results] == ["no vLLM: `make engines`"] * len(chosen)
+    assert all("skipped: no vLLM" in line and "FAIL" not in line for line in lines), lines

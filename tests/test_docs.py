@@ -80,7 +80,13 @@ COMMANDS = _runnable_commands()
 
 def test_the_guides_have_runnable_commands() -> None:
     pages_with = {page for page, _ in COMMANDS}
-    assert {"README.md", "docs/guides/local-run.md", "docs/guides/slurm.md"} <= pages_with
+    assert {
+        "README.md",
+        "docs/guides/local-run.md",
+        "docs/guides/slurm.md",
+        "docs/guides/nemo-gym.md",
+        "docs/guides/sample-ledger.md",
+    } <= pages_with
 
 
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c}" for p, c in COMMANDS])

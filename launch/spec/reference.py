@@ -315,6 +315,16 @@ reported at the NeMo Gym key that produced it. Examples: `examples/nemo_gym/` ho
 examples (`judge_node.yaml`, `ray_pools.yaml`) and a CPU-pool variant that runs on one machine
 (`gym-launch local examples/nemo_gym/cpu_pool.yaml`).
 
+Try it (the suite runs these commands, so they work as shown):
+
+<!-- runnable: tests/test_docs.py runs this block -->
+```console
+$ gym-launch validate examples/nemo_gym/judge_node.yaml
+$ gym-launch plan examples/nemo_gym/ray_pools.yaml
+$ gym-launch render examples/nemo_gym/ray_pools.yaml --backend slurm
+$ gym-launch plan examples/nemo_gym/cpu_pool.yaml
+```
+
 ## Migrating a NeMo Gym config
 
 1. Keep the file. Check it: `gym-launch validate run.yaml`, then `gym-launch plan run.yaml` (the node

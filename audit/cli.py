@@ -464,7 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The `gym-audit` program. Called with no arguments (as the program), an audit leaves without
     the interpreter's teardown; called with arguments (from Python), it returns its exit code."""
     code = _main(argv)
-    if argv is None and not (sys.argv[1:2] and sys.argv[1] in SUBCOMMANDS):
+    # Under a profiler or a coverage tracer, the normal exit lets them write what they measured.
+    traced = sys.getprofile() is not None or sys.gettrace() is not None
+    if argv is None and not traced and not (sys.argv[1:2] and sys.argv[1] in SUBCOMMANDS):
         _exit_now(code)
     return code
 

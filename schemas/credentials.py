@@ -316,7 +316,14 @@ class _Redaction:
     def fields(self, value: Any, kind: type) -> Any:
         names, values = _init_fields(kind)
         unchanged, changes = self._unchanged, {}
-        for name, old in zip(names, values(value), strict=True):
+        olds = values(value)
+        for old in olds:  # most records of a result: every field a number or a string read before
+            k = type(old)
+            if not ((k is str and old in unchanged) or (k in _SCALARS and old == old)):
+                break
+        else:
+            return value
+        for name, old in zip(names, olds, strict=True):
             k = type(old)
             if k in _SCALARS or (k is str and old in unchanged):  # most fields of a report's rows
                 if old != old:  # NaN: `!=` says changed, as for any value

@@ -232,10 +232,30 @@ def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
         elif f.default is not None:
             scope[f"default{i}"] = f.default
             body += [f"    if {value} is None:", f"        {value} = default{i}{'()' if f.factory else ''}"]
-    body.append(f"    return cls({', '.join(values)})")
+    if _plain(cls):
+        # A frozen dataclass's __init__ sets each field through object.__setattr__ (a call per
+        # field of every rank's records); its instance dict filled at once holds the same values.
+        scope["new"] = object.__new__
+        names = (f.name for f in _fields(cls))  # type: ignore[arg-type]
+        items = ", ".join(f"{n!r}: {v}" for n, v in zip(names, values, strict=True))
+        body += ["    record = new(cls)", f"    record.__dict__.update({{{items}}})"]
+        body.append("    return record")
+    else:
+        body.append(f"    return cls({', '.join(values)})")
     exec("def decode(doc, given):\n" + "\n".join(body), scope)  # noqa: S102 - our own text, from the fields
     decoder: Callable[[object, Mapping[str, Any]], Any] = scope["decode"]
     return decoder
+
+
+def _plain(cls: type[Any]) -> bool:
+    """Whether `cls`'s __init__ only stores its fields: a dataclass whose every field it takes, with
+    no __post_init__ and an instance dict (no __slots__)."""
+    return (
+        dataclasses.is_dataclass(cls)
+        and not hasattr(cls, "__post_init__")
+        and "__slots__" not in cls.__dict__
+        and all(f.init for f in dataclasses.fields(cls))
+    )
 
 
 class Lenient:

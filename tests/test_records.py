@@ -496,3 +496,29 @@ def test_attempt_records_round_trip(tmp_path: Path) -> None:
     # A damaged claim reads as nothing where it is damaged (the agent's restart reads it so: no traceback).
     bad = records.AttemptRecord.from_json({"written_at": "soon", "checkpoints": [], "previous_cause": 3})
     assert bad == records.AttemptRecord()
+
+
+@dataclass(frozen=True)
+class _Checked(Lenient):
+    """A record whose __init__ does more than store its fields: decoded through it."""
+
+    name: str = doc_field()
+    seen: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name == "refused":
+            raise ValueError("refused")
+
+
+def test_a_decoded_record_is_the_record_its_constructor_builds() -> None:
+    # The decoder fills a plain record's fields at once (schemas/lenient.py, _plain): the record is
+    # still equal, hashable and frozen, and a record with a __post_init__ still goes through it.
+    span = records.PhaseSpan.from_json({"phase": "ray", "started_at": 1.5, "outcome": "ok"})
+    built = records.PhaseSpan(phase="ray", started_at=1.5, outcome="ok")
+    assert span == built and hash(span) == hash(built) and repr(span) == repr(built)
+    assert vars(span) == vars(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        span.phase = "other"  # type: ignore[misc]
+    assert _Checked.from_json({"name": "a", "seen": ["x"]}) == _Checked(name="a", seen=("x",))
+    with pytest.raises(ValueError, match="refused"):
+        _Checked.from_json({"name": "refused"})

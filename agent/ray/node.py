@@ -161,12 +161,17 @@ def _ports_at(base: int) -> RayPorts:
     )
 
 
-def listening(address: str, port: int) -> bool:
+def connect_problem(address: str, port: int, timeout: float) -> str | None:
+    """None when ``address:port`` accepts a TCP connection within ``timeout``, else why not."""
     try:
-        with socket.create_connection((address, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+        with socket.create_connection((address, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def listening(address: str, port: int) -> bool:
+    return connect_problem(address, port, 0.5) is None
 
 
 def ray_is_up(address: str, ports: RayPorts, is_head: bool) -> bool:
@@ -220,11 +225,9 @@ def head_answers(address: str, timeout: float = HEAD_CONNECT_S) -> str | None:
     the head's agent publishes its address only after its own ports answered: what is left to
     prove is that this node reaches it."""
     host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return None
-    except (OSError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+    if not port.isdigit():
+        return f"ValueError: no port in {address!r}"
+    return connect_problem(host, int(port), timeout)
 
 
 def ray_client_installed() -> bool:

@@ -30,7 +30,6 @@ import signal
 from collections.abc import Mapping
 from dataclasses import replace
 
-from audit._logs import log_excerpt
 from audit._model import Cause, Sender
 from audit._ray_evidence import ray_evidence
 from audit._views import FailureRec, PhasesRec
@@ -351,7 +350,11 @@ def analyse(
     roots = _hang_before_time_limit(_signals_after_real_failures(roots))
     first = roots[0]
     log = first.log or _default_log(first.kind, first.rank, first.phase, logs, first.judge)
-    excerpt = log_excerpt(safe, log, _hang_log_end(first, log)) if (safe is not None and log and log in logs) else ()
+    excerpt: tuple[str, ...] = ()
+    if safe is not None and log and log in logs:
+        from audit._logs import log_excerpt  # a failed run's log excerpt: a run that passed never reads one
+
+        excerpt = log_excerpt(safe, log, _hang_log_end(first, log))
     first = replace(first, log=log, excerpt=excerpt, ray_logs=ray_evidence(first, log, logs))
     cascade = tuple(sorted(roots[1:] + reactions, key=order_key))
     return first, cascade, tuple(roots[1:])

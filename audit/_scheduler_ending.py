@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING
 
 from audit._first_cause import signal_like
 from audit._load import LoadedRun
-from audit._logs import read_tail
 from audit._model import Cause
 from audit._views import AddressRec, FailureRec
 from audit.safedir import SafeDir, UnsafeFile
-from launch.backends.answers import SchedulerEnding
-from launch.backends.slurm.ending import TAIL_BYTES, output_job_id, parse_slurm_output
 from schemas import FailureKind, names
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the Slurm output's reader loads for a run that has a job output (issue 51 item 9)
+    from launch.backends.answers import SchedulerEnding
     from schemas.records import SubmissionRecord
 
 __all__ = [
@@ -57,6 +55,11 @@ _EXPLAINED = {
 
 def job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
     """The run directory's Slurm job outputs, (job id, file), by job id."""
+    prefix = names.SLURM_OUTPUT.partition("%j")[0]
+    if not any(relpath.startswith(prefix) for relpath in run.others):
+        return []  # not a Slurm run's directory: the output's reader is not loaded
+    from launch.backends.slurm.ending import output_job_id
+
     return sorted((job, relpath) for relpath in run.others if (job := output_job_id(relpath)) is not None)
 
 
@@ -66,13 +69,16 @@ def find_ending(
     """The ending in the output of `job_id` (the submission's job), else of the newest job, for
     the job's start `restart` (an attempt's agents record it; None: the last start)."""
     chosen = [p for j, p in outputs if job_id is not None and str(j) == job_id] or [p for _, p in outputs[-1:]]
-    for relpath in chosen:
-        try:
-            lines = read_tail(safe, relpath, TAIL_BYTES)
-        except (UnsafeFile, OSError):
-            return None
-        return parse_slurm_output(lines, relpath, restart)
-    return None
+    if not chosen:
+        return None  # no job output: its reader is not loaded
+    from audit._logs import read_tail
+    from launch.backends.slurm.ending import TAIL_BYTES, parse_slurm_output
+
+    try:
+        lines = read_tail(safe, chosen[0], TAIL_BYTES)
+    except (UnsafeFile, OSError):
+        return None
+    return parse_slurm_output(lines, chosen[0], restart)
 
 
 def restart_of(addresses: Mapping[int, AddressRec]) -> int | None:

@@ -12,11 +12,14 @@ bounded in time and never fails the audit: an unreachable scheduler is a note.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from audit._model import Cause
 from audit._views import AddressRec
-from launch.backends.answers import Answer
 from schemas import FailureKind
+
+if TYPE_CHECKING:
+    from launch.backends.answers import Answer
 
 __all__ = ["ask", "recorded_job", "scheduler_of", "silent_ranks"]
 
@@ -82,4 +85,6 @@ def ask(
         from launch.backends.skypilot import query as skypilot
 
         return skypilot.ending(job_id)
+    from launch.backends.answers import Answer
+
     return Answer(None)

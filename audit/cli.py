@@ -19,14 +19,16 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-from audit._logs import LogFile, Matcher, grep_log, list_logs
 from audit._sanitize import terminal_safe
 from audit.safedir import SafeDir, UnsafeFile, UnusableRunDir
 from launch.spec.console import quiet_broken_pipe, use_colour, version
 from schemas import credentials, safe_io
 from schemas.errors import GymError
+
+if TYPE_CHECKING:  # the log reader loads for `gym-audit logs` only (issue 51 item 9: the audit's start-up)
+    from audit._logs import LogFile, Matcher
 
 OUTPUT_ROOT_ENV = "GYM_OUTPUT_ROOT"
 USAGE = """gym-audit [-h] [--version] [-v | -q] RUN [--json] [--html FILE] [--no-info] [--output-root ROOT]
@@ -273,6 +275,8 @@ def _logs(argv: Sequence[str]) -> int:
     # Followed without context or times, the history is printed by the follower's own reader:
     # a line written while it starts is neither lost nor printed twice.
     follow_all = args.follow and not (args.after or args.before or since is not None or args.merge)
+    from audit._logs import list_logs
+
     with safe:
         logs = list_logs(safe, rank=args.rank, judge=args.judge)
         if not logs and not args.follow:
@@ -301,6 +305,8 @@ class _Redacted:
 
 def _log_filters(args: argparse.Namespace) -> tuple[Matcher, float | None] | None:
     """The pattern and the --since time asked for; None (said on stderr) when one is unusable."""
+    from audit._logs import Matcher
+
     try:
         matcher = Matcher.compile(args.grep, args.ignore_case)
     except re.error as exc:
@@ -327,6 +333,7 @@ def _history(
     """The lines already written, as asked: a plain grep, one view merged in time order, or each
     log with its context lines. The number of matching lines printed."""
     if not (args.after or args.before or since is not None or args.merge or args.follow):
+        from audit._logs import grep_log
 
         def grepped(log: LogFile) -> Iterator[tuple[bytes, bool]]:
             prefix = log.relpath.encode()
@@ -375,6 +382,7 @@ def _follow(safe: SafeDir, printed_logs: list[Any], matcher: Matcher, args: argp
     nothing runs in between; the poll every `--interval` stays where events cannot see every
     write (no watchdog, no inotify, a network filesystem written from other nodes)."""
     from audit import _logview as logview
+    from audit._logs import list_logs
     from schemas.watch import RunDirWatch
 
     follower = logview.Follower(
@@ -405,6 +413,8 @@ def _follow(safe: SafeDir, printed_logs: list[Any], matcher: Matcher, args: argp
 
 
 def _count_lines(safe: SafeDir, relpath: str) -> int:
+    from audit._logs import Matcher, grep_log
+
     n = 1
     for _ in grep_log(safe, relpath, Matcher.compile(None)):
         n += 1

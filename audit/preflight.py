@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit._context import AuditContext
 from audit._model import Finding
 from audit._views import by_rank
 from schemas import names
 from schemas.lenient import as_dict, as_int, as_list
-from schemas.records import PreflightRecord
+
+if TYPE_CHECKING:  # the record's type loads for a run whose nodes ran a preflight (issue 51 item 9)
+    from audit._load import LoadedRun
+    from schemas.records import PreflightRecord
 
 __all__ = [
     "MAX_NAMED",
@@ -46,6 +49,8 @@ class UnfitNode:
 
 def unfit_node(rank: int, doc: Mapping[str, Any]) -> UnfitNode | None:
     """The node of one preflight document, when a check whose mode is "fail" failed there."""
+    from schemas.records import PreflightRecord
+
     rec = PreflightRecord.from_json(doc, rank=rank, relpath=names.preflight(rank))
     return _unfit(rec) if rec is not None else None
 
@@ -67,8 +72,17 @@ def exclude_line(scheduler: str | None, nodes: Iterable[UnfitNode]) -> str:
     return f"resubmit with sbatch --exclude={shown}"
 
 
+def _preflights(run: LoadedRun) -> dict[int, PreflightRecord]:
+    """Every node's preflight record, by rank; none for a run without preflights."""
+    if not run.by_schema("preflight"):
+        return {}
+    from schemas.records import PreflightRecord
+
+    return by_rank(run, "preflight", PreflightRecord)
+
+
 def unfit_nodes(ctx: AuditContext) -> list[UnfitNode]:
-    out = [node for rec in by_rank(ctx.run, "preflight", PreflightRecord).values() if (node := _unfit(rec))]
+    out = [node for rec in _preflights(ctx.run).values() if (node := _unfit(rec))]
     return sorted(out, key=lambda n: n.rank)
 
 
@@ -81,7 +95,7 @@ def check_preflight(ctx: AuditContext) -> list[Finding]:
     [warning], with the ranks it warned on and the first of them's words."""
     out: list[Finding] = []
     warned: dict[str, list[tuple[int, str]]] = {}
-    for rank, rec in sorted(by_rank(ctx.run, "preflight", PreflightRecord).items()):
+    for rank, rec in sorted(_preflights(ctx.run).items()):
         for c in rec.checks:
             problems = [str(p) for p in as_list(c.get("problems"))]
             if c.get("status") == "failed":

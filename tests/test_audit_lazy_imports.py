@@ -1,7 +1,9 @@
 """The audit's start-up cost (issue 51 item 9): readers of files most runs do not have (a hang's
-stacks, the judge gateways' logs, the trainer's replay and rollout records) and the schedulers'
-query clients load only when a run needs them. Checked in a fresh interpreter: after importing the
-audit's entry points, and after auditing a successful run that has none of those files."""
+stacks, the judge gateways' logs, the trainer's replay and rollout records, a Slurm job's output,
+the nodes' preflights), the schedulers' query clients, the readers of the other spec formats and the
+engines' command builders load only when a run needs them. Checked in a fresh interpreter: after
+importing the audit's entry points, and after auditing a successful run that has none of those
+files; and each is loaded where a run or a spec does need it (so the check cannot pass vacuously)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from schemas import names
-from tests.harness.rundirs import success
+from tests.harness.rundirs import ending, killed_replica, success
 
 LAZY = (
     "audit.stacks",
@@ -28,6 +32,21 @@ LAZY = (
     "schemas.records._driver_stop",
     "schemas.records._attempt",
     "schemas.records._submission",
+    # A failed run's log excerpt and `gym-audit logs` read logs; a successful run's audit reads none.
+    "audit._logs",
+    # A Slurm job's output (slurmstepd's words), and a scheduler's answers.
+    "launch.backends.answers",
+    "launch.backends.slurm.ending",
+    # The record type of preflight-RANK.json: a run whose nodes ran a preflight.
+    "schemas.records._preflight",
+    # The readers of a MILES run file and of a NeMo Gym config (the audit reads spec.json).
+    "launch.spec._miles",
+    "launch.spec._nemo_gym",
+    # The engines' command builders: a spec with a managed sglang or vllm judge, or a policy service.
+    "launch.spec.policy_argv",
+    "launch.spec.vllm_argv",
+    "launch.spec.sglang_argv",
+    "launch.spec._engine_command",
 )
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,3 +68,36 @@ def test_auditing_a_run_without_stacks_or_gateway_logs_loads_neither_reader(tmp_
         f"from audit.api import audit_run\nassert audit_run({str(b.path)!r}, ask_scheduler=False).verdict == 'pass'"
     )
     assert loaded == []
+
+
+def _check_spec(data: str) -> str:
+    return f"from launch.spec.config import RunConfig\nfrom launch.spec.resolve import check\ncheck(RunConfig, {data})"
+
+
+@pytest.mark.parametrize(
+    ("needs", "code"),
+    [
+        (["launch.spec._miles"], _check_spec("{'schema_version': 1}")),
+        (["launch.spec._nemo_gym"], _check_spec("{'compute': {}, 'services': {}}")),
+        (
+            ["launch.spec.policy_argv", "launch.spec.vllm_argv", "launch.spec.sglang_argv"],
+            "from launch.spec.load import load_spec\n"
+            + _check_spec(
+                f"load_spec({str(REPO / 'examples' / 'demo.toml')!r}, ('judges.general.backend=\"sglang\"',)).data"
+            ),
+        ),
+    ],
+)
+def test_a_spec_that_needs_a_reader_loads_it(needs: list[str], code: str) -> None:
+    assert set(needs) <= set(_loaded_after(code))
+
+
+def test_a_failed_run_loads_the_readers_of_its_evidence(tmp_path: Path) -> None:
+    killed = killed_replica(tmp_path / "killed").path  # its first cause quotes the agent's log
+    preflight = ending(tmp_path / "preflight", 1, "preflight", ("gpus", "GPU 3 is held")).path
+    loaded = _loaded_after(
+        "from audit.api import audit_run\n"
+        f"assert audit_run({str(killed)!r}, ask_scheduler=False).verdict == 'fail'\n"
+        f"assert audit_run({str(preflight)!r}, ask_scheduler=False).unfit"
+    )
+    assert {"audit._logs", "schemas.records._preflight"} <= set(loaded)

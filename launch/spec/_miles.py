@@ -29,8 +29,6 @@ __all__ = [
     "DEFAULT_EVIDENCE_PRESET",
     "EVIDENCE_SOURCES",
     "EXTENSION_SECTIONS",
-    "FORMAT_GYM",
-    "FORMAT_MILES",
     "LAUNCH_EXTENSIONS",
     "MAPPING",
     "MILES_CREDENTIAL_FIX",
@@ -41,14 +39,10 @@ __all__ = [
     "TRAINER_SECTIONS",
     "Translation",
     "default_driver",
-    "detect",
     "forwarded_overrides",
     "mapping_table",
     "translate",
 ]
-
-FORMAT_MILES = "miles"
-FORMAT_GYM = "gym-agent"
 
 # Sections that belong to the trainer (or the MILES workflow): carried to the driver untouched.
 TRAINER_SECTIONS = (
@@ -153,10 +147,6 @@ class Translation:
             if p.key == ours or p.key.startswith(ours + "."):
                 return Problem(theirs + p.key[len(ours) :], p.message)
         return p
-
-
-def detect(data: Mapping[str, Any]) -> str:
-    return FORMAT_MILES if "schema_version" in data or "model" in data else FORMAT_GYM
 
 
 def _split(path: str) -> list[str]:

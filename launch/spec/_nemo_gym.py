@@ -24,9 +24,8 @@ from launch.spec.errors import Problem
 from launch.spec.keypath import format_key
 from schemas import DriverEnv
 
-__all__ = ["FORMAT_NEMO_GYM", "detect", "translate"]
+__all__ = ["translate"]
 
-FORMAT_NEMO_GYM = "nemo-gym"
 TOP_LEVEL = ("compute", "services", "driver", "job", "otel")
 REQUIRED_TOP = ("compute", "services", "driver", "job")
 COMPUTE_KEYS = ("type", "account", "hostname", "walltime", "node_pools", "extra_args")
@@ -54,11 +53,6 @@ POLICY_KEYS = ("policy_base_url", "policy_model_name", "policy_api_key")  # what
 PLACEHOLDER_KEY = "dummy"
 # Where a gym eval run writes its rollouts: beside the run's own records.
 ROLLOUTS = f"${DriverEnv.RUN_DIR}/nemo-gym/rollouts.jsonl"
-
-
-def detect(data: Mapping[str, Any]) -> bool:
-    """A NeMo Gym submission config: both ``compute`` and ``services`` at the top level."""
-    return "compute" in data and "services" in data
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,17 @@ import dataclasses
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from launch.spec import _keys as keys
-from launch.spec import _miles as miles
-from launch.spec import _nemo_gym as nemo_gym
 from launch.spec import _seed_layout as seed_layout
 from launch.spec import _slurm_directives as slurm_directives
 from launch.spec import names
 from launch.spec._fields import REQUIRED, default_of, frozen, key_info, section_info, spelled
+from launch.spec._formats import FORMAT_GYM, FORMAT_NEMO_GYM, source_format
 from launch.spec.errors import Problem, SpecError
 from launch.spec.keypath import format_key
 from launch.spec.load import ResolvedSpec
-from launch.spec.policy_argv import owned_flags
 from launch.spec.sections import (
     DriverConfig,
     InferenceConfig,
@@ -55,9 +53,11 @@ from launch.spec.sections import (
     RubricConfig,
     TrainerConfig,
 )
-from launch.spec.vllm_argv import owned_flag_problems
 from schemas import DriverEnv
 from schemas.credentials import CREDENTIAL_VALUE, CREDENTIAL_WORDS, argv_credentials, looks_like_credential
+
+if TYPE_CHECKING:
+    from launch.spec._miles import Translation
 
 __all__ = [
     "AGENT_OWNED_RAY_FLAGS",
@@ -386,11 +386,15 @@ def _managed_judge_problems(j: JudgeConfig, p: Path_, *, staged_weights: bool) -
         yield from _weights_problems(j, f"a managed {j.backend} judge", p, staged=staged_weights)
     elif j.weights is not None:
         yield "weights", "is for an sglang or vllm server; the reference judge loads none: remove it"
-    owned = owned_flags(j.backend) if j.backend in ("sglang", "vllm") else None
-    if owned is None and j.extra_args:
+    if j.backend in ("sglang", "vllm"):
+        # The engines' command builders load for a spec with such a judge or a policy only.
+        from launch.spec.policy_argv import owned_flags
+        from launch.spec.vllm_argv import owned_flag_problems
+
+        for i, message in owned_flag_problems(j.extra_args, owned_flags(j.backend)):
+            yield f"extra_args.{i}", message
+    elif j.extra_args:
         yield "extra_args", f"is for an sglang or vllm server; the {j.backend} judge takes none: remove it"
-    for i, message in owned_flag_problems(j.extra_args, owned or frozenset()):
-        yield f"extra_args.{i}", message
     if j.tensor_parallel_size != j.gpus:
         tp = j.tensor_parallel_size
         yield "tensor_parallel_size", f"must equal gpus ({j.gpus}): one server spans its GPUs, not {tp}"
@@ -782,6 +786,9 @@ def _policy_rules(
             "rollout engines and a policy service would be two policies)",
         )
     check_argv(c, policy.extra_args, (*p, "extra_args"))
+    from launch.spec.policy_argv import owned_flags
+    from launch.spec.vllm_argv import owned_flag_problems
+
     for i, message in owned_flag_problems(policy.extra_args, owned_flags(policy.backend)):
         c.add((*p, "extra_args", str(i)), message)
     service_rules(c, policy, p)
@@ -892,7 +899,7 @@ class Checked:
 
     problems: list[Problem]
     built: dict[str, Any] | None
-    translation: miles.Translation | None = None
+    translation: Translation | None = None
 
     def user_problems(self, problems: list[Problem]) -> list[Problem]:
         """``problems`` (found on this project's spelling) as the user spelled the keys."""
@@ -903,21 +910,27 @@ def check(model: type, data: Mapping[str, Any], overrides: tuple[str, ...] = ())
     """Every key-level problem of ``data`` in either spelling, and the model's arguments when there is none."""
     if not isinstance(data, Mapping):
         return Checked([Problem("spec", f"must be a table, not {keys.describe(data)}")], None)
-    if nemo_gym.detect(data):
-        translation, source_format = nemo_gym.translate(data, overrides), nemo_gym.FORMAT_NEMO_GYM
-    elif miles.detect(data) == miles.FORMAT_MILES:
-        translation, source_format = miles.translate(data, overrides), miles.FORMAT_MILES
-    else:
+    spelled_in = source_format(data)
+    if spelled_in == FORMAT_GYM:
         return Checked(*_check_spelled(model, data))
+    # The other formats' readers load for a file in that format only (the audit's start-up: issue 51 item 9).
+    if spelled_in == FORMAT_NEMO_GYM:
+        from launch.spec import _nemo_gym as nemo_gym
+
+        translation = nemo_gym.translate(data, overrides)
+    else:
+        from launch.spec import _miles as miles
+
+        translation = miles.translate(data, overrides)
     # NeMo Gym's vLLM loads a service's model itself: its weights need not be staged (a warning says so).
-    problems, built = _check_spelled(model, translation.data, staged_weights=source_format != nemo_gym.FORMAT_NEMO_GYM)
+    problems, built = _check_spelled(model, translation.data, staged_weights=spelled_in != FORMAT_NEMO_GYM)
     out = Checked([*translation.problems], None, translation)
     # A key the translation already refused (and dropped) is not reported a second time as missing.
     seen = {p.key for p in translation.problems}
     out.problems.extend(p for p in out.user_problems(problems) if p.key not in seen)
     if built is not None and not out.problems:
         built.update(
-            source_format=source_format, trainer_sections=translation.trainer_sections, warnings=translation.warnings
+            source_format=spelled_in, trainer_sections=translation.trainer_sections, warnings=translation.warnings
         )
         return Checked(out.problems, built, translation)
     return out

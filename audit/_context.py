@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit._expected import PlanView
 from audit._judge_replies import ReplyCounts
@@ -14,7 +14,6 @@ from audit._model import Finding, Outcome
 from audit._training_evidence import NOT_DECLARED, TrainingEvidence
 from audit._views import (
     AddressRec,
-    FailureRec,
     PhasesRec,
     PlacementRec,
     addresses,
@@ -26,6 +25,9 @@ from audit._views import (
 )
 from schemas import names, order
 from schemas.records import CleanupRecord, CompleteRecord
+
+if TYPE_CHECKING:
+    from audit._views import FailureRec
 
 __all__ = ["AuditContext", "build_context"]
 

@@ -29,12 +29,16 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from audit._model import Cause, Sender
 from audit._ray_evidence import ray_evidence
-from audit._views import FailureRec, PhasesRec
+from audit._views import PhasesRec
 from audit.safedir import SafeDir
 from schemas import FailureKind, Phase, names
+
+if TYPE_CHECKING:
+    from audit._views import FailureRec
 
 __all__ = [
     "JUDGE_KINDS",

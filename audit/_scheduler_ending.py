@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 from audit._first_cause import signal_like
 from audit._load import LoadedRun
 from audit._model import Cause
-from audit._views import AddressRec, FailureRec
+from audit._views import AddressRec
 from audit.safedir import SafeDir, UnsafeFile
 from schemas import FailureKind, names
 
 if TYPE_CHECKING:  # the Slurm output's reader loads for a run that has a job output (issue 51 item 9)
+    from audit._views import FailureRec
     from launch.backends.answers import SchedulerEnding
     from schemas.records import SubmissionRecord
 

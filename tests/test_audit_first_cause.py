@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from audit._first_cause import analyse
-from audit._views import FailureRec
+from schemas.records import FailureRecord as FailureRec
 
 
 def rec(rank: int, kind: str, t: float | None, reacting_to: int | None = None) -> FailureRec:

@@ -39,6 +39,8 @@ LAZY = (
     "launch.backends.slurm.ending",
     # The record type of preflight-RANK.json: a run whose nodes ran a preflight.
     "schemas.records._preflight",
+    # A failure record's type: a run where some rank failed.
+    "schemas.records._failure",
     # The readers of a MILES run file and of a NeMo Gym config (the audit reads spec.json).
     "launch.spec._miles",
     "launch.spec._nemo_gym",
@@ -100,4 +102,4 @@ def test_a_failed_run_loads_the_readers_of_its_evidence(tmp_path: Path) -> None:
         f"assert audit_run({str(killed)!r}, ask_scheduler=False).verdict == 'fail'\n"
         f"assert audit_run({str(preflight)!r}, ask_scheduler=False).unfit"
     )
-    assert {"audit._logs", "schemas.records._preflight"} <= set(loaded)
+    assert {"audit._logs", "schemas.records._preflight", "schemas.records._failure"} <= set(loaded)

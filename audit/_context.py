@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from audit._expected import PlanView
-from audit._judge_replies import ReplyCounts
 from audit._load import LoadedRun
 from audit._model import Finding, Outcome
 from audit._training_evidence import NOT_DECLARED, TrainingEvidence
@@ -26,7 +25,8 @@ from audit._views import (
 from schemas import names, order
 from schemas.records import CleanupRecord, CompleteRecord
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the judges' reply counting loads for a run whose judges ran (issue 51 item 9)
+    from audit._judge_replies import ReplyCounts
     from audit._views import FailureRec
 
 __all__ = ["AuditContext", "build_context"]
@@ -51,7 +51,7 @@ class AuditContext:
     outcome: Outcome
     # Read from files beyond the JSON artifacts (audit/_training_evidence.py, audit/_judge_replies.py).
     training: TrainingEvidence = NOT_DECLARED
-    replies: ReplyCounts = ReplyCounts()
+    replies: ReplyCounts | None = None  # None: no judge ran, there is nothing to count
 
     @property
     def succeeded(self) -> bool:
@@ -135,5 +135,5 @@ def build_context(
         node_of_rank={r: n for n, r in owners.items()},
         outcome=outcome,
         training=training,
-        replies=replies or ReplyCounts(),
+        replies=replies,
     )

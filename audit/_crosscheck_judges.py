@@ -15,6 +15,7 @@ from schemas.lenient import ABSENT
 from schemas.records import CanariesRecord, CanaryBinding, RegistryJudge, RegistryRecord
 
 if TYPE_CHECKING:  # loaded where a run has judges' records (most have none: issue 51 item 9)
+    from audit._judge_replies import ReplyCounts
     from schemas.records import GatewayRecord, JudgeEndpointRecord
 
 __all__ = ["check_canaries", "check_gateways", "check_judge_endpoints", "check_judge_replies", "check_registry"]
@@ -296,9 +297,9 @@ def _canaries_verdict(doc: CanariesRecord, found: list[Finding]) -> list[Finding
     return []
 
 
-def _reply_detail(ctx: AuditContext) -> str:
+def _reply_detail(r: ReplyCounts) -> str:
     parts = []
-    for name, j in sorted(ctx.replies.judges.items()):
+    for name, j in sorted(r.judges.items()):
         if j.gateway_replied is not None:
             lost = f", {j.gateway_lost} line(s) lost to rotation" if j.gateway_lost else ""
             n = j.gateway_replied
@@ -321,7 +322,7 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
     Above what the judges answered: an error (replies that never happened trained nothing).
     Below: a warning (a driver may count graded samples only, or other clients used the judge)."""
     r = ctx.replies
-    if not ctx.plan.bindings or r.claimed is None:
+    if not ctx.plan.bindings or r is None or r.claimed is None:
         return []
     f = names.DRIVER_RESULT
     upper, lower = r.upper_bound, r.independent
@@ -331,7 +332,7 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
                 "error",
                 "judge_replies.claim_exceeds",
                 f"the driver claims {r.claimed} judge replies, but the judges answered at most {upper} "
-                f"({_reply_detail(ctx)})",
+                f"({_reply_detail(r)})",
                 f,
                 json_path="$.judge_replies",
             )
@@ -342,7 +343,7 @@ def check_judge_replies(ctx: AuditContext) -> list[Finding]:
                 "warning",
                 "judge_replies.claim_below",
                 f"the driver claims {r.claimed} judge replies, fewer than the {lower} the judges answered it "
-                f"({_reply_detail(ctx)}): it counts something else, or another client used the judges",
+                f"({_reply_detail(r)}): it counts something else, or another client used the judges",
                 f,
                 json_path="$.judge_replies",
             )

@@ -353,9 +353,10 @@ def _declared_evidence(ctx: AuditContext) -> list[Finding]:
 
 def _judge_replies_shown(ctx: AuditContext) -> list[Finding]:
     """A spec that binds judges needs a judge reply to the driver, counted independently of its claim."""
-    if not ctx.plan.bindings or ctx.replies.independent:
+    independent = ctx.replies.independent if ctx.replies is not None else None
+    if not ctx.plan.bindings or independent:
         return []
-    why = " (none of the bound judges could be counted)" if ctx.replies.independent is None else ""
+    why = " (none of the bound judges could be counted)" if independent is None else ""
     return [
         Finding(
             "error",

@@ -38,7 +38,6 @@ from audit._doorbell import summary as doorbell_summary
 from audit._expected import PlanView, expected_plan
 from audit._filesystem import check_filesystem, mounts
 from audit._first_cause import analyse, order_key
-from audit._judge_replies import count_replies
 from audit._load import LoadedRun, current_attempt, load_run
 from audit._model import AttemptSummary, AuditResult, Cause, Finding, GpuCell, NodeMap, RankSummary, Verdict
 from audit._ray_startup import startup_table
@@ -112,6 +111,10 @@ def _with_evidence(ctx: AuditContext, safe: SafeDir) -> AuditContext:
     rank = ctx.driver_rank
     log = names.driver_log(rank) if rank is not None else None
     training = read_evidence(safe, ctx.plan.evidence, log)
+    if not (ctx.plan.bindings or ctx.plan.bound_judges):
+        return dataclasses.replace(ctx, training=training)  # no judge ran: no reply to count (nor its reader)
+    from audit._judge_replies import count_replies
+
     result = DriverResultRecord.from_json(ctx.run.doc(names.DRIVER_RESULT))
     claimed = result.judge_replies if result is not None else None
     replies = count_replies(safe, ctx.run, ctx.plan.bound_judges, ctx.plan.judge_modes, claimed)
@@ -289,7 +292,7 @@ def audit_run(path: str | Path, ask_scheduler: bool = True, _outputs: _JobOutput
             notes=tuple(notes),
             attempts=_attempts(safe, Path(path), ctx.outcome, verdict, first, ask_scheduler, outputs),
             training=training_summary(ctx),
-            judge_replies=ctx.replies.to_json() if ctx.plan.bindings else None,
+            judge_replies=ctx.replies.to_json() if ctx.plan.bindings and ctx.replies is not None else None,
             filesystem=tuple(m.to_json() for m in mounts(run)),
             doorbell=doorbell_summary(ctx.cleanups),
             unfit=_unfit(unfit, scheduler_query.scheduler_of(backend_of(run), ctx.addresses)),
@@ -319,7 +322,7 @@ def _check_findings(
 ) -> list[Finding]:
     """What reading the files, the plan, the schemas, the evidence and every cross-check found."""
     findings = list(run.findings) + planned + check_schemas(run, fingerprint)
-    findings += [*ctx.training.findings, *ctx.replies.findings]
+    findings += [*ctx.training.findings, *(ctx.replies.findings if ctx.replies is not None else ())]
     for check in CHECKS:
         findings.extend(_guarded(check, ctx))
     return findings

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.audit_scale import generate
 from schemas import names
 from tests.harness.rundirs import ending, killed_replica, success
 
@@ -50,11 +51,14 @@ LAZY = (
     "launch.spec.sglang_argv",
     "launch.spec._engine_command",
 )
+# What a run whose spec binds no judge never needs: the counting of the judges' replies.
+UNJUDGED = ("audit._judge_replies",)
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _loaded_after(code: str) -> list[str]:
-    probe = f"import sys\n{code}\nprint(__import__('json').dumps([m for m in {LAZY!r} if m in sys.modules]))"
+    lazy = LAZY + UNJUDGED
+    probe = f"import sys\n{code}\nprint(__import__('json').dumps([m for m in {lazy!r} if m in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -68,6 +72,16 @@ def test_auditing_a_run_without_stacks_or_gateway_logs_loads_neither_reader(tmp_
     assert not list(b.path.glob("stacks-*.json")) and not (b.path / names.gateway_log("general")).exists()
     loaded = _loaded_after(
         f"from audit.api import audit_run\nassert audit_run({str(b.path)!r}, ask_scheduler=False).verdict == 'pass'"
+    )
+    assert loaded == list(UNJUDGED)  # its spec binds a judge
+
+
+def test_auditing_a_local_run_without_judges_loads_no_reader_it_does_not_need(tmp_path: Path) -> None:
+    # The run the audit's speed is measured on (bench/audit_scale.py), at 2 replicas: local, no
+    # judges, no preflight, no failure, its spec in this project's format.
+    run = generate(tmp_path, 2, "success")
+    loaded = _loaded_after(
+        f"from audit.api import audit_run\nassert audit_run({str(run)!r}, ask_scheduler=False).verdict == 'pass'"
     )
     assert loaded == []
 

@@ -191,7 +191,6 @@ def _write_html(target: Path, text: str) -> None:
 def _audit(argv: Sequence[str]) -> int:
     # Imported here: `gym-audit logs` and `ls` start without the audit's checks and renderers.
     from audit import _report_json as report_json
-    from audit import _report_text as report_text
     from audit.api import audit_run
 
     args = _audit_parser().parse_args(argv)
@@ -211,6 +210,8 @@ def _audit(argv: Sequence[str]) -> int:
     if args.json:
         sys.stdout.write(report_json.render(result))
     else:
+        from audit import _report_text as report_text  # the text report's renderer: --json needs none
+
         text = report_text.render(result, show_info=not args.no_info and args.verbosity >= 0)
         if args.verbosity < 0:
             text = _quiet(text)

@@ -42,6 +42,8 @@ LAZY = (
     "schemas.records._preflight",
     # A failure record's type: a run where some rank failed.
     "schemas.records._failure",
+    # The text report's renderer: `gym-audit RUN --json` prints none.
+    "audit._report_text",
     # The readers of a MILES run file and of a NeMo Gym config (the audit reads spec.json).
     "launch.spec._miles",
     "launch.spec._nemo_gym",
@@ -80,10 +82,9 @@ def test_auditing_a_local_run_without_judges_loads_no_reader_it_does_not_need(tm
     # The run the audit's speed is measured on (bench/audit_scale.py), at 2 replicas: local, no
     # judges, no preflight, no failure, its spec in this project's format.
     run = generate(tmp_path, 2, "success")
-    loaded = _loaded_after(
-        f"from audit.api import audit_run\nassert audit_run({str(run)!r}, ask_scheduler=False).verdict == 'pass'"
-    )
-    assert loaded == []
+    audit = f"from audit.cli import main\nassert main([{str(run)!r}, '--offline', *{{}}]) == 0"
+    assert _loaded_after(audit.format("['--json']")) == []  # as `gym-audit RUN --json` runs it
+    assert "audit._report_text" in _loaded_after(audit.format("[]"))  # the text report
 
 
 def _check_spec(data: str) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 
-from audit._first_cause import analyse
+from audit._first_cause import SIGNALLED_EXIT_CODES, analyse
 from schemas.records import FailureRecord as FailureRec
 
 
@@ -149,3 +150,8 @@ def test_a_reaction_to_an_overwritten_record_is_a_root() -> None:
     r1 = FailureRec(**{**r1.__dict__, "reacting_to_incarnation": "the-original-0"})
     fc, _, _ = first(rec(0, "peer_failure", 102.0, reacting_to=1), r1)
     assert fc is not None and fc.rank in (0, 1)
+
+
+def test_the_signalled_exit_codes_are_sighup_sigint_and_sigterm() -> None:
+    # Written out as numbers (the audit does not import `signal`): they must stay these signals.
+    assert {-signal.SIGHUP, -signal.SIGINT, -signal.SIGTERM} == SIGNALLED_EXIT_CODES

@@ -27,6 +27,7 @@ LAZY = (
     "launch.backends.skypilot.query",
     "subprocess",
     "statistics",
+    "signal",  # its enums: the audit writes the three signals it names as numbers
     # The record types of files a successful run without a regrade, a checkpoint grace, restarts
     # or gym-launch's submission does not have (schemas/records/ loads each on first use).
     "schemas.records._regrade",

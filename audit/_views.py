@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from audit._load import Artifact, LoadedRun
-from schemas.lenient import Lenient, as_int
+from schemas.lenient import Lenient, as_int, decoder
 from schemas.records import (
     AddressRecord,
     CleanupRecord,
@@ -62,11 +62,12 @@ def rank_of(art: Artifact) -> int | None:
 def by_rank(run: LoadedRun, schema: str, record: type[R]) -> dict[int, R]:
     """Every readable `schema` artifact of the run as `record`, by the rank it belongs to."""
     out: dict[int, R] = {}
+    read = decoder(record)  # looked up once: thousands of ranks' records
     for art in run.by_schema(schema):
         rank = rank_of(art)
         if rank is None:
             continue
-        rec = record.from_json(art.doc, rank=rank, relpath=art.relpath)
+        rec = read(art.doc, {"rank": rank, "relpath": art.relpath})
         if rec is not None:
             out[rank] = rec
     return out

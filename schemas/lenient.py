@@ -53,6 +53,7 @@ __all__ = [
     "as_str",
     "as_written",
     "decode",
+    "decoder",
     "doc_field",
     "items_as_written",
     "nonempty_dict",
@@ -190,6 +191,12 @@ def decode(cls: type[T], doc: object, **given: Any) -> T | None:
     """`cls` read from `doc`; None when `doc` is no object or a required field reads as nothing."""
     # The ignore: mypy does not take a TypeVar's class for Hashable (every class is).
     return _decoder(cls)(doc, given)  # type: ignore[arg-type, no-any-return]
+
+
+def decoder(cls: type[T]) -> Callable[[object, Mapping[str, Any]], T | None]:
+    """`cls`'s decoder: `decoder(cls)(doc, given)` is `decode(cls, doc, **given)`, for a reader of
+    many records of one type (no lookup and no keyword arguments per record)."""
+    return _decoder(cls)  # type: ignore[arg-type]
 
 
 @functools.cache

@@ -146,7 +146,8 @@ def load_run(safe: SafeDir) -> LoadedRun:
             _load_other(safe, run, relpath, parsed)
             continue
         doc = _read_object(safe, run, relpath, parsed.rank)
-        if isinstance(doc, dict) and not names.is_run_level(relpath) and doc.get("attempt", 1) != attempt:
+        # The stamp first: asking each of thousands of names whether it is the run's costs more.
+        if isinstance(doc, dict) and doc.get("attempt", 1) != attempt and not names.is_run_level(relpath):
             # A straggler or a planted record: the agents of this attempt ignored it, so do we.
             run.findings.append(
                 Finding(

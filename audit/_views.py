@@ -49,7 +49,7 @@ def mask_entries(mask: str | None) -> tuple[str, ...]:
     """CUDA_VISIBLE_DEVICES split into entries ('' is the empty mask, not one empty entry)."""
     if not mask:
         return ()
-    return tuple(e.strip() for e in mask.split(","))
+    return tuple([e.strip() for e in mask.split(",")])  # a list, not a generator: asked per node and judge
 
 
 def rank_of(art: Artifact) -> int | None:

@@ -43,6 +43,7 @@ class LoadedRun:
     # JSON Lines artifacts (grades-RANK.jsonl and its segments): every line validated on load.
     jsonl: dict[str, JsonlArtifact] = field(default_factory=dict)
     logs: dict[str, int] = field(default_factory=dict)  # relpath -> size in bytes
+    judge_logs: dict[str, str] = field(default_factory=dict)  # the judges' among logs: relpath -> judge
     others: dict[str, int] = field(default_factory=dict)  # names.OTHER_FILES present: relpath -> size
     # Streamed JSON Lines artifacts (the sample ledger): relpath -> size; their own check reads them.
     streamed: dict[str, int] = field(default_factory=dict)
@@ -199,6 +200,8 @@ def _load_other(safe: SafeDir, run: LoadedRun, relpath: str, parsed: names.Parse
             run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
         else:
             run.logs[relpath] = size
+            if parsed.log == "judge" and parsed.judge:  # named once here, not parsed again per log
+                run.judge_logs[relpath] = parsed.judge
     elif parsed is not None and parsed.streamed:
         size = safe.size(relpath)
         if size is None:

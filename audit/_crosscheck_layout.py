@@ -272,7 +272,8 @@ def check_ray_layout(ctx: AuditContext) -> list[Finding]:
     expected_doc, actual_doc = layout.expected, layout.actual
     if ctx.plan.source == "launch" and ctx.plan.nodes and len(ctx.owner_of_node) == len(ctx.plan.nodes):
         want: dict[str, float] = {}
-        joined = ctx.plan.ray_nodes
+        # A set: asked once per node, and a tuple's `in` is a scan of every node.
+        joined = set(ctx.plan.ray_nodes) if ctx.plan.ray_nodes is not None else None
         for node in ctx.plan.nodes:
             if joined is not None and node.index not in joined:
                 continue  # a node outside ray.node_pools runs no Ray

@@ -261,10 +261,8 @@ def count_replies(
     found: list[Finding] = []
     canaries = canary_replies(run.doc(names.CANARIES))
     logs_of: dict[str, list[str]] = defaultdict(list)
-    for rel in sorted(run.logs):
-        parsed = names.parse(rel)
-        if parsed is not None and parsed.log == "judge" and parsed.judge:
-            logs_of[parsed.judge].append(rel)
+    for rel, judge in sorted(run.judge_logs.items()):
+        logs_of[judge].append(rel)
     grades, read = count_grades((art.relpath, line) for art, line in run.jsonl_lines("grade"))
     gateway = count_gateway(line for _, line in run.jsonl_lines("judge-gateway"))
     judges: dict[str, JudgeReplies] = {}

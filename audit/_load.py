@@ -43,6 +43,7 @@ class LoadedRun:
     # JSON Lines artifacts (grades-RANK.jsonl and its segments): every line validated on load.
     jsonl: dict[str, JsonlArtifact] = field(default_factory=dict)
     logs: dict[str, int] = field(default_factory=dict)  # relpath -> size in bytes
+    judge_logs: dict[str, str] = field(default_factory=dict)  # the judges' among logs: relpath -> judge
     others: dict[str, int] = field(default_factory=dict)  # names.OTHER_FILES present: relpath -> size
     # Streamed JSON Lines artifacts (the sample ledger): relpath -> size; their own check reads them.
     streamed: dict[str, int] = field(default_factory=dict)
@@ -146,7 +147,8 @@ def load_run(safe: SafeDir) -> LoadedRun:
             _load_other(safe, run, relpath, parsed)
             continue
         doc = _read_object(safe, run, relpath, parsed.rank)
-        if isinstance(doc, dict) and not names.is_run_level(relpath) and doc.get("attempt", 1) != attempt:
+        # The stamp first: asking each of thousands of names whether it is the run's costs more.
+        if isinstance(doc, dict) and doc.get("attempt", 1) != attempt and not names.is_run_level(relpath):
             # A straggler or a planted record: the agents of this attempt ignored it, so do we.
             run.findings.append(
                 Finding(
@@ -198,6 +200,8 @@ def _load_other(safe: SafeDir, run: LoadedRun, relpath: str, parsed: names.Parse
             run.findings.append(Finding("error", "file.unreadable", "log cannot be opened", relpath))
         else:
             run.logs[relpath] = size
+            if parsed.log == "judge" and parsed.judge:  # named once here, not parsed again per log
+                run.judge_logs[relpath] = parsed.judge
     elif parsed is not None and parsed.streamed:
         size = safe.size(relpath)
         if size is None:

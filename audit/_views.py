@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar
 
 from audit._load import Artifact, LoadedRun
-from schemas.lenient import Lenient, as_int
+from schemas.lenient import Lenient, as_int, decoder
 from schemas.records import (
     AddressRecord,
     CleanupRecord,
@@ -50,7 +50,7 @@ def mask_entries(mask: str | None) -> tuple[str, ...]:
     """CUDA_VISIBLE_DEVICES split into entries ('' is the empty mask, not one empty entry)."""
     if not mask:
         return ()
-    return tuple(e.strip() for e in mask.split(","))
+    return tuple([e.strip() for e in mask.split(",")])  # a list, not a generator: asked per node and judge
 
 
 def rank_of(art: Artifact) -> int | None:
@@ -63,11 +63,12 @@ def rank_of(art: Artifact) -> int | None:
 def by_rank(run: LoadedRun, schema: str, record: type[R]) -> dict[int, R]:
     """Every readable `schema` artifact of the run as `record`, by the rank it belongs to."""
     out: dict[int, R] = {}
+    read = decoder(record)  # looked up once: thousands of ranks' records
     for art in run.by_schema(schema):
         rank = rank_of(art)
         if rank is None:
             continue
-        rec = record.from_json(art.doc, rank=rank, relpath=art.relpath)
+        rec = read(art.doc, {"rank": rank, "relpath": art.relpath})
         if rec is not None:
             out[rank] = rec
     return out

@@ -53,6 +53,7 @@ __all__ = [
     "as_str",
     "as_written",
     "decode",
+    "decoder",
     "doc_field",
     "items_as_written",
     "nonempty_dict",
@@ -139,6 +140,8 @@ _INLINE: dict[Reader, str] = {
     as_int: "if not isinstance({v}, int) or isinstance({v}, bool): {v} = None",
     as_bool: "if not isinstance({v}, bool): {v} = None",
     as_dict: "if not isinstance({v}, dict): {v} = {{}}",
+    # A finite float is read as itself: only another value asks as_num (an int, a bool, NaN, ...).
+    as_num: "if type({v}) is not float or not isfinite({v}): {v} = as_num({v})",
 }
 
 
@@ -181,6 +184,7 @@ class _Field(NamedTuple):
 
 
 _REQUIRED = object()
+_NONE: Mapping[str, Any] = {}  # a nested record's given fields: none
 
 
 def decode(cls: type[T], doc: object, **given: Any) -> T | None:
@@ -189,8 +193,14 @@ def decode(cls: type[T], doc: object, **given: Any) -> T | None:
     return _decoder(cls)(doc, given)  # type: ignore[arg-type, no-any-return]
 
 
+def decoder(cls: type[T]) -> Callable[[object, Mapping[str, Any]], T | None]:
+    """`cls`'s decoder: `decoder(cls)(doc, given)` is `decode(cls, doc, **given)`, for a reader of
+    many records of one type (no lookup and no keyword arguments per record)."""
+    return _decoder(cls)  # type: ignore[arg-type]
+
+
 @functools.cache
-def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
+def _decoder(cls: type[Any]) -> Callable[..., Any]:
     """`cls`'s decoder, written out once per record type from its fields (as dataclasses writes
     __init__): the audit decodes thousands of ranks' records, and a loop that asks every field
     how it is read took about 1.4 times as long (a 1024-replica run's records). Field by field:
@@ -200,7 +210,8 @@ def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
     - an unreadable field takes its default (a factory's new value), and a required one, which has
       none, makes the whole record unreadable (None).
     """
-    scope: dict[str, Any] = {"cls": cls, "ABSENT": ABSENT, "as_dict": as_dict}
+    scope: dict[str, Any] = {"cls": cls, "ABSENT": ABSENT, "none": _NONE}
+    scope.update(as_dict=as_dict, as_num=as_num, isfinite=math.isfinite)
     body = ["    if not isinstance(doc, dict):", "        return None"]
     objects: dict[tuple[str, ...], str] = {(): "doc"}
     values = []
@@ -242,8 +253,9 @@ def _decoder(cls: type[Any]) -> Callable[[object, Mapping[str, Any]], Any]:
         body.append("    return record")
     else:
         body.append(f"    return cls({', '.join(values)})")
-    exec("def decode(doc, given):\n" + "\n".join(body), scope)  # noqa: S102 - our own text, from the fields
-    decoder: Callable[[object, Mapping[str, Any]], Any] = scope["decode"]
+    exec("def decode(doc, given=none):\n" + "\n".join(body), scope)  # noqa: S102 - our own text, from the fields
+    # (doc, given): `given` defaults to none (a nested record's decoder is called with its object alone).
+    decoder: Callable[..., Any] = scope["decode"]
     return decoder
 
 
@@ -308,11 +320,10 @@ def _reader(tp: Any) -> Reader:
         return _text if tp is str else _SCALARS[tp]
     origin = typing.get_origin(tp)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = _reader_of_item(args[0])
+        readable = _readable(_reader_of_item(args[0]))
 
         def readable_items(v: Any) -> tuple[Any, ...]:
-            # A list comprehension, not a generator: one call per list, not one per item.
-            return tuple([x for x in map(item, v) if x is not None]) if isinstance(v, list) else ()
+            return readable(v) if isinstance(v, list) else ()
 
         return readable_items
     if origin in (dict, Mapping):
@@ -330,12 +341,12 @@ def _optional_reader(tp: Any) -> Reader:
         return _SCALARS[tp]
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = _reader_of_item(args[0])
+        readable = _readable(_reader_of_item(args[0]))
 
         def all_or_none(v: Any) -> tuple[Any, ...] | None:
             if not isinstance(v, list):
                 return None
-            out = tuple([x for x in map(item, v) if x is not None])
+            out = readable(v)
             return out if len(out) == len(v) else None
 
         return all_or_none
@@ -351,11 +362,26 @@ def _reader_of_item(tp: Any) -> Reader:
     return as_str if tp is str else _reader(tp)
 
 
+def _readable(item: Reader) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """The items of a list that `item` reads as something, in order."""
+    # A list comprehension, not a generator: one call per list, not one per item. The common
+    # item readers written as a test in place: a call per item was most of the time of reading
+    # every rank's device indices and names.
+    if item is as_str:
+        return lambda v: tuple([x for x in v if isinstance(x, str)])
+    if item is as_int:
+        return lambda v: tuple([x for x in v if isinstance(x, int) and not isinstance(x, bool)])
+    return lambda v: tuple([x for x in map(item, v) if x is not None])
+
+
 def _record_reader(cls: type[Any]) -> Reader:
     # The nested record's decoder, bound once: it is asked for every item of every rank's records.
     read = _decoder(cls)  # type: ignore[arg-type]
-    none: Mapping[str, Any] = {}
-    return lambda v: read(v if isinstance(v, dict) else {}, none)
+    if any(f.default is _REQUIRED for f in _fields(cls)):  # type: ignore[arg-type]
+        # A record with a required field reads as nothing from {}, as its decoder reads any value
+        # that is no object: the decoder itself, without a call in between.
+        return read
+    return lambda v: read(v if isinstance(v, dict) else {})
 
 
 def _is_optional(tp: Any) -> bool:

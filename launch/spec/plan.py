@@ -552,11 +552,11 @@ def _ray_nodes(config: RunConfig, nodes: Sequence[NodePlan], driver: int) -> tup
     return tuple(n.index for n in nodes if n.index == driver or n.pool in spanned)
 
 
-def _ray_sees_free_gpus(config: RunConfig, node: NodePlan, ray_nodes: Sequence[int]) -> bool:
+def _ray_sees_free_gpus(config: RunConfig, node: NodePlan, joined: frozenset[int]) -> bool:
     """Seed 001: a node that joins Ray and holds no trainer or rollout GPUs gives Ray the GPUs nothing else
     uses there (Ray would detect them) when its pool is named in ray.node_pools or the run has neither a
     trainer nor rollout (a Ray service for a benchmark that places its own devices)."""
-    if node.index not in ray_nodes or node.ray_gpus or not node.unused_gpus:
+    if node.index not in joined or node.ray_gpus or not node.unused_gpus:
         return False
     named = config.ray.node_pools is not None and node.pool in config.ray.node_pools
     return named or (config.trainer.nodes == 0 and config.inference.gpus == 0)
@@ -602,7 +602,8 @@ def _build(config: RunConfig) -> tuple[Plan | None, list[Problem]]:
     problems = _outside_ray(config, nodes, ray_nodes)
     if problems:
         return None, problems
-    nodes = tuple(_with_free_gpus_to_ray(n) if _ray_sees_free_gpus(config, n, ray_nodes) else n for n in nodes)
+    joined = frozenset(ray_nodes)  # asked once per node: a tuple's `in` is a scan of every node
+    nodes = tuple(_with_free_gpus_to_ray(n) if _ray_sees_free_gpus(config, n, joined) else n for n in nodes)
     used = sum(n.used_gpus for n in nodes)
     return (
         Plan(

@@ -258,16 +258,23 @@ def _screened(texts: list[str]) -> list[str]:
     plain = list(filter(str.isascii, texts))
     joined = "\0".join(plain)
     upper = joined.upper()
-    ends = list(itertools.accumulate(map(operator.add, map(len, plain), itertools.repeat(1))))
     starts = [m.start() for m in _HEAD.finditer(joined)]
-    for text, needles in ((upper, CREDENTIAL_WORDS), (joined, ("-----BEGIN", "://"))):
+    for text, needles in ((upper, _WORD_NEEDLES), (joined, ("-----BEGIN", "://"))):
         for needle in needles:  # str.find: much faster than a pattern of alternatives
             at = text.find(needle)
             while at >= 0:
                 starts.append(at)
                 at = text.find(needle, at + 1)
-    hits = sorted({bisect.bisect_right(ends, at) for at in starts})
-    return [plain[i] for i in hits] + list(itertools.filterfalse(str.isascii, texts))
+    hits: list[str] = []
+    if starts:
+        ends = list(itertools.accumulate(map(operator.add, map(len, plain), itertools.repeat(1))))
+        hits = [plain[i] for i in sorted({bisect.bisect_right(ends, at) for at in starts})]
+    return hits + list(itertools.filterfalse(str.isascii, texts))
+
+
+# The credential words no other one contains ("PASS" is in "PASSWORD"): a text holds a word only if
+# it holds one of these.
+_WORD_NEEDLES = tuple(w for w in CREDENTIAL_WORDS if not any(o != w and o in w for o in CREDENTIAL_WORDS))
 
 
 def redact_bytes(data: bytes) -> bytes:
@@ -449,28 +456,36 @@ class _Redaction:
         keys = tuple(rows[0])
         if not all(map(keys.__eq__, map(tuple, rows))):
             return None
-        columns: list[Any] = list(zip(*map(dict.values, rows)))  # noqa: B905 (one set of keys)
-        flat = []
-        for i, column in enumerate(columns):
+        fresh: set[Any] = set()
+        copied: dict[Any, list[Any]] = {}  # the columns of containers: each row's copy
+        for key, column in zip(keys, zip(*map(dict.values, rows), strict=True), strict=True):
             kinds = set(map(type, column))
+            if kinds <= _SCALARS:  # (a NaN too: only a dataclass's field is copied for one)
+                continue
             if kinds <= _FLAT:
-                flat.append(column)
+                fresh.update(column)
             elif kinds <= _SEQUENCES and _SCALARS.issuperset(map(type, itertools.chain.from_iterable(column))):
-                columns[i] = list(map(list, column))  # a sequence comes back as a list
-            elif kinds == _DICT and (copies := self.rows(column)) is not None:
-                columns[i] = copies
+                copied[key] = list(map(list, column))  # a sequence comes back as a list
+            elif kinds == _DICT and (inner := self.rows(column)) is not None:
+                copied[key] = inner
             else:
                 return None
-        if not self.kept_flat(list(itertools.chain.from_iterable(flat))):
+        if not self.kept_fresh([t for t in fresh.difference(self._unchanged) if type(t) is str]):
             return None
-        if len(flat) == len(columns):
-            return list(map(dict, rows))
-        return list(map(dict, map(zip, itertools.repeat(keys), zip(*columns))))  # noqa: B905
+        out = list(map(dict, rows))
+        for key, copies in copied.items():
+            for row, copy in zip(out, copies, strict=True):
+                row[key] = copy
+        return out
 
 
 def _numbers(values: list[Any]) -> bool:
     """Numbers only, none a NaN."""
     kinds = set(map(type, values))
+    if kinds == _FLOAT:  # the sum of floats is a NaN if one is (or inf - inf: then each is compared)
+        total = sum(values)
+        if total == total:
+            return True
     return kinds <= _SCALARS and (float not in kinds or all(map(operator.eq, values, values)))
 
 
@@ -490,6 +505,7 @@ _TEXTS = frozenset({str, type(None)})
 _SEQUENCES = frozenset({list, tuple})
 _FLAT = _SCALARS | {str}
 _DICT = frozenset({dict})
+_FLOAT = frozenset({float})
 # The dataclasses found to be no string, mapping or sequence (a report's rows: one lookup each).
 _DATACLASSES: set[type] = set()
 

@@ -10,7 +10,9 @@ environment, substituted by the agent only in the exec of its child (``reference
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -243,6 +245,38 @@ def _in_url(word: str) -> str:
     return _USERINFO.sub(lambda m: f"{m.group(1)}:{REDACTED}@", word) if "@" in word else word
 
 
+def _screened(texts: list[str]) -> list[str]:
+    """Of these texts, the ones where _may_hold could be true (a superset: the rule keeps the
+    others as they are), found by a few searches over the texts joined instead of a call each (an
+    audit's result holds ~5,000 distinct strings). Each condition of _may_hold needs a token's
+    prefix (_HEAD, anywhere), a credential word in the upper-cased text, a PEM block, a URL or a
+    held value; none of these matches across the NUL between two texts, so each match is in one
+    text. Upper-casing keeps the length of ASCII only: the other texts, and every text while
+    values are held, are left to the rule."""
+    if _HELD:
+        return texts
+    plain = list(filter(str.isascii, texts))
+    joined = "\0".join(plain)
+    upper = joined.upper()
+    starts = [m.start() for m in _HEAD.finditer(joined)]
+    for text, needles in ((upper, _WORD_NEEDLES), (joined, ("-----BEGIN", "://"))):
+        for needle in needles:  # str.find: much faster than a pattern of alternatives
+            at = text.find(needle)
+            while at >= 0:
+                starts.append(at)
+                at = text.find(needle, at + 1)
+    hits: list[str] = []
+    if starts:
+        ends = list(itertools.accumulate(map(operator.add, map(len, plain), itertools.repeat(1))))
+        hits = [plain[i] for i in sorted({bisect.bisect_right(ends, at) for at in starts})]
+    return hits + list(itertools.filterfalse(str.isascii, texts))
+
+
+# The credential words no other one contains ("PASS" is in "PASSWORD"): a text holds a word only if
+# it holds one of these.
+_WORD_NEEDLES = tuple(w for w in CREDENTIAL_WORDS if not any(o != w and o in w for o in CREDENTIAL_WORDS))
+
+
 def redact_bytes(data: bytes) -> bytes:
     """A log's bytes as a file may keep them (redact_text); bytes that are no UTF-8 pass through
     unchanged."""
@@ -296,33 +330,52 @@ class _Redaction:
         if kind is list or kind is tuple:
             return self.sequence(value)
         if kind is dict:
-            return {k: self.value(v) for k, v in value.items()}
+            return self.mapping(value)
         if isinstance(value, str):
             return redact_text(value)
         if isinstance(value, Mapping):
             return {k: self.value(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return self.sequence(value)
-        if hasattr(kind, "__dataclass_fields__") and not isinstance(value, type):
-            _DATACLASSES.add(kind)  # none of the above: the checks before are skipped next time
+        if _walked_as_dataclass(value):
             return self.fields(value, kind)
         return value
 
+    def mapping(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        if self.kept_flat(list(value.values())):
+            return dict(value)
+        return {k: v if type(v) in _SCALARS else self.value(v) for k, v in value.items()}
+
     def sequence(self, value: list[Any] | tuple[Any, ...]) -> list[Any]:
+        if type(value) in _SEQUENCES:  # (a subclass: the full path below)
+            if not value:
+                return []
+            if not isinstance(value[0], str):
+                # A report's rows (a rank's phases, a node's GPUs, a node's dict): one type,
+                # checked all at once; the full path below decides where the check cannot.
+                kinds = set(map(type, value))
+                if kinds <= _SCALARS:
+                    return list(value)
+                if kinds == _DICT:
+                    rows = self.rows(value)
+                    if rows is not None:
+                        return rows
+                elif len(kinds) == 1 and self.kept(value):
+                    return list(value)
+                return [self.value(v) for v in value]
         if all(isinstance(v, str) for v in value):
             return [self.text(v) if type(v) is str else redact_text(v) for v in redact_argv(value)]
         return [self.value(v) for v in value]
 
     def fields(self, value: Any, kind: type) -> Any:
-        names, values = _init_fields(kind)
-        unchanged, changes = self._unchanged, {}
-        olds = values(value)
-        for old in olds:  # most records of a result: every field a number or a string read before
-            k = type(old)
-            if not ((k is str and old in unchanged) or (k in _SCALARS and old == old)):
-                break
+        plan = _plan(kind)
+        changes = {}
+        olds: Sequence[Any]
+        if self.kept_plain(plan, (value,)):  # its strings and numbers stay: only the other fields are read
+            names, olds = plan.others, tuple(get(value) for get in plan.other_getters)
         else:
-            return value
+            names, olds = plan.names, plan.values(value)
+        unchanged = self._unchanged
         for name, old in zip(names, olds, strict=True):
             k = type(old)
             if k in _SCALARS or (k is str and old in unchanged):  # most fields of a report's rows
@@ -336,21 +389,172 @@ class _Redaction:
                 changes[name] = new
         return dataclasses.replace(value, **changes) if changes else value
 
+    # The checks below say only whether redaction keeps values as they are, at C speed over many
+    # values at once; a False sends the values through the full path above, which alone decides
+    # what changes. An annotation only groups fields (a record decoded leniently may hold anything
+    # in a field): each value's type is checked.
 
+    def kept(self, items: Sequence[Any]) -> bool:
+        """Whether redaction keeps each of ``items`` (instances of one type) as it is."""
+        first = items[0]
+        if type(first) not in _DATACLASSES and not _walked_as_dataclass(first):
+            return False
+        plan = _plan(type(first))
+        if not self.kept_plain(plan, items):
+            return False
+        return all(self.kept_field(list(map(get, items))) for get in plan.other_getters)
+
+    def kept_plain(self, plan: _Plan, items: Sequence[Any]) -> bool:
+        """Whether the fields annotated as strings hold only strings the rule keeps (or None), and
+        those annotated as numbers only numbers (no NaN: the full path copies a record for one)."""
+        texts: set[Any] = set()
+        for get in plan.texts:
+            values = list(map(get, items))
+            if not _TEXTS.issuperset(map(type, values)):
+                return False
+            texts.update(values)
+        for get in plan.numbers:
+            if not _numbers(list(map(get, items))):
+                return False
+        texts = texts.difference(self._unchanged)
+        texts.discard(None)
+        return self.kept_fresh(list(texts))
+
+    def kept_field(self, values: list[Any]) -> bool:
+        """Whether one field of many instances stays in each: strings the rule keeps, numbers,
+        sequences of instances of one type that stay."""
+        kinds = set(map(type, values))
+        if kinds <= _FLAT:
+            return (float not in kinds or all(map(operator.eq, values, values))) and self.kept_flat(values)
+        if not kinds <= _SEQUENCES:
+            return False
+        items = list(itertools.chain.from_iterable(values))
+        return not items or (not isinstance(items[0], str) and len(set(map(type, items))) == 1 and self.kept(items))
+
+    def kept_flat(self, values: Sequence[Any]) -> bool:
+        """Whether values of a mapping or a sequence are each kept: numbers (a NaN too: only a
+        dataclass's field is copied for one) and strings the rule keeps."""
+        if not _FLAT.issuperset(map(type, values)):
+            return False
+        fresh = set(values).difference(self._unchanged)
+        return self.kept_fresh([t for t in fresh if type(t) is str])
+
+    def kept_fresh(self, texts: list[str]) -> bool:
+        """Whether the rule keeps each of these strings, none read before: screened together
+        first (_screened), each one the screen leaves read by the rule."""
+        if len(texts) > 1:
+            rest = _screened(texts)
+            if len(rest) < len(texts):
+                self._unchanged.update(set(texts).difference(rest))
+                texts = rest
+        return all(self.text(t) is t for t in texts)
+
+    def rows(self, rows: Sequence[dict[Any, Any]]) -> list[dict[Any, Any]] | None:
+        """Dicts of one set of keys in one order (a table's rows, each exactly a dict), copied
+        column by column when each column is kept: numbers, strings the rule keeps, lists of
+        numbers, such rows again. None: the caller reads them one by one."""
+        keys = tuple(rows[0])
+        if not all(map(keys.__eq__, map(tuple, rows))):
+            return None
+        fresh: set[Any] = set()
+        copied: dict[Any, list[Any]] = {}  # the columns of containers: each row's copy
+        for key, column in zip(keys, zip(*map(dict.values, rows), strict=True), strict=True):
+            kinds = set(map(type, column))
+            if kinds <= _SCALARS:  # (a NaN too: only a dataclass's field is copied for one)
+                continue
+            if kinds <= _FLAT:
+                fresh.update(column)
+            elif kinds <= _SEQUENCES and _SCALARS.issuperset(map(type, itertools.chain.from_iterable(column))):
+                copied[key] = list(map(list, column))  # a sequence comes back as a list
+            elif kinds == _DICT and (inner := self.rows(column)) is not None:
+                copied[key] = inner
+            else:
+                return None
+        if not self.kept_fresh([t for t in fresh.difference(self._unchanged) if type(t) is str]):
+            return None
+        out = list(map(dict, rows))
+        for key, copies in copied.items():
+            for row, copy in zip(out, copies, strict=True):
+                row[key] = copy
+        return out
+
+
+def _numbers(values: list[Any]) -> bool:
+    """Numbers only, none a NaN."""
+    kinds = set(map(type, values))
+    if kinds == _FLOAT:  # the sum of floats is a NaN if one is (or inf - inf: then each is compared)
+        total = sum(values)
+        if total == total:
+            return True
+    return kinds <= _SCALARS and (float not in kinds or all(map(operator.eq, values, values)))
+
+
+def _walked_as_dataclass(value: Any) -> bool:
+    """Whether redact reads ``value`` field by field (no string, mapping or sequence): its type is
+    remembered, the checks are skipped next time."""
+    kind = type(value)
+    if isinstance(value, (str, Mapping, list, tuple, type)):
+        return False
+    if not hasattr(kind, "__dataclass_fields__"):
+        return False
+    _DATACLASSES.add(kind)
+    return True
+
+
+_TEXTS = frozenset({str, type(None)})
+_SEQUENCES = frozenset({list, tuple})
+_FLAT = _SCALARS | {str}
+_DICT = frozenset({dict})
+_FLOAT = frozenset({float})
 # The dataclasses found to be no string, mapping or sequence (a report's rows: one lookup each).
 _DATACLASSES: set[type] = set()
-_INIT_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
 
 
-def _init_fields(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
-    """A dataclass's fields its constructor takes, and a reader of their values in one call
-    (dataclasses.fields is slow: asked once a class)."""
-    plan = _INIT_FIELDS.get(kind)
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How redact reads one dataclass: the fields its constructor takes, readers of those
+    annotated as strings (or None) and as numbers, and of the others."""
+
+    names: tuple[str, ...]
+    values: Callable[[Any], Sequence[Any]]
+    texts: tuple[Callable[[Any], Any], ...]
+    numbers: tuple[Callable[[Any], Any], ...]
+    others: tuple[str, ...]
+    other_getters: tuple[Callable[[Any], Any], ...]
+
+
+_PLANS: dict[type, _Plan] = {}
+_TEXT_WORDS = frozenset({"str", "None"})
+_NUMBER_WORDS = frozenset({"int", "float", "bool", "None"})
+
+
+def _plan(kind: type) -> _Plan:
+    plan = _PLANS.get(kind)
     if plan is None:
-        names = tuple(f.name for f in dataclasses.fields(kind) if f.init)
-        many = operator.attrgetter(*names) if len(names) > 1 else None
-        plan = _INIT_FIELDS[kind] = (names, many or (lambda v: tuple(getattr(v, n) for n in names)))
+        fields = [f for f in dataclasses.fields(kind) if f.init]  # dataclasses.fields is slow: once a class
+        names = tuple(f.name for f in fields)
+        texts = tuple(f.name for f in fields if _annotated(f.type, _TEXT_WORDS))
+        numbers = tuple(f.name for f in fields if _annotated(f.type, _NUMBER_WORDS) and f.name not in texts)
+        others = tuple(n for n in names if n not in texts and n not in numbers)
+        plan = _PLANS[kind] = _Plan(
+            names,
+            operator.attrgetter(*names) if len(names) > 1 else (lambda v: tuple(getattr(v, n) for n in names)),
+            tuple(map(operator.attrgetter, texts)),
+            tuple(map(operator.attrgetter, numbers)),
+            others,
+            tuple(map(operator.attrgetter, others)),
+        )
     return plan
+
+
+def _annotated(annotation: Any, words: frozenset[str]) -> bool:
+    """Whether an annotation names only these types (a Literal of strings counts as "str")."""
+    spelled = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    parts = [p.strip() for p in spelled.split("|")]
+    return all(p in words or ("str" in words and re.fullmatch(_LITERAL_STRINGS, p)) for p in parts)
+
+
+_LITERAL_STRINGS = r"(?:typing\.)?Literal\[(?:\s*(['\"])[^'\"|]*\1\s*,?)+\]"  # compiled at the first plan
 
 
 def references(argv: Iterable[str]) -> tuple[str, ...]:

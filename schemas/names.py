@@ -479,13 +479,17 @@ def _head(relpath: str) -> str:
     return m.group() if m else ""
 
 
+def _pattern_head(pattern: re.Pattern[str]) -> str:
+    m = _PATTERN_HEAD_RE.match(pattern.pattern)
+    if m is None:  # a new pattern must keep the rule, or the lookups below would miss it
+        raise ValueError(f"name pattern {pattern.pattern!r} does not start with a literal head")
+    return m.group(1)
+
+
 def _by_head(table: Iterable[tuple[re.Pattern[str], str]]) -> dict[str, tuple[tuple[re.Pattern[str], str], ...]]:
     out: dict[str, list[tuple[re.Pattern[str], str]]] = {}
     for pattern, value in table:
-        m = _PATTERN_HEAD_RE.match(pattern.pattern)
-        if m is None:  # a new pattern must keep the rule, or the lookups below would miss it
-            raise ValueError(f"name pattern {pattern.pattern!r} does not start with a literal head")
-        out.setdefault(m.group(1), []).append((pattern, value))
+        out.setdefault(_pattern_head(pattern), []).append((pattern, value))
     return {head: tuple(entries) for head, entries in out.items()}
 
 
@@ -550,38 +554,53 @@ def jsonl_schema_for(relpath: str) -> str | None:
     return next((schema for p, schema in _JSONL_BY_HEAD.get(_head(relpath), ()) if p.match(relpath)), None)
 
 
+def _groups(pattern: re.Pattern[str]) -> tuple[int, int]:
+    """Which groups of a name pattern hold (the rank, the judge), 0 for none. The two names that
+    carry both (judge-NAME-RANK.json/.log) name the judge first; gateway-NAME.json only a judge."""
+    if pattern.groups == 2:
+        return 2, 1
+    if pattern.groups == 1:
+        return (1, 0) if pattern.pattern.count(r"(\d+)") == 1 else (0, 1)
+    return 0, 0
+
+
+def _rules() -> dict[str, tuple[tuple[re.Pattern[str], dict[str, object], int, int], ...]]:
+    """head -> (pattern, the Parsed fields of its names but rank and judge, rank group, judge
+    group), in the order `parse` tries them: JSON Lines artifacts, JSON artifacts, logs."""
+    tables: list[tuple[re.Pattern[str], dict[str, object], tuple[int, int]]] = [
+        (GRADES_RE, {"schema": "grade", "lines": True}, (1, 0)),
+        (GATEWAY_LOG_RE, {"schema": "judge-gateway", "lines": True}, (0, 1)),  # group 2: the segment
+        (LEDGER_RE, {"schema": "ledger", "lines": True, "streamed": True}, (1, 0)),
+    ]
+    tables += [(p, {"schema": schema}, _groups(p)) for p, schema in ARTIFACT_PATTERNS]
+    tables += [(p, {"schema": "log", "log": kind}, _groups(p)) for p, kind in LOG_KINDS]
+    out: dict[str, list[tuple[re.Pattern[str], dict[str, object], int, int]]] = {}
+    for pattern, fields, (rank_at, judge_at) in tables:
+        # Every field in the order of Parsed's, so that a match only sets rank and judge.
+        defaults: dict[str, object] = {"schema": "", "rank": None, "judge": None, "log": None}
+        defaults.update(lines=False, streamed=False)
+        out.setdefault(_pattern_head(pattern), []).append((pattern, defaults | fields, rank_at, judge_at))
+    return {head: tuple(rules) for head, rules in out.items()}
+
+
+_RULES = _rules()
+
+
 def parse(relpath: str) -> Parsed | None:
     """Parse any JSON artifact, JSON Lines artifact or log name; None when it is not part of the contract."""
-    head = _head(relpath)
-    if head in _JSONL_BY_HEAD:
-        segment = grades_segment(relpath)
-        if segment is not None:
-            return Parsed("grade", segment[0], None, lines=True)
-        gateway = gateway_log_segment(relpath)
-        if gateway is not None:
-            return Parsed("judge-gateway", None, gateway[0], lines=True)
-        m = LEDGER_RE.match(relpath)
+    for pattern, fields, rank_at, judge_at in _RULES.get(_head(relpath), ()):
+        m = pattern.match(relpath)
         if m is not None:
-            return Parsed("ledger", int(m.group(1)), None, lines=True, streamed=True)
-    for pattern, schema in _ARTIFACTS_BY_HEAD.get(head, ()):
-        m = pattern.match(relpath)
-        if m:
-            return Parsed(schema, *_rank_judge(m))
-    for pattern, kind in _LOGS_BY_HEAD.get(head, ()):
-        m = pattern.match(relpath)
-        if m:
-            return Parsed("log", *_rank_judge(m), log=kind)
+            # Filled at once, not through the frozen __init__'s object.__setattr__ per field:
+            # the audit parses every name of the run directory (8,000 at 1,024 ranks).
+            parsed: Parsed = object.__new__(Parsed)
+            parsed.__dict__.update(fields)
+            if rank_at:
+                parsed.__dict__["rank"] = int(m[rank_at])
+            if judge_at:
+                parsed.__dict__["judge"] = m[judge_at]
+            return parsed
     return None
-
-
-def _rank_judge(m: re.Match[str]) -> tuple[int | None, str | None]:
-    """Judge names come first in the two names that carry one (judge-NAME-RANK.json/.log)."""
-    groups = m.groups()
-    if len(groups) == 2:
-        return int(groups[1]), groups[0]
-    if groups and not groups[0].isdigit():  # gateway-NAME.json: a judge, no rank
-        return None, groups[0]
-    return (int(groups[0]), None) if groups else (None, None)
 
 
 def schema_for(relpath: str) -> str | None:

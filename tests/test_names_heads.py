@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import names
+from tests.test_names_parse import previous_parse as linear_parse
 
 PIECES = [
     "spec", "addresses/", "address-", "heartbeats/", "heartbeat-", "failures/", "failure-", "acks/", "ack-",
@@ -15,19 +16,6 @@ PIECES = [
     "warning", "registry", "complete", "submission", "regrade", "0", "1", "12", "x", ".", "/", ".json", ".jsonl",
     ".log", ".out", ".toml", ".tmp", "A",
 ]  # fmt: skip
-
-
-def linear_parse(relpath: str) -> names.Parsed | None:
-    m = names.GRADES_RE.match(relpath)
-    if m:
-        return names.Parsed("grade", int(m.group(1)), None, lines=True)
-    for pattern, schema in names.ARTIFACT_PATTERNS:
-        if m := pattern.match(relpath):
-            return names.Parsed(schema, *names._rank_judge(m))
-    for pattern, kind in names.LOG_KINDS:
-        if m := pattern.match(relpath):
-            return names.Parsed("log", *names._rank_judge(m), log=kind)
-    return None
 
 
 @settings(max_examples=400, deadline=None)

@@ -61,9 +61,12 @@ def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
+_NOT_PLAIN = frozenset(("", ".", ".."))  # path parts that no run-directory name holds
+
+
 def split(relpath: str) -> list[str]:
     parts = relpath.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if not _NOT_PLAIN.isdisjoint(parts):  # one set test, not a generator per file (8,000 an audit)
         raise UnsafeEntry("file.bad_name", repr(relpath), "is not a plain run-directory name")
     return parts
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import operator
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from schemas.safe_io import MAX_ARTIFACT_BYTES, UnsafeEntry
 __all__ = ["MAX_ENTRIES", "SafeDir", "UnsafeFile", "UnusableRunDir"]
 
 MAX_ENTRIES = 100_000  # a run directory holds a few files per rank; more is hostile or broken
+_NAME = operator.attrgetter("name")  # a listing's sort key, read in C (8,200 entries at 1,024 ranks)
 
 
 class UnusableRunDir(GymError):
@@ -170,7 +172,7 @@ class SafeDir:
         def walk(fd: int, prefix: str, depth: int) -> None:
             nonlocal truncated
             try:
-                entries = sorted(os.scandir(fd), key=lambda e: e.name)
+                entries = sorted(os.scandir(fd), key=_NAME)
             except OSError:
                 return
             for entry in entries:

@@ -7,6 +7,7 @@ cheap on a shared filesystem.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
@@ -574,12 +575,12 @@ def _rules() -> dict[str, tuple[tuple[re.Pattern[str], dict[str, object], int, i
     ]
     tables += [(p, {"schema": schema}, _groups(p)) for p, schema in ARTIFACT_PATTERNS]
     tables += [(p, {"schema": "log", "log": kind}, _groups(p)) for p, kind in LOG_KINDS]
+    # Every field of Parsed, in its order (its default, None for one without), so that a match
+    # only sets the rank and the judge.
+    defaults = {f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(Parsed)}
     out: dict[str, list[tuple[re.Pattern[str], dict[str, object], int, int]]] = {}
-    for pattern, fields, (rank_at, judge_at) in tables:
-        # Every field in the order of Parsed's, so that a match only sets rank and judge.
-        defaults: dict[str, object] = {"schema": "", "rank": None, "judge": None, "log": None}
-        defaults.update(lines=False, streamed=False)
-        out.setdefault(_pattern_head(pattern), []).append((pattern, defaults | fields, rank_at, judge_at))
+    for pattern, own, (rank_at, judge_at) in tables:
+        out.setdefault(_pattern_head(pattern), []).append((pattern, defaults | own, rank_at, judge_at))
     return {head: tuple(rules) for head, rules in out.items()}
 
 

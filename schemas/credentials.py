@@ -410,7 +410,7 @@ class _Redaction:
         texts: set[Any] = set()
         for get in plan.texts:
             values = list(map(get, items))
-            if not _TEXTS.issuperset(map(type, values)):
+            if not _strings(values) and not _TEXTS.issuperset(map(type, values)):
                 return False
             texts.update(values)
         for get in plan.numbers:
@@ -477,6 +477,16 @@ class _Redaction:
             for row, copy in zip(out, copies, strict=True):
                 row[key] = copy
         return out
+
+
+def _strings(values: list[Any]) -> bool:
+    """Strings only (str.join takes nothing else): a subclass's instance is read by the rule as
+    its text, or kept by being equal to a text the rule keeps, as the full path keeps it."""
+    try:
+        "".join(values)
+    except TypeError:
+        return False
+    return True
 
 
 def _numbers(values: list[Any]) -> bool:
@@ -550,11 +560,14 @@ def _plan(kind: type) -> _Plan:
 def _annotated(annotation: Any, words: frozenset[str]) -> bool:
     """Whether an annotation names only these types (a Literal of strings counts as "str")."""
     spelled = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
-    parts = [p.strip() for p in spelled.split("|")]
-    return all(p in words or ("str" in words and re.fullmatch(_LITERAL_STRINGS, p)) for p in parts)
+    return all(p in words or ("str" in words and _literal_strings(p)) for p in map(str.strip, spelled.split("|")))
 
 
-_LITERAL_STRINGS = r"(?:typing\.)?Literal\[(?:\s*(['\"])[^'\"|]*\1\s*,?)+\]"  # compiled at the first plan
+def _literal_strings(spelled: str) -> bool:
+    """Literal["a", 'b'] (an annotation only groups fields: a wrong guess costs time, not a result)."""
+    head, _, rest = spelled.partition("[")
+    args = [a.strip() for a in rest.removesuffix("]").split(",")]
+    return head.removeprefix("typing.") == "Literal" and all(len(a) > 1 and a[0] == a[-1] in "'\"" for a in args)
 
 
 def references(argv: Iterable[str]) -> tuple[str, ...]:

@@ -258,7 +258,16 @@ def _screened(texts: list[str]) -> list[str]:
     plain = list(filter(str.isascii, texts))
     joined = "\0".join(plain)
     upper = joined.upper()
-    starts = [m.start() for m in _HEAD.finditer(joined)]
+    starts: list[int] = []
+    if _PREFIX_HEADS is None:
+        starts += (m.start() for m in _HEAD.finditer(joined))
+    else:  # where a token's prefix could start, each asked of the pattern
+        for head in _PREFIX_HEADS:
+            at = joined.find(head)
+            while at >= 0:
+                if _HEAD.match(joined, at):
+                    starts.append(at)
+                at = joined.find(head, at + 1)
     for text, needles in ((upper, _WORD_NEEDLES), (joined, ("-----BEGIN", "://"))):
         for needle in needles:  # str.find: much faster than a pattern of alternatives
             at = text.find(needle)
@@ -272,6 +281,19 @@ def _screened(texts: list[str]) -> list[str]:
     return hits + list(itertools.filterfalse(str.isascii, texts))
 
 
+def _prefix_heads() -> tuple[str, ...] | None:
+    """The first two characters of each alternative of _PREFIXES, where each is two literal
+    characters (None: the screen searches by the pattern)."""
+    alternatives = _PREFIXES.split("|")
+    if "(" in _PREFIXES or not all(
+        a[:2].replace("_", "x").replace("-", "x").isalnum() and len(a[:2]) == 2 and a[2:3] not in ("?", "*", "{")
+        for a in alternatives
+    ):
+        return None
+    return tuple(dict.fromkeys(a[:2] for a in alternatives))
+
+
+_PREFIX_HEADS = _prefix_heads()
 # The credential words no other one contains ("PASS" is in "PASSWORD"): a text holds a word only if
 # it holds one of these.
 _WORD_NEEDLES = tuple(w for w in CREDENTIAL_WORDS if not any(o != w and o in w for o in CREDENTIAL_WORDS))
@@ -520,17 +542,26 @@ _FLOAT = frozenset({float})
 _DATACLASSES: set[type] = set()
 
 
-@dataclasses.dataclass(frozen=True)
 class _Plan:
     """How redact reads one dataclass: the fields its constructor takes, readers of those
-    annotated as strings (or None) and as numbers, and of the others."""
+    annotated as strings (or None) and as numbers, and of the others. (A plain class: a
+    dataclass costs its module's import the compiling of its methods.)"""
 
-    names: tuple[str, ...]
-    values: Callable[[Any], Sequence[Any]]
-    texts: tuple[Callable[[Any], Any], ...]
-    numbers: tuple[Callable[[Any], Any], ...]
-    others: tuple[str, ...]
-    other_getters: tuple[Callable[[Any], Any], ...]
+    __slots__ = ("names", "numbers", "other_getters", "others", "texts", "values")
+
+    def __init__(self, kind: type) -> None:
+        fields = [f for f in dataclasses.fields(kind) if f.init]  # dataclasses.fields is slow: once a class
+        self.names = tuple(f.name for f in fields)
+        texts = tuple(f.name for f in fields if _annotated(f.type, _TEXT_WORDS))
+        numbers = tuple(f.name for f in fields if _annotated(f.type, _NUMBER_WORDS) and f.name not in texts)
+        self.others = tuple(n for n in self.names if n not in texts and n not in numbers)
+        names = self.names
+        self.values: Callable[[Any], Sequence[Any]] = (
+            operator.attrgetter(*names) if len(names) > 1 else (lambda v: tuple(getattr(v, n) for n in names))
+        )
+        self.texts = tuple(map(operator.attrgetter, texts))
+        self.numbers = tuple(map(operator.attrgetter, numbers))
+        self.other_getters = tuple(map(operator.attrgetter, self.others))
 
 
 _PLANS: dict[type, _Plan] = {}
@@ -541,19 +572,7 @@ _NUMBER_WORDS = frozenset({"int", "float", "bool", "None"})
 def _plan(kind: type) -> _Plan:
     plan = _PLANS.get(kind)
     if plan is None:
-        fields = [f for f in dataclasses.fields(kind) if f.init]  # dataclasses.fields is slow: once a class
-        names = tuple(f.name for f in fields)
-        texts = tuple(f.name for f in fields if _annotated(f.type, _TEXT_WORDS))
-        numbers = tuple(f.name for f in fields if _annotated(f.type, _NUMBER_WORDS) and f.name not in texts)
-        others = tuple(n for n in names if n not in texts and n not in numbers)
-        plan = _PLANS[kind] = _Plan(
-            names,
-            operator.attrgetter(*names) if len(names) > 1 else (lambda v: tuple(getattr(v, n) for n in names)),
-            tuple(map(operator.attrgetter, texts)),
-            tuple(map(operator.attrgetter, numbers)),
-            others,
-            tuple(map(operator.attrgetter, others)),
-        )
+        plan = _PLANS[kind] = _Plan(kind)
     return plan
 
 

@@ -189,9 +189,15 @@ def test_a_lie_in_one_row_of_a_table_is_found() -> None:
             assert repr(credentials.redact(rows)) == repr(_by_the_rule(rows))
 
 
-def test_the_screen_passes_on_every_text_the_rule_could_redact(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("by_heads", [True, False])
+def test_the_screen_passes_on_every_text_the_rule_could_redact(monkeypatch: pytest.MonkeyPatch, by_heads: bool) -> None:
     """_screened may leave out only texts where _may_hold is false (the rule keeps them): texts
-    of the words a fast path could get wrong, batched any way; and it does leave plain ones out."""
+    of the words a fast path could get wrong, batched any way; and it does leave plain ones out.
+    A token's prefix is looked for where one of its first two characters is (_PREFIX_HEADS), or
+    by the pattern where the pattern cannot say so."""
+    assert credentials._PREFIX_HEADS is not None  # every prefix starts with two plain characters
+    if not by_heads:
+        monkeypatch.setattr(credentials, "_PREFIX_HEADS", None)
     rng = random.Random(9)
     texts = _texts(8000, seed=9) + [p.lower() for p in PIECES] + [p.upper() for p in PIECES]
     texts += ["x\0--api-key", "sk-\0", "a\0b=hf_x", "PA\0SS=1", "ſecret=x", "--paſs y"]

@@ -444,14 +444,26 @@ class _Redaction:
 
     def kept_field(self, values: list[Any]) -> bool:
         """Whether one field of many instances stays in each: strings the rule keeps, numbers,
-        sequences of instances of one type that stay."""
+        flat dicts, records of one type that stay, sequences of numbers or of such records."""
         kinds = set(map(type, values))
         if kinds <= _FLAT:
             return (float not in kinds or all(map(operator.eq, values, values))) and self.kept_flat(values)
+        if _NONE in kinds:  # an optional field: None stays
+            kinds.discard(_NONE)
+            values = [v for v in values if v is not None]
+        if kinds == _DICT:  # a dict comes back equal, as the field's value itself (a NaN too)
+            return self.kept_flat(list(itertools.chain.from_iterable(map(dict.values, values))))
+        if len(kinds) == 1 and not kinds <= _SEQUENCES:
+            return self.kept(values)
         if not kinds <= _SEQUENCES:
             return False
         items = list(itertools.chain.from_iterable(values))
-        return not items or (not isinstance(items[0], str) and len(set(map(type, items))) == 1 and self.kept(items))
+        if not items:
+            return True
+        kinds = set(map(type, items))
+        if kinds <= _SCALARS:  # a sequence of numbers comes back equal (a NaN is the same object)
+            return True
+        return len(kinds) == 1 and not isinstance(items[0], str) and self.kept(items)
 
     def kept_flat(self, values: Sequence[Any]) -> bool:
         """Whether values of a mapping or a sequence are each kept: numbers (a NaN too: only a
@@ -537,6 +549,7 @@ _TEXTS = frozenset({str, type(None)})
 _SEQUENCES = frozenset({list, tuple})
 _FLAT = _SCALARS | {str}
 _DICT = frozenset({dict})
+_NONE = type(None)
 _FLOAT = frozenset({float})
 # The dataclasses found to be no string, mapping or sequence (a report's rows: one lookup each).
 _DATACLASSES: set[type] = set()

@@ -258,7 +258,16 @@ def _screened(texts: list[str]) -> list[str]:
     plain = list(filter(str.isascii, texts))
     joined = "\0".join(plain)
     upper = joined.upper()
-    starts = [m.start() for m in _HEAD.finditer(joined)]
+    starts: list[int] = []
+    if _PREFIX_HEADS is None:
+        starts += (m.start() for m in _HEAD.finditer(joined))
+    else:  # where a token's prefix could start, each asked of the pattern
+        for head in _PREFIX_HEADS:
+            at = joined.find(head)
+            while at >= 0:
+                if _HEAD.match(joined, at):
+                    starts.append(at)
+                at = joined.find(head, at + 1)
     for text, needles in ((upper, _WORD_NEEDLES), (joined, ("-----BEGIN", "://"))):
         for needle in needles:  # str.find: much faster than a pattern of alternatives
             at = text.find(needle)
@@ -272,6 +281,19 @@ def _screened(texts: list[str]) -> list[str]:
     return hits + list(itertools.filterfalse(str.isascii, texts))
 
 
+def _prefix_heads() -> tuple[str, ...] | None:
+    """The first two characters of each alternative of _PREFIXES, where each is two literal
+    characters (None: the screen searches by the pattern)."""
+    alternatives = _PREFIXES.split("|")
+    if "(" in _PREFIXES or not all(
+        a[:2].replace("_", "x").replace("-", "x").isalnum() and len(a[:2]) == 2 and a[2:3] not in ("?", "*", "{")
+        for a in alternatives
+    ):
+        return None
+    return tuple(dict.fromkeys(a[:2] for a in alternatives))
+
+
+_PREFIX_HEADS = _prefix_heads()
 # The credential words no other one contains ("PASS" is in "PASSWORD"): a text holds a word only if
 # it holds one of these.
 _WORD_NEEDLES = tuple(w for w in CREDENTIAL_WORDS if not any(o != w and o in w for o in CREDENTIAL_WORDS))
@@ -410,7 +432,7 @@ class _Redaction:
         texts: set[Any] = set()
         for get in plan.texts:
             values = list(map(get, items))
-            if not _TEXTS.issuperset(map(type, values)):
+            if not _strings(values) and not _TEXTS.issuperset(map(type, values)):
                 return False
             texts.update(values)
         for get in plan.numbers:
@@ -422,14 +444,26 @@ class _Redaction:
 
     def kept_field(self, values: list[Any]) -> bool:
         """Whether one field of many instances stays in each: strings the rule keeps, numbers,
-        sequences of instances of one type that stay."""
+        flat dicts, records of one type that stay, sequences of numbers or of such records."""
         kinds = set(map(type, values))
         if kinds <= _FLAT:
             return (float not in kinds or all(map(operator.eq, values, values))) and self.kept_flat(values)
+        if _NONE in kinds:  # an optional field: None stays
+            kinds.discard(_NONE)
+            values = [v for v in values if v is not None]
+        if kinds == _DICT:  # a dict comes back equal, as the field's value itself (a NaN too)
+            return self.kept_flat(list(itertools.chain.from_iterable(map(dict.values, values))))
+        if len(kinds) == 1 and not kinds <= _SEQUENCES:
+            return self.kept(values)
         if not kinds <= _SEQUENCES:
             return False
         items = list(itertools.chain.from_iterable(values))
-        return not items or (not isinstance(items[0], str) and len(set(map(type, items))) == 1 and self.kept(items))
+        if not items:
+            return True
+        kinds = set(map(type, items))
+        if kinds <= _SCALARS:  # a sequence of numbers comes back equal (a NaN is the same object)
+            return True
+        return len(kinds) == 1 and not isinstance(items[0], str) and self.kept(items)
 
     def kept_flat(self, values: Sequence[Any]) -> bool:
         """Whether values of a mapping or a sequence are each kept: numbers (a NaN too: only a
@@ -479,6 +513,16 @@ class _Redaction:
         return out
 
 
+def _strings(values: list[Any]) -> bool:
+    """Strings only (str.join takes nothing else): a subclass's instance is read by the rule as
+    its text, or kept by being equal to a text the rule keeps, as the full path keeps it."""
+    try:
+        "".join(values)
+    except TypeError:
+        return False
+    return True
+
+
 def _numbers(values: list[Any]) -> bool:
     """Numbers only, none a NaN."""
     kinds = set(map(type, values))
@@ -505,22 +549,32 @@ _TEXTS = frozenset({str, type(None)})
 _SEQUENCES = frozenset({list, tuple})
 _FLAT = _SCALARS | {str}
 _DICT = frozenset({dict})
+_NONE = type(None)
 _FLOAT = frozenset({float})
 # The dataclasses found to be no string, mapping or sequence (a report's rows: one lookup each).
 _DATACLASSES: set[type] = set()
 
 
-@dataclasses.dataclass(frozen=True)
 class _Plan:
     """How redact reads one dataclass: the fields its constructor takes, readers of those
-    annotated as strings (or None) and as numbers, and of the others."""
+    annotated as strings (or None) and as numbers, and of the others. (A plain class: a
+    dataclass costs its module's import the compiling of its methods.)"""
 
-    names: tuple[str, ...]
-    values: Callable[[Any], Sequence[Any]]
-    texts: tuple[Callable[[Any], Any], ...]
-    numbers: tuple[Callable[[Any], Any], ...]
-    others: tuple[str, ...]
-    other_getters: tuple[Callable[[Any], Any], ...]
+    __slots__ = ("names", "numbers", "other_getters", "others", "texts", "values")
+
+    def __init__(self, kind: type) -> None:
+        fields = [f for f in dataclasses.fields(kind) if f.init]  # dataclasses.fields is slow: once a class
+        self.names = tuple(f.name for f in fields)
+        texts = tuple(f.name for f in fields if _annotated(f.type, _TEXT_WORDS))
+        numbers = tuple(f.name for f in fields if _annotated(f.type, _NUMBER_WORDS) and f.name not in texts)
+        self.others = tuple(n for n in self.names if n not in texts and n not in numbers)
+        names = self.names
+        self.values: Callable[[Any], Sequence[Any]] = (
+            operator.attrgetter(*names) if len(names) > 1 else (lambda v: tuple(getattr(v, n) for n in names))
+        )
+        self.texts = tuple(map(operator.attrgetter, texts))
+        self.numbers = tuple(map(operator.attrgetter, numbers))
+        self.other_getters = tuple(map(operator.attrgetter, self.others))
 
 
 _PLANS: dict[type, _Plan] = {}
@@ -531,30 +585,21 @@ _NUMBER_WORDS = frozenset({"int", "float", "bool", "None"})
 def _plan(kind: type) -> _Plan:
     plan = _PLANS.get(kind)
     if plan is None:
-        fields = [f for f in dataclasses.fields(kind) if f.init]  # dataclasses.fields is slow: once a class
-        names = tuple(f.name for f in fields)
-        texts = tuple(f.name for f in fields if _annotated(f.type, _TEXT_WORDS))
-        numbers = tuple(f.name for f in fields if _annotated(f.type, _NUMBER_WORDS) and f.name not in texts)
-        others = tuple(n for n in names if n not in texts and n not in numbers)
-        plan = _PLANS[kind] = _Plan(
-            names,
-            operator.attrgetter(*names) if len(names) > 1 else (lambda v: tuple(getattr(v, n) for n in names)),
-            tuple(map(operator.attrgetter, texts)),
-            tuple(map(operator.attrgetter, numbers)),
-            others,
-            tuple(map(operator.attrgetter, others)),
-        )
+        plan = _PLANS[kind] = _Plan(kind)
     return plan
 
 
 def _annotated(annotation: Any, words: frozenset[str]) -> bool:
     """Whether an annotation names only these types (a Literal of strings counts as "str")."""
     spelled = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
-    parts = [p.strip() for p in spelled.split("|")]
-    return all(p in words or ("str" in words and re.fullmatch(_LITERAL_STRINGS, p)) for p in parts)
+    return all(p in words or ("str" in words and _literal_strings(p)) for p in map(str.strip, spelled.split("|")))
 
 
-_LITERAL_STRINGS = r"(?:typing\.)?Literal\[(?:\s*(['\"])[^'\"|]*\1\s*,?)+\]"  # compiled at the first plan
+def _literal_strings(spelled: str) -> bool:
+    """Literal["a", 'b'] (an annotation only groups fields: a wrong guess costs time, not a result)."""
+    head, _, rest = spelled.partition("[")
+    args = [a.strip() for a in rest.removesuffix("]").split(",")]
+    return head.removeprefix("typing.") == "Literal" and all(len(a) > 1 and a[0] == a[-1] in "'\"" for a in args)
 
 
 def references(argv: Iterable[str]) -> tuple[str, ...]:

@@ -53,6 +53,9 @@ class Node:
     spans: tuple[Span, ...] = ()
     is_head: bool = False
     notes: Any = None
+    peers: tuple[int, ...] = ()
+    hang: dict[str, Any] | None = None
+    sender: Cell | None = None
 
 
 @functools.cache
@@ -108,6 +111,9 @@ def _records(seed: int, rate: float) -> dict[str, Any]:
             spans=v(tuple(span() for _ in range(rng.randint(0, 12)))),
             is_head=v(i == 0),
             notes=v(None),
+            peers=v(tuple(range(i % 4))),
+            hang=v(rng.choice([None, {"stack": v(clean[i % 20]), "threads": v(3), "at": v(1.5)}])),
+            sender=v(rng.choice([None, Cell(v(1), v("judge"), v(clean[i % 10]))])),
         )
         for i in range(120)
     )
@@ -152,9 +158,10 @@ def test_a_lie_in_one_record_of_many_is_found(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(credentials, "_HELD", {HELD})
     rng = random.Random(51)
     clean, dirty = _corpus(51)
-    base = Node(1, clean[0], "plan", tuple(Cell(d, "trainer", clean[d]) for d in range(4)))
+    base = Node(1, clean[0], "plan", tuple(Cell(d, "trainer", clean[d]) for d in range(4)), peers=(1, 2))
     spans = tuple(Span(clean[i % 8], float(i), float(i + 1), clean[i % 30]) for i in range(6))
-    lies = [("node", f) for f in ("index", "host", "source", "is_head", "notes")]
+    lies = [("node", f) for f in ("index", "host", "source", "is_head", "notes", "peers", "hang", "sender")]
+    lies += [("hang", "stack"), ("sender", "label")]
     lies += [("span", f) for f in ("phase", "started_at", "ended_at", "detail")]
     lies += [("cell", f) for f in ("device", "role", "label")] + [("subclass", "extra")]
     for where, field in lies:
@@ -164,6 +171,12 @@ def test_a_lie_in_one_record_of_many_is_found(monkeypatch: pytest.MonkeyPatch) -
             at = rng.randrange(60)
             if where == "node":
                 nodes[at] = dataclasses.replace(nodes[at], **{field: liar})
+            elif where == "hang":  # a dict field of every record, one value a lie
+                nodes = [dataclasses.replace(n, hang={"stack": clean[1], "n": 2}) for n in nodes]
+                nodes[at] = dataclasses.replace(nodes[at], hang={"stack": liar, "n": 2})
+            elif where == "sender":  # a record in an optional field
+                nodes = [dataclasses.replace(n, sender=Cell(1, "judge", clean[2])) for n in nodes]
+                nodes[at] = dataclasses.replace(nodes[at], sender=Cell(1, "judge", liar))
             elif where in ("span", "subclass"):
                 inner = list(spans)
                 if where == "subclass":  # a record of another type among the spans
@@ -189,9 +202,15 @@ def test_a_lie_in_one_row_of_a_table_is_found() -> None:
             assert repr(credentials.redact(rows)) == repr(_by_the_rule(rows))
 
 
-def test_the_screen_passes_on_every_text_the_rule_could_redact(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("by_heads", [True, False])
+def test_the_screen_passes_on_every_text_the_rule_could_redact(monkeypatch: pytest.MonkeyPatch, by_heads: bool) -> None:
     """_screened may leave out only texts where _may_hold is false (the rule keeps them): texts
-    of the words a fast path could get wrong, batched any way; and it does leave plain ones out."""
+    of the words a fast path could get wrong, batched any way; and it does leave plain ones out.
+    A token's prefix is looked for where one of its first two characters is (_PREFIX_HEADS), or
+    by the pattern where the pattern cannot say so."""
+    assert credentials._PREFIX_HEADS is not None  # every prefix starts with two plain characters
+    if not by_heads:
+        monkeypatch.setattr(credentials, "_PREFIX_HEADS", None)
     rng = random.Random(9)
     texts = _texts(8000, seed=9) + [p.lower() for p in PIECES] + [p.upper() for p in PIECES]
     texts += ["x\0--api-key", "sk-\0", "a\0b=hf_x", "PA\0SS=1", "ſecret=x", "--paſs y"]

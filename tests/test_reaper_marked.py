@@ -84,6 +84,10 @@ def test_every_supervised_child_and_its_children_carry_the_agents_mark(tmp_path:
         while not (out.exists() and out.read_text().strip()) and time.monotonic() < end:
             time.sleep(0.05)
         grandchild = psutil.Process(int(out.read_text()))
+        # Read its environment once it runs `sleep`: between the shell's fork and the exec,
+        # /proc/PID/environ can read empty (seen on a busy machine).
+        while grandchild.cmdline()[:1] != ["sleep"] and time.monotonic() < end:
+            time.sleep(0.05)
         assert psutil.Process(group.pid).environ()[MARK_ENV] == "inc-7"
         assert grandchild.environ()[MARK_ENV] == "inc-7"
     finally:

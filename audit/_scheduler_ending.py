@@ -56,12 +56,7 @@ _EXPLAINED = {
 
 def job_outputs(run: LoadedRun) -> list[tuple[int, str]]:
     """The run directory's Slurm job outputs, (job id, file), by job id."""
-    prefix = names.SLURM_OUTPUT.partition("%j")[0]
-    if not any(relpath.startswith(prefix) for relpath in run.others):
-        return []  # not a Slurm run's directory: the output's reader is not loaded
-    from launch.backends.slurm.ending import output_job_id
-
-    return sorted((job, relpath) for relpath in run.others if (job := output_job_id(relpath)) is not None)
+    return sorted((job, relpath) for relpath in run.others if (job := names.slurm_output_job(relpath)) is not None)
 
 
 def find_ending(

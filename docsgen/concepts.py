@@ -21,6 +21,7 @@ _READABLE = (
     (r"[1-9][0-9]*", "N"),
     (r"(?:claim|ready|refused)", "{claim,ready,refused}"),
     (r"[0-9a-f]{8,32}", "ID"),
+    (r"(?P<job>\d+)", "JOBID"),
     (r"(\d+)", "RANK"),
     (r"\d+", "JOBID"),
     (r"(toml|json)", "{toml,json}"),

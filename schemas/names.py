@@ -49,6 +49,7 @@ __all__ = [
     "REGISTRY",
     "REGRADE",
     "SLURM_OUTPUT",
+    "SLURM_OUTPUT_RE",
     "SLURM_START_MARKER",
     "SPEC",
     "STACK_REQUESTS_DIR",
@@ -105,6 +106,7 @@ __all__ = [
     "run_file",
     "schema_for",
     "slurm_output",
+    "slurm_output_job",
     "stacks",
     "stacks_request",
     "stacks_request_id",
@@ -146,6 +148,15 @@ SLURM_START_MARKER = "gym: slurm job"
 
 def slurm_output(job_id: str) -> str:
     return SLURM_OUTPUT.replace("%j", job_id)
+
+
+SLURM_OUTPUT_RE = re.compile(r"^job-slurm-(?P<job>\d+)\.out$")
+
+
+def slurm_output_job(relpath: str) -> int | None:
+    """The job id of a Slurm job output's name (slurm_output), None for any other name."""
+    m = SLURM_OUTPUT_RE.match(relpath)
+    return int(m.group("job")) if m is not None else None
 
 
 def run_file(text: str) -> str:
@@ -450,7 +461,7 @@ ARTIFACT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple((a.pattern, a
 OTHER_FILES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^run-file\.(toml|json)$"),
     re.compile(r"^job\.[a-z.]+$"),
-    re.compile(r"^job-slurm-\d+\.out$"),
+    SLURM_OUTPUT_RE,
     re.compile(r"^failures/walltime-warning$"),
     re.compile(r"^doorbell\.secret$"),
 )

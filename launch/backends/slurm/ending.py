@@ -25,12 +25,11 @@ from dataclasses import replace
 from launch.backends.answers import SchedulerEnding
 from schemas import FailureKind, names
 
-__all__ = ["TAIL_BYTES", "output_job_id", "parse_slurm_output", "restart_section"]
+__all__ = ["TAIL_BYTES", "parse_slurm_output", "restart_section"]
 
 # The ending is among the output's last lines: this much of its end is read.
 TAIL_BYTES = 256 * 1024
 
-_JOB_OUTPUT = re.compile(r"^job-slurm-(\d+)\.out$")
 _ENDING = re.compile(
     r"\*\*\* JOB (?P<job>\d+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
     r"(?: DUE TO (?P<why>[A-Z][A-Z ]*?))?(?:,[^*]*)? \*\*\*"
@@ -42,12 +41,6 @@ _REASONS = {
     "PREEMPTION": FailureKind.PREEMPTED,
 }
 _START = re.compile(re.escape(names.SLURM_START_MARKER) + r" (?P<job>\d+) start (?P<restart>\d+)\b")
-
-
-def output_job_id(relpath: str) -> int | None:
-    """The job id of a run directory's Slurm job output, None for any other file."""
-    m = _JOB_OUTPUT.match(relpath)
-    return int(m.group(1)) if m is not None else None
 
 
 def restart_section(lines: list[str], restart: int | None) -> list[tuple[int, str]]:

@@ -4,6 +4,7 @@ vocabularies equal the schemas' enums. (Which package may import which: tests/te
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -237,6 +238,16 @@ def test_the_lazy_exports_are_complete() -> None:
     assert sorted(schemas.__all__) == sorted([*schemas._EXPORTS, *schemas._SUBMODULES])
     for name in schemas.__all__:
         assert getattr(schemas, name) is not None
+
+
+def test_the_record_types_lazy_exports_are_complete() -> None:
+    # schemas.records lists each name three times (static imports, __all__, _EXPORTS' module):
+    # a name missing from _EXPORTS would fail only where it is first imported.
+    from schemas import records
+
+    assert sorted(records.__all__) == sorted(records._EXPORTS)
+    for name, module in records._EXPORTS.items():
+        assert getattr(records, name) is getattr(importlib.import_module(f"schemas.records.{module}"), name)
 
 
 @pytest.mark.parametrize(
